@@ -1,0 +1,237 @@
+"""The compiled core of evireform: exact cosine top-k, sparse propagation, passage readout.
+
+Each public function validates its input, picks a backend (``backend="auto" | "cpu" | "gpu"``)
+and calls a private kernel.  The numpy/scipy references live in
+:mod:`evireform.kernels.reference`; every backend is tested against them.
+
+Ranking conventions (the paper's Appendix C.1): nonpositive similarities are excluded from
+proposition top-k; ties are broken by the lower id; passages tie by stored order and passages
+without propositions score 0.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from . import config
+from ._backend import BACKENDS, BackendUnavailable, resolve
+from .graph import EntityGraph, PassageMap
+
+__all__ = [
+    "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
+    "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
+    "readout_topk", "readout_topk_batch", "w_nnz",
+]
+
+
+def _kernels():
+    from . import _cpu as mod  # numba is imported on first use, not at package import
+    return mod
+
+
+def _n_threads() -> int:
+    import numba
+    return max(1, int(numba.get_num_threads()))
+
+
+def _check_k(k, name: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise ValueError(f"{name} must be a positive integer; got {k!r}")
+    return int(k)
+
+
+def _check_matrix(H) -> np.ndarray:
+    H = np.asarray(H)
+    if H.ndim != 2:
+        raise ValueError(f"embeddings must be a 2-d (n, d) array; got shape {H.shape}")
+    if H.dtype != np.float32:
+        H = H.astype(np.float32)
+    return np.ascontiguousarray(H)
+
+
+def _check_queries(Q, d: int, ndim: int) -> np.ndarray:
+    Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+    if Q.ndim != ndim or Q.shape[-1] != d:
+        want = "(d,)" if ndim == 1 else "(batch, d)"
+        raise ValueError(f"query must have shape {want} with d = {d}; got {Q.shape}")
+    if not np.all(np.isfinite(Q)):
+        raise ValueError("query embedding contains NaN or inf")
+    return Q
+
+
+# --------------------------------------------------------------------------- cosine top-k
+def cosine_topk(H, q, k: int, *, backend: str = "auto"):
+    """Exact top-``k`` rows of ``H`` (float32, L2-normalised) by cosine with ``q``.
+
+    Returns ``(ids, scores)``: int64 ids and float32 scores, best first, ties by lower id.
+    Only positive scores are returned, so there may be fewer than ``k``.
+    """
+    H = _check_matrix(H)
+    q = _check_queries(q, H.shape[1], 1)
+    k = _check_k(k)
+    resolve(backend)
+    M = H.shape[0]
+    if M == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    scores = H @ q
+    n_chunks = max(1, min(4 * _n_threads(), M // config.TOPK_MIN_CHUNK))
+    ids, vals, n = _kernels().topk_positive(scores, min(k, M), n_chunks)
+    return ids[:n], vals[:n]
+
+
+def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
+    """Batched :func:`cosine_topk`.
+
+    Returns ``(ids, scores)`` of shape ``(batch, k)``; rows with fewer than ``k`` positive
+    matches are padded with id -1 and score 0.  ``H`` is scanned in blocks of
+    ``config.BATCH_BLOCK_ROWS`` rows so memory stays bounded for any index size.
+    """
+    H = _check_matrix(H)
+    Q = _check_queries(Q, H.shape[1], 2)
+    k = _check_k(k)
+    resolve(backend)
+    B, M = Q.shape[0], H.shape[0]
+    heap_v = np.zeros((B, k), dtype=np.float32)
+    heap_i = np.full((B, k), -1, dtype=np.int64)
+    heap_n = np.zeros(B, dtype=np.int64)
+    if B == 0:
+        return heap_i, heap_v
+    cpu = _kernels()
+    step = config.BATCH_BLOCK_ROWS
+    for r0 in range(0, M, step):
+        S = Q @ H[r0:r0 + step].T
+        cpu.topk_block_update(S, r0, k, heap_v, heap_i, heap_n)
+    cpu.heaps_finish(heap_v, heap_i, heap_n)
+    return heap_i, heap_v
+
+
+# --------------------------------------------------------------------------- propagation
+class _Workspace(threading.local):
+    """Per-thread scratch, reused across calls; kernels leave it zeroed."""
+
+    def get(self, kind: str, n1: int, n2: int):
+        key = (kind, n1, n2)
+        if getattr(self, "key_" + kind, None) != key:
+            if kind == "prop":
+                arrays = (np.zeros(n1), np.zeros(n1), np.zeros(n1, np.bool_), np.zeros(n2),
+                          np.zeros(n2, np.bool_), np.empty(n1, np.int64), np.empty(n2, np.int64))
+            else:
+                arrays = (np.zeros(n1), np.zeros(n1, np.bool_), np.empty(n1, np.int64))
+            setattr(self, "arr_" + kind, arrays)
+            setattr(self, "key_" + kind, key)
+        return getattr(self, "arr_" + kind)
+
+
+_WS = _Workspace()
+
+
+def _check_alpha(alpha) -> float:
+    alpha = float(alpha)
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1]; got {alpha}")
+    return alpha
+
+
+def _check_seed(seed_ids, seed_vals, M: int):
+    ids = np.ascontiguousarray(np.asarray(seed_ids, dtype=np.int64).ravel())
+    vals = np.ascontiguousarray(np.asarray(seed_vals, dtype=np.float64).ravel())
+    if ids.shape != vals.shape:
+        raise ValueError(f"seed ids and values differ in length: {len(ids)} vs {len(vals)}")
+    if len(ids) and (ids.min() < 0 or ids.max() >= M):
+        raise ValueError(f"seed ids must lie in [0, {M}); got [{ids.min()}, {ids.max()}]")
+    if not np.all(np.isfinite(vals)):
+        raise ValueError("seed values contain NaN or inf")
+    return ids, vals
+
+
+def _check_indptr(indptr, n: int, what: str) -> np.ndarray:
+    indptr = np.ascontiguousarray(np.asarray(indptr, dtype=np.int64))
+    if indptr.ndim != 1 or len(indptr) < 1 or indptr[0] != 0 or indptr[-1] != n \
+            or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"{what} indptr must start at 0, be non-decreasing and end at {n}")
+    return indptr
+
+
+def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
+              backend: str = "auto"):
+    """One propagation step z = alpha s + (1 - alpha) W Dw+ s from a sparse seed s.
+
+    ``s`` is given as ``(seed_ids, seed_vals)``; repeated ids are summed.  W = A De+ A^T - diag
+    is never formed: only the incidence lists of the seed's propositions and entities are read.
+    Returns z as ``(ids, values)``: every proposition reached (distinct ids, in the order they
+    were first reached), float64 values; all other entries of z are 0.
+    """
+    ids, vals = _check_seed(seed_ids, seed_vals, graph.n_props)
+    alpha = _check_alpha(alpha)
+    resolve(backend)
+    g = graph
+    ws = _WS.get("prop", g.n_props, g.n_entities)
+    return _kernels().propagate_one(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
+                                g.diag, g.inv_w, ids, vals, alpha, *ws)
+
+
+def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha: float = 0.5,
+                    *, backend: str = "auto"):
+    """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
+    ids, vals = _check_seed(seed_ids, seed_vals, graph.n_props)
+    indptr = _check_indptr(seed_indptr, len(ids), "seed")
+    alpha = _check_alpha(alpha)
+    resolve(backend)
+    g = graph
+    B = len(indptr) - 1
+    n_chunks = max(1, min(B, _n_threads()))
+    return _kernels().propagate_many(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
+                                 g.diag, g.inv_w, indptr, ids, vals, alpha, n_chunks)
+
+
+# --------------------------------------------------------------------------- readout
+def _check_z(pmap: PassageMap, z_ids, z_vals):
+    ids = np.ascontiguousarray(np.asarray(z_ids, dtype=np.int64).ravel())
+    vals = np.ascontiguousarray(np.asarray(z_vals, dtype=np.float64).ravel())
+    if ids.shape != vals.shape:
+        raise ValueError(f"z ids and values differ in length: {len(ids)} vs {len(vals)}")
+    if len(ids) and (ids.min() < 0 or ids.max() >= pmap.n_props):
+        raise ValueError(f"z ids must lie in [0, {pmap.n_props})")
+    return ids, vals
+
+
+def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "auto"):
+    """Passage scores sum_{i in P_j} z_i / sqrt(|P_j|) from a sparse z, then the top ``k``.
+
+    Returns ``(passage_ids, scores)`` with ``min(k, n_passages)`` entries: positive scores best
+    first (ties by stored passage order), then zero-score passages in stored order.
+    For a dense z pass ``np.arange(len(z)), z``.
+    """
+    ids, vals = _check_z(pmap, z_ids, z_vals)
+    k = min(_check_k(k), pmap.n_passages)
+    resolve(backend)
+    if k == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    ws = _WS.get("read", pmap.n_passages, 0)
+    return _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, k, *ws)
+
+
+def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
+                       backend: str = "auto"):
+    """Batched :func:`readout_topk` over z given as CSR rows; returns (batch, k') arrays."""
+    ids, vals = _check_z(pmap, z_ids, z_vals)
+    indptr = _check_indptr(z_indptr, len(ids), "z")
+    k = min(_check_k(k), pmap.n_passages)
+    resolve(backend)
+    B = len(indptr) - 1
+    if k == 0 or B == 0:
+        return np.full((B, k), -1, np.int64), np.zeros((B, k))
+    n_chunks = max(1, min(B, _n_threads()))
+    return _kernels().readout_many(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
+
+
+def w_nnz(graph: EntityGraph) -> int:
+    """Nonzeros W = A De+ A^T - diag would have if it were materialised (it never is)."""
+    if graph.n_props == 0:
+        return 0
+    g = graph
+    n_chunks = max(1, min(g.n_props, 2 * _n_threads()))
+    return int(_kernels().w_row_nnz(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices,
+                                n_chunks).sum())

@@ -1,0 +1,32 @@
+"""Every tunable of the compiled core, in one place, with its default.
+
+Change these at run time (``evireform.kernels.config.EXACT_SEARCH_MAX = ...``); nothing here
+is read from the environment and importing the package sets no global state.
+"""
+
+#: numba writes compiled machine code next to the sources so later processes skip the JIT.
+NUMBA_CACHE = True
+
+#: Parallel top-k splits the score vector into chunks of at least this many rows.
+TOPK_MIN_CHUNK = 16384
+
+#: Batched exact search multiplies the queries with blocks of this many embedding rows, so the
+#: score block (batch x rows, float32) stays small however large the index is.
+BATCH_BLOCK_ROWS = 32768
+
+#: Indexes with at least this many propositions search candidates with HNSW (hnswlib); smaller
+#: ones are searched exactly.  Exact search is always the reference.
+EXACT_SEARCH_MAX = 200_000
+
+#: HNSW construction and query parameters (hnswlib).  ``HNSW_EF_SEARCH`` is a floor: a query
+#: for k results uses ef = max(HNSW_EF_SEARCH, 2 k).
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 200
+HNSW_EF_SEARCH = 256
+HNSW_SEED = 100
+#: Threads used to insert into HNSW.  One thread makes the graph, and so its results, identical
+#: from one build to the next; more threads build faster but not reproducibly.
+HNSW_BUILD_THREADS = 1
+
+#: A row of W with a degree sum (w_i) below this counts as zero (pseudo-inverse).
+DEGREE_EPS = 1e-12

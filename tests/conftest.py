@@ -1,0 +1,26 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("EVIREFORM_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_report_header(config):
+    return f"evireform data: {DATA} ({'found' if DATA.exists() else 'MISSING'})"
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh generator per test, seeded from the test's name (never the global RNG)."""
+    seed = abs(hash(request.node.nodeid)) % (2**32)
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    if not DATA.exists():
+        pytest.skip(f"evaluation data not found at {DATA}")
+    return DATA

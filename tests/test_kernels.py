@@ -1,0 +1,240 @@
+"""Every kernel backend against the numpy/scipy reference, degenerate cases included."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import evireform.kernels as K
+from evireform.kernels import EntityGraph, PassageMap, reference as R
+
+from helpers import random_graph, random_passages, random_seed, unit_rows
+
+BACKENDS = ["cpu", "auto"]
+
+
+# ------------------------------------------------------------------ cosine top-k
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M,d,k", [(1, 4, 1), (7, 3, 10), (100, 16, 5), (40000, 32, 100),
+                                   (70001, 8, 3)])
+def test_cosine_topk_matches_reference(rng, backend, M, d, k):
+    H = unit_rows(rng, M, d)
+    q = unit_rows(rng, 1, d)[0]
+    ids, vals = K.cosine_topk(H, q, k, backend=backend)
+    rids, rvals = R.cosine_topk(H, q, k)
+    np.testing.assert_array_equal(ids, rids)
+    np.testing.assert_allclose(vals, rvals, rtol=1e-6)
+    assert np.all(vals > 0)
+    assert ids.dtype == np.int64 and vals.dtype == np.float32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M,d,B,k", [(5, 4, 3, 10), (300, 16, 7, 20), (70000, 8, 4, 50)])
+def test_cosine_topk_batch_matches_reference(rng, backend, M, d, B, k, monkeypatch):
+    monkeypatch.setattr(K.config, "BATCH_BLOCK_ROWS", 977)  # many blocks, ragged last block
+    H = unit_rows(rng, M, d)
+    Q = unit_rows(rng, B, d)
+    ids, vals = K.cosine_topk_batch(H, Q, k, backend=backend)
+    rids, rvals = R.cosine_topk_batch(H, Q, k)
+    np.testing.assert_array_equal(ids, rids)
+    np.testing.assert_allclose(vals, rvals, rtol=1e-5, atol=1e-6)
+
+
+def test_cosine_topk_ties_and_nonpositive():
+    # exact ties (duplicated rows) resolve to the lower id; zero and negative scores are excluded
+    H = np.array([[0, 1], [1, 0], [0, 1], [-1, 0], [1, 0], [0, -1]], dtype=np.float32)
+    q = np.array([1, 0], dtype=np.float32)
+    ids, vals = K.cosine_topk(H, q, 10)
+    np.testing.assert_array_equal(ids, [1, 4])
+    np.testing.assert_array_equal(vals, [1, 1])
+    ids, vals = K.cosine_topk(H, q, 1)
+    np.testing.assert_array_equal(ids, [1])
+    bi, bv = K.cosine_topk_batch(H, np.stack([q, -q, np.zeros(2, np.float32)]), 3)
+    np.testing.assert_array_equal(bi, [[1, 4, -1], [3, -1, -1], [-1, -1, -1]])
+    np.testing.assert_array_equal(bv[2], [0, 0, 0])
+
+
+def test_cosine_topk_empty_and_bad_input(rng):
+    H = np.zeros((0, 8), np.float32)
+    ids, vals = K.cosine_topk(H, np.ones(8, np.float32), 5)
+    assert len(ids) == 0 and len(vals) == 0
+    bi, _ = K.cosine_topk_batch(H, np.ones((2, 8), np.float32), 5)
+    assert (bi == -1).all()
+    H = unit_rows(rng, 10, 8)
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        K.cosine_topk(H, H[0], 0)
+    with pytest.raises(ValueError, match="d = 8"):
+        K.cosine_topk(H, np.ones(7, np.float32), 3)
+    with pytest.raises(ValueError, match="NaN"):
+        K.cosine_topk(H, np.full(8, np.nan, np.float32), 3)
+    with pytest.raises(ValueError, match="backend"):
+        K.cosine_topk(H, H[0], 3, backend="tpu")
+
+
+def test_gpu_backend_raises_clear_error(rng):
+    H = unit_rows(rng, 10, 8)
+    with pytest.raises(K.BackendUnavailable, match="backend='gpu'"):
+        K.cosine_topk(H, H[0], 3, backend="gpu")
+
+
+# ------------------------------------------------------------------ propagation
+def _dense(M, ids, vals):
+    z = np.zeros(M)
+    np.add.at(z, ids, vals)
+    return z
+
+
+def _check_propagate(graph, seed_ids, seed_vals, alpha, backend="cpu"):
+    ids, vals = K.propagate(graph, seed_ids, seed_vals, alpha, backend=backend)
+    assert len(np.unique(ids)) == len(ids)
+    A = R.incidence_matrix(graph.a_indptr, graph.a_indices, graph.n_entities)
+    s = R.seed_vector(graph.n_props, seed_ids, seed_vals)
+    want = R.propagate_dense(A, s, alpha)
+    np.testing.assert_allclose(_dense(graph.n_props, ids, vals), want, rtol=1e-10, atol=1e-12)
+    return ids, vals
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M,Ne,n_seed", [(1, 1, 1), (10, 3, 4), (200, 50, 18), (3000, 400, 18),
+                                         (500, 5, 12)])
+def test_propagate_matches_reference(rng, backend, M, Ne, n_seed):
+    g = random_graph(rng, M, Ne)
+    for alpha in (0.5, 0.0, 1.0, 0.3):
+        _check_propagate(g, *random_seed(rng, M, n_seed), alpha, backend)
+
+
+def test_propagate_degenerate(rng):
+    # p0 isolated; e0 degree 0; e1 degree 1 (only p1); e2 shared by p2, p3
+    g = EntityGraph.from_lists([[], [1], [2, 2], [2, 3]], n_entities=4)
+    assert g.inv_deg[0] == 0 and g.inv_w[0] == 0 and g.inv_w[1] == 0
+    # an isolated proposition and a degree-1-only proposition pass nothing on
+    ids, vals = _check_propagate(g, [0, 1], [1.0, 2.0], 0.5)
+    np.testing.assert_allclose(_dense(4, ids, vals), [0.5, 1.0, 0, 0])
+    # empty seed
+    ids, vals = K.propagate(g, [], [], 0.5)
+    assert len(ids) == 0
+    # repeated seed ids are summed
+    _check_propagate(g, [2, 2, 3], [0.25, 0.25, 0.5], 0.5)
+    # a graph with no entities at all
+    g0 = EntityGraph.from_lists([[], []], n_entities=0)
+    _check_propagate(g0, [1], [1.0], 0.5)
+    with pytest.raises(ValueError, match="seed ids"):
+        K.propagate(g, [4], [1.0])
+    with pytest.raises(ValueError, match="alpha"):
+        K.propagate(g, [1], [1.0], alpha=1.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_propagate_batch_matches_single(rng, backend):
+    M, Ne = 2000, 300
+    g = random_graph(rng, M, Ne)
+    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 19, size=37)]
+    indptr = np.zeros(len(seeds) + 1, np.int64)
+    indptr[1:] = np.cumsum([len(s[0]) for s in seeds])
+    ids = np.concatenate([s[0] for s in seeds])
+    vals = np.concatenate([s[1] for s in seeds])
+    zp, zi, zv = K.propagate_batch(g, indptr, ids, vals, 0.4, backend=backend)
+    A = R.incidence_matrix(g.a_indptr, g.a_indices, Ne)
+    for b, (si, sv) in enumerate(seeds):
+        got = _dense(M, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]])
+        want = R.propagate_dense(A, R.seed_vector(M, si, sv), 0.4)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_worked_example_propagation():
+    """shared/docs/worked-example.md, to the sixth decimal."""
+    g = EntityGraph.from_lists([[0, 1], [0], [1, 2], [3], [3, 2], [2], []], n_entities=4)
+    np.testing.assert_allclose(g.diag, [1, .5, .833333, .5, .833333, .333333, 0], atol=1e-6)
+    np.testing.assert_allclose(1 / g.inv_w[:6], [1, .5, 1.166667, .5, 1.166667, .666667],
+                               atol=1e-6)
+    s = np.array([0.642857142857 / 2, 0.357142857143 / 2, 0, .125, .1875, .0625, .125])
+    ids, vals = K.propagate(g, np.arange(7), s, 0.5)
+    z = _dense(7, ids, vals)
+    np.testing.assert_allclose(z, [0.25, 0.169643, 0.122768, 0.102679, 0.171875, 0.058036,
+                                   0.0625], atol=1e-6)
+    pm = PassageMap.from_owner([0, 0, 1, 2, 2, 1, 2], 3)
+    pids, sc = K.readout_topk(pm, ids, vals, 3)
+    np.testing.assert_array_equal(pids, [0, 2, 1])
+    np.testing.assert_allclose(sc, [0.296732, 0.194598, 0.127847], atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_propagate_property(data):
+    M = data.draw(st.integers(1, 30))
+    Ne = data.draw(st.integers(0, 8))
+    lists = [data.draw(st.lists(st.integers(0, Ne - 1), max_size=4)) if Ne else []
+             for _ in range(M)]
+    g = EntityGraph.from_lists(lists, n_entities=Ne)
+    seed_ids = data.draw(st.lists(st.integers(0, M - 1), max_size=6))
+    seed_vals = data.draw(st.lists(st.floats(0, 1), min_size=len(seed_ids),
+                                   max_size=len(seed_ids)))
+    alpha = data.draw(st.floats(0, 1))
+    _check_propagate(g, seed_ids, seed_vals, alpha)
+
+
+# ------------------------------------------------------------------ readout
+def _check_readout(pm, z_ids, z_vals, k, got_ids, got_scores):
+    z = _dense(pm.n_props, z_ids, z_vals)
+    full = R.readout_scores(z, pm.owner, pm.n_passages)
+    rids, rsc = R.readout_topk(z, pm.owner, pm.n_passages, k)
+    assert len(got_ids) == len(rids) == min(k, pm.n_passages)
+    np.testing.assert_allclose(got_scores, rsc, rtol=1e-12, atol=1e-15)
+    # ids agree wherever the reference scores are not tied within float tolerance
+    mismatch = got_ids != rids
+    np.testing.assert_allclose(full[got_ids[mismatch]], full[rids[mismatch]], rtol=1e-12)
+    assert len(np.unique(got_ids)) == len(got_ids)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("M,N,nz,k", [(1, 1, 1, 1), (20, 10, 5, 3), (20, 10, 5, 50),
+                                      (5000, 800, 300, 20), (5000, 800, 0, 10), (0, 4, 0, 3)])
+def test_readout_matches_reference(rng, backend, M, N, nz, k):
+    pm = random_passages(rng, M, N)
+    z_ids = rng.choice(M, size=min(nz, M), replace=False) if M else np.zeros(0, int)
+    z_vals = rng.random(len(z_ids))
+    z_vals[::5] = 0  # touched but zero
+    got = K.readout_topk(pm, z_ids, z_vals, k, backend=backend)
+    _check_readout(pm, z_ids, z_vals, k, *got)
+
+
+def test_readout_ties_and_empty_passages():
+    # passages 1 and 3 have no propositions; passages 0 and 2 tie
+    pm = PassageMap.from_owner([0, 2, 2, 4], 5)
+    assert pm.inv_sqrt[1] == 0 and pm.inv_sqrt[3] == 0
+    ids, sc = K.readout_topk(pm, [0, 1, 2], [1.0, 2 ** -0.5, 2 ** -0.5], 5)
+    np.testing.assert_array_equal(ids, [0, 2, 1, 3, 4])
+    np.testing.assert_allclose(sc, [1, 1, 0, 0, 0])
+    ids, sc = K.readout_topk(pm, [], [], 2)
+    np.testing.assert_array_equal(ids, [0, 1])
+    with pytest.raises(ValueError, match="k must be"):
+        K.readout_topk(pm, [], [], -1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_readout_batch_matches_single(rng, backend):
+    M, N, B, k = 3000, 500, 23, 15
+    pm = random_passages(rng, M, N)
+    rows = [rng.choice(M, size=int(n), replace=False) for n in rng.integers(0, 200, size=B)]
+    indptr = np.zeros(B + 1, np.int64)
+    indptr[1:] = np.cumsum([len(r) for r in rows])
+    ids = np.concatenate(rows)
+    vals = rng.random(len(ids))
+    bi, bs = K.readout_topk_batch(pm, indptr, ids, vals, k, backend=backend)
+    for b in range(B):
+        lo, hi = indptr[b], indptr[b + 1]
+        _check_readout(pm, ids[lo:hi], vals[lo:hi], k, bi[b], bs[b])
+
+
+def test_w_nnz_matches_materialised(rng):
+    for M, Ne in [(1, 1), (50, 10), (800, 120)]:
+        g = random_graph(rng, M, Ne)
+        W = R.transition_W(R.incidence_matrix(g.a_indptr, g.a_indices, Ne))
+        assert K.w_nnz(g) == W.nnz
+
+
+def test_entity_graph_validation():
+    with pytest.raises(ValueError, match="entity ids"):
+        EntityGraph.from_csr([0, 1], [5], 3)
+    with pytest.raises(ValueError, match="indptr"):
+        EntityGraph.from_csr([0, 2], [1], 3)
+    with pytest.raises(ValueError, match="owner"):
+        PassageMap.from_owner([0, 3], 3)
