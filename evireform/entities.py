@@ -1,0 +1,26 @@
+"""Canonical entity names.
+
+Two mentions are the same entity when their canonical forms are equal.  The folding is:
+
+1. Unicode NFKC normalisation, then case folding (``"Straße"`` -> ``"strasse"``);
+2. every character that is not a letter or a digit becomes a space (punctuation, hyphens,
+   quotes, brackets);
+3. runs of whitespace collapse to one space, ends are stripped;
+4. one leading English article (``the``, ``a``, ``an``) is dropped when something follows it.
+
+A mention whose canonical form is empty is not an entity.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_NON_ALNUM = re.compile(r"[\W_]+", re.UNICODE)
+_ARTICLE = re.compile(r"^(?:the|a|an) (?=\S)")
+
+
+def canonical_entity(mention: str) -> str:
+    """Fold ``mention`` to its canonical form (see the module docstring)."""
+    s = unicodedata.normalize("NFKC", str(mention)).casefold()
+    s = _NON_ALNUM.sub(" ", s).strip()
+    return _ARTICLE.sub("", s)

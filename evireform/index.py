@@ -1,0 +1,450 @@
+"""The proposition-entity index: build, search, save, load.
+
+An index holds the passages, their propositions (text and owner passage), canonical entities,
+the binary incidence A as CSR plus its transpose with the precomputed degree terms
+(:class:`~evireform.kernels.EntityGraph`), the passage map with 1/sqrt(|P_j|)
+(:class:`~evireform.kernels.PassageMap`) and float32 unit-norm proposition embeddings.
+Candidate search is exact below ``kernels.config.EXACT_SEARCH_MAX`` propositions and HNSW
+(hnswlib, re-scored exactly) above it.
+
+Three ways to build one:
+
+* :meth:`PropositionIndex.build` - passages + an extractor + an embedder;
+* :meth:`PropositionIndex.from_propositions` - your own propositions, entities, embeddings;
+* :meth:`PropositionIndex.from_openie` - the HippoRAG OpenIE file (one triple = one proposition).
+
+On disk an index is a directory: ``manifest.json`` (format version, embedder, dimension, counts,
+sha256 and size of every file), arrays as ``.npy`` (no pickle; embeddings memory-mappable),
+strings as JSON, and ``hnsw.bin`` when HNSW is built.  :meth:`save` writes a temporary sibling
+directory and renames it into place, so an interrupted save never leaves a loadable half-index;
+:meth:`load` verifies every checksum before any file is parsed (or handed to hnswlib).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from . import __version__
+from .embed import Embedder, normalise_rows
+from .entities import canonical_entity
+from .extract import Extractor, HeuristicExtractor, read_openie
+from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
+from .kernels import w_nnz as _w_nnz
+from .types import Passage, Proposition
+
+FORMAT = "evireform-index"
+FORMAT_VERSION = 1
+
+_ARRAYS = ("owner", "a_indptr", "a_indices", "at_indptr", "at_indices", "inv_deg", "diag",
+           "inv_w", "inv_sqrt", "embeddings")
+_JSONS = ("passages.json", "propositions.json", "entities.json")
+
+
+class IndexFormatError(ValueError):
+    """A saved index directory is missing, truncated, edited or of another format version."""
+
+
+def _progress(it, total, desc, show):
+    if not show:
+        return it
+    from tqdm.auto import tqdm
+    return tqdm(it, total=total, desc=desc, unit="passage")
+
+
+@dataclass
+class PropositionIndex:
+    passages: list[Passage]
+    prop_texts: list[str]
+    entity_names: list[str]
+    graph: EntityGraph
+    pmap: PassageMap
+    embeddings: np.ndarray
+    embedder_name: str
+    meta: dict = field(default_factory=dict)
+    hnsw: object | None = None
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def n_passages(self) -> int:
+        return len(self.passages)
+
+    @property
+    def n_props(self) -> int:
+        return len(self.prop_texts)
+
+    @property
+    def n_entities(self) -> int:
+        return len(self.entity_names)
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    @property
+    def owner(self) -> np.ndarray:
+        return self.pmap.owner
+
+    def __post_init__(self):
+        self._pos = {p.id: i for i, p in enumerate(self.passages)}
+
+    def passage_index(self, passage_id: str) -> int:
+        """Position of a passage id; ``KeyError`` if unknown."""
+        try:
+            return self._pos[passage_id]
+        except KeyError:
+            raise KeyError(f"unknown passage id {passage_id!r}") from None
+
+    def stats(self, with_w: bool = True) -> dict:
+        """Counts: passages, propositions, entities, incidence nonzeros and W's nonzeros."""
+        out = {
+            "passages": self.n_passages,
+            "propositions": self.n_props,
+            "entities": self.n_entities,
+            "incidence_nnz": self.graph.nnz,
+            "passages_without_propositions": int(np.sum(self.pmap.inv_sqrt == 0)),
+            "isolated_propositions": int(np.sum(np.diff(self.graph.a_indptr) == 0)),
+            "dim": self.dim,
+            "embedder": self.embedder_name,
+            "search": "hnsw" if self.hnsw is not None else "exact",
+        }
+        if with_w:
+            out["w_nnz_if_materialised"] = _w_nnz(self.graph)
+        return out
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_propositions(cls, passages: Sequence[Passage], propositions: Sequence[Proposition],
+                          embeddings, embedder_name: str, *, meta: dict | None = None,
+                          hnsw: bool | None = None) -> "PropositionIndex":
+        """Build from user-supplied propositions (with entity mentions) and their embeddings.
+
+        ``embeddings`` has one row per proposition; rows are L2-normalised here (NaN/inf,
+        zero rows or a wrong shape raise ``ValueError``).  Entity mentions are folded with
+        :func:`~evireform.entities.canonical_entity`; mentions that fold to nothing are dropped.
+        ``hnsw=None`` builds HNSW only at or above ``kernels.config.EXACT_SEARCH_MAX``.
+        """
+        passages = list(passages)
+        if not passages:
+            raise ValueError("passages is empty: an index needs at least one passage")
+        pos: dict[str, int] = {}
+        for i, p in enumerate(passages):
+            if p.id in pos:
+                raise ValueError(f"duplicate passage id {p.id!r}")
+            pos[p.id] = i
+        props = list(propositions)
+        emb = np.asarray(embeddings)
+        if emb.ndim != 2 or emb.shape[0] != len(props):
+            raise ValueError(f"embeddings must have shape ({len(props)}, dim), one row per "
+                             f"proposition; got {emb.shape}")
+        emb = normalise_rows(emb, "proposition embeddings") if len(props) else \
+            np.zeros((0, emb.shape[1]), np.float32)
+        owner = np.empty(len(props), dtype=np.int32)
+        ent_id: dict[str, int] = {}
+        names: list[str] = []
+        rows: list[list[int]] = []
+        for i, pr in enumerate(props):
+            try:
+                owner[i] = pos[pr.passage]
+            except KeyError:
+                raise ValueError(f"proposition {i} names unknown passage id {pr.passage!r}") \
+                    from None
+            row = []
+            for mention in pr.entities:
+                c = canonical_entity(mention)
+                if not c:
+                    continue
+                if c not in ent_id:
+                    ent_id[c] = len(names)
+                    names.append(c)
+                row.append(ent_id[c])
+            rows.append(row)
+        graph = EntityGraph.from_lists(rows, n_entities=len(names))
+        pmap = PassageMap.from_owner(owner, len(passages))
+        idx = cls(passages=passages, prop_texts=[p.text for p in props], entity_names=names,
+                  graph=graph, pmap=pmap, embeddings=emb, embedder_name=str(embedder_name),
+                  meta=dict(meta or {}))
+        if hnsw or (hnsw is None and len(props) >= kconfig.EXACT_SEARCH_MAX):
+            idx.build_hnsw()
+        return idx
+
+    @classmethod
+    def build(cls, passages: Sequence[Passage], embedder: Embedder, *,
+              extractor: Extractor | None = None, batch_size: int = 64,
+              show_progress: bool = True, hnsw: bool | None = None) -> "PropositionIndex":
+        """Extract propositions from ``passages`` (default: :class:`HeuristicExtractor`),
+        embed them in batches with ``embedder``, and build the index."""
+        passages = list(passages)
+        if not passages:
+            raise ValueError("passages is empty: an index needs at least one passage")
+        extractor = extractor or HeuristicExtractor()
+        props: list[Proposition] = []
+        for p in _progress(passages, len(passages), "extract", show_progress):
+            props.extend(extractor.extract(p))
+        emb = embedder.encode([p.text for p in props], batch_size=batch_size,
+                              show_progress=show_progress)
+        if len(props) == 0:
+            emb = np.zeros((0, embedder.dim), np.float32)
+        return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
+                                     meta={"extractor": extractor.name})
+
+    @classmethod
+    def from_openie(cls, openie_path, passages: Sequence[Passage], embedder: Embedder, *,
+                    batch_size: int = 64, show_progress: bool = True,
+                    hnsw: bool | None = None) -> "PropositionIndex":
+        """Build from a HippoRAG OpenIE file over ``passages`` (one triple = one proposition)."""
+        passages = list(passages)
+        if not passages:
+            raise ValueError("passages is empty: an index needs at least one passage")
+        props, skipped = read_openie(openie_path, passages)
+        emb = embedder.encode([p.text for p in props], batch_size=batch_size,
+                              show_progress=show_progress)
+        return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
+                                     meta={"extractor": f"openie:{Path(openie_path).name}",
+                                           "openie_skipped_triples": skipped})
+
+    # ------------------------------------------------------------------ search
+    def build_hnsw(self, *, M: int | None = None, ef_construction: int | None = None,
+                   threads: int | None = None) -> None:
+        """Build the HNSW graph over the proposition embeddings (inner product space)."""
+        import hnswlib
+        n = self.n_props
+        h = hnswlib.Index(space="ip", dim=self.dim)
+        h.init_index(max_elements=max(n, 1), M=M or kconfig.HNSW_M,
+                     ef_construction=ef_construction or kconfig.HNSW_EF_CONSTRUCTION,
+                     random_seed=kconfig.HNSW_SEED)
+        if n:
+            h.add_items(np.asarray(self.embeddings), np.arange(n),
+                        num_threads=threads or kconfig.HNSW_BUILD_THREADS)
+        h.set_ef(kconfig.HNSW_EF_SEARCH)
+        self.hnsw = h
+
+    def search(self, q, k: int, *, exact: bool | None = None):
+        """Top-``k`` propositions for one query embedding: ``(ids, scores)``, positive only,
+        best first, ties by lower id.  Uses HNSW when built unless ``exact=True``."""
+        if exact or self.hnsw is None:
+            return cosine_topk(self.embeddings, q, k)
+        ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=False)
+        keep = ids[0] >= 0
+        return ids[0][keep], scores[0][keep]
+
+    def search_batch(self, Q, k: int, *, exact: bool | None = None):
+        """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, k), padded with -1 / 0."""
+        if exact or self.hnsw is None:
+            return cosine_topk_batch(self.embeddings, Q, k)
+        Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+        if Q.ndim != 2 or Q.shape[1] != self.dim:
+            raise ValueError(f"queries must have shape (batch, {self.dim}); got {Q.shape}")
+        if isinstance(k, bool) or int(k) != k or k <= 0:
+            raise ValueError(f"k must be a positive integer; got {k!r}")
+        kk = min(int(k), self.n_props)
+        out_i = np.full((len(Q), k), -1, np.int64)
+        out_s = np.zeros((len(Q), k), np.float32)
+        if kk == 0 or len(Q) == 0:
+            return out_i, out_s
+        labels, _ = self.hnsw.knn_query(Q, k=kk, num_threads=1)
+        labels = labels.astype(np.int64)
+        # re-score exactly, so scores (and tie order) match exact search on the same ids
+        exact_s = np.einsum("bkd,bd->bk", np.asarray(self.embeddings)[labels], Q)
+        for b in range(len(Q)):
+            keep = exact_s[b] > 0
+            ids, sc = labels[b][keep], exact_s[b][keep]
+            o = np.lexsort((ids, -sc.astype(np.float64)))
+            out_i[b, :len(o)] = ids[o]
+            out_s[b, :len(o)] = sc[o]
+        return out_i, out_s
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path) -> Path:
+        """Write the index directory atomically (temporary sibling, then rename)."""
+        path = Path(path).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            arrays = {
+                "owner": self.pmap.owner, "inv_sqrt": self.pmap.inv_sqrt,
+                "a_indptr": self.graph.a_indptr, "a_indices": self.graph.a_indices,
+                "at_indptr": self.graph.at_indptr, "at_indices": self.graph.at_indices,
+                "inv_deg": self.graph.inv_deg, "diag": self.graph.diag,
+                "inv_w": self.graph.inv_w, "embeddings": np.asarray(self.embeddings),
+            }
+            for name, arr in arrays.items():
+                np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+            _write_json(tmp / "passages.json",
+                        [{"id": p.id, "title": p.title, "text": p.text} for p in self.passages])
+            _write_json(tmp / "propositions.json", self.prop_texts)
+            _write_json(tmp / "entities.json", self.entity_names)
+            if self.hnsw is not None:
+                self.hnsw.save_index(str(tmp / "hnsw.bin"))
+            files = {}
+            for f in sorted(tmp.iterdir()):
+                files[f.name] = {"sha256": _sha256(f), "bytes": f.stat().st_size}
+                _fsync(f)
+            manifest = {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "evireform_version": __version__,
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "embedder": self.embedder_name,
+                "dim": self.dim,
+                "counts": {"passages": self.n_passages, "propositions": self.n_props,
+                           "entities": self.n_entities, "incidence_nnz": self.graph.nnz},
+                "meta": self.meta,
+                "files": files,
+            }
+            _write_json(tmp / "manifest.json", manifest, indent=1)
+            _fsync(tmp / "manifest.json")
+            old = None
+            if path.exists():
+                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+                os.replace(path, old)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path, *, mmap: bool = True, verify: bool = True) -> "PropositionIndex":
+        """Load a saved index.  Every file's size and sha256 are checked against the manifest
+        before it is read; any problem raises :class:`IndexFormatError` naming the file."""
+        path = Path(path)
+        mpath = path / "manifest.json"
+        if not mpath.is_file():
+            raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise IndexFormatError(f"{mpath}: not an evireform index manifest")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise IndexFormatError(
+                f"{mpath}: format version {manifest.get('format_version')!r}, this evireform "
+                f"({__version__}) reads version {FORMAT_VERSION}; rebuild the index")
+        files = manifest.get("files")
+        if not isinstance(files, dict):
+            raise IndexFormatError(f"{mpath}: no file list")
+        needed = [f"{a}.npy" for a in _ARRAYS] + list(_JSONS)
+        for name in needed:
+            if name not in files:
+                raise IndexFormatError(f"{mpath}: does not list {name}")
+        for name, info in files.items():
+            f = path / name
+            if not f.is_file():
+                raise IndexFormatError(f"{f}: missing")
+            size = f.stat().st_size
+            if size != info.get("bytes"):
+                raise IndexFormatError(f"{f}: {size} bytes, the manifest says {info.get('bytes')} "
+                                       "(truncated or edited)")
+            if verify and _sha256(f) != info.get("sha256"):
+                raise IndexFormatError(f"{f}: sha256 does not match the manifest (edited or "
+                                       "corrupt)")
+        arr = {}
+        for a in _ARRAYS:
+            f = path / f"{a}.npy"
+            try:
+                arr[a] = np.load(f, allow_pickle=False,
+                                 mmap_mode="r" if (mmap and a == "embeddings") else None)
+            except Exception as exc:
+                raise IndexFormatError(f"{f}: unreadable ({exc})") from None
+        jsons = {}
+        for j in _JSONS:
+            try:
+                jsons[j] = json.loads((path / j).read_text(encoding="utf-8"))
+            except Exception as exc:
+                raise IndexFormatError(f"{path / j}: unreadable ({exc})") from None
+        counts = manifest.get("counts", {})
+        M, N = counts.get("propositions"), counts.get("passages")
+        dim = manifest.get("dim")
+        checks = [
+            ("embeddings.npy", arr["embeddings"].shape == (M, dim)
+             and arr["embeddings"].dtype == np.float32),
+            ("owner.npy", arr["owner"].shape == (M,)),
+            ("a_indptr.npy", arr["a_indptr"].shape == (M + 1,) if M is not None else False),
+            ("inv_sqrt.npy", arr["inv_sqrt"].shape == (N,)),
+            ("propositions.json", len(jsons["propositions.json"]) == M),
+            ("passages.json", len(jsons["passages.json"]) == N),
+            ("entities.json", len(jsons["entities.json"]) == counts.get("entities")),
+            ("at_indptr.npy", arr["at_indptr"].shape == (counts.get("entities", -1) + 1,)),
+        ]
+        for name, ok in checks:
+            if not ok:
+                raise IndexFormatError(f"{path / name}: shape disagrees with the manifest counts")
+        graph = EntityGraph(arr["a_indptr"], arr["a_indices"], arr["at_indptr"],
+                            arr["at_indices"], arr["inv_deg"], arr["diag"], arr["inv_w"])
+        pmap = PassageMap(arr["owner"], arr["inv_sqrt"])
+        passages = [Passage(id=str(p["id"]), title=str(p["title"]), text=str(p["text"]))
+                    for p in jsons["passages.json"]]
+        idx = cls(passages=passages, prop_texts=list(jsons["propositions.json"]),
+                  entity_names=list(jsons["entities.json"]), graph=graph, pmap=pmap,
+                  embeddings=arr["embeddings"], embedder_name=manifest.get("embedder", ""),
+                  meta=dict(manifest.get("meta", {})))
+        if "hnsw.bin" in files:
+            import hnswlib
+            h = hnswlib.Index(space="ip", dim=dim)
+            try:
+                h.load_index(str(path / "hnsw.bin"), max_elements=max(M, 1))
+            except Exception as exc:
+                raise IndexFormatError(f"{path / 'hnsw.bin'}: hnswlib cannot load it ({exc})") \
+                    from None
+            h.set_ef(kconfig.HNSW_EF_SEARCH)
+            idx.hnsw = h
+        return idx
+
+
+def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:
+    """True when two indexes hold identical arrays, strings and embedder."""
+    ga, gb = a.graph, b.graph
+    pairs = [(getattr(ga, f), getattr(gb, f)) for f in
+             ("a_indptr", "a_indices", "at_indptr", "at_indices", "inv_deg", "diag", "inv_w")]
+    pairs += [(a.pmap.owner, b.pmap.owner), (a.pmap.inv_sqrt, b.pmap.inv_sqrt),
+              (np.asarray(a.embeddings), np.asarray(b.embeddings))]
+    return (all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in pairs)
+            and a.passages == b.passages and a.prop_texts == b.prop_texts
+            and a.entity_names == b.entity_names and a.embedder_name == b.embedder_name)
+
+
+def disk_bytes(path) -> int:
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+
+
+def _write_json(path: Path, obj, indent=None) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, ensure_ascii=False, indent=indent)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
