@@ -1,0 +1,34 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   - build (or reuse) an index over the data and show what it holds
+#   make test   - run the test suite
+# Both create .venv, install the CPU build of torch first (a plain `torch` requirement would
+# pull a multi-GB CUDA build), then this package with its extras.
+
+PYTHON ?= python3
+VENV   ?= .venv
+DATA   ?= ../shared/data
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test bench setup clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[embed,test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m evireform.demo --data $(DATA)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m pytest -q benchmarks --benchmark-only
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .benchmarks

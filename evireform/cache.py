@@ -1,0 +1,55 @@
+"""On-disk cache of built indexes, keyed by corpus checksum, extractor and embedder."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from .corpus import load_corpus
+from .embed import Embedder
+from .extract import Extractor, HeuristicExtractor
+from .index import IndexFormatError, PropositionIndex
+
+
+def default_cache_dir() -> Path:
+    """``$EVIREFORM_CACHE`` if set, else ``~/.cache/evireform``."""
+    env = os.environ.get("EVIREFORM_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "evireform"
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | None = None,
+                 openie_path=None, cache_dir=None, show_progress: bool = True):
+    """Load the index for this corpus/extractor/embedder from the cache, or build and save it.
+
+    Returns ``(index, path, built)``.  A cached directory that fails verification is rebuilt.
+    """
+    corpus_path = Path(corpus_path)
+    extractor = extractor or HeuristicExtractor()
+    if openie_path is not None:
+        ex_key = "openie-" + file_sha256(openie_path)[:12]
+    else:
+        ex_key = extractor.name
+    key = f"{corpus_path.stem}-{file_sha256(corpus_path)[:12]}-{ex_key}-{embedder.name}"
+    path = Path(cache_dir or default_cache_dir()) / "indexes" / key
+    if (path / "manifest.json").exists():
+        try:
+            return PropositionIndex.load(path), path, False
+        except IndexFormatError:
+            pass  # rebuilt below and replaced atomically
+    passages = load_corpus(corpus_path)
+    if openie_path is not None:
+        idx = PropositionIndex.from_openie(openie_path, passages, embedder,
+                                           show_progress=show_progress)
+    else:
+        idx = PropositionIndex.build(passages, embedder, extractor=extractor,
+                                     show_progress=show_progress)
+    idx.save(path)
+    return idx, path, True

@@ -1,0 +1,87 @@
+import json
+
+import pytest
+
+from evireform import Passage, PropositionIndex, canonical_entity, load_corpus
+from evireform.embed import HashingEmbedder
+from evireform.extract import HeuristicExtractor, read_openie, split_sentences, spot_entities
+
+
+def test_canonical_entity():
+    assert canonical_entity("  The  Beatles!") == "beatles"
+    assert canonical_entity("U.S.A.") == "u s a"
+    assert canonical_entity("Straße") == "strasse"
+    assert canonical_entity("ＡＢＣ") == "abc"  # NFKC
+    assert canonical_entity("the") == "the"
+    assert canonical_entity("---") == ""
+    assert canonical_entity("St. Maurice's Abbey") == canonical_entity("st maurice s abbey")
+
+
+def test_split_sentences():
+    s = "Dr. J. R. R. Tolkien wrote it in 1937. It sold well! Did it? Yes. U.S. troops left."
+    assert split_sentences(s) == ["Dr. J. R. R. Tolkien wrote it in 1937.", "It sold well!",
+                                  "Did it?", "Yes.", "U.S. troops left."]
+    assert split_sentences("  ") == []
+
+
+def test_spot_entities():
+    ents = spot_entities("The current editor is Jan Philip Solovej from University of "
+                         "Copenhagen, since 11 November 1998 (about 20 years).")
+    assert "Jan Philip Solovej" in ents and "University of Copenhagen" in ents
+    assert "11 November 1998" in ents and "1998" in ents
+    assert "The" not in ents and "20" not in ents and "November" not in ents
+
+
+def test_heuristic_extractor_title_prefix_and_entity():
+    p = Passage("x", "Teutberga", "Teutberga was a queen. She was a daughter of Boso.")
+    props = HeuristicExtractor().extract(p)
+    assert [q.text for q in props] == ["Teutberga was a queen.",
+                                      "Teutberga: She was a daughter of Boso."]
+    assert all("Teutberga" in q.entities for q in props)
+    assert all(q.passage == "x" for q in props)
+
+
+def test_load_corpus_formats(tmp_path):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps([{"title": "T", "text": "x"}, {"title": "T", "text": "y"}]))
+    assert [p.id for p in load_corpus(a)] == ["0", "1"]
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps({"T1": ["One.", " Two."], "T2": ["Three."]}))
+    assert load_corpus(b)[0] == Passage("T1", "T1", "One. Two.")
+    c = tmp_path / "c.json"
+    c.write_text("[]")
+    with pytest.raises(ValueError, match="is empty"):
+        load_corpus(c)
+    c.write_text("{oops")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_corpus(c)
+    with pytest.raises(FileNotFoundError):
+        load_corpus(tmp_path / "nope.json")
+
+
+def test_shared_corpora_load(data_dir):
+    assert len(load_corpus(data_dir / "musique/musique_corpus.json")) == 1890
+    assert len(load_corpus(data_dir / "hotpotqa/hotpotqa_corpus.json")) == 994
+    assert len(load_corpus(data_dir / "2wikimultihopqa/2wikimultihopqa_corpus.json")) == 6119
+
+
+def test_read_openie_real_file(data_dir):
+    passages = load_corpus(data_dir / "musique/musique_corpus.json")
+    props, skipped = read_openie(data_dir / "musique/musique_openie_gpt-3.5-turbo-1106.json",
+                                 passages)
+    assert len(props) + skipped == 17419  # every triple accounted for
+    first = passages[0]
+    mine = [p for p in props if p.passage == first.id]
+    assert mine[0].text == "Journal of Mathematical Physics published by American Institute of Physics"
+    assert mine[0].entities == ("Journal of Mathematical Physics", "American Institute of Physics")
+    idx = PropositionIndex.from_openie(data_dir / "musique/musique_openie_gpt-3.5-turbo-1106.json",
+                                       passages, HashingEmbedder(16), show_progress=False)
+    assert idx.n_props == len(props) and idx.stats()["passages_without_propositions"] >= 1
+
+
+def test_read_openie_rejects_unknown_doc(tmp_path):
+    f = tmp_path / "o.json"
+    f.write_text(json.dumps({"docs": [{"title": "X", "text": "nowhere",
+                                       "extracted_triples": [["a", "b", "c"]]}]}))
+    with pytest.raises(ValueError, match="matches no corpus passage"):
+        read_openie(f, [Passage("0", "Y", "elsewhere")])

@@ -1,0 +1,184 @@
+"""Index construction, search, persistence and bad input."""
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import evireform
+from evireform import IndexFormatError, Passage, Proposition, PropositionIndex
+from evireform.embed import HashingEmbedder, normalise_rows
+from evireform.index import arrays_equal
+from evireform.kernels import config as kconfig
+
+from helpers import unit_rows
+
+EMB = HashingEmbedder(32)
+
+
+def tiny_index(rng, with_empty=True):
+    passages = [Passage("a", "Alice", "x"), Passage("b", "Paris", "y"), Passage("c", "Bob", "z")]
+    props = [Proposition("Alice lives in Paris", "a", ("Alice", "Paris")),
+             Proposition("Alice is a painter", "a", ("alice",)),
+             Proposition("Paris is in France", "b", ("PARIS", "France.")),
+             Proposition("an isolated fact", "b", ())]
+    if with_empty:
+        passages.append(Passage("d", "Empty", "no propositions"))
+    return PropositionIndex.from_propositions(passages, props, unit_rows(rng, 4, 8), "test-8")
+
+
+def test_from_propositions_structure(rng):
+    idx = tiny_index(rng)
+    assert idx.entity_names == ["alice", "paris", "france"]  # folded, merged
+    np.testing.assert_array_equal(idx.graph.a_indptr, [0, 2, 3, 5, 5])
+    np.testing.assert_array_equal(idx.graph.a_indices, [0, 1, 0, 1, 2])
+    np.testing.assert_array_equal(idx.owner, [0, 0, 1, 1])
+    np.testing.assert_allclose(idx.pmap.inv_sqrt, [2 ** -.5, 2 ** -.5, 0, 0])
+    np.testing.assert_allclose(np.linalg.norm(idx.embeddings, axis=1), 1, rtol=1e-6)
+    st = idx.stats()
+    assert st["incidence_nnz"] == 5 and st["passages_without_propositions"] == 2
+    assert st["isolated_propositions"] == 1 and st["w_nnz_if_materialised"] == 4
+
+
+def test_bad_input(rng):
+    ps = [Passage("a", "A", "t")]
+    pr = [Proposition("p", "a", ("x",))]
+    with pytest.raises(ValueError, match="passages is empty"):
+        PropositionIndex.from_propositions([], [], np.zeros((0, 4)), "e")
+    with pytest.raises(ValueError, match="passages is empty"):
+        PropositionIndex.build([], EMB)
+    with pytest.raises(ValueError, match="unknown passage id 'zz'"):
+        PropositionIndex.from_propositions(ps, [Proposition("p", "zz")], unit_rows(rng, 1, 4), "e")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        PropositionIndex.from_propositions(ps, pr, np.array([[np.nan, 1.0]]), "e")
+    with pytest.raises(ValueError, match=r"shape \(1, dim\)"):
+        PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 2, 4), "e")
+    with pytest.raises(ValueError, match="all-zero row"):
+        PropositionIndex.from_propositions(ps, pr, np.zeros((1, 4)), "e")
+    with pytest.raises(ValueError, match="duplicate passage id"):
+        PropositionIndex.from_propositions(ps + ps, pr, unit_rows(rng, 1, 4), "e")
+    # not normalised: normalised (documented)
+    idx = PropositionIndex.from_propositions(ps, pr, np.array([[3.0, 4.0]]), "e")
+    np.testing.assert_allclose(idx.embeddings, [[0.6, 0.8]], rtol=1e-6)
+
+
+def test_save_load_roundtrip(tmp_path, rng):
+    idx = tiny_index(rng)
+    idx.save(tmp_path / "ix")
+    back = PropositionIndex.load(tmp_path / "ix")
+    assert arrays_equal(idx, back)
+    assert isinstance(back.embeddings, np.memmap)
+    assert not list(tmp_path.glob(".ix.*"))  # no temporary leftovers
+    # saving over an existing index replaces it atomically
+    idx2 = tiny_index(rng, with_empty=False)
+    idx2.save(tmp_path / "ix")
+    assert PropositionIndex.load(tmp_path / "ix").n_passages == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]
+
+
+@pytest.mark.parametrize("victim", ["embeddings.npy", "a_indices.npy", "passages.json",
+                                    "entities.json"])
+def test_truncated_or_edited_file_is_refused(tmp_path, rng, victim):
+    tiny_index(rng).save(tmp_path / "ix")
+    f = tmp_path / "ix" / victim
+    data = f.read_bytes()
+    f.write_bytes(data[:-3])  # truncated
+    with pytest.raises(IndexFormatError, match=f"{victim}.*truncated or edited"):
+        PropositionIndex.load(tmp_path / "ix")
+    edited = bytearray(data)
+    edited[-1] ^= 0xFF  # same size, one byte changed
+    f.write_bytes(bytes(edited))
+    with pytest.raises(IndexFormatError, match=f"{victim}.*sha256"):
+        PropositionIndex.load(tmp_path / "ix")
+    f.unlink()
+    with pytest.raises(IndexFormatError, match=f"{victim}: missing"):
+        PropositionIndex.load(tmp_path / "ix")
+
+
+def test_manifest_problems_are_refused(tmp_path, rng):
+    tiny_index(rng).save(tmp_path / "ix")
+    m = tmp_path / "ix" / "manifest.json"
+    man = json.loads(m.read_text())
+    man["format_version"] = 99
+    m.write_text(json.dumps(man))
+    with pytest.raises(IndexFormatError, match="format version 99"):
+        PropositionIndex.load(tmp_path / "ix")
+    m.write_text("{not json")
+    with pytest.raises(IndexFormatError, match="manifest.json: not valid JSON"):
+        PropositionIndex.load(tmp_path / "ix")
+    m.unlink()
+    with pytest.raises(IndexFormatError, match="manifest.json: missing"):
+        PropositionIndex.load(tmp_path / "ix")
+
+
+def test_corrupt_hnsw_refused_before_hnswlib(tmp_path, rng):
+    ps = [Passage(str(i), "t", "x") for i in range(50)]
+    pr = [Proposition(f"p{i}", str(i)) for i in range(50)]
+    idx = PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 50, 8), "e", hnsw=True)
+    idx.save(tmp_path / "ix")
+    assert PropositionIndex.load(tmp_path / "ix").hnsw is not None
+    f = tmp_path / "ix" / "hnsw.bin"
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(IndexFormatError, match="hnsw.bin.*truncated"):
+        PropositionIndex.load(tmp_path / "ix")
+
+
+def test_interrupted_save_leaves_old_index(tmp_path, rng, monkeypatch):
+    idx = tiny_index(rng)
+    idx.save(tmp_path / "ix")
+    before = (tmp_path / "ix" / "manifest.json").read_bytes()
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evireform.index, "_write_json", boom)
+    with pytest.raises(KeyboardInterrupt):
+        tiny_index(rng, with_empty=False).save(tmp_path / "ix")
+    assert (tmp_path / "ix" / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]
+    PropositionIndex.load(tmp_path / "ix")
+    # an interrupted first save leaves nothing loadable at the target
+    with pytest.raises(KeyboardInterrupt):
+        idx.save(tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+def test_search_exact_and_hnsw_agree_on_small(rng):
+    M = 2000
+    H = unit_rows(rng, M, 16)
+    ps = [Passage(str(i), "t", "x") for i in range(M)]
+    pr = [Proposition(f"p{i}", str(i)) for i in range(M)]
+    idx = PropositionIndex.from_propositions(ps, pr, H, "e", hnsw=True)
+    Q = unit_rows(rng, 20, 16)
+    ei, es = idx.search_batch(Q, 10, exact=True)
+    hi, hs = idx.search_batch(Q, 10)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ei, hi)]) >= 0.98
+    i1, s1 = idx.search(Q[0], 10)
+    np.testing.assert_array_equal(i1, hi[0][hi[0] >= 0])
+
+
+def test_threshold_selects_hnsw(rng, monkeypatch):
+    monkeypatch.setattr(kconfig, "EXACT_SEARCH_MAX", 10)
+    ps = [Passage(str(i), "t", "x") for i in range(12)]
+    pr = [Proposition(f"p{i}", str(i)) for i in range(12)]
+    assert PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 12, 4), "e").hnsw is not None
+    assert PropositionIndex.from_propositions(ps[:9], pr[:9], unit_rows(rng, 9, 4),
+                                              "e").hnsw is None
+
+
+def test_concurrent_searches(rng):
+    idx = tiny_index(rng)
+    Q = unit_rows(rng, 64, 8)
+    want = [idx.search(q, 3) for q in Q]
+    got = [None] * len(Q)
+
+    def work(lo):
+        for i in range(lo, len(Q), 4):
+            got[i] = idx.search(Q[i], 3)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    for (a, b), (c, d) in zip(want, got):
+        np.testing.assert_array_equal(a, c)
