@@ -1,0 +1,374 @@
+"""EviReform online retrieval (the paper's Algorithm 1) with the options its analyses study.
+
+One round, for a question q with embedding h_q (paper sections 3.5-3.8):
+
+1. u_i = max(0, h_i . h_q); the top ``n_candidates`` propositions with u > 0 are the candidates.
+2. The selector picks S_q (at most ``max_selected``); b = 1[i in S_q] u_i / ||.||_1.  When no
+   selected id is a positive candidate, the best positive candidate is the seed (C.1).
+3. E_q = the distinct source passages of S_q.
+4. The reformulator maps (q, E_q) to at most ``max_residual`` residual queries; empty, duplicate
+   and non-string queries are dropped (C.1).
+5. Each residual query l retrieves its top ``k_residual`` propositions I_l;
+   r^(l) = max(0, h_i . h_l) / sum over I_l.  V = the queries with positive mass.
+6. s = beta b + (1 - beta) mean_{l in V} r^(l)  (s = b when V is empty).
+7. z = alpha s + (1 - alpha) T s  (one step through shared entities, W never formed).
+8. score(d_j) = sum_{i in P_j} z_i / sqrt(|P_j|); passages ranked by score, ties by stored order.
+
+Every result carries a :class:`Trace` with the candidates, selection, observed passages,
+residual queries and their hits, and for each returned passage the part of its score that
+came from the question's seed, from the residual seeds and from propagation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from . import kernels as K
+from .embed import Embedder
+from .index import PropositionIndex
+from .roles import (BridgeReformulator, Candidate, Controller, ObservationController,
+                    Reformulator, Selector, TopScoreSelector)
+
+MODES = ("residual", "residual_only", "repeat_question")
+FILLS = ("corpus", "dense")
+
+
+@dataclass(frozen=True)
+class EviReformConfig:
+    """Retrieval settings; the defaults are the paper's (section 4.2, Table C.5)."""
+
+    n_candidates: int = 100
+    max_selected: int = 12
+    max_residual: int = 3
+    k_residual: int = 2
+    alpha: float = 0.5
+    beta: float = 0.5
+    #: rounds of reformulation (1-3); later rounds run only while the controller says the
+    #: evidence is insufficient
+    rounds: int = 1
+    #: the 2x2 ablation: reformulation on/off, propagation on/off
+    reformulation: bool = True
+    propagation: bool = True
+    #: "residual" (the method), "residual_only" (s = r: drop the question's seed when V is
+    #: nonempty) or "repeat_question" (the control: the question itself is issued as many times
+    #: as the reformulator produced residual queries, at the same k_residual)
+    mode: str = "residual"
+    #: how the ranking continues after the last positive score: "corpus" (stored passage order,
+    #: the paper's convention) or "dense" (the question's own dense order over its candidate
+    #: propositions' passages first, then stored order)
+    fill: str = "corpus"
+
+    def __post_init__(self):
+        for name in ("n_candidates", "max_selected", "max_residual", "k_residual", "rounds"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "max_residual" else 1):
+                raise ValueError(f"{name} must be a positive integer; got {v!r}")
+        if self.rounds > 3:
+            raise ValueError(f"rounds must be 1, 2 or 3; got {self.rounds}")
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if not 0.0 <= float(v) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1]; got {v!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}")
+        if self.fill not in FILLS:
+            raise ValueError(f"fill must be one of {FILLS}; got {self.fill!r}")
+
+    def with_(self, **kw) -> "EviReformConfig":
+        return replace(self, **kw)
+
+
+@dataclass
+class RankedPassage:
+    index: int
+    id: str
+    title: str
+    score: float
+    from_question: float = 0.0
+    from_residual: float = 0.0
+    from_propagation: float = 0.0
+
+
+@dataclass
+class Trace:
+    candidates: list[tuple[int, float]] = field(default_factory=list)
+    selected: list[int] = field(default_factory=list)
+    selector_fallback: bool = False
+    observed: list[int] = field(default_factory=list)
+    residual_queries: list[str] = field(default_factory=list)
+    dropped_queries: int = 0
+    residual_hits: list[list[tuple[int, float]]] = field(default_factory=list)
+    rounds_run: int = 1
+
+
+@dataclass
+class RetrievalResult:
+    question: str
+    passages: list[RankedPassage]
+    trace: Trace
+
+    @property
+    def ids(self) -> list[str]:
+        return [p.id for p in self.passages]
+
+
+def _clean_queries(queries, limit: int) -> tuple[list[str], int]:
+    """Drop non-strings, blanks and duplicates; cap at ``limit``.  Returns (kept, dropped)."""
+    out, dropped = [], 0
+    for q in queries or []:
+        if not isinstance(q, str) or not q.strip() or q.strip() in out:
+            dropped += 1
+            continue
+        out.append(q.strip())
+    dropped += max(0, len(out) - limit)
+    return out[:limit], dropped
+
+
+class EviReform:
+    """The EviReform retriever over a :class:`PropositionIndex`.
+
+    ``embedder`` must be the one the index was built with (its name is checked).  The roles
+    default to the LLM-free implementations.  Instances hold no mutable per-query state, so
+    one retriever may serve many threads.
+    """
+
+    def __init__(self, index: PropositionIndex, config: EviReformConfig | None = None, *,
+                 embedder: Embedder | None = None, selector: Selector | None = None,
+                 reformulator: Reformulator | None = None, controller: Controller | None = None,
+                 backend: str = "auto"):
+        self.index = index
+        self.config = config or EviReformConfig()
+        if embedder is not None and index.embedder_name and embedder.name != index.embedder_name:
+            raise ValueError(f"embedder {embedder.name!r} differs from the index's "
+                             f"{index.embedder_name!r}; questions must be embedded alike")
+        self.embedder = embedder
+        self.selector = selector or TopScoreSelector()
+        self.reformulator = reformulator or BridgeReformulator()
+        self.controller = controller or ObservationController()
+        self.backend = backend
+
+    # ------------------------------------------------------------------ helpers
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.embedder is None:
+            raise ValueError("this retriever has no embedder: pass embedder=..., or call "
+                             "retrieve_embedded with your own question embeddings")
+        return self.embedder.encode(list(texts))
+
+    @staticmethod
+    def _check_question(question) -> str:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question must be a non-empty string; got {question!r}")
+        return question
+
+    @staticmethod
+    def _check_k(k) -> int:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+            raise ValueError(f"k must be a positive integer; got {k!r}")
+        return int(k)
+
+    def _select(self, question, cand_ids, cand_u, trace) -> tuple[np.ndarray, np.ndarray]:
+        cfg, idx = self.config, self.index
+        cands = [Candidate(int(i), float(s), idx.prop_texts[i], int(idx.owner[i]))
+                 for i, s in zip(cand_ids, cand_u)]
+        pos = {int(i): float(s) for i, s in zip(cand_ids, cand_u) if s > 0}
+        try:
+            chosen = self.selector.select(question, cands, cfg.max_selected)
+        except Exception:  # a role never crashes retrieval: fall back (C.1)
+            chosen = []
+        sel: list[int] = []
+        for i in chosen or []:
+            try:
+                i = int(i)
+            except (TypeError, ValueError):
+                continue
+            if i in pos and i not in sel:
+                sel.append(i)
+        sel = sel[:cfg.max_selected]
+        if not sel and len(cand_ids):
+            sel = [int(cand_ids[0])]  # the positive candidate with the highest score
+            trace.selector_fallback = True
+        trace.selected = sel
+        ids = np.asarray(sel, dtype=np.int64)
+        vals = np.asarray([pos[i] for i in sel], dtype=np.float64)
+        if len(vals):
+            vals = vals / vals.sum()
+        return ids, vals
+
+    def _observed(self, sel) -> list[int]:
+        seen: list[int] = []
+        for i in sel:
+            j = int(self.index.owner[i])
+            if j not in seen:
+                seen.append(j)
+        return seen
+
+    def _queries(self, question, observed, trace) -> list[str]:
+        cfg = self.config
+        if not cfg.reformulation or cfg.max_residual == 0:
+            return []
+        passages = [self.index.passages[j] for j in observed]
+        try:
+            raw = self.reformulator.reformulate(question, passages, cfg.max_residual)
+        except Exception:
+            raw = []
+        queries, dropped = _clean_queries(raw, cfg.max_residual)
+        trace.dropped_queries += dropped
+        if cfg.mode == "repeat_question":
+            queries = [question] * len(queries)
+        return queries
+
+    def _residual_signal(self, hits) -> tuple[np.ndarray, np.ndarray]:
+        """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10)."""
+        acc: dict[int, float] = {}
+        n_valid = 0
+        for ids, sc in hits:
+            keep = sc > 0
+            ids, sc = ids[keep], sc[keep].astype(np.float64)
+            mass = sc.sum()
+            if len(ids) == 0 or mass <= 0:
+                continue
+            n_valid += 1
+            for i, v in zip(ids, sc / mass):
+                acc[int(i)] = acc.get(int(i), 0.0) + float(v)
+        if n_valid == 0:
+            return np.zeros(0, np.int64), np.zeros(0)
+        ids = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
+        vals = np.fromiter(acc.values(), dtype=np.float64, count=len(acc)) / n_valid
+        return ids, vals
+
+    def _combine(self, b, r):
+        """s = beta b + (1 - beta) r; s = b when no residual query is valid."""
+        cfg = self.config
+        (bi, bv), (ri, rv) = b, r
+        if len(ri) == 0:
+            return (bi, bv), (bi, bv), (ri, rv)
+        if cfg.mode == "residual_only":
+            return (ri, rv), (bi, bv * 0), (ri, rv)
+        qb = (bi, cfg.beta * bv)
+        rr = (ri, (1.0 - cfg.beta) * rv)
+        return (np.concatenate([qb[0], rr[0]]), np.concatenate([qb[1], rr[1]])), qb, rr
+
+    def _rank(self, s, qpart, rpart, k, cand) -> list[RankedPassage]:
+        cfg, idx = self.config, self.index
+        alpha = cfg.alpha if cfg.propagation else 1.0
+        if cfg.propagation:
+            z_ids, z = K.propagate(idx.graph, s[0], s[1], alpha, backend=self.backend)
+        else:
+            z_ids, z = s
+        pids, scores = K.readout_topk(idx.pmap, z_ids, z, k, backend=self.backend)
+        if cfg.fill == "dense":
+            pids, scores = self._dense_fill(pids, scores, cand, k)
+        inv = idx.pmap.inv_sqrt
+        owner = idx.owner
+
+        def part(ids, vals, w):
+            out = np.zeros(idx.n_passages)
+            if len(ids):
+                np.add.at(out, owner[ids], w * vals)
+            return out
+
+        pq = part(qpart[0], qpart[1], alpha)
+        pr = part(rpart[0], rpart[1], alpha)
+        ranked = []
+        for j, sc in zip(pids, scores):
+            j = int(j)
+            fq, fr = pq[j] * inv[j], pr[j] * inv[j]
+            p = idx.passages[j]
+            ranked.append(RankedPassage(j, p.id, p.title, float(sc), float(fq), float(fr),
+                                        float(max(0.0, sc - fq - fr))))
+        return ranked
+
+    def _dense_fill(self, pids, scores, cand, k):
+        """Replace the zero-score tail (corpus order) by the question's dense passage order."""
+        npos = int(np.sum(scores > 0))
+        taken = set(int(j) for j in pids[:npos])
+        tail = []
+        for i in cand[0]:
+            j = int(self.index.owner[i])
+            if j not in taken:
+                taken.add(j)
+                tail.append(j)
+        tail += [int(j) for j in pids[npos:] if int(j) not in taken]
+        j = 0
+        while npos + len(tail) < k and j < self.index.n_passages:
+            if j not in taken and j not in tail:
+                tail.append(j)
+            j += 1
+        out = np.concatenate([pids[:npos], np.asarray(tail[: k - npos], np.int64)])
+        return out, np.concatenate([scores[:npos], np.zeros(len(out) - npos)])
+
+    # ------------------------------------------------------------------ public API
+    def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
+        """Rank passages for one question (embedded with the retriever's embedder)."""
+        self._check_question(question)
+        return self.retrieve_many([question], k)[0]
+
+    def retrieve_embedded(self, question: str, h_q, k: int = 10,
+                          residual_embed=None) -> RetrievalResult:
+        """As :meth:`retrieve`, with the question embedding given; residual queries are embedded
+        with ``residual_embed`` (a callable list[str] -> array) or the retriever's embedder."""
+        self._check_question(question)
+        k = self._check_k(k)
+        embed = residual_embed or self._embed
+        return self._run([question], np.asarray(h_q, np.float32)[None, :], k, embed)[0]
+
+    def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+        """Rank passages for many questions: questions and residual queries are embedded in
+        one batch each and the proposition searches run batched.  Equal to :meth:`retrieve`."""
+        questions = [self._check_question(q) for q in questions]
+        k = self._check_k(k)
+        if not questions:
+            return []
+        return self._run(questions, self._embed(questions), k, self._embed)
+
+    def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
+        cfg, idx = self.config, self.index
+        cand_i, cand_s = idx.search_batch(H_q, cfg.n_candidates)
+        n = len(questions)
+        traces = [Trace() for _ in range(n)]
+        cands, seeds = [], []
+        for t in range(n):
+            keep = cand_i[t] >= 0
+            c = (cand_i[t][keep], cand_s[t][keep])
+            cands.append(c)
+            traces[t].candidates = [(int(i), float(s)) for i, s in zip(*c)]
+            seeds.append(self._select(questions[t], c[0], c[1], traces[t]))
+        observed = [self._observed(traces[t].selected) for t in range(n)]
+        residual: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(n)]
+        results: list[RetrievalResult | None] = [None] * n
+        active = list(range(n))
+        for rnd in range(cfg.rounds):
+            for t in active:
+                traces[t].observed = list(observed[t])
+            qs = {t: self._queries(questions[t], observed[t], traces[t]) for t in active}
+            flat = [(t, q) for t in active for q in qs[t]]
+            if flat:
+                H_r = embed([q for _, q in flat])
+                hi, hs = idx.search_batch(H_r, cfg.k_residual)
+                for (t, q), ids, sc in zip(flat, hi, hs):
+                    keep = ids >= 0
+                    residual[t].append((ids[keep], sc[keep]))
+                    traces[t].residual_queries.append(q)
+                    traces[t].residual_hits.append([(int(i), float(s))
+                                                    for i, s in zip(ids[keep], sc[keep])])
+            still = []
+            for t in active:
+                r = self._residual_signal(residual[t])
+                s, qpart, rpart = self._combine(seeds[t], r)
+                results[t] = RetrievalResult(questions[t],
+                                             self._rank(s, qpart, rpart, k, cands[t]), traces[t])
+                traces[t].rounds_run = rnd + 1
+                if rnd + 1 < cfg.rounds and cfg.reformulation:
+                    top = [p.index for p in results[t].passages[: cfg.max_selected]]
+                    if not self.controller.sufficient(questions[t],
+                                                      [idx.passages[j] for j in top]):
+                        new = [j for j in top if j not in observed[t]]
+                        if new:
+                            observed[t] = new
+                            still.append(t)
+            active = still
+            if not active:
+                break
+        return results  # type: ignore[return-value]
