@@ -46,6 +46,61 @@ def _cmd_index(args) -> int:
     return 0 if same else 1
 
 
+def _data_dir(arg) -> Path:
+    import os
+    return Path(arg or os.environ.get("EVIREFORM_DATA", "../shared/data"))
+
+
+def _cmd_eval(args) -> int:
+    from .embed import get_embedder
+    from .evaluate import DATASETS, format_table, parse_methods, run_eval
+
+    methods = parse_methods(args.methods)
+    if args.dataset:
+        qrel, crel = DATASETS[args.dataset]
+        qpath, cpath = _data_dir(args.data) / qrel, _data_dir(args.data) / crel
+    elif args.questions and args.corpus:
+        qpath, cpath = Path(args.questions), Path(args.corpus)
+    else:
+        raise ValueError("give --dataset musique|hotpotqa, or both --questions and --corpus")
+    for f in (qpath, cpath):
+        if not f.is_file():
+            raise FileNotFoundError(f"{f} not found (see README, 'Data')")
+    report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
+                      show_progress=not args.quiet, dataset=args.dataset or "")
+    print(format_table(report))
+    if args.json:
+        out = {k: v for k, v in report.items() if not k.startswith("_")}
+        Path(args.json).write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_query(args) -> int:
+    from .embed import get_embedder
+    from .index import PropositionIndex
+    from .retriever import EviReform
+
+    idx = PropositionIndex.load(args.index_dir)
+    emb = get_embedder(idx.embedder_name)
+    res = EviReform(idx, embedder=emb).retrieve(args.question, args.k)
+    if args.json:
+        print(json.dumps({
+            "question": args.question,
+            "residual_queries": res.trace.residual_queries,
+            "passages": [{"id": p.id, "title": p.title, "score": p.score,
+                          "from_question": p.from_question, "from_residual": p.from_residual,
+                          "from_propagation": p.from_propagation} for p in res.passages],
+        }, indent=1))
+        return 0
+    print(f"Q: {args.question}")
+    for q in res.trace.residual_queries:
+        print(f"   residual query: {q}")
+    for r, p in enumerate(res.passages, 1):
+        print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evireform", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -64,6 +119,28 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
     ix.add_argument("--quiet", action="store_true", help="no progress bars")
     ix.set_defaults(func=_cmd_index)
+
+    ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
+    ev.add_argument("--dataset", choices=("musique", "hotpotqa"),
+                    help="read the dataset from --data (default ../shared/data)")
+    ev.add_argument("--data", help="data folder (HippoRAG layout); default $EVIREFORM_DATA or "
+                                   "../shared/data")
+    ev.add_argument("--questions", help="questions file (MuSiQue or HotpotQA format)")
+    ev.add_argument("--corpus", help="corpus file")
+    ev.add_argument("--methods", default="dense,evireform,reform_only,prop_only,base",
+                    help="comma-separated methods or 'all'")
+    ev.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    ev.add_argument("-n", type=int, default=None, help="only the first N questions")
+    ev.add_argument("--json", help="write the report as JSON to this file")
+    ev.add_argument("--quiet", action="store_true")
+    ev.set_defaults(func=_cmd_eval)
+
+    qu = sub.add_parser("query", help="retrieve passages for one question from a saved index")
+    qu.add_argument("index_dir")
+    qu.add_argument("question")
+    qu.add_argument("-k", type=int, default=10)
+    qu.add_argument("--json", action="store_true")
+    qu.set_defaults(func=_cmd_query)
     return p
 
 

@@ -108,3 +108,118 @@ def dense_rankings(P: np.ndarray, Q: np.ndarray, k: int) -> list[list[int]]:
     from .kernels import cosine_topk_batch
     ids, _ = cosine_topk_batch(P, Q, k)
     return [[int(j) for j in row if j >= 0] for row in ids]
+
+
+# --------------------------------------------------------------------------- the eval runner
+#: the methods ``evireform eval`` knows, as (description, config overrides); None = dense
+METHODS: dict[str, tuple[str, dict | None]] = {
+    "dense": ("dense passage retrieval, same embedder (title + newline + text)", None),
+    "evireform": ("EviReform, LLM-free roles, paper defaults", {}),
+    "full": ("2x2 cell: reformulation + propagation (= evireform)", {}),
+    "reform_only": ("2x2 cell: reformulation, no propagation",
+                    {"propagation": False}),
+    "prop_only": ("2x2 cell: propagation, no reformulation", {"reformulation": False}),
+    "base": ("2x2 cell: neither (the question's seed read out)",
+             {"reformulation": False, "propagation": False}),
+    "residual_only": ("control: residual queries only (s = r)", {"mode": "residual_only"}),
+    "repeat_question": ("control: the question repeated at the residual queries' count",
+                        {"mode": "repeat_question"}),
+    "evireform_dense_fill": ("EviReform, ranking filled by the question's dense order",
+                             {"fill": "dense"}),
+    "evireform_3rounds": ("EviReform with up to 3 rounds and the sufficiency controller",
+                          {"rounds": 3}),
+}
+DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
+
+DATASETS = {
+    "musique": ("musique/musique.json", "musique/musique_corpus.json"),
+    "hotpotqa": ("hotpotqa/hotpotqa.json", "hotpotqa/hotpotqa_corpus.json"),
+}
+
+
+def parse_methods(spec: str) -> list[str]:
+    names = list(METHODS) if spec == "all" else [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)} or 'all'")
+    return names
+
+
+def dense_passage_embeddings(corpus_path, passages, embedder, cache_dir=None,
+                             show_progress=False) -> np.ndarray:
+    """Passage embeddings for the dense baseline, cached by corpus checksum and embedder."""
+    from .cache import default_cache_dir, file_sha256
+    import os
+    import tempfile
+    d = Path(cache_dir or default_cache_dir()) / "dense"
+    f = d / f"{Path(corpus_path).stem}-{file_sha256(corpus_path)[:12]}-{embedder.name}.npy"
+    if f.exists():
+        try:
+            P = np.load(f, allow_pickle=False)
+            if P.shape == (len(passages), embedder.dim):
+                return P
+        except (ValueError, OSError):
+            pass
+    P = embedder.encode(passage_texts(passages), show_progress=show_progress)
+    d.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".npy.tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.save(fh, P, allow_pickle=False)
+    os.replace(tmp, f)
+    return P
+
+
+def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n: int | None = None,
+             config=None, cache_dir=None, show_progress=True, dataset: str = "") -> dict:
+    """Run ``methods`` on one dataset in one process; returns the JSON-ready report."""
+    from .cache import cached_index
+    from .retriever import EviReform, EviReformConfig
+
+    idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
+                             show_progress=show_progress)
+    qs = load_questions(questions_path, idx.passages)[:n]
+    base_cfg = config or EviReformConfig()
+    kmax = max(KS)
+    rankings: dict[str, list[list[int]]] = {}
+    traces: dict[str, list] = {}
+    by_cfg: dict = {}
+    for m in methods:
+        desc, over = METHODS[m]
+        if over is None:
+            P = dense_passage_embeddings(corpus_path, idx.passages, embedder, cache_dir,
+                                         show_progress)
+            rankings[m] = dense_rankings(P, embedder.encode([q.question for q in qs]), kmax)
+            continue
+        cfg = base_cfg.with_(**over)
+        if cfg not in by_cfg:
+            res = EviReform(idx, cfg, embedder=embedder).retrieve_many([q.question for q in qs], kmax)
+            by_cfg[cfg] = res
+        rankings[m] = [[p.index for p in r.passages] for r in by_cfg[cfg]]
+        traces[m] = by_cfg[cfg]
+    report = {
+        "dataset": dataset or Path(questions_path).stem,
+        "n_questions": len(qs),
+        "n_passages": idx.n_passages,
+        "n_propositions": idx.n_props,
+        "embedder": embedder.name,
+        "extractor": idx.meta.get("extractor"),
+        "config": {k: getattr(base_cfg, k) for k in base_cfg.__dataclass_fields__},
+        "methods": {m: metrics(rankings[m], qs) for m in methods},
+    }
+    report["_rankings"] = rankings
+    report["_questions"] = qs
+    report["_traces"] = traces
+    return report
+
+
+def format_table(report: dict, ks=KS) -> str:
+    cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks]
+    short = {f"{m}@{k}": f"{m[0].upper()}@{k}" for m in ("recall", "chain", "hit") for k in ks}
+    width = max(12, max(len(m) for m in report["methods"]))
+    head = f"{'method':<{width}} " + " ".join(f"{short[c]:>6}" for c in cols)
+    lines = [f"{report['dataset']}: {report['n_questions']} questions, {report['n_passages']:,} "
+             f"passages, {report['n_propositions']:,} propositions, embedder "
+             f"{report['embedder']}", head, "-" * len(head)]
+    for m, vals in report["methods"].items():
+        lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols))
+    return "\n".join(lines)
