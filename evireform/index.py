@@ -38,7 +38,8 @@ from . import __version__
 from .embed import Embedder, normalise_rows
 from .entities import canonical_entity
 from .extract import Extractor, HeuristicExtractor, read_openie
-from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
+from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_scores, cosine_topk, \
+    cosine_topk_batch
 from .kernels import w_nnz as _w_nnz
 from .types import Passage, Proposition
 
@@ -253,11 +254,12 @@ class PropositionIndex:
             return out_i, out_s
         labels, _ = self.hnsw.knn_query(Q, k=kk, num_threads=1)
         labels = labels.astype(np.int64)
-        # re-score exactly, so scores (and tie order) match exact search on the same ids
-        exact_s = np.einsum("bkd,bd->bk", np.asarray(self.embeddings)[labels], Q)
+        # re-score with the exact kernel, so scores (and tie order) match exact search
+        emb = self.embeddings
         for b in range(len(Q)):
-            keep = exact_s[b] > 0
-            ids, sc = labels[b][keep], exact_s[b][keep]
+            sc = cosine_scores(emb[labels[b]], Q[b:b + 1])[0]
+            keep = sc > 0
+            ids, sc = labels[b][keep], sc[keep]
             o = np.lexsort((ids, -sc.astype(np.float64)))
             out_i[b, :len(o)] = ids[o]
             out_s[b, :len(o)] = sc[o]

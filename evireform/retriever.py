@@ -323,9 +323,14 @@ class EviReform:
             return []
         return self._run(questions, self._embed(questions), k, self._embed)
 
+    def _search(self, H, k):
+        """Batched proposition search; the kernels score each query alike in any batch."""
+        ids, scores = self.index.search_batch(H, k)
+        return ids, scores.astype(np.float64)
+
     def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
         cfg, idx = self.config, self.index
-        cand_i, cand_s = idx.search_batch(H_q, cfg.n_candidates)
+        cand_i, cand_s = self._search(H_q, cfg.n_candidates)
         n = len(questions)
         traces = [Trace() for _ in range(n)]
         cands, seeds = [], []
@@ -346,7 +351,7 @@ class EviReform:
             flat = [(t, q) for t in active for q in qs[t]]
             if flat:
                 H_r = embed([q for _, q in flat])
-                hi, hs = idx.search_batch(H_r, cfg.k_residual)
+                hi, hs = self._search(H_r, cfg.k_residual)
                 for (t, q), ids, sc in zip(flat, hi, hs):
                     keep = ids >= 0
                     residual[t].append((ids[keep], sc[keep]))

@@ -21,7 +21,7 @@ from .graph import EntityGraph, PassageMap
 
 __all__ = [
     "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
-    "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
+    "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz",
 ]
 
@@ -62,11 +62,25 @@ def _check_queries(Q, d: int, ndim: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- cosine top-k
+def cosine_scores(H, Q, *, backend: str = "auto") -> np.ndarray:
+    """All scores ``Q @ H.T`` as float32 (batch, n), by the same batch-invariant loop as
+    :func:`cosine_topk`; for re-scoring a few rows, not for scanning an index."""
+    H = _check_matrix(H)
+    Q = _check_queries(Q, H.shape[1], 2)
+    resolve(backend)
+    S = np.empty((Q.shape[0], H.shape[0]), dtype=np.float32)
+    if S.size:
+        _kernels().dot_scores(H, 0, H.shape[0], Q, S)
+    return S
+
+
 def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     """Exact top-``k`` rows of ``H`` (float32, L2-normalised) by cosine with ``q``.
 
     Returns ``(ids, scores)``: int64 ids and float32 scores, best first, ties by lower id.
-    Only positive scores are returned, so there may be fewer than ``k``.
+    Only positive scores are returned, so there may be fewer than ``k``.  Scores are computed
+    by one compiled dot-product loop, so a query gets bitwise the same result here and in
+    :func:`cosine_topk_batch`, whatever the batch.
     """
     H = _check_matrix(H)
     q = _check_queries(q, H.shape[1], 1)
@@ -75,7 +89,9 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    scores = H @ q
+    scores = np.empty((1, M), dtype=np.float32)
+    _kernels().dot_scores(H, 0, M, q[None, :], scores)
+    scores = scores[0]
     n_chunks = max(1, min(4 * _n_threads(), M // config.TOPK_MIN_CHUNK))
     ids, vals, n = _kernels().topk_positive(scores, min(k, M), n_chunks)
     return ids[:n], vals[:n]
@@ -100,9 +116,11 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
         return heap_i, heap_v
     cpu = _kernels()
     step = config.BATCH_BLOCK_ROWS
+    S = np.empty((B, min(step, M)), dtype=np.float32)
     for r0 in range(0, M, step):
-        S = Q @ H[r0:r0 + step].T
-        cpu.topk_block_update(S, r0, k, heap_v, heap_i, heap_n)
+        r1 = min(M, r0 + step)
+        cpu.dot_scores(H, r0, r1, Q, S)
+        cpu.topk_block_update(S[:, :r1 - r0], r0, k, heap_v, heap_i, heap_n)
     cpu.heaps_finish(heap_v, heap_i, heap_n)
     return heap_i, heap_v
 

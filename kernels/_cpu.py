@@ -75,6 +75,24 @@ def _heap_sort(vals, ids, n):
 
 
 # --------------------------------------------------------------------------- cosine top-k
+@njit(parallel=True, cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract"})
+def dot_scores(H, r0, r1, Q, S):
+    """S[b, r - r0] = H[r] . Q[b] for rows r0 <= r < r1.
+
+    Every dot product is computed by the same loop whatever the batch size, so a query's
+    scores are bitwise identical alone or in a batch (BLAS gives no such guarantee).
+    """
+    B, d = Q.shape
+    for r in prange(r0, r1):
+        h = H[r]
+        for b in range(B):
+            q = Q[b]
+            acc = np.float32(0.0)
+            for t in range(d):
+                acc += h[t] * q[t]
+            S[b, r - r0] = acc
+
+
 @njit(parallel=True, **_JIT)
 def topk_positive(scores, k, n_chunks):
     """Top-k positive entries of ``scores`` (ties by lower index); returns (ids, vals, count)."""

@@ -12,7 +12,7 @@ TOPK_MIN_CHUNK = 16384
 
 #: Batched exact search multiplies the queries with blocks of this many embedding rows, so the
 #: score block (batch x rows, float32) stays small however large the index is.
-BATCH_BLOCK_ROWS = 32768
+BATCH_BLOCK_ROWS = 8192
 
 #: Indexes with at least this many propositions search candidates with HNSW (hnswlib); smaller
 #: ones are searched exactly.  Exact search is always the reference.

@@ -238,3 +238,18 @@ def test_entity_graph_validation():
         EntityGraph.from_csr([0, 2], [1], 3)
     with pytest.raises(ValueError, match="owner"):
         PassageMap.from_owner([0, 3], 3)
+
+
+def test_single_and_batch_scores_are_bitwise_equal(rng):
+    """A query's scores do not depend on the batch it is searched in (unlike BLAS)."""
+    H = unit_rows(rng, 20000, 384)
+    Q = unit_rows(rng, 37, 384)
+    bi, bv = K.cosine_topk_batch(H, Q, 25)
+    S = K.cosine_scores(H, Q[:5])
+    for b in range(len(Q)):
+        i, v = K.cosine_topk(H, Q[b], 25)
+        np.testing.assert_array_equal(i, bi[b])
+        np.testing.assert_array_equal(v, bv[b])
+        if b < 5:
+            np.testing.assert_array_equal(S[b][i], v)
+    np.testing.assert_allclose(S, Q[:5] @ H.T, rtol=1e-5, atol=1e-6)
