@@ -250,35 +250,43 @@ class EviReform:
         rr = (ri, (1.0 - cfg.beta) * rv)
         return (np.concatenate([qb[0], rr[0]]), np.concatenate([qb[1], rr[1]])), qb, rr
 
-    def _rank(self, s, qpart, rpart, k, cand) -> list[RankedPassage]:
+    def _rank_many(self, items, k):
+        """Propagate and read out many seeds at once (batched kernels).
+
+        ``items`` is a list of (s, question part, residual part, candidates); returns one
+        ranked passage list per item, with each passage's score split into its parts.
+        """
         cfg, idx = self.config, self.index
         alpha = cfg.alpha if cfg.propagation else 1.0
+        indptr = np.zeros(len(items) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(it[0][0]) for it in items])
+        s_ids = np.concatenate([it[0][0] for it in items]).astype(np.int64)
+        s_vals = np.concatenate([it[0][1] for it in items]).astype(np.float64)
         if cfg.propagation:
-            z_ids, z = K.propagate(idx.graph, s[0], s[1], alpha, backend=self.backend)
-        else:
-            z_ids, z = s
-        pids, scores = K.readout_topk(idx.pmap, z_ids, z, k, backend=self.backend)
-        if cfg.fill == "dense":
-            pids, scores = self._dense_fill(pids, scores, cand, k)
-        inv = idx.pmap.inv_sqrt
-        owner = idx.owner
-
-        def part(ids, vals, w):
-            out = np.zeros(idx.n_passages)
-            if len(ids):
-                np.add.at(out, owner[ids], w * vals)
-            return out
-
-        pq = part(qpart[0], qpart[1], alpha)
-        pr = part(rpart[0], rpart[1], alpha)
-        ranked = []
-        for j, sc in zip(pids, scores):
-            j = int(j)
-            fq, fr = pq[j] * inv[j], pr[j] * inv[j]
-            p = idx.passages[j]
-            ranked.append(RankedPassage(j, p.id, p.title, float(sc), float(fq), float(fr),
-                                        float(max(0.0, sc - fq - fr))))
-        return ranked
+            indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids, s_vals, alpha,
+                                                      backend=self.backend)
+        P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals, k, backend=self.backend)
+        inv, owner = idx.pmap.inv_sqrt, idx.owner
+        out = []
+        for (s, qpart, rpart, cand), pids, scores in zip(items, P, S):
+            if cfg.fill == "dense":
+                pids, scores = self._dense_fill(pids, scores, cand, len(pids))
+            parts = []
+            for ids, vals in (qpart, rpart):
+                acc: dict[int, float] = {}
+                for i, v in zip(ids, vals):
+                    j = int(owner[i])
+                    acc[j] = acc.get(j, 0.0) + alpha * float(v)
+                parts.append(acc)
+            ranked = []
+            for j, sc in zip(pids, scores):
+                j = int(j)
+                fq, fr = parts[0].get(j, 0.0) * inv[j], parts[1].get(j, 0.0) * inv[j]
+                p = idx.passages[j]
+                ranked.append(RankedPassage(j, p.id, p.title, float(sc), fq, fr,
+                                            max(0.0, float(sc) - fq - fr)))
+            out.append(ranked)
+        return out
 
     def _dense_fill(self, pids, scores, cand, k):
         """Replace the zero-score tail (corpus order) by the question's dense passage order."""
@@ -358,12 +366,14 @@ class EviReform:
                     traces[t].residual_queries.append(q)
                     traces[t].residual_hits.append([(int(i), float(s))
                                                     for i, s in zip(ids[keep], sc[keep])])
+            items = []
+            for t in active:
+                s, qpart, rpart = self._combine(seeds[t], self._residual_signal(residual[t]))
+                items.append((s, qpart, rpart, cands[t]))
+            for t, ranked in zip(active, self._rank_many(items, k)):
+                results[t] = RetrievalResult(questions[t], ranked, traces[t])
             still = []
             for t in active:
-                r = self._residual_signal(residual[t])
-                s, qpart, rpart = self._combine(seeds[t], r)
-                results[t] = RetrievalResult(questions[t],
-                                             self._rank(s, qpart, rpart, k, cands[t]), traces[t])
                 traces[t].rounds_run = rnd + 1
                 if rnd + 1 < cfg.rounds and cfg.reformulation:
                     top = [p.index for p in results[t].passages[: cfg.max_selected]]

@@ -190,6 +190,14 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
                                 g.diag, g.inv_w, ids, vals, alpha, *ws)
 
 
+def _concat_rows(rows):
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(r[0]) for r in rows])
+    if not rows:
+        return indptr, np.zeros(0, np.int64), np.zeros(0)
+    return indptr, np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
+
+
 def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha: float = 0.5,
                     *, backend: str = "auto"):
     """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
@@ -199,6 +207,12 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
     resolve(backend)
     g = graph
     B = len(indptr) - 1
+    if B <= config.SMALL_BATCH:
+        # a few seeds: the single-seed kernel with its reused per-thread workspace avoids
+        # allocating fresh M-sized scratch per call
+        rows = [propagate(g, ids[indptr[b]:indptr[b + 1]], vals[indptr[b]:indptr[b + 1]], alpha)
+                for b in range(B)]
+        return _concat_rows(rows)
     n_chunks = max(1, min(B, _n_threads()))
     return _kernels().propagate_many(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
                                  g.diag, g.inv_w, indptr, ids, vals, alpha, n_chunks)
@@ -241,6 +255,10 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
     B = len(indptr) - 1
     if k == 0 or B == 0:
         return np.full((B, k), -1, np.int64), np.zeros((B, k))
+    if B <= config.SMALL_BATCH:
+        rows = [readout_topk(pmap, ids[indptr[b]:indptr[b + 1]], vals[indptr[b]:indptr[b + 1]], k)
+                for b in range(B)]
+        return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
     n_chunks = max(1, min(B, _n_threads()))
     return _kernels().readout_many(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 

@@ -30,3 +30,8 @@ HNSW_BUILD_THREADS = 1
 
 #: A row of W with a degree sum (w_i) below this counts as zero (pseudo-inverse).
 DEGREE_EPS = 1e-12
+
+#: Batched propagation/readout with at most this many rows runs the single-row kernels (which
+#: reuse a per-thread workspace) instead of the parallel batch kernels (which allocate
+#: index-sized scratch per thread and call).
+SMALL_BATCH = 4

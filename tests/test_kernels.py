@@ -132,6 +132,7 @@ def test_propagate_batch_matches_single(rng, backend):
     ids = np.concatenate([s[0] for s in seeds])
     vals = np.concatenate([s[1] for s in seeds])
     zp, zi, zv = K.propagate_batch(g, indptr, ids, vals, 0.4, backend=backend)
+    assert len(seeds) > K.config.SMALL_BATCH  # the parallel kernel, not the small-batch path
     A = R.incidence_matrix(g.a_indptr, g.a_indices, Ne)
     for b, (si, sv) in enumerate(seeds):
         got = _dense(M, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]])
@@ -253,3 +254,24 @@ def test_single_and_batch_scores_are_bitwise_equal(rng):
         if b < 5:
             np.testing.assert_array_equal(S[b][i], v)
     np.testing.assert_allclose(S, Q[:5] @ H.T, rtol=1e-5, atol=1e-6)
+
+
+def test_small_batches_use_single_kernels_with_same_results(rng):
+    g = random_graph(rng, 500, 60)
+    pm = random_passages(rng, 500, 90)
+    for B in (0, 1, K.config.SMALL_BATCH, K.config.SMALL_BATCH + 1):
+        seeds = [random_seed(rng, 500, 6) for _ in range(B)]
+        indptr = np.arange(B + 1) * 6
+        ids = np.concatenate([s[0] for s in seeds]) if B else np.zeros(0, int)
+        vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+        zp, zi, zv = K.propagate_batch(g, indptr, ids, vals, 0.5)
+        assert len(zp) == B + 1
+        for b in range(B):
+            si, sv = K.propagate(g, *seeds[b], 0.5)
+            np.testing.assert_allclose(_dense(500, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]]),
+                                       _dense(500, si, sv), rtol=1e-12)
+        bi, bs = K.readout_topk_batch(pm, zp, zi, zv, 7)
+        assert bi.shape == (B, 7)
+        for b in range(B):
+            oi, os_ = K.readout_topk(pm, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]], 7)
+            np.testing.assert_array_equal(bi[b], oi)
