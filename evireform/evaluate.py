@@ -128,6 +128,8 @@ METHODS: dict[str, tuple[str, dict | None]] = {
                              {"fill": "dense"}),
     "evireform_3rounds": ("EviReform with up to 3 rounds and the sufficiency controller",
                           {"rounds": 3}),
+    "evireform_select12": ("EviReform, LLM-free selector filling all 12 selection slots",
+                           {"_selector_n": None}),
 }
 DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
 
@@ -174,6 +176,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
     """Run ``methods`` on one dataset in one process; returns the JSON-ready report."""
     from .cache import cached_index
     from .retriever import EviReform, EviReformConfig
+    from .roles import TopScoreSelector
 
     idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
                              show_progress=show_progress)
@@ -190,12 +193,15 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
                                          show_progress)
             rankings[m] = dense_rankings(P, embedder.encode([q.question for q in qs]), kmax)
             continue
+        over = dict(over)
+        sel_n = over.pop("_selector_n", 4)
         cfg = base_cfg.with_(**over)
-        if cfg not in by_cfg:
-            res = EviReform(idx, cfg, embedder=embedder).retrieve_many([q.question for q in qs], kmax)
-            by_cfg[cfg] = res
-        rankings[m] = [[p.index for p in r.passages] for r in by_cfg[cfg]]
-        traces[m] = by_cfg[cfg]
+        key = (cfg, sel_n)
+        if key not in by_cfg:
+            r = EviReform(idx, cfg, embedder=embedder, selector=TopScoreSelector(sel_n))
+            by_cfg[key] = r.retrieve_many([q.question for q in qs], kmax)
+        rankings[m] = [[p.index for p in r.passages] for r in by_cfg[key]]
+        traces[m] = by_cfg[key]
     report = {
         "dataset": dataset or Path(questions_path).stem,
         "n_questions": len(qs),

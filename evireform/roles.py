@@ -57,12 +57,24 @@ class Controller(Protocol):
 
 
 class TopScoreSelector:
-    """Select the highest-scoring candidates (the paper's fallback, generalised)."""
+    """Select the ``n`` highest-scoring candidates (never more than ``max_selected``).
 
-    name = "top-score"
+    The paper's selector is an LLM that picks *up to* 12 propositions that jointly clarify the
+    question; filling the whole budget with the top 12 spreads the question's seed thinly.
+    ``n=4`` is the LLM-free default; ``n=None`` fills the budget (the literal reading).  On the
+    shared data every n from 3 to 8 beat 12 on R@5 and Chain@5 for both HotpotQA and MuSiQue
+    (README, "Retrieval quality").
+    """
+
+    def __init__(self, n: int | None = 4):
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"n must be a positive integer or None; got {n!r}")
+        self.n = n
+        self.name = f"top-score-{n or 'all'}"
 
     def select(self, question, candidates, max_selected):
-        return [c.id for c in candidates[:max_selected]]
+        limit = max_selected if self.n is None else min(self.n, max_selected)
+        return [c.id for c in candidates[:limit]]
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -79,37 +91,61 @@ def _words(text: str) -> list[str]:
 
 
 class BridgeReformulator:
-    """LLM-free residual queries: the question's unresolved relation plus a bridge entity.
+    """LLM-free residual queries: a bridge entity from the observed text plus the question's
+    unresolved words.
 
-    For each observed passage (in observation order) the bridge is the passage title when the
-    question does not name it, else the first name span of the passage that the question does
-    not contain.  The unresolved relation is the question's content words that the observed
-    passage does not contain.  Query = ``"<bridge> <unresolved words>"``.
+    A bridge is a name span of an observed passage that the question does not mention and that
+    is not the passage's own subject (its title): the entity the passage introduces.  Spans
+    are ranked by the observed passage's rank, then by how many question words their sentence
+    shares (the sentence that answers the first hop names the second).  Each passage gives at
+    most ``per_passage`` bridges.  The unresolved words are the question's content words that
+    the observed passage does not contain; the query is ``"<bridge> <unresolved words>"``.
     """
 
-    name = "bridge-v1"
+    name = "bridge-v2"
+
+    def __init__(self, per_passage: int = 2):
+        self.per_passage = per_passage
+
+    @staticmethod
+    def _mentioned(c: str, q_canon: str, q_tokens: set) -> bool:
+        toks = c.split()
+        return c in q_canon or (bool(toks) and sum(t in q_tokens for t in toks) * 2 > len(toks))
 
     def reformulate(self, question, observed, max_queries):
+        from .extract import split_sentences
         q_canon = canonical_entity(question)
+        q_tokens = set(q_canon.split())
         q_words = [w for w in _words(question) if w not in _QSTOP]
-        out: list[str] = []
-        for p in observed:
-            bridge = None
-            if p.title and canonical_entity(p.title) not in q_canon:
-                bridge = p.title
-            else:
-                for span in name_spans(p.text):
+        cands = []  # (passage rank, -overlap, position, bridge, passage)
+        for rank, p in enumerate(observed):
+            t_canon = canonical_entity(p.title)
+            t_tokens = set(t_canon.split())
+            seen = set()
+            for si, sent in enumerate(split_sentences(p.text)):
+                overlap = len(set(_words(sent)) & set(q_words))
+                for span in name_spans(sent):
                     c = canonical_entity(span)
-                    if c and c not in q_canon:
-                        bridge = span
-                        break
-            if bridge is None:
+                    if not c or c in seen or self._mentioned(c, q_canon, q_tokens):
+                        continue
+                    toks = c.split()
+                    if c == t_canon or (toks and sum(t in t_tokens for t in toks) * 2 > len(toks)):
+                        continue  # the passage's own subject, not a bridge
+                    seen.add(c)
+                    cands.append((rank, -overlap, si, span, p))
+        cands.sort(key=lambda x: x[:3])
+        out: list[str] = []
+        per: dict[int, int] = {}
+        for rank, _, _, bridge, p in cands:
+            if per.get(rank, 0) >= self.per_passage:
                 continue
             covered = set(_words(p.title + " " + p.text))
             rest = [w for w in q_words if w not in covered]
             query = " ".join([bridge] + (rest or q_words))
-            if query not in out:
-                out.append(query)
+            if query in out:
+                continue
+            out.append(query)
+            per[rank] = per.get(rank, 0) + 1
             if len(out) >= max_queries:
                 break
         return out
