@@ -53,7 +53,7 @@ def _data_dir(arg) -> Path:
 
 def _cmd_eval(args) -> int:
     from .embed import get_embedder
-    from .evaluate import DATASETS, format_table, parse_methods, run_eval
+    from .evaluate import DATASETS, format_table, markdown_table, parse_methods, run_eval
 
     methods = parse_methods(args.methods)
     if args.dataset:
@@ -68,7 +68,7 @@ def _cmd_eval(args) -> int:
             raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "")
-    print(format_table(report))
+    print(markdown_table(report) if args.markdown else format_table(report))
     if args.json:
         out = {k: v for k, v in report.items() if not k.startswith("_")}
         Path(args.json).write_text(json.dumps(out, indent=1))
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--embedder", default="all-MiniLM-L6-v2")
     ev.add_argument("-n", type=int, default=None, help="only the first N questions")
     ev.add_argument("--json", help="write the report as JSON to this file")
+    ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_cmd_eval)
 

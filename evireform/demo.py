@@ -1,5 +1,5 @@
 """The README's main job: index HotpotQA (or reuse the cached index) and retrieve for a few of
-its questions, marking the gold passages.
+its questions, showing the residual queries and the top passages, marking the gold ones.
 
 Run with ``make demo`` or ``python -m evireform.demo --data PATH`` where PATH holds
 ``hotpotqa/hotpotqa.json`` and ``hotpotqa/hotpotqa_corpus.json`` (the HippoRAG data layout).
@@ -7,15 +7,13 @@ Run with ``make demo`` or ``python -m evireform.demo --data PATH`` where PATH ho
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-import numpy as np
-
-from . import kernels as K
 from .cache import cached_index
 from .embed import MiniLMEmbedder
+from .evaluate import load_questions
+from .retriever import EviReform, EviReformConfig
 
 
 def main(argv=None) -> int:
@@ -36,20 +34,21 @@ def main(argv=None) -> int:
     print(f"index {'built' if built else 'reused'} at {path} in {time.perf_counter() - t0:.1f}s")
     st = idx.stats()
     print(", ".join(f"{k} {v:,}" for k, v in st.items() if isinstance(v, int)))
-    questions = json.loads(qfile.read_text())[: args.n]
-    Q = emb.encode([q["question"] for q in questions])
-    for q, hq in zip(questions, Q):
-        gold = {t for t, _ in q["supporting_facts"]}
-        ids, u = idx.search(hq, 100)
-        seed = ids[:12]
-        b = u[:12] / u[:12].sum()
-        z_ids, z = K.propagate(idx.graph, seed, b, 0.5)
-        pids, scores = K.readout_topk(idx.pmap, z_ids, z, args.k)
-        print(f"\nQ: {q['question']}\n   answer: {q['answer']}   gold: {sorted(gold)}")
-        for r, (p, s) in enumerate(zip(pids, scores), 1):
-            t = idx.passages[p].title
-            print(f"   {r}. {'*' if t in gold else ' '} {s:.4f}  {t}")
-    print("\n(* = gold passage; seed = top-12 propositions, one propagation step, readout)")
+    questions = load_questions(qfile, idx.passages)[: args.n]
+    retriever = EviReform(idx, EviReformConfig(), embedder=emb)
+    results = retriever.retrieve_many([q.question for q in questions], args.k)
+    for q, res in zip(questions, results):
+        print(f"\nQ: {q.question}\n   answer: {q.answer}")
+        print(f"   observed: {', '.join(idx.passages[j].title for j in res.trace.observed)}")
+        for rq in res.trace.residual_queries:
+            print(f"   residual query: {rq}")
+        for r, p in enumerate(res.passages, 1):
+            mark = "*" if p.index in q.gold else " "
+            print(f"   {r}. {mark} {p.score:.4f}  {p.title:<45.45} (question {p.from_question:.3f}, "
+                  f"residual {p.from_residual:.3f}, propagation {p.from_propagation:.3f})")
+        found = len(q.gold & {p.index for p in res.passages})
+        print(f"   gold found in top {args.k}: {found}/{len(q.gold)}")
+    print("\n(* = gold passage.  Full evaluation: evireform eval --dataset hotpotqa)")
     return 0
 
 

@@ -229,3 +229,14 @@ def format_table(report: dict, ks=KS) -> str:
     for m, vals in report["methods"].items():
         lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols))
     return "\n".join(lines)
+
+
+def markdown_table(report: dict, ks=KS) -> str:
+    """The report as a Markdown table (the README's results are pasted from this)."""
+    cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks if not (m == "chain" and k == 1)]
+    short = {c: c[0].upper() + "@" + c.split("@")[1] for c in cols}
+    lines = ["| method | " + " | ".join(short[c] for c in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for m, vals in report["methods"].items():
+        lines.append(f"| {m} | " + " | ".join(f"{vals[c]:.2f}" for c in cols) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""Loaders, the paper's metrics (checked by hand), and the eval / query / demo commands."""
+import json
+
+import numpy as np
+import pytest
+
+from evireform import Passage
+from evireform.cli import main
+from evireform.evaluate import Question, load_questions, metrics, parse_methods
+
+
+def test_metrics_by_hand():
+    qs = [Question("a", "q", "", frozenset({0, 1})), Question("b", "q", "", frozenset({2, 3, 4}))]
+    rankings = [[1, 9, 0], [5, 2, 6]]
+    m = metrics(rankings, qs, ks=(1, 2, 3))
+    # K=1: q1 hits 1 of 2, q2 hits 0 of 3
+    assert m["recall@1"] == 25.0 and m["hit@1"] == 50.0 and m["chain@1"] == 0.0
+    # K=2: q1 1/2, q2 1/3 -> recall (0.5 + 0.3333)/2
+    assert m["recall@2"] == pytest.approx(41.67, abs=0.01) and m["hit@2"] == 100.0
+    # K=3: q1 complete, q2 1/3
+    assert m["chain@3"] == 50.0 and m["recall@3"] == pytest.approx(66.67, abs=0.01)
+
+
+def _fixture_data(tmp_path):
+    corpus = [{"title": "Alice", "text": "Alice was born in Paris."},
+              {"title": "Paris", "text": "Paris is the capital of France."},
+              {"title": "Bob", "text": "Bob likes tea."}]
+    mus = [{"id": "m1", "question": "Which country is Alice's birthplace in?", "answer": "France",
+            "question_decomposition": [{}, {}],
+            "paragraphs": [{"idx": 0, "title": "Alice", "paragraph_text": "Alice was born in  Paris.",
+                            "is_supporting": True},
+                           {"idx": 1, "title": "Paris", "paragraph_text": "Paris is the capital of France.",
+                            "is_supporting": True},
+                           {"idx": 2, "title": "Bob", "paragraph_text": "Bob likes tea.",
+                            "is_supporting": False}]}]
+    hot = [{"_id": "h1", "question": "Which country is Alice's birthplace in?", "answer": "France",
+            "type": "bridge", "supporting_facts": [["Alice", 0], ["Paris", 0], ["Alice", 1]]}]
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    (tmp_path / "mus.json").write_text(json.dumps(mus))
+    (tmp_path / "hot.json").write_text(json.dumps(hot))
+    return [Passage(str(i), c["title"], c["text"]) for i, c in enumerate(corpus)]
+
+
+def test_loaders(tmp_path):
+    passages = _fixture_data(tmp_path)
+    m = load_questions(tmp_path / "mus.json", passages)
+    assert m[0].gold == {0, 1} and m[0].type == "2hop"  # matched by text, whitespace folded
+    h = load_questions(tmp_path / "hot.json", passages)
+    assert h[0].gold == {0, 1} and h[0].type == "bridge"  # by title; no 'context' needed
+    bad = json.loads((tmp_path / "hot.json").read_text())
+    bad[0]["supporting_facts"] = [["Nobody", 0]]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="'Nobody' is not in the corpus"):
+        load_questions(tmp_path / "bad.json", passages)
+
+
+def test_real_loaders(data_dir):
+    from evireform import load_corpus
+    mp = load_corpus(data_dir / "musique/musique_corpus.json")
+    mq = load_questions(data_dir / "musique/musique.json", mp)
+    assert len(mq) == 100 and all(len(q.gold) >= 2 for q in mq)
+    hp = load_corpus(data_dir / "hotpotqa/hotpotqa_corpus.json")
+    hq = load_questions(data_dir / "hotpotqa/hotpotqa.json", hp)
+    assert len(hq) == 100 and sum(q.type == "bridge" for q in hq) == 78
+
+
+def test_parse_methods():
+    assert parse_methods("dense,evireform") == ["dense", "evireform"]
+    assert "base" in parse_methods("all")
+    with pytest.raises(ValueError, match="unknown method"):
+        parse_methods("dense,nope")
+
+
+def test_eval_cli_json(tmp_path, monkeypatch, capsys):
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out.json"
+    rc = main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+               str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods", "all",
+               "--json", str(out), "--quiet"])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["dataset"] == "hot" and rep["n_questions"] == 1 and rep["n_passages"] == 3
+    for m in ("dense", "evireform", "full", "reform_only", "prop_only", "base"):
+        assert set(rep["methods"][m]) >= {"recall@5", "chain@5", "hit@5", "recall@20"}
+    # 3 passages, 2 gold: everything is found by K = 5
+    assert rep["methods"]["evireform"]["chain@5"] == 100.0
+    assert "R@5" in capsys.readouterr().out
+    # the second run reuses the cached index and dense embeddings
+    before = sorted(p.name for p in (tmp_path / "cache").rglob("*"))
+    assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                 str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "cache").rglob("*")) == before
+
+
+def test_query_cli(tmp_path, capsys):
+    _fixture_data(tmp_path)
+    assert main(["index", str(tmp_path / "corpus.json"), str(tmp_path / "ix"), "--embedder",
+                 "hashing-64", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["query", str(tmp_path / "ix"), "Where was Alice born?", "-k", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["passages"]) == 2 and out["passages"][0]["title"] == "Alice"
+    assert isinstance(out["residual_queries"], list)
+    assert main(["query", str(tmp_path / "ix"), "  "]) == 2
+
+
+def test_demo_runs_on_a_data_folder(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("sentence_transformers")
+    from evireform import demo
+    _fixture_data(tmp_path)
+    (tmp_path / "hotpotqa").mkdir()
+    (tmp_path / "hot.json").rename(tmp_path / "hotpotqa/hotpotqa.json")
+    (tmp_path / "corpus.json").rename(tmp_path / "hotpotqa/hotpotqa_corpus.json")
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    assert demo.main(["--data", str(tmp_path), "-n", "1", "-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "gold found in top 2" in out and "*" in out
