@@ -66,8 +66,19 @@ def _cmd_eval(args) -> int:
     for f in (qpath, cpath):
         if not f.is_file():
             raise FileNotFoundError(f"{f} not found (see README, 'Data')")
+    from .retriever import EviReformConfig
+    overrides = {}
+    for item in args.set or []:
+        key, _, val = item.partition("=")
+        if key not in EviReformConfig.__dataclass_fields__:
+            raise ValueError(f"--set {item!r}: unknown setting {key!r}; settings are "
+                             f"{', '.join(EviReformConfig.__dataclass_fields__)}")
+        cur = getattr(EviReformConfig(), key)
+        overrides[key] = (val.lower() in ("1", "true", "yes") if isinstance(cur, bool)
+                          else type(cur)(val))
     report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
-                      show_progress=not args.quiet, dataset=args.dataset or "")
+                      show_progress=not args.quiet, dataset=args.dataset or "",
+                      config=EviReformConfig(**overrides), selector_n=args.selector_n)
     print(markdown_table(report) if args.markdown else format_table(report))
     if args.json:
         out = {k: v for k, v in report.items() if not k.startswith("_")}
@@ -133,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-n", type=int, default=None, help="only the first N questions")
     ev.add_argument("--json", help="write the report as JSON to this file")
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ev.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override an EviReformConfig setting, e.g. --set beta=0.75 (repeatable)")
+    ev.add_argument("--selector-n", type=int, default=4,
+                    help="seeds the LLM-free selector takes (default 4; 0 = fill max_selected)")
     ev.add_argument("--quiet", action="store_true")
     ev.set_defaults(func=_cmd_eval)
 

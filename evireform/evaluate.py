@@ -126,6 +126,8 @@ METHODS: dict[str, tuple[str, dict | None]] = {
                         {"mode": "repeat_question"}),
     "evireform_dense_fill": ("EviReform, ranking filled by the question's dense order",
                              {"fill": "dense"}),
+    "base_dense_fill": ("2x2 base cell, ranking filled by the question's dense order",
+                        {"reformulation": False, "propagation": False, "fill": "dense"}),
     "evireform_3rounds": ("EviReform with up to 3 rounds and the sufficiency controller",
                           {"rounds": 3}),
     "evireform_select12": ("EviReform, LLM-free selector filling all 12 selection slots",
@@ -172,7 +174,8 @@ def dense_passage_embeddings(corpus_path, passages, embedder, cache_dir=None,
 
 
 def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n: int | None = None,
-             config=None, cache_dir=None, show_progress=True, dataset: str = "") -> dict:
+             config=None, cache_dir=None, show_progress=True, dataset: str = "",
+             selector_n: int | None = 4) -> dict:
     """Run ``methods`` on one dataset in one process; returns the JSON-ready report."""
     from .cache import cached_index
     from .retriever import EviReform, EviReformConfig
@@ -194,7 +197,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
             rankings[m] = dense_rankings(P, embedder.encode([q.question for q in qs]), kmax)
             continue
         over = dict(over)
-        sel_n = over.pop("_selector_n", 4)
+        sel_n = over.pop("_selector_n", selector_n or None)
         cfg = base_cfg.with_(**over)
         key = (cfg, sel_n)
         if key not in by_cfg:
@@ -210,6 +213,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
         "embedder": embedder.name,
         "extractor": idx.meta.get("extractor"),
         "config": {k: getattr(base_cfg, k) for k in base_cfg.__dataclass_fields__},
+        "selector_n": selector_n or None,
         "methods": {m: metrics(rankings[m], qs) for m in methods},
     }
     report["_rankings"] = rankings
