@@ -116,3 +116,19 @@ def test_demo_runs_on_a_data_folder(tmp_path, monkeypatch, capsys):
     assert demo.main(["--data", str(tmp_path), "-n", "1", "-k", "2"]) == 0
     out = capsys.readouterr().out
     assert "gold found in top 2" in out and "*" in out
+
+
+def test_eval_cli_overrides(tmp_path, monkeypatch, capsys):
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "o.json"
+    assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                 str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
+                 "evireform", "--set", "beta=0.75", "--set", "propagation=false",
+                 "--selector-n", "0", "--json", str(out), "--quiet"]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["config"]["beta"] == 0.75 and rep["config"]["propagation"] is False
+    assert rep["selector_n"] is None
+    assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                 str(tmp_path / "corpus.json"), "--set", "gamma=1", "--quiet"]) == 2
+    assert "unknown setting 'gamma'" in capsys.readouterr().err
