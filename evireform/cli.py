@@ -112,6 +112,25 @@ def _cmd_query(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from . import bench
+
+    log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
+    report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log)
+    print(f"machine: {report['machine'].get('cpu', report['machine']['processor'])}, "
+          f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}")
+    print(bench.table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+        print(f"wrote {args.json}")
+    if args.check:
+        bad = bench.check(report)
+        for b in bad:
+            print(f"CHECK FAILED: {b}", file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evireform", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -157,6 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("-k", type=int, default=10)
     qu.add_argument("--json", action="store_true")
     qu.set_defaults(func=_cmd_query)
+
+    be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
+    be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    be.add_argument("--json", help="write the report as JSON to this file")
+    be.add_argument("--check", action="store_true",
+                    help="exit 1 when a speedup falls below its floor (evireform.bench.FLOORS)")
+    be.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
+    be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
+    be.set_defaults(func=_cmd_bench)
     return p
 
 

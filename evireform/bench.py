@@ -1,0 +1,479 @@
+"""``evireform bench``: each kernel and the retrieval core next to what a user would otherwise
+use, in one run on one machine, with an agreement check per pair.
+
+Every case reports the median wall time of ours and of the peer (after a warm-up call that
+keeps JIT compilation out), ``speedup = peer_s / ours_s`` and ``agree``.  ``--quick`` shrinks
+the sizes so the whole run takes about a minute (CI runs it so the suite cannot rot).
+``--check`` exits non-zero when a speedup falls below its floor in :data:`FLOORS`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import kernels as K
+from .kernels import reference as R
+
+#: Minimum speedups (peer / ours) that ``--check`` enforces: set well under the measured ratios
+#: (README, "Performance") so that noise on a shared 2-core machine cannot trip them.
+FLOORS = {
+    "propagate/musique vs scipy chain": 5.0,
+    "propagate/synthetic vs scipy chain": 5.0,
+    "readout/1M vs bincount": 1.2,
+    "cosine_topk/100k b1 vs numpy": 0.8,
+    "retrieve_core/musique vs igraph PPR": 20.0,
+}
+
+
+def _median_time(fn, repeat: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def machine() -> dict:
+    import numba
+    info = {"python": platform.python_version(), "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
+            "numpy": np.__version__, "numba": numba.__version__}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as fh:
+            info["mem_gib"] = round(int(fh.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return info
+
+
+def _dense(M, ids, vals):
+    z = np.zeros(M)
+    np.add.at(z, ids, vals)
+    return z
+
+
+# --------------------------------------------------------------------------- inputs
+class _Inputs:
+    """Indexes and seeds shared by the cases, built once per run."""
+
+    def __init__(self, quick: bool, data: Path | None, log):
+        self.quick, self.data, self.log = quick, data, log
+        self.rng = np.random.default_rng(20261130)
+        self._real = {}
+        self._synth = None
+
+    def real(self, name: str):
+        """(graph, pmap, seeds) for a real corpus, or None without the data."""
+        if name in self._real:
+            return self._real[name]
+        from .corpus import load_corpus
+        from .embed import HashingEmbedder
+        from .index import PropositionIndex
+        files = {"musique": "musique/musique_corpus.json",
+                 "2wiki": "2wikimultihopqa/2wikimultihopqa_corpus.json"}
+        if self.data is None or not (self.data / files[name]).is_file():
+            self._real[name] = None
+            return None
+        t = time.perf_counter()
+        passages = load_corpus(self.data / files[name])
+        emb = HashingEmbedder(256)
+        idx = PropositionIndex.build(passages, emb, show_progress=False, hnsw=False)
+        qfile = self.data / "musique/musique.json"
+        questions = [q["question"] for q in json.loads(qfile.read_text())] if qfile.is_file() \
+            else [p.title for p in passages[:100]]
+        ids, sc = idx.search_batch(emb.encode(questions), 10)
+        seeds = [(i[i >= 0], s[i >= 0] / max(s[i >= 0].sum(), 1e-12)) for i, s in zip(ids, sc)]
+        self.log(f"  built {name}: {idx.n_passages:,} passages, {idx.n_props:,} propositions, "
+                 f"{idx.n_entities:,} entities in {time.perf_counter() - t:.1f}s")
+        self._real[name] = (idx, seeds, emb, questions)
+        return self._real[name]
+
+    def synth(self):
+        if self._synth is None:
+            from .synthetic import synthetic_graph, synthetic_passages
+            M = 100_000 if self.quick else 1_000_000
+            t = time.perf_counter()
+            g = synthetic_graph(self.rng, M)
+            pm = synthetic_passages(self.rng, M)
+            seeds = []
+            for _ in range(1000):
+                n = int(self.rng.integers(4, 19))
+                seeds.append((self.rng.choice(M, n, replace=False), self.rng.random(n)))
+            self.log(f"  built synthetic graph: {M:,} propositions, {g.n_entities:,} entities, "
+                     f"{g.nnz:,} incidences, largest hub {int(np.diff(g.at_indptr).max()):,} in "
+                     f"{time.perf_counter() - t:.1f}s")
+            self._synth = (g, pm, seeds)
+        return self._synth
+
+
+# --------------------------------------------------------------------------- cases
+def _scipy_ops(g):
+    A = R.incidence_matrix(g.a_indptr, g.a_indices, g.n_entities)
+    return A, A.T.tocsr()
+
+
+def case_propagate(inp, out):
+    for name in ("musique", "2wiki", "synthetic"):
+        if name == "synthetic":
+            g, _, seeds = inp.synth()
+        else:
+            r = inp.real(name)
+            if r is None:
+                continue
+            g, seeds = r[0].graph, r[1]
+        A, AT = _scipy_ops(g)
+        M = g.n_props
+        sel = seeds[:50]
+        S = [_dense(M, i, v) for i, v in sel]
+
+        def ours():
+            for i, v in sel:
+                K.propagate(g, i, v, 0.5)
+
+        def chain():
+            for s in S:
+                x = g.inv_w * s
+                0.5 * s + 0.5 * (A @ (g.inv_deg * (AT @ x)) - g.diag * x)
+
+        rep = 2 if inp.quick else 5
+        t_ours = _median_time(ours, rep) / len(sel)
+        t_chain = _median_time(chain, rep) / len(sel)
+        agree = all(np.allclose(_dense(M, *K.propagate(g, i, v, 0.5)),
+                                0.5 * s + 0.5 * (A @ (g.inv_deg * (AT @ (g.inv_w * s)))
+                                                 - g.diag * g.inv_w * s), atol=1e-12)
+                    for (i, v), s in zip(sel[:10], S[:10]))
+        w_nnz = K.w_nnz(g) if g.nnz < 2_000_000 else None
+        row = {"size": f"M={M:,}, nnz(A)={g.nnz:,}", "ours_s": t_ours, "peer_s": t_chain,
+               "peer": "scipy A(De+(A^T x)) - diag x", "speedup": t_chain / t_ours,
+               "agree": bool(agree), "incidence_bytes": int(g.a_indices.nbytes + g.at_indices.nbytes
+                                                            + g.a_indptr.nbytes + g.at_indptr.nbytes),
+               "w_nnz": w_nnz}
+        out[f"propagate/{name} vs scipy chain"] = row
+        deg = np.diff(g.at_indptr).astype(np.float64)
+        if w_nnz is not None and w_nnz < 50_000_000:
+            W = R.transition_W(A)
+            t_w = _median_time(lambda: [0.5 * s + 0.5 * (W @ (g.inv_w * s)) for s in S], rep) / len(sel)
+            agree_w = all(np.allclose(_dense(M, *K.propagate(g, i, v, 0.5)),
+                                      0.5 * s + 0.5 * (W @ (g.inv_w * s)), atol=1e-12)
+                          for (i, v), s in zip(sel[:10], S[:10]))
+            out[f"propagate/{name} vs materialised W"] = {
+                "size": f"nnz(W)={W.nnz:,} ({(W.data.nbytes + W.indices.nbytes + W.indptr.nbytes) / 2**20:.1f} MiB)",
+                "ours_s": t_ours, "peer_s": t_w, "peer": "scipy CSR W x (W built beforehand)",
+                "speedup": t_w / t_ours, "agree": bool(agree_w), "w_nnz": int(W.nnz),
+                "w_bytes": int(W.data.nbytes + W.indices.nbytes + W.indptr.nbytes)}
+        else:
+            row["w_nnz_upper_bound"] = int((deg * (deg - 1)).sum())
+            row["note"] = (f"W not materialised: up to {row['w_nnz_upper_bound']:,} nonzeros "
+                           f"(~{row['w_nnz_upper_bound'] * 12 / 2**30:.0f} GiB as CSR)")
+
+
+def case_propagate_batch(inp, out):
+    g, _, seeds = inp.synth()
+    A, AT = _scipy_ops(g)
+    M = g.n_props
+    B = 200 if inp.quick else 1000
+    sel = seeds[:B]
+    indptr = np.zeros(B + 1, np.int64)
+    indptr[1:] = np.cumsum([len(i) for i, _ in sel])
+    ids = np.concatenate([i for i, _ in sel])
+    vals = np.concatenate([v for _, v in sel])
+    cols = np.repeat(np.arange(B), np.diff(indptr))
+    Smat = sp.csr_matrix((vals, (ids, cols)), shape=(M, B))
+
+    def peer():
+        X = sp.diags(g.inv_w) @ Smat
+        Y = A @ (sp.diags(g.inv_deg) @ (AT @ X)) - sp.diags(g.diag) @ X
+        return 0.5 * Smat + 0.5 * Y
+
+    ours = lambda: K.propagate_batch(g, indptr, ids, vals, 0.5)  # noqa: E731
+    rep = 1 if inp.quick else 3
+    t_o, t_p = _median_time(ours, rep), _median_time(peer, rep)
+    zp, zi, zv = ours()
+    Z = peer().tocsc()
+    agree = all(np.allclose(_dense(M, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]]),
+                            Z[:, b].toarray().ravel(), atol=1e-12) for b in range(0, B, B // 10))
+    out[f"propagate_batch/synthetic {B} seeds"] = {
+        "size": f"M={M:,}, {B} seeds", "ours_s": t_o, "peer_s": t_p,
+        "peer": "scipy sparse-matrix products", "speedup": t_p / t_o, "agree": bool(agree)}
+
+
+def case_readout(inp, out):
+    rng = inp.rng
+    sizes = (10_000, 100_000) if inp.quick else (10_000, 100_000, 1_000_000)
+    from .synthetic import synthetic_passages
+    for M in sizes:
+        pm = synthetic_passages(rng, M)
+        nz = min(M, 5000)
+        zi = rng.choice(M, nz, replace=False)
+        zv = rng.random(nz)
+        k = 20
+
+        def peer():
+            z = np.zeros(M)
+            z[zi] = zv
+            sc = np.bincount(pm.owner, weights=z, minlength=pm.n_passages) * pm.inv_sqrt
+            top = np.argpartition(-sc, k)[:k]
+            return top[np.argsort(-sc[top], kind="stable")]
+
+        ours = lambda: K.readout_topk(pm, zi, zv, k)  # noqa: E731
+        rep = 5 if inp.quick else 20
+        t_o, t_p = _median_time(ours, rep), _median_time(peer, rep)
+        label = {10_000: "10k", 100_000: "100k", 1_000_000: "1M"}[M]
+        out[f"readout/{label} vs bincount"] = {
+            "size": f"M={M:,}, N={pm.n_passages:,}, nnz(z)={nz:,}", "ours_s": t_o, "peer_s": t_p,
+            "peer": "np.bincount + argpartition", "speedup": t_p / t_o,
+            "agree": bool(np.array_equal(ours()[0], peer()))}
+
+
+def _embeddings(inp, M):
+    from .synthetic import clustered_embeddings
+    key = ("emb", M)
+    if key not in inp._real:
+        inp._real[key] = clustered_embeddings(np.random.default_rng(M), M)
+    return inp._real[key]
+
+
+def case_cosine(inp, out):
+    try:
+        import faiss
+    except ImportError:
+        faiss = None
+    sizes = (10_000, 100_000) if inp.quick else (10_000, 100_000, 1_000_000)
+    k = 100
+    for M in sizes:
+        H = _embeddings(inp, M)
+        Q = np.ascontiguousarray(_embeddings(inp, 10_000)[:64] * 0.9 + H[:64] * 0.1)
+        Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+        if faiss is not None:
+            fi = faiss.IndexFlatIP(H.shape[1])
+            fi.add(H)
+        label = {10_000: "10k", 100_000: "100k", 1_000_000: "1M"}[M]
+        for B in (1, 64):
+            Qb = Q[:B]
+            if B == 1:
+                ours = lambda: K.cosine_topk(H, Qb[0], k)  # noqa: E731
+
+                def numpy_peer():
+                    s = H @ Qb[0]
+                    top = np.argpartition(-s, k)[:k]
+                    return top[np.lexsort((top, -s[top]))]
+            else:
+                ours = lambda: K.cosine_topk_batch(H, Qb, k)  # noqa: E731
+
+                def numpy_peer():
+                    S = Qb @ H.T
+                    top = np.argpartition(-S, k, axis=1)[:, :k]
+                    return np.stack([t[np.lexsort((t, -S[b, t]))] for b, t in enumerate(top)])
+            rep = 3 if (inp.quick or M >= 1_000_000) else 10
+            t_o, t_n = _median_time(ours, rep), _median_time(numpy_peer, rep)
+            mine = ours()[0]
+            mine = mine if B > 1 else mine[None, :]
+            ref = numpy_peer()
+            ref = ref if B > 1 else ref[None, :]
+            agree = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(mine, ref)]))
+            out[f"cosine_topk/{label} b{B} vs numpy"] = {
+                "size": f"M={M:,}, d=384, batch {B}, k={k}", "ours_s": t_o, "peer_s": t_n,
+                "peer": "numpy matmul + argpartition", "speedup": t_n / t_o,
+                "agree": agree >= 0.999, "overlap": agree}
+            if faiss is not None:
+                t_f = _median_time(lambda: fi.search(Qb, k), rep)
+                _, fid = fi.search(Qb, k)
+                agree_f = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(mine, fid)]))
+                out[f"cosine_topk/{label} b{B} vs faiss"] = {
+                    "size": f"M={M:,}, d=384, batch {B}, k={k}", "ours_s": t_o, "peer_s": t_f,
+                    "peer": "faiss IndexFlatIP", "speedup": t_f / t_o,
+                    "agree": agree_f >= 0.999, "overlap": agree_f}
+
+
+def case_hnsw(inp, out):
+    import hnswlib
+    from .kernels import config as kc
+    sizes = (20_000,) if inp.quick else (100_000, 1_000_000)
+    k = 100
+    for M in sizes:
+        H = _embeddings(inp, M)
+        Q = _embeddings(inp, 10_000)[:200] * 0.5 + H[:200] * 0.5
+        Q = np.ascontiguousarray(Q / np.linalg.norm(Q, axis=1, keepdims=True), dtype=np.float32)
+        t = time.perf_counter()
+        h = hnswlib.Index(space="ip", dim=H.shape[1])
+        h.init_index(max_elements=M, M=kc.HNSW_M, ef_construction=kc.HNSW_EF_CONSTRUCTION,
+                     random_seed=kc.HNSW_SEED)
+        h.add_items(H, np.arange(M), num_threads=os.cpu_count() or 1)
+        h.set_ef(kc.HNSW_EF_SEARCH)
+        build = time.perf_counter() - t
+        nq = 20 if M >= 1_000_000 else 100
+        t_h = _median_time(lambda: [h.knn_query(Q[i:i + 1], k=k, num_threads=1) for i in range(nq)], 3) / nq
+        t_e = _median_time(lambda: [K.cosine_topk(H, Q[i], k) for i in range(min(nq, 10))], 3) / min(nq, 10)
+        lab, _ = h.knn_query(Q[:nq], k=k)
+        exact = [K.cosine_topk(H, Q[i], k)[0] for i in range(nq)]
+        recall = float(np.mean([len(set(e) & set(a)) / k for e, a in zip(exact, lab)]))
+        label = {20_000: "20k", 100_000: "100k", 1_000_000: "1M"}[M]
+        out[f"hnsw/{label} vs exact"] = {
+            "size": f"M={M:,}, d=384, k={k}, ef={kc.HNSW_EF_SEARCH}, M_hnsw={kc.HNSW_M}",
+            "ours_s": t_h, "peer_s": t_e, "peer": "exact cosine_topk", "speedup": t_e / t_h,
+            "agree": recall >= 0.98, "recall@100": recall, "build_s": build}
+
+
+def _ppr_peer(idx, seeds, damping=0.5):
+    """HippoRAG-style personalised PageRank over the proposition-entity graph with igraph."""
+    import igraph as ig
+    g = idx.graph
+    M, Ne = g.n_props, g.n_entities
+    rows = np.repeat(np.arange(M), np.diff(g.a_indptr))
+    edges = np.stack([rows, M + g.a_indices.astype(np.int64)], axis=1)
+    G = ig.Graph(n=M + Ne, edges=edges, directed=False)
+
+    def run(seed):
+        ids, vals = seed
+        reset = np.zeros(M + Ne)
+        reset[ids] = vals
+        pr = np.asarray(G.personalized_pagerank(damping=damping, reset=reset.tolist()))
+        return K.readout_topk(idx.pmap, np.arange(M), pr[:M], 20)
+    return run
+
+
+def case_retrieve_core(inp, out):
+    from .retriever import EviReform, EviReformConfig
+    r = inp.real("musique")
+    if r is None:
+        return
+    idx, _, emb, questions = r
+    qs = questions[:20]
+    H_q = emb.encode(qs)
+    retr = EviReform(idx, EviReformConfig(), embedder=emb)
+    # the embedder's outputs are given: residual queries are embedded once, beforehand
+    res0 = retr.retrieve_many(qs, 20)
+    cache = {}
+    rq = sorted({q for res in res0 for q in res.trace.residual_queries})
+    for q, h in zip(rq, emb.encode(rq) if rq else []):
+        cache[q] = h
+
+    def given(texts):
+        return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, emb.dim), np.float32)
+
+    def ours():
+        for q, h in zip(qs, H_q):
+            retr.retrieve_embedded(q, h, 20, residual_embed=given)
+
+    ppr = _ppr_peer(idx, None)
+    seeds = []
+    for h in H_q:
+        i, s = idx.search(h, 4)
+        seeds.append((i, s / s.sum()))
+
+    def peer():
+        for h, sd in zip(H_q, seeds):
+            idx.search(h, 100)
+            ppr(sd)
+
+    rep = 2 if inp.quick else 5
+    t_o = _median_time(ours, rep) / len(qs)
+    t_p = _median_time(peer, rep) / len(qs)
+    same = all(a.ids == b.ids for a, b in zip(res0, [retr.retrieve_embedded(q, h, 20, given)
+                                                     for q, h in zip(qs, H_q)]))
+    out["retrieve_core/musique vs igraph PPR"] = {
+        "size": f"{idx.n_props:,} propositions, {idx.n_entities:,} entities, 20 questions",
+        "ours_s": t_o, "peer_s": t_p, "peer": "search + igraph personalized_pagerank",
+        "speedup": t_p / t_o, "agree": bool(same),
+        "note": "agree = ours with given embeddings equals retrieve_many"}
+
+
+def case_build(inp, out):
+    from .corpus import load_corpus
+    from .extract import HeuristicExtractor
+    from .kernels import EntityGraph
+    from .entities import canonical_entity
+    if inp.data is None:
+        return
+    f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json"
+    if not f.is_file():
+        return
+    passages = load_corpus(f)
+    if inp.quick:
+        passages = passages[:1000]
+    ex = HeuristicExtractor()
+
+    def build():
+        ent = {}
+        rows = []
+        for p in passages:
+            for pr in ex.extract(p):
+                rows.append([ent.setdefault(c, len(ent)) for c in
+                             (canonical_entity(m) for m in pr.entities) if c])
+        return EntityGraph.from_lists(rows, n_entities=len(ent))
+
+    t = _median_time(build, 1 if inp.quick else 3)
+    out["build/2wiki extraction+incidence+degrees"] = {
+        "size": f"{len(passages):,} passages", "ours_s": t, "peer_s": None, "peer": None,
+        "speedup": None, "agree": True, "s_per_1000_passages": t / len(passages) * 1000}
+
+
+def case_limit(inp, out):
+    M = 200_000 if inp.quick else 1_000_000
+    H = _embeddings(inp, M)
+    q = H[7].copy()
+    dst = np.empty_like(H)
+    t_scan = _median_time(lambda: K.cosine_topk(H, q, 100), 5)
+    t_copy = _median_time(lambda: np.copyto(dst, H), 5)
+    nbytes = H.nbytes
+    out["limit/exact scan vs memory copy"] = {
+        "size": f"{nbytes / 2**20:.0f} MiB ({M:,} x 384 float32)", "ours_s": t_scan,
+        "peer_s": t_copy, "peer": "np.copyto of the same bytes", "speedup": t_copy / t_scan,
+        "agree": True, "scan_gb_s": nbytes / t_scan / 1e9, "copy_gb_s": nbytes / t_copy / 1e9}
+
+
+CASES = [case_propagate, case_propagate_batch, case_readout, case_cosine, case_hnsw,
+         case_retrieve_core, case_build, case_limit]
+
+
+def run(quick: bool = False, data=None, log=print) -> dict:
+    data = Path(data) if data else None
+    inp = _Inputs(quick, data, log)
+    cases: dict = {}
+    for fn in CASES:
+        t = time.perf_counter()
+        fn(inp, cases)
+        log(f"  {fn.__name__[5:]} done in {time.perf_counter() - t:.1f}s")
+    return {"machine": machine(), "quick": quick, "cases": cases}
+
+
+def table(report: dict) -> str:
+    rows = [("case", "size", "ours", "peer", "ratio", "agree")]
+    for name, c in report["cases"].items():
+        fmt = lambda s: "-" if s is None else (f"{s * 1e6:.1f} us" if s < 1e-3 else  # noqa: E731
+                                              f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s")
+        ratio = "-" if c.get("speedup") is None else f"{c['speedup']:.1f}x"
+        rows.append((name, c["size"], fmt(c["ours_s"]), fmt(c.get("peer_s")), ratio,
+                     "yes" if c["agree"] else "NO"))
+    w = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines = ["  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def check(report: dict) -> list[str]:
+    """Floors that a measured speedup falls under, and pairs that disagree."""
+    bad = []
+    for name, floor in FLOORS.items():
+        c = report["cases"].get(name)
+        if c is not None and c["speedup"] is not None and c["speedup"] < floor:
+            bad.append(f"{name}: speedup {c['speedup']:.2f} < floor {floor}")
+    for name, c in report["cases"].items():
+        if not c["agree"]:
+            bad.append(f"{name}: ours and the peer disagree")
+    return bad
