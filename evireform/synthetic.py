@@ -44,15 +44,21 @@ def synthetic_passages(rng, M: int, props_per_passage: float = 3.5) -> PassageMa
 
 
 def clustered_embeddings(rng, M: int, d: int = 384, n_clusters: int = 2048,
-                         spread: float = 0.6, chunk: int = 65536) -> np.ndarray:
-    """float32 unit rows: a random centre plus Gaussian noise, normalised."""
+                         spread: float = 1.0, intrinsic: int = 32,
+                         chunk: int = 65536) -> np.ndarray:
+    """float32 unit rows: a random centre plus Gaussian noise in an ``intrinsic``-dimensional
+    subspace, normalised (sentence embeddings have a low intrinsic dimension; isotropic noise
+    in all 384 dimensions would make every neighbour search look like a worst case)."""
     C = rng.standard_normal((n_clusters, d)).astype(np.float32)
     C /= np.linalg.norm(C, axis=1, keepdims=True)
+    basis = rng.standard_normal((intrinsic, d)).astype(np.float32) / np.float32(np.sqrt(d))
     H = np.empty((M, d), dtype=np.float32)
     for lo in range(0, M, chunk):
         hi = min(M, lo + chunk)
         X = C[rng.integers(0, n_clusters, hi - lo)]
-        X += rng.standard_normal((hi - lo, d)).astype(np.float32) * (spread / np.sqrt(d))
+        # basis rows have norm ~1, so the noise has norm ~spread
+        X += (rng.standard_normal((hi - lo, intrinsic)).astype(np.float32) @ basis) \
+            * (spread / np.sqrt(intrinsic))
         X /= np.linalg.norm(X, axis=1, keepdims=True)
         H[lo:hi] = X
     return H

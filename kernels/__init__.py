@@ -68,10 +68,21 @@ def cosine_scores(H, Q, *, backend: str = "auto") -> np.ndarray:
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
     resolve(backend)
-    S = np.empty((Q.shape[0], H.shape[0]), dtype=np.float32)
+    Qp = _pad4(Q)
+    S = np.empty((Qp.shape[0], H.shape[0]), dtype=np.float32)
     if S.size:
-        _kernels().dot_scores(H, 0, H.shape[0], Q, S)
-    return S
+        _kernels().dot_scores(H, 0, H.shape[0], Qp, S)
+    return S[:Q.shape[0]]
+
+
+def _pad4(Q: np.ndarray) -> np.ndarray:
+    """Queries padded with zero rows to a multiple of 4 (the scoring kernel's group size)."""
+    B = Q.shape[0]
+    if B % 4 == 0:
+        return Q
+    out = np.zeros((B + 4 - B % 4, Q.shape[1]), dtype=np.float32)
+    out[:B] = Q
+    return out
 
 
 def cosine_topk(H, q, k: int, *, backend: str = "auto"):
@@ -89,8 +100,8 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    scores = np.empty((1, M), dtype=np.float32)
-    _kernels().dot_scores(H, 0, M, q[None, :], scores)
+    scores = np.empty((4, M), dtype=np.float32)
+    _kernels().dot_scores(H, 0, M, _pad4(q[None, :]), scores)
     scores = scores[0]
     n_chunks = max(1, min(4 * _n_threads(), M // config.TOPK_MIN_CHUNK))
     ids, vals, n = _kernels().topk_positive(scores, min(k, M), n_chunks)
@@ -116,11 +127,12 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
         return heap_i, heap_v
     cpu = _kernels()
     step = config.BATCH_BLOCK_ROWS
-    S = np.empty((B, min(step, M)), dtype=np.float32)
+    Qp = _pad4(Q)
+    S = np.empty((Qp.shape[0], min(step, M)), dtype=np.float32)
     for r0 in range(0, M, step):
         r1 = min(M, r0 + step)
-        cpu.dot_scores(H, r0, r1, Q, S)
-        cpu.topk_block_update(S[:, :r1 - r0], r0, k, heap_v, heap_i, heap_n)
+        cpu.dot_scores(H, r0, r1, Qp, S)
+        cpu.topk_block_update(S[:B, :r1 - r0], r0, k, heap_v, heap_i, heap_n)
     cpu.heaps_finish(heap_v, heap_i, heap_n)
     return heap_i, heap_v
 
@@ -152,16 +164,27 @@ def _check_alpha(alpha) -> float:
     return alpha
 
 
+def _as1d(x, dtype) -> np.ndarray:
+    """x as a contiguous 1-d array of ``dtype``; no copy when it already is one."""
+    if type(x) is np.ndarray and x.dtype == dtype and x.ndim == 1 and x.flags.c_contiguous:
+        return x
+    return np.ascontiguousarray(np.asarray(x, dtype=dtype).ravel())
+
+
 def _check_seed(seed_ids, seed_vals, M: int):
-    ids = np.ascontiguousarray(np.asarray(seed_ids, dtype=np.int64).ravel())
-    vals = np.ascontiguousarray(np.asarray(seed_vals, dtype=np.float64).ravel())
+    ids = _as1d(seed_ids, np.int64)
+    vals = _as1d(seed_vals, np.float64)
     if ids.shape != vals.shape:
         raise ValueError(f"seed ids and values differ in length: {len(ids)} vs {len(vals)}")
-    if len(ids) and (ids.min() < 0 or ids.max() >= M):
-        raise ValueError(f"seed ids must lie in [0, {M}); got [{ids.min()}, {ids.max()}]")
-    if not np.all(np.isfinite(vals)):
-        raise ValueError("seed values contain NaN or inf")
     return ids, vals
+
+
+def _seed_error(code: int, M: int, what: str = "seed"):
+    """Raise for a status returned by a kernel's input check (0 = fine)."""
+    if code == 1:
+        raise ValueError(f"{what} ids must lie in [0, {M})")
+    if code == 2:
+        raise ValueError(f"{what} values contain NaN or inf")
 
 
 def _check_indptr(indptr, n: int, what: str) -> np.ndarray:
@@ -186,8 +209,11 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
     resolve(backend)
     g = graph
     ws = _WS.get("prop", g.n_props, g.n_entities)
-    return _kernels().propagate_one(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
-                                g.diag, g.inv_w, ids, vals, alpha, *ws)
+    ids, vals, code = _kernels().propagate_one(g.a_indptr, g.a_indices, g.at_indptr,
+                                               g.at_indices, g.inv_deg, g.diag, g.inv_w, ids,
+                                               vals, alpha, *ws)
+    _seed_error(code, g.n_props)
+    return ids, vals
 
 
 def _concat_rows(rows):
@@ -202,6 +228,7 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
                     *, backend: str = "auto"):
     """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
     ids, vals = _check_seed(seed_ids, seed_vals, graph.n_props)
+    _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
     indptr = _check_indptr(seed_indptr, len(ids), "seed")
     alpha = _check_alpha(alpha)
     resolve(backend)
@@ -220,12 +247,10 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
 
 # --------------------------------------------------------------------------- readout
 def _check_z(pmap: PassageMap, z_ids, z_vals):
-    ids = np.ascontiguousarray(np.asarray(z_ids, dtype=np.int64).ravel())
-    vals = np.ascontiguousarray(np.asarray(z_vals, dtype=np.float64).ravel())
+    ids = _as1d(z_ids, np.int64)
+    vals = _as1d(z_vals, np.float64)
     if ids.shape != vals.shape:
         raise ValueError(f"z ids and values differ in length: {len(ids)} vs {len(vals)}")
-    if len(ids) and (ids.min() < 0 or ids.max() >= pmap.n_props):
-        raise ValueError(f"z ids must lie in [0, {pmap.n_props})")
     return ids, vals
 
 
@@ -240,15 +265,19 @@ def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "aut
     k = min(_check_k(k), pmap.n_passages)
     resolve(backend)
     if k == 0:
+        _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     ws = _WS.get("read", pmap.n_passages, 0)
-    return _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, k, *ws)
+    pids, scores, code = _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, k, *ws)
+    _seed_error(code, pmap.n_props, "z")
+    return pids, scores
 
 
 def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
                        backend: str = "auto"):
     """Batched :func:`readout_topk` over z given as CSR rows; returns (batch, k') arrays."""
     ids, vals = _check_z(pmap, z_ids, z_vals)
+    _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
     indptr = _check_indptr(z_indptr, len(ids), "z")
     k = min(_check_k(k), pmap.n_passages)
     resolve(backend)

@@ -77,20 +77,34 @@ def _heap_sort(vals, ids, n):
 # --------------------------------------------------------------------------- cosine top-k
 @njit(parallel=True, cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract"})
 def dot_scores(H, r0, r1, Q, S):
-    """S[b, r - r0] = H[r] . Q[b] for rows r0 <= r < r1.
+    """S[b, r - r0] = H[r] . Q[b] for rows r0 <= r < r1; Q has a multiple of 4 rows.
 
-    Every dot product is computed by the same loop whatever the batch size, so a query's
+    Queries are processed four at a time (each row of H is loaded once per group of four)
+    and every dot product is computed by the same loop whatever the batch size, so a query's
     scores are bitwise identical alone or in a batch (BLAS gives no such guarantee).
     """
     B, d = Q.shape
     for r in prange(r0, r1):
         h = H[r]
-        for b in range(B):
-            q = Q[b]
-            acc = np.float32(0.0)
+        for b in range(0, B, 4):
+            q0 = Q[b]
+            q1 = Q[b + 1]
+            q2 = Q[b + 2]
+            q3 = Q[b + 3]
+            a0 = np.float32(0.0)
+            a1 = np.float32(0.0)
+            a2 = np.float32(0.0)
+            a3 = np.float32(0.0)
             for t in range(d):
-                acc += h[t] * q[t]
-            S[b, r - r0] = acc
+                x = h[t]
+                a0 += x * q0[t]
+                a1 += x * q1[t]
+                a2 += x * q2[t]
+                a3 += x * q3[t]
+            S[b, r - r0] = a0
+            S[b + 1, r - r0] = a1
+            S[b + 2, r - r0] = a2
+            S[b + 3, r - r0] = a3
 
 
 @njit(parallel=True, **_JIT)
@@ -151,6 +165,17 @@ def heaps_finish(heap_v, heap_i, heap_n):
 
 
 # --------------------------------------------------------------------------- propagation
+@njit(**_JIT)
+def check_seed(ids, vals, M):
+    """0 when every id lies in [0, M) and every value is finite; 1 bad id; 2 bad value."""
+    for t in range(ids.shape[0]):
+        if ids[t] < 0 or ids[t] >= M:
+            return 1
+        if not np.isfinite(vals[t]):
+            return 2
+    return 0
+
+
 @njit(**_JIT)
 def _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
                     seed_ids, seed_vals, alpha, acc, sbuf, mark, yent, emark,
@@ -215,6 +240,9 @@ def _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, i
 @njit(**_JIT)
 def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
                   seed_ids, seed_vals, alpha, acc, sbuf, mark, yent, emark, touched, ents):
+    code = check_seed(seed_ids, seed_vals, a_indptr.shape[0] - 1)
+    if code != 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64), code
     n = _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
                         seed_ids, seed_vals, alpha, acc, sbuf, mark, yent, emark, touched, ents)
     ids = touched[:n].copy()
@@ -222,7 +250,7 @@ def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv
     for t in range(n):
         vals[t] = acc[ids[t]]
         acc[ids[t]] = 0.0
-    return ids, vals
+    return ids, vals, 0
 
 
 @njit(parallel=True, **_JIT)
@@ -320,10 +348,13 @@ def _readout_into(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_
 
 @njit(**_JIT)
 def readout_one(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched):
+    code = check_seed(z_ids, z_vals, owner.shape[0])
+    if code != 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64), code
     out_i = np.empty(k, dtype=np.int64)
     out_v = np.empty(k, dtype=np.float64)
     n = _readout_into(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_i, out_v)
-    return out_i[:n], out_v[:n]
+    return out_i[:n], out_v[:n], 0
 
 
 @njit(parallel=True, **_JIT)
