@@ -10,13 +10,13 @@ DATA   ?= ../shared/data
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test bench setup clean
+.PHONY: demo test bench bench-quick bench-pytest setup clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[embed,test]'
+	$(PY) -m pip install -q -e '.[embed,test,bench]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -28,6 +28,12 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) -m evireform bench --json bench.json
+
+bench-quick: $(STAMP)
+	$(PY) -m evireform bench --quick
+
+bench-pytest: $(STAMP)
 	$(PY) -m pytest -q benchmarks --benchmark-only
 
 clean:

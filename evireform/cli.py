@@ -53,7 +53,8 @@ def _data_dir(arg) -> Path:
 
 def _cmd_eval(args) -> int:
     from .embed import get_embedder
-    from .evaluate import DATASETS, format_table, markdown_table, parse_methods, run_eval
+    from .evaluate import (DATASETS, format_bootstrap, format_table, markdown_table,
+                           parse_methods, run_eval)
 
     methods = parse_methods(args.methods)
     if args.dataset:
@@ -80,6 +81,8 @@ def _cmd_eval(args) -> int:
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n)
     print(markdown_table(report) if args.markdown else format_table(report))
+    if report.get("bootstrap"):
+        print(format_bootstrap(report))
     if args.json:
         out = {k: v for k, v in report.items() if not k.startswith("_")}
         Path(args.json).write_text(json.dumps(out, indent=1))
@@ -157,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "../shared/data")
     ev.add_argument("--questions", help="questions file (MuSiQue or HotpotQA format)")
     ev.add_argument("--corpus", help="corpus file")
-    ev.add_argument("--methods", default="dense,evireform,reform_only,prop_only,base",
+    ev.add_argument("--methods", default="dense,bm25,dense_prop,hipporag_ppr,evireform,"
+                                         "reform_only,prop_only,base",
                     help="comma-separated methods or 'all'")
     ev.add_argument("--embedder", default="all-MiniLM-L6-v2")
     ev.add_argument("-n", type=int, default=None, help="only the first N questions")

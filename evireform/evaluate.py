@@ -114,6 +114,9 @@ def dense_rankings(P: np.ndarray, Q: np.ndarray, k: int) -> list[list[int]]:
 #: the methods ``evireform eval`` knows, as (description, config overrides); None = dense
 METHODS: dict[str, tuple[str, dict | None]] = {
     "dense": ("dense passage retrieval, same embedder (title + newline + text)", None),
+    "bm25": ("BM25 (bm25s) over title + newline + text", None),
+    "dense_prop": ("dense proposition retrieval read out to passages", None),
+    "hipporag_ppr": ("HippoRAG-style personalised PageRank over the passage-entity graph", None),
     "evireform": ("EviReform, LLM-free roles, paper defaults", {}),
     "full": ("2x2 cell: reformulation + propagation (= evireform)", {}),
     "reform_only": ("2x2 cell: reformulation, no propagation",
@@ -189,12 +192,26 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
     rankings: dict[str, list[list[int]]] = {}
     traces: dict[str, list] = {}
     by_cfg: dict = {}
+    Q = None
+    P = None
     for m in methods:
         desc, over = METHODS[m]
         if over is None:
-            P = dense_passage_embeddings(corpus_path, idx.passages, embedder, cache_dir,
-                                         show_progress)
-            rankings[m] = dense_rankings(P, embedder.encode([q.question for q in qs]), kmax)
+            from . import baselines
+            if Q is None:
+                Q = embedder.encode([q.question for q in qs])
+                P = dense_passage_embeddings(corpus_path, idx.passages, embedder, cache_dir,
+                                             show_progress)
+            if m == "dense":
+                rankings[m] = dense_rankings(P, Q, kmax)
+            elif m == "bm25":
+                rankings[m] = baselines.bm25_rankings(passage_texts(idx.passages),
+                                                      [q.question for q in qs], kmax)
+            elif m == "dense_prop":
+                rankings[m] = baselines.dense_prop_rankings(idx, Q, dense_rankings(P, Q, kmax),
+                                                            kmax)
+            elif m == "hipporag_ppr":
+                rankings[m] = baselines.ppr_rankings(idx, Q, P, kmax)
             continue
         over = dict(over)
         sel_n = over.pop("_selector_n", selector_n or None)
@@ -216,10 +233,46 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
         "selector_n": selector_n or None,
         "methods": {m: metrics(rankings[m], qs) for m in methods},
     }
+    if "evireform" in rankings and len(rankings) > 1:
+        report["bootstrap"] = bootstrap_vs_strongest(rankings, qs, report["dataset"])
     report["_rankings"] = rankings
     report["_questions"] = qs
     report["_traces"] = traces
     return report
+
+
+#: methods that are EviReform itself (or its settings), not "other methods" for the CIs
+_SELF = {"evireform", "full", "evireform_dense_fill", "evireform_3rounds"}
+
+
+def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
+    """For every metric: EviReform minus the strongest other method on that metric, with a
+    paired bootstrap 95% interval (10,000 resamples, base seed 202707)."""
+    from .stats import BASE_SEED, paired_bootstrap, seed_offset
+    per = {m: per_question(r, qs, ks) for m, r in rankings.items()}
+    out = {}
+    for metric in per["evireform"]:
+        others = {m: v[metric].mean() for m, v in per.items() if m not in _SELF}
+        if not others:
+            continue
+        best = max(others, key=lambda m: (others[m], m))
+        res = paired_bootstrap(per["evireform"][metric], per[best][metric],
+                               seed=BASE_SEED + seed_offset(dataset, metric))
+        res["vs"] = best
+        out[metric] = res
+    return out
+
+
+def format_bootstrap(report: dict) -> str:
+    bs = report.get("bootstrap")
+    if not bs:
+        return ""
+    lines = ["EviReform minus the strongest other method, paired bootstrap 95% CI "
+             "(10,000 resamples, base seed 202707):"]
+    for metric, r in bs.items():
+        lines.append(f"  {metric:<10} vs {r['vs']:<16} {r['diff']:+7.2f}  "
+                     f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}]")
+    return "\n".join(lines)
 
 
 def format_table(report: dict, ks=KS) -> str:

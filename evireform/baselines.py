@@ -1,0 +1,117 @@
+"""Baseline retrievers on the same corpus, embedder and evaluation code.
+
+* :func:`bm25_rankings` - BM25 (``bm25s``, English stopwords) over ``title + newline + text``;
+* dense passage retrieval lives in :mod:`evireform.evaluate`;
+* :func:`dense_prop_rankings` - dense proposition retrieval read out to passages: passages in
+  the order of their best proposition among the question's top 200 (then the dense passage
+  order fills the tail);
+* :func:`ppr_rankings` - a HippoRAG-style graph retriever: personalised PageRank over the
+  passage-entity graph.  Seeding: the entities of the question's top 5 propositions get reset
+  mass proportional to those propositions' similarities (split evenly over each
+  proposition's entities), and every passage node gets 0.05 x its dense passage similarity
+  (HippoRAG 2's passage-node weight); damping 0.5 (HippoRAG's setting); power iteration
+  until the L1 change is below 1e-8 or 100 steps.  Passages rank by their PPR mass.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from .index import PropositionIndex
+
+
+def bm25_rankings(passage_texts: Sequence[str], questions: Sequence[str], k: int) -> list[list[int]]:
+    try:
+        import bm25s
+    except ImportError as exc:
+        raise ImportError("the BM25 baseline needs bm25s: pip install 'evireform[eval]'") from exc
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(list(passage_texts), stopwords="en", show_progress=False),
+                    show_progress=False)
+    k = min(k, len(passage_texts))
+    docs, _ = retriever.retrieve(bm25s.tokenize(list(questions), stopwords="en",
+                                                show_progress=False), k=k, show_progress=False,
+                                 n_threads=1)
+    return [[int(j) for j in row] for row in docs]
+
+
+def _fill(order: list[int], tail: Sequence[int], k: int) -> list[int]:
+    seen = set(order)
+    for j in tail:
+        if len(order) >= k:
+            break
+        if j not in seen:
+            seen.add(j)
+            order.append(int(j))
+    return order[:k]
+
+
+def dense_prop_rankings(idx: PropositionIndex, Q: np.ndarray, dense_tail: Sequence[Sequence[int]],
+                        k: int, n_props: int = 200) -> list[list[int]]:
+    ids, _ = idx.search_batch(Q, n_props)
+    out = []
+    for row, tail in zip(ids, dense_tail):
+        order: list[int] = []
+        for i in row[row >= 0]:
+            j = int(idx.owner[i])
+            if j not in order:
+                order.append(j)
+                if len(order) >= k:
+                    break
+        out.append(_fill(order, tail, k))
+    return out
+
+
+class PPRRetriever:
+    """Personalised PageRank over the passage-entity graph (see the module docstring)."""
+
+    def __init__(self, idx: PropositionIndex, damping: float = 0.5, n_seed_props: int = 5,
+                 passage_weight: float = 0.05, tol: float = 1e-8, max_iter: int = 100):
+        self.idx, self.damping = idx, damping
+        self.n_seed_props, self.passage_weight = n_seed_props, passage_weight
+        self.tol, self.max_iter = tol, max_iter
+        g = idx.graph
+        M, N, Ne = idx.n_props, idx.n_passages, idx.n_entities
+        rows = np.repeat(np.arange(M), np.diff(g.a_indptr))
+        C = sp.csr_matrix((np.ones(len(rows)), (idx.owner[rows], g.a_indices)), shape=(N, Ne))
+        C.data[:] = 1.0  # passage-entity edges, unweighted
+        adj = sp.bmat([[None, C], [C.T, None]], format="csr")
+        deg = np.asarray(adj.sum(axis=1)).ravel()
+        inv = np.zeros_like(deg)
+        inv[deg > 0] = 1.0 / deg[deg > 0]
+        self.PT = (sp.diags(inv) @ adj).T.tocsr()  # column-stochastic transpose
+        self.N = N
+
+    def scores(self, prop_ids, prop_scores, passage_sims) -> np.ndarray:
+        g, N = self.idx.graph, self.N
+        reset = np.zeros(self.PT.shape[0])
+        for i, s in zip(prop_ids[: self.n_seed_props], prop_scores[: self.n_seed_props]):
+            ents = g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]
+            if len(ents):
+                reset[N + ents] += s / len(ents)
+        reset[:N] += self.passage_weight * np.maximum(passage_sims, 0)
+        if reset.sum() <= 0:
+            return np.zeros(N)
+        reset /= reset.sum()
+        p = reset.copy()
+        for _ in range(self.max_iter):
+            nxt = (1 - self.damping) * reset + self.damping * (self.PT @ p)
+            done = np.abs(nxt - p).sum() < self.tol
+            p = nxt
+            if done:
+                break
+        return p[:N]
+
+
+def ppr_rankings(idx: PropositionIndex, Q: np.ndarray, P: np.ndarray, k: int) -> list[list[int]]:
+    ppr = PPRRetriever(idx)
+    ids, sc = idx.search_batch(Q, ppr.n_seed_props)
+    out = []
+    for b in range(len(Q)):
+        keep = ids[b] >= 0
+        s = ppr.scores(ids[b][keep], sc[b][keep], P @ Q[b])
+        order = np.lexsort((np.arange(len(s)), -s))[:k]
+        out.append([int(j) for j in order])
+    return out

@@ -1,0 +1,31 @@
+"""The bench command's bookkeeping (timings themselves are never asserted)."""
+import numpy as np
+
+from evireform import bench
+from evireform.synthetic import clustered_embeddings, synthetic_graph, synthetic_passages
+
+
+def _report(speedup, agree=True):
+    name = next(iter(bench.FLOORS))
+    return {"machine": {}, "cases": {name: {"size": "s", "ours_s": 1e-3, "peer_s": speedup * 1e-3,
+                                            "speedup": speedup, "agree": agree}}}
+
+
+def test_check_floors_and_agreement():
+    name, floor = next(iter(bench.FLOORS.items()))
+    assert bench.check(_report(floor * 2)) == []
+    assert "floor" in bench.check(_report(floor / 2))[0]
+    assert "disagree" in bench.check(_report(floor * 2, agree=False))[0]
+    assert name in bench.table(_report(floor * 2))
+
+
+def test_synthetic_shapes():
+    rng = np.random.default_rng(0)
+    g = synthetic_graph(rng, 5000)
+    deg = np.diff(g.at_indptr)
+    assert g.n_props == 5000 and deg.max() <= 250 and (deg == 1).mean() > 0.5
+    assert abs(g.nnz / 5000 - 4.7) < 0.3
+    pm = synthetic_passages(rng, 5000)
+    assert pm.n_passages == int(5000 / 3.5)
+    H = clustered_embeddings(rng, 300, d=32, n_clusters=8, intrinsic=4)
+    np.testing.assert_allclose(np.linalg.norm(H, axis=1), 1, rtol=1e-5)
