@@ -90,6 +90,49 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_analyze(args) -> int:
+    from . import analyses
+    from .embed import get_embedder
+    from .evaluate import DATASETS, run_eval
+
+    qrel, crel = DATASETS[args.dataset]
+    data = _data_dir(args.data)
+    qpath, cpath = data / qrel, data / crel
+    emb = get_embedder(args.embedder)
+    show = not args.quiet
+    if args.kind == "ablation":
+        rep = run_eval(qpath, cpath, ["evireform", "reform_only", "prop_only", "base",
+                                      "repeat_question", "residual_only"], embedder=emb,
+                       dataset=args.dataset, show_progress=show, n=args.n)
+        print(analyses.run_ablation(rep))
+    elif args.kind == "coverage":
+        rep = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
+                       show_progress=show, n=args.n)
+        from .cache import cached_index
+        idx, _, _ = cached_index(cpath, emb, show_progress=False)
+        print(analyses.coverage_table(rep, idx.owner))
+    elif args.kind == "types":
+        rep = run_eval(qpath, cpath, ["dense", "hipporag_ppr", "evireform"], embedder=emb,
+                       dataset=args.dataset, show_progress=show, n=args.n)
+        print(analyses.types_table(rep))
+    elif args.kind == "sensitivity":
+        from .retriever import EviReformConfig
+
+        def one(**over):
+            r = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
+                         show_progress=False, config=EviReformConfig(**over), n=args.n)
+            return r["methods"]["evireform"]
+        res = analyses.sensitivity(one)
+        print("| parameter | value | R@5 | C@5 |\n|---|---:|---:|---:|")
+        for p_, vals in res.items():
+            for v, m in vals.items():
+                print(f"| {p_} | {v} | {m['recall@5']:.2f} | {m['chain@5']:.2f} |")
+    elif args.kind == "growth":
+        from .growth import index_growth
+        index_growth(data, emb, out_png=args.png, n_steps=args.steps, n=args.n, show=show)
+    return 0
+
+
 def _cmd_query(args) -> int:
     from .embed import get_embedder
     from .index import PropositionIndex
@@ -180,6 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("-k", type=int, default=10)
     qu.add_argument("--json", action="store_true")
     qu.set_defaults(func=_cmd_query)
+
+    an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
+    an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth"))
+    an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
+    an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
+    an.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    an.add_argument("-n", type=int, default=None, help="only the first N questions")
+    an.add_argument("--png", default="docs/index_growth.png",
+                    help="growth: where to write the plot")
+    an.add_argument("--steps", type=int, default=4, help="growth: number of steps")
+    an.add_argument("--quiet", action="store_true")
+    an.set_defaults(func=_cmd_analyze)
 
     be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
     be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")

@@ -450,3 +450,25 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
+    """The index restricted to the passages ``keep_passages`` (positions, kept in stored
+    order): their propositions, embeddings and entity mentions; degrees are recomputed, so
+    the result equals an index built from those passages alone."""
+    keep = np.zeros(idx.n_passages, dtype=bool)
+    keep[np.asarray(list(keep_passages), dtype=np.int64)] = True
+    new_pos = np.cumsum(keep) - 1
+    props = np.flatnonzero(keep[idx.owner])
+    g = idx.graph
+    rows = [g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]] for i in props]
+    used = np.unique(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+    remap = np.full(idx.n_entities, -1, dtype=np.int64)
+    remap[used] = np.arange(len(used))
+    graph = EntityGraph.from_lists([remap[r] for r in rows], n_entities=len(used))
+    passages = [p for p, k in zip(idx.passages, keep) if k]
+    pmap = PassageMap.from_owner(new_pos[idx.owner[props]], len(passages))
+    return PropositionIndex(passages=passages, prop_texts=[idx.prop_texts[i] for i in props],
+                            entity_names=[idx.entity_names[e] for e in used], graph=graph,
+                            pmap=pmap, embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
+                            embedder_name=idx.embedder_name, meta=dict(idx.meta))
