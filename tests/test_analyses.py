@@ -55,8 +55,9 @@ def test_subset_index_equals_direct_build(rng):
     direct = PropositionIndex.from_propositions([passages[j] for j in keep],
                                                 [props[i] for i in kept_props], H[kept_props], "e")
     # equal up to the numbering of entities (which follows mention order in a direct build)
-    for f in ("diag", "inv_w", "a_indptr"):
-        np.testing.assert_array_equal(getattr(sub.graph, f), getattr(direct.graph, f))
+    np.testing.assert_array_equal(sub.graph.a_indptr, direct.graph.a_indptr)
+    for f in ("diag", "inv_w"):  # sums in another entity order: equal to rounding
+        np.testing.assert_allclose(getattr(sub.graph, f), getattr(direct.graph, f), rtol=1e-12)
     np.testing.assert_array_equal(sub.owner, direct.owner)
     np.testing.assert_array_equal(sub.pmap.inv_sqrt, direct.pmap.inv_sqrt)
     np.testing.assert_array_equal(sub.embeddings, direct.embeddings)
