@@ -10,6 +10,12 @@ NUMBA_CACHE = True
 #: Parallel top-k splits the score vector into chunks of at least this many rows.
 TOPK_MIN_CHUNK = 16384
 
+#: How batched exact search computes scores: "invariant" (the compiled loop that gives every
+#: query bitwise the same scores alone or in any batch, so retrieve_many equals retrieve) or
+#: "blas" (numpy/BLAS sgemm: faster for large batches, but a query's scores may differ in the
+#: last bit with the batch it is in, which can reorder exact ties).
+BATCH_SCORING = "invariant"
+
 #: Batched exact search multiplies the queries with blocks of this many embedding rows, so the
 #: score block (batch x rows, float32) stays small however large the index is.
 BATCH_BLOCK_ROWS = 8192
@@ -31,7 +37,7 @@ HNSW_BUILD_THREADS = 1
 #: A row of W with a degree sum (w_i) below this counts as zero (pseudo-inverse).
 DEGREE_EPS = 1e-12
 
-#: Batched propagation/readout with at most this many rows runs the single-row kernels (which
-#: reuse a per-thread workspace) instead of the parallel batch kernels (which allocate
-#: index-sized scratch per thread and call).
+#: Batched search, propagation and readout with at most this many rows run the single-row
+#: kernels (fewer parallel launches; propagation and readout reuse a per-thread workspace
+#: instead of allocating index-sized scratch per call).  Results are the same either way.
 SMALL_BATCH = 4

@@ -1,0 +1,46 @@
+"""Regenerate the README's results from the commands that make them.
+
+Each block between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` in README.md is replaced
+by the output of its command below, so every figure in those blocks comes from a rerunnable
+command.  Usage: ``python scripts/update_readme.py [name ...]`` (default: all blocks).
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EV = [sys.executable, "-m", "evireform"]
+BLOCKS = {
+    "eval-hotpotqa": EV + ["eval", "--dataset", "hotpotqa", "--methods", "all", "--markdown", "--quiet"],
+    "eval-musique": EV + ["eval", "--dataset", "musique", "--methods", "all", "--markdown", "--quiet"],
+    "ablation-hotpotqa": EV + ["analyze", "ablation", "--dataset", "hotpotqa", "--quiet"],
+    "ablation-musique": EV + ["analyze", "ablation", "--dataset", "musique", "--quiet"],
+    "coverage-hotpotqa": EV + ["analyze", "coverage", "--dataset", "hotpotqa", "--quiet"],
+    "coverage-musique": EV + ["analyze", "coverage", "--dataset", "musique", "--quiet"],
+    "types-hotpotqa": EV + ["analyze", "types", "--dataset", "hotpotqa", "--quiet"],
+    "types-musique": EV + ["analyze", "types", "--dataset", "musique", "--quiet"],
+    "sensitivity-hotpotqa": EV + ["analyze", "sensitivity", "--dataset", "hotpotqa", "--quiet"],
+    "sensitivity-musique": EV + ["analyze", "sensitivity", "--dataset", "musique", "--quiet"],
+    "growth": EV + ["analyze", "growth", "--png", "docs/index_growth.png", "--quiet"],
+}
+
+
+def main(names):
+    readme = (ROOT / "README.md").read_text()
+    for name in names or BLOCKS:
+        begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+        if begin not in readme:
+            print(f"skip {name}: no marker in README.md")
+            continue
+        print(f"running {name}: {' '.join(BLOCKS[name][2:])}", flush=True)
+        out = subprocess.run(BLOCKS[name], cwd=ROOT, capture_output=True, text=True, check=True)
+        body = "\n".join(l for l in out.stdout.splitlines() if not l.startswith("wrote "))
+        cmd = "evireform " + " ".join(BLOCKS[name][3:])
+        a, rest = readme.split(begin, 1)
+        _, b = rest.split(end, 1)
+        readme = f"{a}{begin}\n`{cmd}`\n\n{body.strip()}\n{end}{b}"
+    (ROOT / "README.md").write_text(readme)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
