@@ -290,20 +290,6 @@ def case_cosine(inp, out):
                 "size": f"M={M:,}, d=384, batch {B}, k={k}", "ours_s": t_o, "peer_s": t_n,
                 "peer": "numpy matmul + argpartition", "speedup": t_n / t_o,
                 "agree": agree >= 0.999, "overlap": agree}
-            if B > 1:
-                from .kernels import config as kc
-                kc.BATCH_SCORING = "blas"
-                try:
-                    t_b = _median_time(ours, rep)
-                    blas_ids = ours()[0]
-                finally:
-                    kc.BATCH_SCORING = "invariant"
-                agree_b = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(blas_ids, ref)]))
-                out[f"cosine_topk/{label} b{B} (blas scoring) vs numpy"] = {
-                    "size": f"M={M:,}, d=384, batch {B}, k={k}", "ours_s": t_b, "peer_s": t_n,
-                    "peer": "numpy matmul + argpartition", "speedup": t_n / t_b,
-                    "agree": agree_b >= 0.999, "overlap": agree_b,
-                    "note": "kernels.config.BATCH_SCORING = 'blas'"}
             if faiss is not None:
                 t_f = _median_time(lambda: fi.search(Qb, k), rep)
                 _, fid = fi.search(Qb, k)

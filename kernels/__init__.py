@@ -132,20 +132,13 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
             heap_i[b, :len(ids)] = ids
             heap_v[b, :len(ids)] = vals
         return heap_i, heap_v
-    if config.BATCH_SCORING not in ("invariant", "blas"):
-        raise ValueError(f"kernels.config.BATCH_SCORING must be 'invariant' or 'blas'; got "
-                         f"{config.BATCH_SCORING!r}")
-    blas = config.BATCH_SCORING == "blas"
     cpu = _kernels()
     step = config.BATCH_BLOCK_ROWS
     Qp = _pad4(Q)
     S = np.empty((Qp.shape[0], min(step, M)), dtype=np.float32)
     for r0 in range(0, M, step):
         r1 = min(M, r0 + step)
-        if blas:
-            np.matmul(Qp, H[r0:r1].T, out=S[:, :r1 - r0])
-        else:
-            cpu.dot_scores(H, r0, r1, Qp, S)
+        cpu.dot_scores(H, r0, r1, Qp, S)
         cpu.topk_block_update(S[:B, :r1 - r0], r0, k, heap_v, heap_i, heap_n)
     cpu.heaps_finish(heap_v, heap_i, heap_n)
     return heap_i, heap_v

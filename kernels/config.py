@@ -10,12 +10,6 @@ NUMBA_CACHE = True
 #: Parallel top-k splits the score vector into chunks of at least this many rows.
 TOPK_MIN_CHUNK = 16384
 
-#: How batched exact search computes scores: "invariant" (the compiled loop that gives every
-#: query bitwise the same scores alone or in any batch, so retrieve_many equals retrieve) or
-#: "blas" (numpy/BLAS sgemm: faster for large batches, but a query's scores may differ in the
-#: last bit with the batch it is in, which can reorder exact ties).
-BATCH_SCORING = "invariant"
-
 #: Batched exact search multiplies the queries with blocks of this many embedding rows, so the
 #: score block (batch x rows, float32) stays small however large the index is.
 BATCH_BLOCK_ROWS = 8192

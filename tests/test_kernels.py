@@ -275,15 +275,3 @@ def test_small_batches_use_single_kernels_with_same_results(rng):
         for b in range(B):
             oi, os_ = K.readout_topk(pm, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]], 7)
             np.testing.assert_array_equal(bi[b], oi)
-
-
-def test_blas_batch_scoring_option(rng, monkeypatch):
-    H = unit_rows(rng, 5000, 32)
-    Q = unit_rows(rng, 9, 32)
-    want, _ = R.cosine_topk_batch(H, Q, 20)
-    monkeypatch.setattr(K.config, "BATCH_SCORING", "blas")
-    got, _ = K.cosine_topk_batch(H, Q, 20)
-    np.testing.assert_array_equal(got, want)
-    monkeypatch.setattr(K.config, "BATCH_SCORING", "fast")
-    with pytest.raises(ValueError, match="BATCH_SCORING"):
-        K.cosine_topk_batch(H, Q, 20)
