@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[embed,test,bench]'
+	$(PY) -m pip install -q -e '.[embed,eval,test,bench]'
 	touch $(STAMP)
 
 setup: $(STAMP)

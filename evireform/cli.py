@@ -82,7 +82,8 @@ def _cmd_eval(args) -> int:
                       config=EviReformConfig(**overrides), selector_n=args.selector_n)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.get("bootstrap"):
-        print(format_bootstrap(report))
+        print()
+        print(format_bootstrap(report, markdown=args.markdown))
     if args.json:
         out = {k: v for k, v in report.items() if not k.startswith("_")}
         Path(args.json).write_text(json.dumps(out, indent=1))

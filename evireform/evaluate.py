@@ -263,12 +263,22 @@ def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
     return out
 
 
-def format_bootstrap(report: dict) -> str:
+def format_bootstrap(report: dict, markdown: bool = False, ks=(5, 10)) -> str:
+    """EviReform minus the strongest other method per metric, with the 95% interval."""
     bs = report.get("bootstrap")
     if not bs:
         return ""
-    lines = ["EviReform minus the strongest other method, paired bootstrap 95% CI "
-             "(10,000 resamples, base seed 202707):"]
+    title = ("EviReform minus the strongest other method per metric, paired bootstrap 95% CI "
+             "(10,000 resamples, base seed 202707):")
+    if markdown:
+        lines = [title, "", "| metric | strongest other | difference | 95% CI |",
+                 "|---|---|---:|---|"]
+        for metric, r in bs.items():
+            if int(metric.split("@")[1]) in ks and not metric.startswith("chain@1"):
+                lines.append(f"| {metric} | {r['vs']} | {r['diff']:+.2f} | "
+                             f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] |")
+        return "\n".join(lines)
+    lines = [title]
     for metric, r in bs.items():
         lines.append(f"  {metric:<10} vs {r['vs']:<16} {r['diff']:+7.2f}  "
                      f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}]")

@@ -22,7 +22,7 @@ EXACT_SEARCH_MAX = 200_000
 #: for k results uses ef = max(HNSW_EF_SEARCH, 2 k).
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
-HNSW_EF_SEARCH = 256
+HNSW_EF_SEARCH = 512
 HNSW_SEED = 100
 #: Threads used to insert into HNSW.  One thread makes the graph, and so its results, identical
 #: from one build to the next; more threads build faster but not reproducibly.
