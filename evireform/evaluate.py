@@ -241,18 +241,17 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
     return report
 
 
-#: methods that are EviReform itself (or its settings), not "other methods" for the CIs
-_SELF = {"evireform", "full", "evireform_dense_fill", "evireform_3rounds"}
-
-
 def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
     """For every metric: EviReform minus the strongest other method on that metric, with a
-    paired bootstrap 95% interval (10,000 resamples, base seed 202707)."""
+    paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
+    the baselines (dense, bm25, dense_prop, hipporag_ppr), not EviReform's own ablation cells,
+    controls or variants, which `evireform analyze ablation` contrasts."""
     from .stats import BASE_SEED, paired_bootstrap, seed_offset
     per = {m: per_question(r, qs, ks) for m, r in rankings.items()}
     out = {}
     for metric in per["evireform"]:
-        others = {m: v[metric].mean() for m, v in per.items() if m not in _SELF}
+        others = {m: v[metric].mean() for m, v in per.items()
+                  if m in METHODS and METHODS[m][1] is None}
         if not others:
             continue
         best = max(others, key=lambda m: (others[m], m))
@@ -274,7 +273,7 @@ def format_bootstrap(report: dict, markdown: bool = False, ks=(5, 10)) -> str:
         lines = [title, "", "| metric | strongest other | difference | 95% CI |",
                  "|---|---|---:|---|"]
         for metric, r in bs.items():
-            if int(metric.split("@")[1]) in ks and not metric.startswith("chain@1"):
+            if int(metric.split("@")[1]) in ks:
                 lines.append(f"| {metric} | {r['vs']} | {r['diff']:+.2f} | "
                              f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] |")
         return "\n".join(lines)
