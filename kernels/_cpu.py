@@ -253,57 +253,61 @@ def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv
     return ids, vals, 0
 
 
+@njit(**_JIT)
+def _propagate_range(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
+                     seed_indptr, seed_ids, seed_vals, alpha, b0, b1, counts, offsets,
+                     out_ids, out_vals):
+    """Seeds b0 <= b < b1 with scratch of their own: record each row's size in ``counts``,
+    or, when ``offsets`` is non-empty, write the rows at those offsets."""
+    M = a_indptr.shape[0] - 1
+    Ne = at_indptr.shape[0] - 1
+    acc = np.zeros(M, dtype=np.float64)
+    sbuf = np.zeros(M, dtype=np.float64)
+    mark = np.zeros(M, dtype=np.bool_)
+    yent = np.zeros(Ne, dtype=np.float64)
+    emark = np.zeros(Ne, dtype=np.bool_)
+    touched = np.empty(M, dtype=np.int64)
+    ents = np.empty(Ne, dtype=np.int64)
+    write = offsets.shape[0] > 0
+    for b in range(b0, b1):
+        lo, hi = seed_indptr[b], seed_indptr[b + 1]
+        n = _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
+                            seed_ids[lo:hi], seed_vals[lo:hi], alpha, acc, sbuf, mark, yent,
+                            emark, touched, ents)
+        counts[b] = n
+        for t in range(n):
+            j = touched[t]
+            if write:
+                out_ids[offsets[b] + t] = j
+                out_vals[offsets[b] + t] = acc[j]
+            acc[j] = 0.0
+
+
 @njit(parallel=True, **_JIT)
 def propagate_many(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
                    seed_indptr, seed_ids, seed_vals, alpha, n_chunks):
-    """Batched propagation; returns z as CSR (indptr, ids, vals), one row per seed."""
-    M = a_indptr.shape[0] - 1
-    Ne = at_indptr.shape[0] - 1
+    """Batched propagation; returns z as CSR (indptr, ids, vals), one row per seed.
+
+    Two passes over the seeds (row sizes, then values), each thread owning a range of rows.
+    """
     B = seed_indptr.shape[0] - 1
     counts = np.zeros(B, dtype=np.int64)
     step = (B + n_chunks - 1) // n_chunks
-    # pass 1: sizes
+    none_i = np.zeros(0, dtype=np.int64)
+    none_v = np.zeros(0, dtype=np.float64)
     for c in prange(n_chunks):
-        acc = np.zeros(M, dtype=np.float64)
-        sbuf = np.zeros(M, dtype=np.float64)
-        mark = np.zeros(M, dtype=np.bool_)
-        yent = np.zeros(Ne, dtype=np.float64)
-        emark = np.zeros(Ne, dtype=np.bool_)
-        touched = np.empty(M, dtype=np.int64)
-        ents = np.empty(Ne, dtype=np.int64)
-        for b in range(c * step, min(B, (c + 1) * step)):
-            lo, hi = seed_indptr[b], seed_indptr[b + 1]
-            n = _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag,
-                                inv_w, seed_ids[lo:hi], seed_vals[lo:hi], alpha, acc, sbuf,
-                                mark, yent, emark, touched, ents)
-            for t in range(n):
-                acc[touched[t]] = 0.0
-            counts[b] = n
+        _propagate_range(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
+                         seed_indptr, seed_ids, seed_vals, alpha, c * step,
+                         min(B, (c + 1) * step), counts, none_i, none_i, none_v)
     indptr = np.zeros(B + 1, dtype=np.int64)
     for b in range(B):
         indptr[b + 1] = indptr[b] + counts[b]
     out_ids = np.empty(indptr[B], dtype=np.int64)
     out_vals = np.empty(indptr[B], dtype=np.float64)
-    # pass 2: values
     for c in prange(n_chunks):
-        acc = np.zeros(M, dtype=np.float64)
-        sbuf = np.zeros(M, dtype=np.float64)
-        mark = np.zeros(M, dtype=np.bool_)
-        yent = np.zeros(Ne, dtype=np.float64)
-        emark = np.zeros(Ne, dtype=np.bool_)
-        touched = np.empty(M, dtype=np.int64)
-        ents = np.empty(Ne, dtype=np.int64)
-        for b in range(c * step, min(B, (c + 1) * step)):
-            lo, hi = seed_indptr[b], seed_indptr[b + 1]
-            n = _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag,
-                                inv_w, seed_ids[lo:hi], seed_vals[lo:hi], alpha, acc, sbuf,
-                                mark, yent, emark, touched, ents)
-            o = indptr[b]
-            for t in range(n):
-                j = touched[t]
-                out_ids[o + t] = j
-                out_vals[o + t] = acc[j]
-                acc[j] = 0.0
+        _propagate_range(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
+                         seed_indptr, seed_ids, seed_vals, alpha, c * step,
+                         min(B, (c + 1) * step), counts, indptr, out_ids, out_vals)
     return indptr, out_ids, out_vals
 
 
