@@ -29,7 +29,7 @@ from . import kernels as K
 from .embed import Embedder
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller, ObservationController,
-                    Reformulator, Selector, TopScoreSelector)
+                    Reformulator, RoleResult, Selector, TopScoreSelector)
 
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
@@ -101,6 +101,8 @@ class Trace:
     dropped_queries: int = 0
     residual_hits: list[list[tuple[int, float]]] = field(default_factory=list)
     rounds_run: int = 1
+    #: repairs and fallbacks of LLM roles, e.g. "select:repaired", "reformulate:fallback:APITimeoutError"
+    role_events: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -177,6 +179,9 @@ class EviReform:
             chosen = self.selector.select(question, cands, cfg.max_selected)
         except Exception:  # a role never crashes retrieval: fall back (C.1)
             chosen = []
+            trace.role_events.append("select:raised")
+        if isinstance(chosen, RoleResult):
+            trace.role_events.extend(chosen.events())
         sel: list[int] = []
         for i in chosen or []:
             try:
@@ -213,6 +218,9 @@ class EviReform:
             raw = self.reformulator.reformulate(question, passages, cfg.max_residual)
         except Exception:
             raw = []
+            trace.role_events.append("reformulate:raised")
+        if isinstance(raw, RoleResult):
+            trace.role_events.extend(raw.events())
         queries, dropped = _clean_queries(raw, cfg.max_residual)
         trace.dropped_queries += dropped
         if cfg.mode == "repeat_question":

@@ -19,6 +19,24 @@ from .extract import name_spans
 from .types import Passage
 
 
+class RoleResult(list):
+    """A role's list output plus what happened on the way (reported in the trace): whether a
+    repair turn was needed, and why the LLM-free fallback answered, if it did."""
+
+    def __init__(self, items=(), role: str = "", repaired: bool = False,
+                 fallback: str | None = None):
+        super().__init__(items)
+        self.role, self.repaired, self.fallback = role, repaired, fallback
+
+    def events(self) -> list[str]:
+        out = []
+        if self.repaired:
+            out.append(f"{self.role}:repaired")
+        if self.fallback:
+            out.append(f"{self.role}:fallback:{self.fallback}")
+        return out
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A candidate proposition shown to the selector."""

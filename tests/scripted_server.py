@@ -1,0 +1,54 @@
+"""An OpenAI-compatible chat-completions endpoint on 127.0.0.1 with scripted replies."""
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Script:
+    def __init__(self, replies=()):
+        self.replies = list(replies)
+        self.requests = []
+        self.lock = threading.Lock()
+
+    def next(self, body):
+        with self.lock:
+            self.requests.append(body)
+            return self.replies.pop(0) if self.replies else {"status": 500, "content": "empty script"}
+
+
+def completion(content, model="scripted"):
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+
+
+def serve(script: Script):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(n) or b"{}")
+            r = script.next(body)
+            if r.get("delay"):
+                time.sleep(r["delay"])
+            status = r.get("status", 200)
+            payload = (json.dumps(completion(r["content"])) if status == 200
+                       else json.dumps({"error": {"message": r.get("content", "error")}}))
+            try:
+                self.send_response(status)
+                for k, v in r.get("headers", {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload.encode())
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/v1"
