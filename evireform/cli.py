@@ -46,6 +46,31 @@ def _cmd_index(args) -> int:
     return 0 if same else 1
 
 
+def _add_llm_args(p) -> None:
+    g = p.add_argument_group("LLM roles (any OpenAI-compatible endpoint)")
+    g.add_argument("--llm", action="store_true",
+                   help="use the LLM selector, reformulator and controller (LLM-free fallbacks)")
+    g.add_argument("--llm-base-url", help="endpoint, e.g. http://127.0.0.1:8000/v1 "
+                                          "(default $EVIREFORM_LLM_BASE_URL, else OpenAI)")
+    g.add_argument("--llm-model", help="model name (default $EVIREFORM_LLM_MODEL)")
+    g.add_argument("--llm-key-env", help="environment variable holding the API key "
+                                         "(default $EVIREFORM_LLM_KEY_ENV or OPENAI_API_KEY)")
+    g.add_argument("--llm-cache", help="SQLite file caching validated replies")
+    g.add_argument("--llm-timeout", type=float, default=60.0)
+    g.add_argument("--llm-retries", type=int, default=3)
+
+
+def _llm_client(args):
+    if not (getattr(args, "llm", False) or getattr(args, "reader", False)):
+        return None
+    from .llm import LLMClient, LLMConfig
+    over = {k: v for k, v in dict(base_url=args.llm_base_url, model=args.llm_model,
+                                  api_key_env=args.llm_key_env, cache_path=args.llm_cache,
+                                  timeout=args.llm_timeout,
+                                  max_retries=args.llm_retries).items() if v is not None}
+    return LLMClient(LLMConfig.from_env(**over))
+
+
 def _data_dir(arg) -> Path:
     import os
     return Path(arg or os.environ.get("EVIREFORM_DATA", "../shared/data"))
@@ -79,7 +104,8 @@ def _cmd_eval(args) -> int:
                           else type(cur)(val))
     report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
-                      config=EviReformConfig(**overrides), selector_n=args.selector_n)
+                      config=EviReformConfig(**overrides), selector_n=args.selector_n,
+                      llm=_llm_client(args), reader=args.reader)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.get("bootstrap"):
         print()
@@ -141,11 +167,18 @@ def _cmd_query(args) -> int:
 
     idx = PropositionIndex.load(args.index_dir)
     emb = get_embedder(idx.embedder_name)
-    res = EviReform(idx, embedder=emb).retrieve(args.question, args.k)
+    roles = {}
+    client = _llm_client(args)
+    if client is not None:
+        from .llm import LLMController, LLMReformulator, LLMSelector
+        roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
+                     controller=LLMController(client))
+    res = EviReform(idx, embedder=emb, **roles).retrieve(args.question, args.k)
     if args.json:
         print(json.dumps({
             "question": args.question,
             "residual_queries": res.trace.residual_queries,
+            "role_events": res.trace.role_events,
             "passages": [{"id": p.id, "title": p.title, "score": p.score,
                           "from_question": p.from_question, "from_residual": p.from_residual,
                           "from_propagation": p.from_propagation} for p in res.passages],
@@ -216,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--selector-n", type=int, default=4,
                     help="seeds the LLM-free selector takes (default 4; 0 = fill max_selected)")
     ev.add_argument("--quiet", action="store_true")
+    ev.add_argument("--reader", action="store_true",
+                    help="answer each question with the LLM reader from each method's top 5 "
+                         "passages and report F1/EM (needs an endpoint)")
+    _add_llm_args(ev)
     ev.set_defaults(func=_cmd_eval)
 
     qu = sub.add_parser("query", help="retrieve passages for one question from a saved index")
@@ -223,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("question")
     qu.add_argument("-k", type=int, default=10)
     qu.add_argument("--json", action="store_true")
+    _add_llm_args(qu)
     qu.set_defaults(func=_cmd_query)
 
     an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")

@@ -29,6 +29,7 @@ class Question:
     answer: str
     gold: frozenset[int]          # corpus positions of the gold passages
     type: str = ""
+    aliases: tuple[str, ...] = ()  # other accepted answers (MuSiQue answer_aliases)
 
 
 def _norm(text: str) -> str:
@@ -72,7 +73,9 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
             raise ValueError(f"{path}: record {n} has neither 'paragraphs' nor 'supporting_facts'")
         if not gold:
             raise ValueError(f"question {qid} has no gold passage")
-        out.append(Question(qid, r["question"], str(r.get("answer", "")), frozenset(gold), qtype))
+        aliases = tuple(str(a) for a in (r.get("answer_aliases") or []))
+        out.append(Question(qid, r["question"], str(r.get("answer", "")), frozenset(gold), qtype,
+                            aliases))
     return out
 
 
@@ -178,8 +181,15 @@ def dense_passage_embeddings(corpus_path, passages, embedder, cache_dir=None,
 
 def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n: int | None = None,
              config=None, cache_dir=None, show_progress=True, dataset: str = "",
-             selector_n: int | None = 4) -> dict:
-    """Run ``methods`` on one dataset in one process; returns the JSON-ready report."""
+             selector_n: int | None = 4, llm=None, reader: bool = False,
+             reader_k: int = 5) -> dict:
+    """Run ``methods`` on one dataset in one process; returns the JSON-ready report.
+
+    With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
+    controller are the LLM roles (LLM-free fallbacks on failure); with ``reader=True`` the LLM
+    reader answers every question from each method's top ``reader_k`` passages and F1/EM are
+    added to the report, with tokens in/out per role.
+    """
     from .cache import cached_index
     from .retriever import EviReform, EviReformConfig
     from .roles import TopScoreSelector
@@ -218,7 +228,12 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
         cfg = base_cfg.with_(**over)
         key = (cfg, sel_n)
         if key not in by_cfg:
-            r = EviReform(idx, cfg, embedder=embedder, selector=TopScoreSelector(sel_n))
+            roles = dict(selector=TopScoreSelector(sel_n))
+            if llm is not None:
+                from .llm import LLMController, LLMReformulator, LLMSelector
+                roles = dict(selector=LLMSelector(llm, TopScoreSelector(sel_n)),
+                             reformulator=LLMReformulator(llm), controller=LLMController(llm))
+            r = EviReform(idx, cfg, embedder=embedder, **roles)
             by_cfg[key] = r.retrieve_many([q.question for q in qs], kmax)
         rankings[m] = [[p.index for p in r.passages] for r in by_cfg[key]]
         traces[m] = by_cfg[key]
@@ -233,6 +248,18 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
         "selector_n": selector_n or None,
         "methods": {m: metrics(rankings[m], qs) for m in methods},
     }
+    if reader:
+        if llm is None:
+            raise ValueError("reader=True needs an LLM client (the reader is an LLM role)")
+        from .llm import LLMReader
+        from .qa import qa_metrics
+        rd = LLMReader(llm)
+        for m in methods:
+            preds = [rd.answer(q.question, [idx.passages[j] for j in rk[:reader_k]])[0]
+                     for q, rk in zip(qs, rankings[m])]
+            report["methods"][m].update(qa_metrics(preds, [(q.answer,) + q.aliases for q in qs]))
+    if llm is not None:
+        report["llm_usage"] = {role: vars(u) for role, u in llm.usage.items()}
     if "evireform" in rankings and len(rankings) > 1:
         report["bootstrap"] = bootstrap_vs_strongest(rankings, qs, report["dataset"])
     report["_rankings"] = rankings
@@ -293,7 +320,12 @@ def format_table(report: dict, ks=KS) -> str:
              f"passages, {report['n_propositions']:,} propositions, embedder "
              f"{report['embedder']}", head, "-" * len(head)]
     for m, vals in report["methods"].items():
-        lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols))
+        qa = f"  F1 {vals['f1']:6.2f}  EM {vals['em']:6.2f}" if "f1" in vals else ""
+        lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols) + qa)
+    for role, u in report.get("llm_usage", {}).items():
+        lines.append(f"llm {role}: {u['calls']} calls, {u['cache_hits']} cache hits, "
+                     f"{u['repairs']} repairs, {u['failures']} fallbacks, tokens in "
+                     f"{u['tokens_in']:,} out {u['tokens_out']:,}")
     return "\n".join(lines)
 
 

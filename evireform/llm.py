@@ -302,3 +302,35 @@ class LLMController(_LLMRole):
         value, _, _ = self._run("controller", messages, validate,
                                 lambda: self.fallback.sufficient(question, passages))
         return bool(value)
+
+
+class LLMReader(_LLMRole):
+    """The shared QA reader (paper Listing 4): ``{"answer": str}`` from the final passages,
+    within a 3,000-token context budget.  Without a valid reply it answers "noanswer"."""
+
+    name = "llm-reader"
+
+    def __init__(self, client: LLMClient, budget_tokens: int = 3000):
+        super().__init__(client, None)
+        self.budget_tokens = budget_tokens
+
+    def answer(self, question, passages) -> tuple[str, list[str]]:
+        from .qa import context_within_budget
+        ctx = context_within_budget(passages, self.budget_tokens)
+        docs = "\n".join(_quote(f"{t}: {x}") for t, x in ctx)
+        messages = [
+            {"role": "system", "content": "Answer the question from the passages with a short "
+             "phrase (yes/no for yes-no questions; noanswer if the passages do not say). "
+             + _UNTRUSTED + ' Reply with JSON: {"answer": string}.'},
+            {"role": "user", "content": f"Question: {_quote(question)}\nPassages:\n{docs}"}]
+
+        def validate(obj):
+            a = obj.get("answer") if isinstance(obj, dict) else None
+            if not isinstance(a, (str, int, float)) or isinstance(a, bool):
+                raise ContractError("no string 'answer'")
+            return str(a).strip()
+
+        value, repaired, why = self._run("reader", messages, validate, lambda: "noanswer")
+        events = (["reader:repaired"] if repaired else []) + \
+            ([f"reader:fallback:{why}"] if why else [])
+        return value, events

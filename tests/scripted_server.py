@@ -6,15 +6,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Script:
-    def __init__(self, replies=()):
+    def __init__(self, replies=(), default=None):
         self.replies = list(replies)
+        self.default = default
         self.requests = []
         self.lock = threading.Lock()
 
     def next(self, body):
         with self.lock:
             self.requests.append(body)
-            return self.replies.pop(0) if self.replies else {"status": 500, "content": "empty script"}
+            if self.replies:
+                return self.replies.pop(0)
+            return self.default or {"status": 500, "content": "empty script"}
 
 
 def completion(content, model="scripted"):

@@ -132,3 +132,34 @@ def test_eval_cli_overrides(tmp_path, monkeypatch, capsys):
     assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
                  str(tmp_path / "corpus.json"), "--set", "gamma=1", "--quiet"]) == 2
     assert "unknown setting 'gamma'" in capsys.readouterr().err
+
+
+def test_eval_with_llm_roles_and_reader(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("openai")
+    from scripted_server import Script, serve
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    # one JSON object that satisfies every role's contract
+    every = {"selected": [1, 2], "queries": ["Paris capital country"], "sufficient": True,
+             "answer": "France"}
+    script = Script(default={"content": json.dumps(every)})
+    srv, url = serve(script)
+    try:
+        out = tmp_path / "o.json"
+        assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                     str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
+                     "dense,evireform", "--llm", "--reader", "--llm-base-url", url,
+                     "--llm-model", "scripted", "--json", str(out), "--quiet"]) == 0
+    finally:
+        srv.shutdown()
+    rep = json.loads(out.read_text())
+    assert rep["methods"]["evireform"]["f1"] == 100.0 and rep["methods"]["dense"]["em"] == 100.0
+    assert rep["llm_usage"]["select"]["calls"] == 1
+    assert rep["llm_usage"]["reformulate"]["calls"] == 1
+    assert rep["llm_usage"]["reader"]["tokens_in"] == 2 * 11
+    printed = capsys.readouterr().out
+    assert "F1 100.00" in printed and "llm reader: 2 calls" in printed
+    assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                 str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--reader",
+                 "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-retries", "0",
+                 "--llm-timeout", "1", "--quiet"]) == 0  # endpoint down: fallbacks, no crash
