@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .retriever import clean_queries
 from .roles import (BridgeReformulator, ObservationController, RoleResult, TopScoreSelector)
 
 PROMPT_VERSION = "v1"
@@ -265,11 +266,7 @@ class LLMReformulator(_LLMRole):
             qs = obj.get("queries") if isinstance(obj, dict) else None
             if not isinstance(qs, list):
                 raise ContractError("no 'queries' list")
-            out = []
-            for q in qs:
-                if isinstance(q, str) and q.strip() and q.strip() not in out:
-                    out.append(q.strip())
-            return out[:max_queries]
+            return clean_queries(qs, max_queries)[0]
 
         value, repaired, why = self._run(
             "reformulate", messages, validate,

@@ -116,7 +116,7 @@ class RetrievalResult:
         return [p.id for p in self.passages]
 
 
-def _clean_queries(queries, limit: int) -> tuple[list[str], int]:
+def clean_queries(queries, limit: int) -> tuple[list[str], int]:
     """Drop non-strings, blanks and duplicates; cap at ``limit``.  Returns (kept, dropped)."""
     out, dropped = [], 0
     for q in queries or []:
@@ -221,7 +221,7 @@ class EviReform:
             trace.role_events.append("reformulate:raised")
         if isinstance(raw, RoleResult):
             trace.role_events.extend(raw.events())
-        queries, dropped = _clean_queries(raw, cfg.max_residual)
+        queries, dropped = clean_queries(raw, cfg.max_residual)
         trace.dropped_queries += dropped
         if cfg.mode == "repeat_question":
             queries = [question] * len(queries)
