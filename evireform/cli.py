@@ -18,9 +18,14 @@ def _cmd_index(args) -> int:
     embedder = get_embedder(args.embedder)
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
     show = not args.quiet and not args.json
-    if args.extractor == "heuristic":
-        idx = PropositionIndex.build(passages, embedder, batch_size=args.batch_size,
-                                     show_progress=show, hnsw=hnsw)
+    if args.extractor in ("heuristic", "llm"):
+        extractor = None
+        if args.extractor == "llm":
+            from .llm import LLMExtractor
+            args.llm = True
+            extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers)
+        idx = PropositionIndex.build(passages, embedder, extractor=extractor,
+                                     batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
     else:
         openie = Path(args.extractor)
         if not openie.is_file():
@@ -219,8 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("corpus", help="corpus JSON: a list of {title, text} or title -> sentences")
     ix.add_argument("out_dir", help="index directory to write (replaced atomically)")
     ix.add_argument("--extractor", default="heuristic",
-                    help="'heuristic' (LLM-free sentence/entity extractor) or the path of a "
-                         "HippoRAG OpenIE JSON file (one triple = one proposition)")
+                    help="'heuristic' (LLM-free sentence/entity extractor), 'llm' (the LLM "
+                         "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
+                         "JSON file (one triple = one proposition)")
+    ix.add_argument("--llm-workers", type=int, default=4,
+                    help="LLM extraction: requests in flight at once")
     ix.add_argument("--embedder", default="all-MiniLM-L6-v2",
                     help="'all-MiniLM-L6-v2' (default) or 'hashing-<dim>'")
     ix.add_argument("--batch-size", type=int, default=64, help="embedding batch size")
@@ -228,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
     ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
     ix.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_llm_args(ix)
     ix.set_defaults(func=_cmd_index)
 
     ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")

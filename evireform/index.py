@@ -189,8 +189,12 @@ class PropositionIndex:
             raise ValueError("passages is empty: an index needs at least one passage")
         extractor = extractor or HeuristicExtractor()
         props: list[Proposition] = []
-        for p in _progress(passages, len(passages), "extract", show_progress):
-            props.extend(extractor.extract(p))
+        if hasattr(extractor, "extract_many"):  # e.g. a bounded pool of LLM requests
+            for found in extractor.extract_many(passages, show_progress=show_progress):
+                props.extend(found)
+        else:
+            for p in _progress(passages, len(passages), "extract", show_progress):
+                props.extend(extractor.extract(p))
         emb = embedder.encode([p.text for p in props], batch_size=batch_size,
                               show_progress=show_progress)
         if len(props) == 0:

@@ -331,3 +331,72 @@ class LLMReader(_LLMRole):
         events = (["reader:repaired"] if repaired else []) + \
             ([f"reader:fallback:{why}"] if why else [])
         return value, events
+
+
+class LLMExtractor(_LLMRole):
+    """Proposition and entity extraction (paper Listing 11) for index building.
+
+    Reply contract: ``{"propositions": [{"text": str, "entities": [str]}]}``.  Propositions
+    without text are dropped; entities not found in the passage (case-insensitive, after
+    :func:`~evireform.entities.canonical_entity` folding) are dropped.  A passage whose reply
+    cannot be used is extracted by the LLM-free extractor.  :meth:`extract_many` runs a bounded
+    pool of ``max_workers`` requests and returns results in input order; with a reply cache an
+    interrupted build restarted with the same arguments reuses every finished passage.
+    """
+
+    name = "llm-extract"
+
+    def __init__(self, client: LLMClient, fallback=None, max_workers: int = 4):
+        from .extract import HeuristicExtractor
+        super().__init__(client, fallback or HeuristicExtractor())
+        self.max_workers = max(1, int(max_workers))
+        self.name = f"llm-extract:{client.config.model}:{PROMPT_VERSION}"
+        self.fallbacks = 0
+
+    def extract(self, passage):
+        from .entities import canonical_entity
+        from .types import Proposition
+        messages = [
+            {"role": "system", "content": "Split the passage into short self-contained "
+             "factual propositions (resolve pronouns) and list the named entities, dates and "
+             "numbers each mentions, copied from the passage. " + _UNTRUSTED + " Reply with "
+             'JSON: {"propositions": [{"text": string, "entities": [string]}]}.'},
+            {"role": "user", "content": f"Title: {_quote(passage.title)}\n"
+                                        f"Passage: {_quote(passage.text)}"}]
+        folded = canonical_entity(passage.title + " " + passage.text)
+
+        def validate(obj):
+            props = obj.get("propositions") if isinstance(obj, dict) else None
+            if not isinstance(props, list):
+                raise ContractError("no 'propositions' list")
+            out = []
+            for p in props:
+                if not isinstance(p, dict) or not isinstance(p.get("text"), str) \
+                        or not p["text"].strip():
+                    continue
+                ents = [e.strip() for e in p.get("entities", []) or []
+                        if isinstance(e, str) and e.strip()
+                        and canonical_entity(e) and canonical_entity(e) in folded]
+                out.append((p["text"].strip(), tuple(ents)))
+            if not out:
+                raise ContractError("no usable proposition")
+            return out
+
+        value, _, why = self._run("extract", messages, validate, lambda: None)
+        if why is not None:
+            with self.client._lock:
+                self.fallbacks += 1
+            return self.fallback.extract(passage)
+        return [Proposition(text=t, passage=passage.id, entities=e) for t, e in value]
+
+    def extract_many(self, passages, show_progress: bool = False):
+        """Extract every passage with at most ``max_workers`` requests in flight; results in
+        input order, so a build is deterministic."""
+        from concurrent.futures import ThreadPoolExecutor
+        passages = list(passages)
+        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+            it = pool.map(self.extract, passages)
+            if show_progress:
+                from tqdm.auto import tqdm
+                it = tqdm(it, total=len(passages), desc="extract (LLM)", unit="passage")
+            return list(it)

@@ -34,3 +34,23 @@ def test_module_entry_point():
     out = subprocess.run([sys.executable, "-m", "evireform", "index", "--help"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "--extractor" in out.stdout
+
+
+def test_cli_index_with_llm_extractor(tmp_path, capsys):
+    pytest.importorskip("openai")
+    from scripted_server import Script, serve
+    corpus = tmp_path / "c.json"
+    corpus.write_text(json.dumps([{"title": "Alice", "text": "Alice lives in Paris."},
+                                  {"title": "Paris", "text": "Paris is in France."}]))
+    reply = {"propositions": [{"text": "Alice lives in Paris", "entities": ["Alice", "Paris"]}]}
+    srv, url = serve(Script(default={"content": json.dumps(reply)}))
+    try:
+        assert main(["index", str(corpus), str(tmp_path / "ix"), "--extractor", "llm",
+                     "--llm-base-url", url, "--llm-model", "m", "--embedder", "hashing-16",
+                     "--json"]) == 0
+    finally:
+        srv.shutdown()
+    out = json.loads(capsys.readouterr().out)
+    # passage 1's reply names "Alice", which is not in "Paris is in France.": dropped
+    assert out["propositions"] == 2 and out["incidence_nnz"] == 3
+    assert out["extractor"].startswith("llm-extract:m:")

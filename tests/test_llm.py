@@ -143,3 +143,39 @@ def test_retriever_records_role_events(endpoint):
     assert res.trace.role_events == ["select:repaired", "select:fallback:ContractError"]
     assert res.trace.selected  # the LLM-free selector answered
     assert res.trace.residual_queries == ["fact 2"]
+
+
+def test_llm_extraction_contract_pool_order_and_resume(endpoint, tmp_path):
+    from evireform.llm import LLMExtractor
+    ps = [Passage(str(i), f"Title{i}", f"Alice met Bob{i} in Paris in 19{i}0.") for i in range(6)]
+
+    def reply_for(i):
+        return {"content": json.dumps({"propositions": [
+            {"text": f"Alice met Bob{i}", "entities": ["Alice", f"Bob{i}", "Mars"]},
+            {"text": "", "entities": ["Alice"]}, "junk"]})}
+
+    cache = str(tmp_path / "x.sqlite")
+    client, script = endpoint([], cache_path=cache)
+    script.default = None
+    # the server answers by passage, whatever order the pool sends them in
+    script.next = lambda body: (script.requests.append(body) or
+                                reply_for(int(body["messages"][1]["content"].split("<data>Title")[1][0])))
+    ex = LLMExtractor(client, max_workers=3)
+    first = ex.extract_many(ps[:4])                         # "interrupted" after 4 passages
+    assert [p[0].passage for p in first] == ["0", "1", "2", "3"]  # input order
+    assert first[2][0].entities == ("Alice", "Bob2")           # "Mars" is not in the passage
+    assert all(len(p) == 1 for p in first)                     # the empty proposition dropped
+    n = len(script.requests)
+    again = LLMExtractor(LLMClient(LLMConfig(base_url=client.config.base_url, model="scripted",
+                                             cache_path=cache)), max_workers=3).extract_many(ps)
+    assert len(script.requests) == n + 2                       # only the 2 unfinished passages
+    assert [p[0].text for p in again[:4]] == [p[0].text for p in first]
+
+
+def test_llm_extraction_falls_back_to_heuristic(endpoint):
+    from evireform.llm import LLMExtractor
+    client, _ = endpoint([{"content": "nope"}, {"content": "{\"propositions\": []}"}])
+    ex = LLMExtractor(client)
+    props = ex.extract(Passage("a", "Alice", "Alice lives in Paris. She paints."))
+    assert [p.text for p in props] == ["Alice lives in Paris.", "Alice: She paints."]
+    assert ex.fallbacks == 1
