@@ -63,6 +63,10 @@ def _add_llm_args(p) -> None:
     g.add_argument("--llm-cache", help="SQLite file caching validated replies")
     g.add_argument("--llm-timeout", type=float, default=60.0)
     g.add_argument("--llm-retries", type=int, default=3)
+    g.add_argument("--llm-offline", action="store_true",
+                   help="answer from --llm-cache only; misses go to --llm-pending and the "
+                        "LLM-free role answers them")
+    g.add_argument("--llm-pending", help="JSONL file collecting offline misses")
 
 
 def _llm_client(args):
@@ -71,9 +75,20 @@ def _llm_client(args):
     from .llm import LLMClient, LLMConfig
     over = {k: v for k, v in dict(base_url=args.llm_base_url, model=args.llm_model,
                                   api_key_env=args.llm_key_env, cache_path=args.llm_cache,
-                                  timeout=args.llm_timeout,
-                                  max_retries=args.llm_retries).items() if v is not None}
+                                  timeout=args.llm_timeout, max_retries=args.llm_retries,
+                                  offline=args.llm_offline or None,
+                                  pending_path=args.llm_pending).items() if v is not None}
     return LLMClient(LLMConfig.from_env(**over))
+
+
+def _cmd_llm_cache(args) -> int:
+    from .llm import ReplyCache
+    cache = ReplyCache(args.cache)
+    if args.action == "export":
+        print(f"exported {cache.export_jsonl(args.file)} replies to {args.file}")
+    else:
+        print(f"imported {cache.import_jsonl(args.file)} replies from {args.file}")
+    return 0
 
 
 def _data_dir(arg) -> Path:
@@ -283,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--steps", type=int, default=4, help="growth: number of steps")
     an.add_argument("--quiet", action="store_true")
     an.set_defaults(func=_cmd_analyze)
+
+    lc = sub.add_parser("llm-cache", help="export or import the LLM reply cache as JSONL")
+    lc.add_argument("action", choices=("export", "import"))
+    lc.add_argument("file", help="JSONL file: {key, role, reply} or {key, content} per line")
+    lc.add_argument("--cache", required=True, help="the SQLite reply cache (--llm-cache)")
+    lc.set_defaults(func=_cmd_llm_cache)
 
     be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
     be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")

@@ -33,6 +33,10 @@ class ContractError(ValueError):
     """A reply that does not follow its role's output contract."""
 
 
+class OfflineMiss(RuntimeError):
+    """Offline mode and no cached reply: the request was written to the pending file."""
+
+
 @dataclass
 class LLMConfig:
     """Endpoint settings; ``from_env`` reads EVIREFORM_LLM_BASE_URL, EVIREFORM_LLM_MODEL and
@@ -45,6 +49,10 @@ class LLMConfig:
     max_retries: int = 3
     cache_path: str | None = None
     json_mode: bool = True
+    #: answer from the cache only; each miss is appended to ``pending_path`` (JSONL) and the
+    #: role's LLM-free implementation answers it
+    offline: bool = False
+    pending_path: str | None = None
 
     @classmethod
     def from_env(cls, **over) -> "LLMConfig":
@@ -78,6 +86,32 @@ class ReplyCache:
             self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)",
                              (key, role, json.dumps(reply)))
             self._db.commit()
+
+    def export_jsonl(self, path) -> int:
+        """Write every cached reply as one JSON line {"key", "role", "reply"}; returns count."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, role, reply FROM replies ORDER BY key").fetchall()
+        with open(path, "w", encoding="utf-8") as fh:
+            for key, role, reply in rows:
+                fh.write(json.dumps({"key": key, "role": role, "reply": json.loads(reply)}) + "\n")
+        return len(rows)
+
+    def import_jsonl(self, path) -> int:
+        """Load replies from JSON lines with "key" and either "reply" (the JSON object) or
+        "content" (the model's text).  Replies are validated when used, not here."""
+        n = 0
+        with open(path, encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    reply = rec["reply"] if "reply" in rec else parse_json(rec["content"])
+                    self.put(str(rec["key"]), str(rec.get("role", "")), reply)
+                    n += 1
+                except (KeyError, json.JSONDecodeError, ContractError) as exc:
+                    raise ValueError(f"{path}:{line_no}: not a reply record ({exc})") from None
+        return n
 
 
 _JSON_BLOCK = re.compile(r"\{.*\}", re.DOTALL)
@@ -115,7 +149,9 @@ class LLMClient:
 
     def __init__(self, config: LLMConfig | None = None, *, client=None):
         self.config = config or LLMConfig.from_env()
-        if client is None:
+        if self.config.offline and not self.config.cache_path:
+            raise ValueError("offline mode answers from the reply cache: set cache_path")
+        if client is None and not self.config.offline:
             try:
                 import openai
             except ImportError as exc:
@@ -142,6 +178,24 @@ class LLMClient:
                            "json": self.config.json_mode}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
+    def _write_pending(self, key, role, messages) -> None:
+        if not self.config.pending_path:
+            return
+        with self._lock:
+            seen = getattr(self, "_pending_keys", None)
+            if seen is None:
+                seen = set()
+                if os.path.exists(self.config.pending_path):
+                    with open(self.config.pending_path, encoding="utf-8") as fh:
+                        seen = {json.loads(l)["key"] for l in fh if l.strip()}
+                self._pending_keys = seen
+            if key in seen:
+                return
+            seen.add(key)
+            with open(self.config.pending_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"key": key, "role": role, "model": self.config.model,
+                                     "temperature": 0, "messages": messages}) + "\n")
+
     def _call(self, role: str, messages) -> str:
         kw = dict(model=self.config.model, messages=messages, temperature=0)
         if self.config.json_mode:
@@ -164,6 +218,9 @@ class LLMClient:
             if hit is not None:
                 self._count(role, cache_hits=1)
                 return validate(hit), False
+        if self.config.offline:
+            self._write_pending(key, role, messages)
+            raise OfflineMiss(f"no cached reply for this {role} request (offline)")
         text = self._call(role, messages)
         repaired = False
         try:

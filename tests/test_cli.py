@@ -54,3 +54,22 @@ def test_cli_index_with_llm_extractor(tmp_path, capsys):
     # passage 1's reply names "Alice", which is not in "Paris is in France.": dropped
     assert out["propositions"] == 2 and out["incidence_nnz"] == 3
     assert out["extractor"].startswith("llm-extract:m:")
+
+
+def test_cli_llm_cache_roundtrip(tmp_path, capsys):
+    from evireform.llm import ReplyCache
+    c = ReplyCache(str(tmp_path / "a.sqlite"))
+    c.put("k1", "select", {"selected": [1]})
+    assert main(["llm-cache", "export", str(tmp_path / "r.jsonl"), "--cache",
+                 str(tmp_path / "a.sqlite")]) == 0
+    (tmp_path / "more.jsonl").write_text(json.dumps({"key": "k2", "content": "x {\"queries\": []}"}) + "\n")
+    assert main(["llm-cache", "import", str(tmp_path / "r.jsonl"), "--cache",
+                 str(tmp_path / "b.sqlite")]) == 0
+    assert main(["llm-cache", "import", str(tmp_path / "more.jsonl"), "--cache",
+                 str(tmp_path / "b.sqlite")]) == 0
+    b = ReplyCache(str(tmp_path / "b.sqlite"))
+    assert b.get("k1") == {"selected": [1]} and b.get("k2") == {"queries": []}
+    (tmp_path / "bad.jsonl").write_text("{\"nokey\": 1}\n")
+    assert main(["llm-cache", "import", str(tmp_path / "bad.jsonl"), "--cache",
+                 str(tmp_path / "b.sqlite")]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err

@@ -179,3 +179,44 @@ def test_llm_extraction_falls_back_to_heuristic(endpoint):
     props = ex.extract(Passage("a", "Alice", "Alice lives in Paris. She paints."))
     assert [p.text for p in props] == ["Alice lives in Paris.", "Alice: She paints."]
     assert ex.fallbacks == 1
+
+
+def test_offline_mode_with_imported_replies_reproduces_online_run(endpoint, tmp_path):
+    """Online run -> export; a fresh offline run writes pending requests and falls back;
+    after importing the replies the offline run equals the online one exactly."""
+    from evireform import PropositionIndex, Proposition
+    from evireform.embed import HashingEmbedder
+    from evireform.llm import ReplyCache
+    from evireform.retriever import EviReform
+    emb = HashingEmbedder(64)
+    ps = [Passage(str(i), f"T{i}", f"text {i}") for i in range(6)]
+    props = [Proposition(f"fact {i} about {'Alice' if i % 2 else 'Bob'}", str(i),
+                         ("Alice" if i % 2 else "Bob", f"E{i}")) for i in range(6)]
+    idx = PropositionIndex.from_propositions(ps, props, emb.encode([p.text for p in props]),
+                                             emb.name)
+    questions = ["fact about Alice", "fact about Bob", "fact 3"]
+    every = {"selected": [2, 1], "queries": ["fact 4 about Bob"], "sufficient": True}
+    online_db = str(tmp_path / "online.sqlite")
+    client, script = endpoint([], cache_path=online_db)
+    script.default = {"content": json.dumps(every)}
+
+    def run(c):
+        r = EviReform(idx, embedder=emb, selector=LLMSelector(c), reformulator=LLMReformulator(c))
+        return [(x.ids, [p.score for p in x.passages], x.trace.residual_queries,
+                 x.trace.role_events) for x in r.retrieve_many(questions, 5)]
+
+    online = run(client)
+    assert all(ev == [] for *_, ev in online)
+    exported = tmp_path / "replies.jsonl"
+    assert ReplyCache(online_db).export_jsonl(exported) == 6  # 3 selections + 3 reformulations
+
+    offline_cfg = LLMConfig(model="scripted", offline=True, cache_path=str(tmp_path / "off.sqlite"),
+                            pending_path=str(tmp_path / "pending.jsonl"))
+    first = run(LLMClient(offline_cfg))
+    assert all(any("fallback:OfflineMiss" in e for e in ev) for *_, ev in first)
+    pending = [json.loads(l) for l in open(tmp_path / "pending.jsonl")]
+    assert {p["role"] for p in pending} == {"select", "reformulate"}
+    n_requests = len(script.requests)
+    ReplyCache(offline_cfg.cache_path).import_jsonl(exported)
+    replay = run(LLMClient(offline_cfg))
+    assert replay == online and len(script.requests) == n_requests  # no call was made
