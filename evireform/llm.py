@@ -340,6 +340,10 @@ class LLMController(_LLMRole):
         super().__init__(client, fallback or ObservationController())
 
     def sufficient(self, question, passages):
+        return self.assess(question, passages)[0]
+
+    def assess(self, question, passages):
+        """(sufficient, queries for at most 3 gaps)."""
         docs = "\n".join(_quote(p.title + ": " + p.text) for p in passages)
         messages = [
             {"role": "system", "content": "Decide whether the passages contain every fact "
@@ -351,11 +355,14 @@ class LLMController(_LLMRole):
         def validate(obj):
             if not isinstance(obj, dict) or not isinstance(obj.get("sufficient"), bool):
                 raise ContractError("no boolean 'sufficient'")
-            return obj["sufficient"]
+            gaps = obj.get("gaps") or []
+            queries = [g.get("query") for g in gaps if isinstance(g, dict)] \
+                if isinstance(gaps, list) else []
+            return obj["sufficient"], clean_queries(queries, 3)[0]
 
         value, _, _ = self._run("controller", messages, validate,
-                                lambda: self.fallback.sufficient(question, passages))
-        return bool(value)
+                                lambda: (self.fallback.sufficient(question, passages), []))
+        return bool(value[0]), list(value[1])
 
 
 class LLMReader(_LLMRole):

@@ -139,7 +139,7 @@ class EviReform:
     def __init__(self, index: PropositionIndex, config: EviReformConfig | None = None, *,
                  embedder: Embedder | None = None, selector: Selector | None = None,
                  reformulator: Reformulator | None = None, controller: Controller | None = None,
-                 backend: str = "auto"):
+                 backend: str = "auto", max_workers: int = 1):
         self.index = index
         self.config = config or EviReformConfig()
         if embedder is not None and index.embedder_name and embedder.name != index.embedder_name:
@@ -150,6 +150,12 @@ class EviReform:
         self.reformulator = reformulator or BridgeReformulator()
         self.controller = controller or ObservationController()
         self.backend = backend
+        #: role calls (selection, reformulation, the controller) in flight at once across the
+        #: questions of retrieve_many; results are merged in input order, so runs are
+        #: deterministic.  Raise it for LLM roles; the LLM-free roles gain nothing.
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be a positive integer; got {max_workers!r}")
+        self.max_workers = max_workers
 
     # ------------------------------------------------------------------ helpers
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -344,26 +350,50 @@ class EviReform:
         ids, scores = self.index.search_batch(H, k)
         return ids, scores.astype(np.float64)
 
+    def _map(self, fn, items) -> list:
+        """``[fn(x) for x in items]`` with at most ``max_workers`` calls in flight, in order."""
+        items = list(items)
+        if self.max_workers == 1 or len(items) < 2:
+            return [fn(x) for x in items]
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
+            return list(pool.map(fn, items))
+
+    def _assess(self, question, passages):
+        """(sufficient, gap queries) from the controller; queries only if it offers them."""
+        assess = getattr(self.controller, "assess", None)
+        try:
+            if assess is not None:
+                ok, queries = assess(question, passages)
+                return bool(ok), list(queries or [])
+            return bool(self.controller.sufficient(question, passages)), []
+        except Exception:
+            return True, []  # a failing controller stops the rounds (the one-round method)
+
     def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
         cfg, idx = self.config, self.index
         cand_i, cand_s = self._search(H_q, cfg.n_candidates)
         n = len(questions)
         traces = [Trace() for _ in range(n)]
-        cands, seeds = [], []
+        cands = []
         for t in range(n):
             keep = cand_i[t] >= 0
             c = (cand_i[t][keep], cand_s[t][keep])
             cands.append(c)
             traces[t].candidates = [(int(i), float(s)) for i, s in zip(*c)]
-            seeds.append(self._select(questions[t], c[0], c[1], traces[t]))
+        seeds = self._map(lambda t: self._select(questions[t], cands[t][0], cands[t][1],
+                                                 traces[t]), range(n))
         observed = [self._observed(traces[t].selected) for t in range(n)]
         residual: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(n)]
         results: list[RetrievalResult | None] = [None] * n
         active = list(range(n))
+        gap_queries: dict[int, list[str]] = {}
         for rnd in range(cfg.rounds):
             for t in active:
                 traces[t].observed = list(observed[t])
-            qs = {t: self._queries(questions[t], observed[t], traces[t]) for t in active}
+            made = self._map(lambda t: gap_queries.pop(t, None)
+                             or self._queries(questions[t], observed[t], traces[t]), active)
+            qs = dict(zip(active, made))
             flat = [(t, q) for t in active for q in qs[t]]
             if flat:
                 H_r = embed([q for _, q in flat])
@@ -380,17 +410,24 @@ class EviReform:
                 items.append((s, qpart, rpart, cands[t]))
             for t, ranked in zip(active, self._rank_many(items, k)):
                 results[t] = RetrievalResult(questions[t], ranked, traces[t])
-            still = []
             for t in active:
                 traces[t].rounds_run = rnd + 1
-                if rnd + 1 < cfg.rounds and cfg.reformulation:
-                    top = [p.index for p in results[t].passages[: cfg.max_selected]]
-                    if not self.controller.sufficient(questions[t],
-                                                      [idx.passages[j] for j in top]):
-                        new = [j for j in top if j not in observed[t]]
-                        if new:
-                            observed[t] = new
-                            still.append(t)
+            still = []
+            if rnd + 1 < cfg.rounds and cfg.reformulation:
+                tops = {t: [p.index for p in results[t].passages[: cfg.max_selected]]
+                        for t in active}
+                verdicts = self._map(lambda t: self._assess(
+                    questions[t], [idx.passages[j] for j in tops[t]]), active)
+                for t, (ok, gaps) in zip(active, verdicts):
+                    if ok:
+                        continue
+                    new = [j for j in tops[t] if j not in observed[t]]
+                    gaps = clean_queries(gaps, cfg.max_residual)[0]
+                    if gaps:  # the controller named what is missing: search for it next
+                        gap_queries[t] = gaps
+                    if new or gaps:
+                        observed[t] = new or observed[t]
+                        still.append(t)
             active = still
             if not active:
                 break

@@ -220,3 +220,28 @@ def test_offline_mode_with_imported_replies_reproduces_online_run(endpoint, tmp_
     ReplyCache(offline_cfg.cache_path).import_jsonl(exported)
     replay = run(LLMClient(offline_cfg))
     assert replay == online and len(script.requests) == n_requests  # no call was made
+
+
+def test_controller_gaps_drive_the_next_round_and_pool_keeps_order(endpoint):
+    from evireform import PropositionIndex, Proposition
+    from evireform.embed import HashingEmbedder
+    from evireform.retriever import EviReform, EviReformConfig
+    emb = HashingEmbedder(64)
+    ps = [Passage(str(i), f"T{i}", f"text {i}") for i in range(6)]
+    props = [Proposition(f"fact {i} about {'Alice' if i % 2 else 'Bob'}", str(i), (f"E{i}",))
+             for i in range(6)]
+    idx = PropositionIndex.from_propositions(ps, props, emb.encode([p.text for p in props]),
+                                             emb.name)
+    reply = {"sufficient": False, "gaps": [{"missing": "x", "query": "fact 5 about Alice"},
+                                           {"missing": "y", "query": ""}, "junk"]}
+    client, script = endpoint([])
+    script.default = {"content": json.dumps(reply)}
+    ctl = LLMController(client)
+    assert ctl.assess("q", ps[:1]) == (False, ["fact 5 about Alice"])
+    qs = [f"fact {i}" for i in range(8)]
+    one = EviReform(idx, EviReformConfig(rounds=2), embedder=emb, controller=ctl)
+    many = EviReform(idx, EviReformConfig(rounds=2), embedder=emb, controller=ctl, max_workers=4)
+    a, b = one.retrieve_many(qs, 5), many.retrieve_many(qs, 5)
+    assert [x.ids for x in a] == [x.ids for x in b]
+    assert all(x.trace.rounds_run == 2 and "fact 5 about Alice" in x.trace.residual_queries
+               for x in a)
