@@ -63,6 +63,8 @@ def _add_llm_args(p) -> None:
     g.add_argument("--llm-cache", help="SQLite file caching validated replies")
     g.add_argument("--llm-timeout", type=float, default=60.0)
     g.add_argument("--llm-retries", type=int, default=3)
+    g.add_argument("--llm-max-tokens", type=int, default=512,
+                   help="cap on generated tokens per reply")
     g.add_argument("--llm-offline", action="store_true",
                    help="answer from --llm-cache only; misses go to --llm-pending and the "
                         "LLM-free role answers them")
@@ -76,6 +78,7 @@ def _llm_client(args):
     over = {k: v for k, v in dict(base_url=args.llm_base_url, model=args.llm_model,
                                   api_key_env=args.llm_key_env, cache_path=args.llm_cache,
                                   timeout=args.llm_timeout, max_retries=args.llm_retries,
+                                  max_tokens=args.llm_max_tokens,
                                   offline=args.llm_offline or None,
                                   pending_path=args.llm_pending).items() if v is not None}
     return LLMClient(LLMConfig.from_env(**over))

@@ -47,6 +47,8 @@ class LLMConfig:
     api_key_env: str = "OPENAI_API_KEY"
     timeout: float = 60.0
     max_retries: int = 3
+    #: cap on generated tokens per reply (small models can otherwise run to the context end)
+    max_tokens: int = 512
     cache_path: str | None = None
     json_mode: bool = True
     #: answer from the cache only; each miss is appended to ``pending_path`` (JSONL) and the
@@ -175,6 +177,7 @@ class LLMClient:
     def _key(self, messages) -> str:
         blob = json.dumps({"model": self.config.model, "prompt": PROMPT_VERSION,
                            "messages": messages, "temperature": 0,
+                           "max_tokens": self.config.max_tokens,
                            "json": self.config.json_mode}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -197,7 +200,8 @@ class LLMClient:
                                      "temperature": 0, "messages": messages}) + "\n")
 
     def _call(self, role: str, messages) -> str:
-        kw = dict(model=self.config.model, messages=messages, temperature=0)
+        kw = dict(model=self.config.model, messages=messages, temperature=0,
+                  max_tokens=self.config.max_tokens)
         if self.config.json_mode:
             kw["response_format"] = {"type": "json_object"}
         resp = self._client.chat.completions.create(**kw)
