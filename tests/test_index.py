@@ -36,6 +36,9 @@ def test_from_propositions_structure(rng):
     np.testing.assert_array_equal(idx.owner, [0, 0, 1, 1])
     np.testing.assert_allclose(idx.pmap.inv_sqrt, [2 ** -.5, 2 ** -.5, 0, 0])
     np.testing.assert_allclose(np.linalg.norm(idx.embeddings, axis=1), 1, rtol=1e-6)
+    assert idx.passage_index("c") == 2
+    with pytest.raises(KeyError, match="unknown passage id 'zz'"):
+        idx.passage_index("zz")
     st = idx.stats()
     assert st["incidence_nnz"] == 5 and st["passages_without_propositions"] == 2
     assert st["isolated_propositions"] == 1 and st["w_nnz_if_materialised"] == 4
