@@ -507,11 +507,18 @@ CASES = [case_propagate, case_propagate_batch, case_readout, case_cosine, case_h
          case_retrieve_core, case_build, case_limit]
 
 
-def run(quick: bool = False, data=None, log=print) -> dict:
+def run(quick: bool = False, data=None, log=print, only=None) -> dict:
+    """Run the cases (all, or the groups named in ``only``) and return the report."""
+    names = {fn.__name__[5:]: fn for fn in CASES}
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise ValueError(f"unknown bench case(s) {unknown}; choose from {sorted(names)}")
     data = Path(data) if data else None
     inp = _Inputs(quick, data, log)
     cases: dict = {}
     for fn in CASES:
+        if only and fn.__name__[5:] not in only:
+            continue
         t = time.perf_counter()
         fn(inp, cases)
         log(f"  {fn.__name__[5:]} done in {time.perf_counter() - t:.1f}s")

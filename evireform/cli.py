@@ -219,7 +219,7 @@ def _cmd_bench(args) -> int:
     from . import bench
 
     log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
-    report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log)
+    report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log, only=args.only)
     print(f"machine: {report['machine'].get('cpu', report['machine']['processor'])}, "
           f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}")
     print(bench.table(report))
@@ -314,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--check", action="store_true",
                     help="exit 1 when a speedup falls below its floor (evireform.bench.FLOORS)")
     be.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
+    be.add_argument("--only", action="append", metavar="CASE",
+                    help="run only these case groups (repeatable): "
+                         "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
+                         "build, limit")
     be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     be.set_defaults(func=_cmd_bench)
     return p

@@ -26,9 +26,16 @@ __all__ = [
 ]
 
 
+_CPU = None
+
+
 def _kernels():
-    from . import _cpu as mod  # numba is imported on first use, not at package import
-    return mod
+    """The numba kernels, imported on first use (importing the package does not load numba)."""
+    global _CPU
+    if _CPU is None:
+        from . import _cpu
+        _CPU = _cpu
+    return _CPU
 
 
 def _n_threads() -> int:
@@ -63,20 +70,32 @@ def _check_queries(Q, d: int, ndim: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- cosine top-k
 def cosine_scores(H, Q, *, backend: str = "auto") -> np.ndarray:
-    """All scores ``Q @ H.T`` as float32 (batch, n), by the same batch-invariant loop as
+    """All scores ``Q @ H.T`` as float32 (batch, n), by the same batch-invariant loops as
     :func:`cosine_topk`; for re-scoring a few rows, not for scanning an index."""
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
     resolve(backend)
+    if Q.shape[0] == 1:
+        S = np.empty((1, H.shape[0]), dtype=np.float32)
+        if S.size:
+            _kernels().dot_one(H, Q[0], S[0])
+        return S
     Qp = _pad4(Q)
     S = np.empty((Qp.shape[0], H.shape[0]), dtype=np.float32)
     if S.size:
-        _kernels().dot_scores(H, 0, H.shape[0], Qp, S)
+        _kernels().dot_scores(H, Qp, S, _block_rows())
     return S[:Q.shape[0]]
 
 
+def _block_rows() -> int:
+    rows = int(config.BATCH_BLOCK_ROWS)
+    if rows < 1:
+        raise ValueError(f"config.BATCH_BLOCK_ROWS must be positive; got {rows}")
+    return rows
+
+
 def _pad4(Q: np.ndarray) -> np.ndarray:
-    """Queries padded with zero rows to a multiple of 4 (the scoring kernel's group size)."""
+    """Queries padded with zero rows to a multiple of 4 (the batch kernel's group size)."""
     B = Q.shape[0]
     if B % 4 == 0:
         return Q
@@ -89,9 +108,9 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     """Exact top-``k`` rows of ``H`` (float32, L2-normalised) by cosine with ``q``.
 
     Returns ``(ids, scores)``: int64 ids and float32 scores, best first, ties by lower id.
-    Only positive scores are returned, so there may be fewer than ``k``.  Scores are computed
-    by one compiled dot-product loop, so a query gets bitwise the same result here and in
-    :func:`cosine_topk_batch`, whatever the batch.
+    Only positive scores are returned, so there may be fewer than ``k``.  The single-query
+    and batched kernels accumulate every dot product in the same order, so a query gets
+    bitwise the same result here and in :func:`cosine_topk_batch`, whatever the batch.
     """
     H = _check_matrix(H)
     q = _check_queries(q, H.shape[1], 1)
@@ -100,65 +119,69 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    scores = np.empty((4, M), dtype=np.float32)
-    _kernels().dot_scores(H, 0, M, _pad4(q[None, :]), scores)
-    scores = scores[0]
     n_chunks = max(1, min(4 * _n_threads(), M // config.TOPK_MIN_CHUNK))
-    ids, vals, n = _kernels().topk_positive(scores, min(k, M), n_chunks)
+    ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
+
+
+#: Queries per call of the fused batch kernel (bounds its per-thread score blocks and heaps).
+_QUERY_GROUP = 1024
 
 
 def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     """Batched :func:`cosine_topk`.
 
     Returns ``(ids, scores)`` of shape ``(batch, k)``; rows with fewer than ``k`` positive
-    matches are padded with id -1 and score 0.  ``H`` is scanned in blocks of
-    ``config.BATCH_BLOCK_ROWS`` rows so memory stays bounded for any index size.
+    matches are padded with id -1 and score 0.  Each thread scores ``config.BATCH_BLOCK_ROWS``
+    rows at a time against the whole batch and folds the block into per-query heaps at once,
+    so no (batch x n) score matrix is ever formed.
     """
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
     k = _check_k(k)
     resolve(backend)
     B, M = Q.shape[0], H.shape[0]
-    heap_v = np.zeros((B, k), dtype=np.float32)
-    heap_i = np.full((B, k), -1, dtype=np.int64)
-    heap_n = np.zeros(B, dtype=np.int64)
-    if B == 0:
-        return heap_i, heap_v
+    if B == 0 or M == 0:
+        return np.full((B, k), -1, np.int64), np.zeros((B, k), np.float32)
     if B <= config.SMALL_BATCH:
-        # a few queries: the single-query path (same scores bitwise, fewer parallel launches)
+        # a few queries: the single-query kernel (same scores bitwise, no padded queries)
+        heap_i = np.full((B, k), -1, np.int64)
+        heap_v = np.zeros((B, k), np.float32)
         for b in range(B):
             ids, vals = cosine_topk(H, Q[b], k)
             heap_i[b, :len(ids)] = ids
             heap_v[b, :len(ids)] = vals
         return heap_i, heap_v
-    cpu = _kernels()
-    step = config.BATCH_BLOCK_ROWS
-    Qp = _pad4(Q)
-    S = np.empty((Qp.shape[0], min(step, M)), dtype=np.float32)
-    for r0 in range(0, M, step):
-        r1 = min(M, r0 + step)
-        cpu.dot_scores(H, r0, r1, Qp, S)
-        cpu.topk_block_update(S[:B, :r1 - r0], r0, k, heap_v, heap_i, heap_n)
-    cpu.heaps_finish(heap_v, heap_i, heap_n)
-    return heap_i, heap_v
+    block = _block_rows()
+    n_chunks = max(1, min(2 * _n_threads(), M // (2 * block)))
+    parts = [_kernels().topk_batch(H, _pad4(Q[g:g + _QUERY_GROUP]), min(B - g, _QUERY_GROUP),
+                                   k, n_chunks, block)
+             for g in range(0, B, _QUERY_GROUP)]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 # --------------------------------------------------------------------------- propagation
 class _Workspace(threading.local):
-    """Per-thread scratch, reused across calls; kernels leave it zeroed."""
+    """Per-thread scratch, reused across calls (one per kind and size); kernels leave it zeroed.
+
+    ``prop``: (wf, wb, wi, out ids, out values) for :func:`propagate` on an index of n1
+    propositions and n2 entities; ``read``: (pacc, pmark, ptouched) for n1 passages.
+    """
 
     def get(self, kind: str, n1: int, n2: int):
-        key = (kind, n1, n2)
-        if getattr(self, "key_" + kind, None) != key:
-            if kind == "prop":
-                arrays = (np.zeros(n1), np.zeros(n1), np.zeros(n1, np.bool_), np.zeros(n2),
-                          np.zeros(n2, np.bool_), np.empty(n1, np.int64), np.empty(n2, np.int64))
-            else:
-                arrays = (np.zeros(n1), np.zeros(n1, np.bool_), np.empty(n1, np.int64))
-            setattr(self, "arr_" + kind, arrays)
-            setattr(self, "key_" + kind, key)
-        return getattr(self, "arr_" + kind)
+        arrays = self.__dict__.get(kind)
+        if arrays is not None and arrays[0] == (n1, n2):
+            return arrays[1]
+        if kind == "prop":
+            wf, wb, wi = np.zeros(3 * n1 + n2), np.zeros(n1 + n2, np.bool_), \
+                np.empty(2 * n1 + n2, np.int64)
+            ws = (wf, wb, wi, wi[n1:2 * n1], wf[2 * n1:3 * n1])
+        else:
+            ws = (np.zeros(n1), np.zeros(n1, np.bool_), np.empty(n1, np.int64))
+        self.__dict__[kind] = ((n1, n2), ws)
+        return ws
 
 
 _WS = _Workspace()
@@ -171,16 +194,21 @@ def _check_alpha(alpha) -> float:
     return alpha
 
 
-def _as1d(x, dtype) -> np.ndarray:
-    """x as a contiguous 1-d array of ``dtype``; no copy when it already is one."""
-    if type(x) is np.ndarray and x.dtype == dtype and x.ndim == 1 and x.flags.c_contiguous:
+_I64, _F64, _F32 = np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.float32)
+
+
+def _as1d(x, dtype: np.dtype, also: np.dtype | None = None) -> np.ndarray:
+    """x as a contiguous 1-d array of ``dtype`` (or of ``also``, kept as it is); no copy when it
+    already is one.  (The fast path matters: propagation of one seed takes a few microseconds.)"""
+    if type(x) is np.ndarray and x.ndim == 1 and (x.dtype == dtype or x.dtype == also) \
+            and x.flags.c_contiguous:
         return x
     return np.ascontiguousarray(np.asarray(x, dtype=dtype).ravel())
 
 
 def _check_seed(seed_ids, seed_vals, M: int):
-    ids = _as1d(seed_ids, np.int64)
-    vals = _as1d(seed_vals, np.float64)
+    ids = _as1d(seed_ids, _I64)
+    vals = _as1d(seed_vals, _F64, _F32)  # float32 values are read as they are
     if ids.shape != vals.shape:
         raise ValueError(f"seed ids and values differ in length: {len(ids)} vs {len(vals)}")
     return ids, vals
@@ -215,12 +243,12 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
     alpha = _check_alpha(alpha)
     resolve(backend)
     g = graph
-    ws = _WS.get("prop", g.n_props, g.n_entities)
-    ids, vals, code = _kernels().propagate_one(g.a_indptr, g.a_indices, g.at_indptr,
-                                               g.at_indices, g.inv_deg, g.diag, g.inv_w, ids,
-                                               vals, alpha, *ws)
-    _seed_error(code, g.n_props)
-    return ids, vals
+    wf, wb, wi, outi, outv = _WS.get("prop", g.n_props, g.n_entities)
+    n = _kernels().propagate_one(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
+                                 g.diag, g.inv_w, ids, vals, alpha, wf, wb, wi)
+    if n < 0:
+        _seed_error(-n, g.n_props)
+    return outi[:n].copy(), outv[:n].copy()
 
 
 def _concat_rows(rows):
@@ -247,15 +275,41 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
         rows = [propagate(g, ids[indptr[b]:indptr[b + 1]], vals[indptr[b]:indptr[b + 1]], alpha)
                 for b in range(B)]
         return _concat_rows(rows)
-    n_chunks = max(1, min(B, _n_threads()))
-    return _kernels().propagate_many(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
-                                 g.diag, g.inv_w, indptr, ids, vals, alpha, n_chunks)
+    # one pass, seed ranges side by side on Python threads (the kernel releases the GIL), each
+    # with its thread's reused workspace; more ranges than threads even out heavy seeds
+    n_ranges = max(1, min(B, 4 * _n_threads()))
+    bounds = np.linspace(0, B, n_ranges + 1).astype(np.int64)
+
+    def run(r):
+        wf, wb, wi = _WS.get("prop", g.n_props, g.n_entities)[:3]
+        return _kernels().propagate_collect(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices,
+                                            g.inv_deg, g.diag, g.inv_w, indptr, ids, vals,
+                                            alpha, bounds[r], bounds[r + 1], wf, wb, wi)
+
+    parts = list(_pool().map(run, range(n_ranges)))
+    out_ptr = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(np.concatenate([p[0] for p in parts]), out=out_ptr[1:])
+    return out_ptr, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
+
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool():
+    """Threads for kernels that release the GIL (as many as numba's thread count)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers != _n_threads():
+            from concurrent.futures import ThreadPoolExecutor
+            _POOL = ThreadPoolExecutor(_n_threads(), thread_name_prefix="evireform-kernel")
+        return _POOL
 
 
 # --------------------------------------------------------------------------- readout
 def _check_z(pmap: PassageMap, z_ids, z_vals):
-    ids = _as1d(z_ids, np.int64)
-    vals = _as1d(z_vals, np.float64)
+    ids = _as1d(z_ids, _I64)
+    vals = _as1d(z_vals, _F64, _F32)
     if ids.shape != vals.shape:
         raise ValueError(f"z ids and values differ in length: {len(ids)} vs {len(vals)}")
     return ids, vals
@@ -274,10 +328,13 @@ def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "aut
     if k == 0:
         _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    ws = _WS.get("read", pmap.n_passages, 0)
-    pids, scores, code = _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, k, *ws)
-    _seed_error(code, pmap.n_props, "z")
-    return pids, scores
+    pacc, pmark, ptouched = _WS.get("read", pmap.n_passages, 0)
+    pids, scores = np.empty(k, np.int64), np.empty(k, np.float64)
+    n = _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, pacc, pmark, ptouched,
+                               pids, scores)
+    if n < 0:
+        _seed_error(-n, pmap.n_props, "z")
+    return pids[:n], scores[:n]
 
 
 def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,

@@ -75,93 +75,237 @@ def _heap_sort(vals, ids, n):
 
 
 # --------------------------------------------------------------------------- cosine top-k
-@njit(parallel=True, cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract"})
-def dot_scores(H, r0, r1, Q, S):
-    """S[b, r - r0] = H[r] . Q[b] for rows r0 <= r < r1; Q has a multiple of 4 rows.
-
-    Queries are processed four at a time (each row of H is loaded once per group of four)
-    and every dot product is computed by the same loop whatever the batch size, so a query's
-    scores are bitwise identical alone or in a batch (BLAS gives no such guarantee).
-    """
-    B, d = Q.shape
-    for r in prange(r0, r1):
-        h = H[r]
-        for b in range(0, B, 4):
-            q0 = Q[b]
-            q1 = Q[b + 1]
-            q2 = Q[b + 2]
-            q3 = Q[b + 3]
-            a0 = np.float32(0.0)
-            a1 = np.float32(0.0)
-            a2 = np.float32(0.0)
-            a3 = np.float32(0.0)
-            for t in range(d):
-                x = h[t]
-                a0 += x * q0[t]
-                a1 += x * q1[t]
-                a2 += x * q2[t]
-                a3 += x * q3[t]
-            S[b, r - r0] = a0
-            S[b + 1, r - r0] = a1
-            S[b + 2, r - r0] = a2
-            S[b + 3, r - r0] = a3
+# Every dot product is a float32 loop with eight running sums per loop (eight rows x one query
+# for a single query, two rows x four queries for a batch).  LLVM vectorises both shapes the
+# same way, so a query's scores are bitwise identical alone or in any batch (BLAS gives no such
+# guarantee); tests/test_kernels.py checks this on several shapes.
+_DOT = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract"})
 
 
-@njit(parallel=True, **_JIT)
-def topk_positive(scores, k, n_chunks):
-    """Top-k positive entries of ``scores`` (ties by lower index); returns (ids, vals, count)."""
-    M = scores.shape[0]
-    cand_v = np.empty(n_chunks * k, dtype=scores.dtype)
-    cand_i = np.empty(n_chunks * k, dtype=np.int64)
+@njit(**_DOT)
+def _rows8(H, r, q, S, o):
+    """S[o + i] = H[r + i] . q for i < 8."""
+    d = q.shape[0]
+    h0 = H[r]
+    h1 = H[r + 1]
+    h2 = H[r + 2]
+    h3 = H[r + 3]
+    h4 = H[r + 4]
+    h5 = H[r + 5]
+    h6 = H[r + 6]
+    h7 = H[r + 7]
+    a0 = np.float32(0.0)
+    a1 = np.float32(0.0)
+    a2 = np.float32(0.0)
+    a3 = np.float32(0.0)
+    a4 = np.float32(0.0)
+    a5 = np.float32(0.0)
+    a6 = np.float32(0.0)
+    a7 = np.float32(0.0)
+    for t in range(d):
+        x = q[t]
+        a0 += x * h0[t]
+        a1 += x * h1[t]
+        a2 += x * h2[t]
+        a3 += x * h3[t]
+        a4 += x * h4[t]
+        a5 += x * h5[t]
+        a6 += x * h6[t]
+        a7 += x * h7[t]
+    S[o] = a0
+    S[o + 1] = a1
+    S[o + 2] = a2
+    S[o + 3] = a3
+    S[o + 4] = a4
+    S[o + 5] = a5
+    S[o + 6] = a6
+    S[o + 7] = a7
+
+
+@njit(**_DOT)
+def _rows2q4(H, r, Q, b, S, o):
+    """S[b + j, o + i] = H[r + i] . Q[b + j] for i < 2, j < 4."""
+    d = Q.shape[1]
+    h = H[r]
+    g = H[r + 1]
+    q0 = Q[b]
+    q1 = Q[b + 1]
+    q2 = Q[b + 2]
+    q3 = Q[b + 3]
+    a0 = np.float32(0.0)
+    a1 = np.float32(0.0)
+    a2 = np.float32(0.0)
+    a3 = np.float32(0.0)
+    c0 = np.float32(0.0)
+    c1 = np.float32(0.0)
+    c2 = np.float32(0.0)
+    c3 = np.float32(0.0)
+    for t in range(d):
+        x = h[t]
+        y = g[t]
+        u0 = q0[t]
+        u1 = q1[t]
+        u2 = q2[t]
+        u3 = q3[t]
+        a0 += x * u0
+        a1 += x * u1
+        a2 += x * u2
+        a3 += x * u3
+        c0 += y * u0
+        c1 += y * u1
+        c2 += y * u2
+        c3 += y * u3
+    S[b, o] = a0
+    S[b + 1, o] = a1
+    S[b + 2, o] = a2
+    S[b + 3, o] = a3
+    S[b, o + 1] = c0
+    S[b + 1, o + 1] = c1
+    S[b + 2, o + 1] = c2
+    S[b + 3, o + 1] = c3
+
+
+@njit(parallel=True, **_DOT)
+def dot_one(H, q, S):
+    """S[r] = H[r] . q for every row (eight rows at a time; the last < 8 via a padded copy)."""
+    M, d = H.shape
+    n8 = M // 8
+    for c in prange(n8):
+        _rows8(H, 8 * c, q, S, 8 * c)
+    tail = M - 8 * n8
+    if tail > 0:
+        T = np.zeros((8, d), dtype=np.float32)
+        T[:tail] = H[8 * n8:]
+        out = np.empty(8, dtype=np.float32)
+        _rows8(T, 0, q, out, 0)
+        S[8 * n8:] = out[:tail]
+
+
+@njit(parallel=True, **_DOT)
+def topk_one(H, q, k, n_chunks):
+    """Fused exact top-k positive scores of one query: each of ``n_chunks`` row ranges is scored
+    eight rows at a time (as in :func:`dot_one`) straight into its own heap; the heaps are
+    merged at the end.  Returns (ids, vals, count), best first, ties by lower id."""
+    M, d = H.shape
+    cand_v = np.empty((n_chunks, k), dtype=np.float32)
+    cand_i = np.empty((n_chunks, k), dtype=np.int64)
     cand_n = np.zeros(n_chunks, dtype=np.int64)
     step = (M + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
-        lo = c * step
+        lo = min(M, c * step)
         hi = min(M, lo + step)
-        v = cand_v[c * k:(c + 1) * k]
-        ix = cand_i[c * k:(c + 1) * k]
+        v = cand_v[c]
+        ix = cand_i[c]
+        buf = np.empty(256, dtype=np.float32)
+        T = np.zeros((8, d), dtype=np.float32)
         n = 0
-        for i in range(lo, hi):
-            s = scores[i]
-            if s > 0:
-                if n < k or s >= v[0]:
-                    n = _heap_offer(v, ix, n, k, s, i)
+        lim = np.float32(0.0)  # only positive scores; once full, only strictly better ones
+        for b0 in range(lo, hi, 256):
+            b1 = min(hi, b0 + 256)
+            m8 = (b1 - b0) // 8
+            for g in range(m8):
+                _rows8(H, b0 + 8 * g, q, buf, 8 * g)
+            m = b1 - b0 - 8 * m8
+            if m > 0:
+                T[:m] = H[b0 + 8 * m8:b1]
+                _rows8(T, 0, q, buf, 8 * m8)
+            for j in range(b1 - b0):
+                s = buf[j]
+                if s > lim:
+                    n = _heap_offer(v, ix, n, k, s, b0 + j)
+                    if n == k:
+                        lim = v[0]
         cand_n[c] = n
-    out_v = np.empty(k, dtype=scores.dtype)
+    out_v = np.empty(k, dtype=np.float32)
     out_i = np.empty(k, dtype=np.int64)
     n = 0
     for c in range(n_chunks):
         for j in range(cand_n[c]):
-            n = _heap_offer(out_v, out_i, n, k, cand_v[c * k + j], cand_i[c * k + j])
+            n = _heap_offer(out_v, out_i, n, k, cand_v[c, j], cand_i[c, j])
     _heap_sort(out_v, out_i, n)
     return out_i, out_v, n
 
 
-@njit(parallel=True, **_JIT)
-def topk_block_update(S, row0, k, heap_v, heap_i, heap_n):
-    """Fold a block of scores S (B x rows, rows starting at id ``row0``) into per-query heaps."""
-    B, R = S.shape
-    for b in prange(B):
-        v = heap_v[b]
-        ix = heap_i[b]
-        n = heap_n[b]
-        row = S[b]
-        for r in range(R):
-            s = row[r]
-            if s > 0:
-                if n < k or s >= v[0]:
-                    n = _heap_offer(v, ix, n, k, s, row0 + r)
-        heap_n[b] = n
+@njit(**_DOT)
+def _dot_block(H, lo, hi, Q, S, T):
+    """S[:, r - lo] = Q . H[r] for lo <= r < hi; Q has a multiple of 4 rows, S at least
+    hi - lo + 1 columns (an odd last row goes through the 2-row scratch T)."""
+    B = Q.shape[0]
+    n = hi - lo
+    for p in range(n // 2):
+        for b in range(0, B, 4):
+            _rows2q4(H, lo + 2 * p, Q, b, S, 2 * p)
+    if n % 2 == 1:
+        T[0] = H[hi - 1]
+        for b in range(0, B, 4):
+            _rows2q4(T, 0, Q, b, S, n - 1)
 
 
-@njit(parallel=True, **_JIT)
-def heaps_finish(heap_v, heap_i, heap_n):
-    B = heap_v.shape[0]
+@njit(parallel=True, **_DOT)
+def dot_scores(H, Q, S, block):
+    """S[b, r] = H[r] . Q[b] for all rows; Q has a multiple of 4 rows (zero-padded)."""
+    M, d = H.shape
+    nb = (M + block - 1) // block
+    for c in prange(nb):
+        lo = c * block
+        hi = min(M, lo + block)
+        Sl = np.empty((Q.shape[0], block + 1), dtype=np.float32)
+        T = np.zeros((2, d), dtype=np.float32)
+        _dot_block(H, lo, hi, Q, Sl, T)
+        S[:, lo:hi] = Sl[:, :hi - lo]
+
+
+@njit(parallel=True, **_DOT)
+def topk_batch(H, Q, B, k, n_chunks, block):
+    """Fused exact top-k for queries Q[:B] (Q zero-padded to a multiple of 4 rows).
+
+    Each of ``n_chunks`` row ranges is scored ``block`` rows at a time into a small per-thread
+    score block that is folded at once into per-query heaps; the chunks' heaps are merged at
+    the end.  Returns (ids, scores) of shape (B, k), best first, padded with -1 / 0.
+    """
+    M, d = H.shape
+    Bq = Q.shape[0]
+    cv = np.zeros((n_chunks, B, k), dtype=np.float32)
+    ci = np.full((n_chunks, B, k), -1, dtype=np.int64)
+    cn = np.zeros((n_chunks, B), dtype=np.int64)
+    step = (M + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        lo = c * step
+        hi = min(M, lo + step)
+        S = np.empty((Bq, block + 1), dtype=np.float32)
+        T = np.zeros((2, d), dtype=np.float32)
+        for s0 in range(lo, hi, block):
+            s1 = min(hi, s0 + block)
+            _dot_block(H, s0, s1, Q, S, T)
+            for b in range(B):
+                v = cv[c, b]
+                ix = ci[c, b]
+                n = cn[c, b]
+                # only positive scores enter; rows arrive in increasing id order, so once the
+                # heap is full only a strictly higher score can (an equal one has a higher id)
+                lim = v[0] if n == k else np.float32(0.0)
+                row = S[b]
+                for r in range(s1 - s0):
+                    s = row[r]
+                    if s > lim:
+                        n = _heap_offer(v, ix, n, k, s, s0 + r)
+                        if n == k:
+                            lim = v[0]
+                cn[c, b] = n
+    out_v = np.zeros((B, k), dtype=np.float32)
+    out_i = np.full((B, k), -1, dtype=np.int64)
     for b in prange(B):
-        _heap_sort(heap_v[b], heap_i[b], heap_n[b])
-        for j in range(heap_n[b], heap_v.shape[1]):
-            heap_v[b, j] = 0
-            heap_i[b, j] = -1
+        v = out_v[b]
+        ix = out_i[b]
+        n = 0
+        for c in range(n_chunks):
+            for j in range(cn[c, b]):
+                n = _heap_offer(v, ix, n, k, cv[c, b, j], ci[c, b, j])
+        _heap_sort(v, ix, n)
+        for j in range(n, k):
+            v[j] = 0
+            ix[j] = -1
+    return out_i, out_v
 
 
 # --------------------------------------------------------------------------- propagation
@@ -177,14 +321,14 @@ def check_seed(ids, vals, M):
 
 
 @njit(**_JIT)
-def _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                    seed_ids, seed_vals, alpha, acc, sbuf, mark, yent, emark,
-                    touched, ents):
-    """One seed through the incidence lists.
+def _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids, seed_vals,
+            acc, sbuf, mark, yent, emark, touched, ents):
+    """Steps 1-3 of one seed: s into ``sbuf``, (A De+ A^T Dw+ s) into ``acc``.
 
-    ``acc``/``sbuf``/``yent`` are zero and ``mark``/``emark`` False on entry and are restored
-    on exit, except that ``acc`` holds z at the returned ``touched[:n]`` positions (the caller
-    copies and clears them).  Returns n, the number of distinct touched propositions.
+    ``acc``/``sbuf``/``yent`` are zero and ``mark``/``emark`` False on entry; on exit ``yent``
+    and ``emark`` are restored and ``touched[:n]`` lists the propositions reached, the seed's
+    own ``n_seed`` first.  :func:`_finish` then writes z and restores the rest.
+    Returns (n, n_seed).
     """
     n = 0
     # 1. the seed s (repeated ids summed)
@@ -223,92 +367,87 @@ def _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, i
             acc[j] += y
         yent[e] = 0.0
         emark[e] = False
-    # 4. z = alpha s + (1 - alpha) (A y - diag x); W >= 0, so rounding residue is clamped
+    return n, n_seed
+
+
+@njit(**_JIT)
+def _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_v, off):
+    """Step 4: z = alpha s + (1 - alpha) (A y - diag x) into out_i/out_v[off:off + n], and
+    ``acc``/``sbuf``/``mark`` back to zero.  Only the seed's own propositions have s != 0, so
+    the rest read just ``acc``.  W >= 0, so rounding residue below zero is clamped."""
     beta = 1.0 - alpha
-    for t in range(n):
+    for t in range(n_seed):
         j = touched[t]
         s = sbuf[j]
         ws = acc[j] - diag[j] * s * inv_w[j]
         if ws < 0.0:
             ws = 0.0
-        acc[j] = alpha * s + beta * ws
+        out_i[off + t] = j
+        out_v[off + t] = alpha * s + beta * ws
+        acc[j] = 0.0
         sbuf[j] = 0.0
         mark[j] = False
-    return n
+    for t in range(n_seed, n):
+        j = touched[t]
+        ws = acc[j]
+        if ws < 0.0:
+            ws = 0.0
+        out_i[off + t] = j
+        out_v[off + t] = beta * ws
+        acc[j] = 0.0
+        mark[j] = False
 
 
 @njit(**_JIT)
 def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                  seed_ids, seed_vals, alpha, acc, sbuf, mark, yent, emark, touched, ents):
-    code = check_seed(seed_ids, seed_vals, a_indptr.shape[0] - 1)
+                  seed_ids, seed_vals, alpha, wf, wb, wi):
+    """One seed with a reused workspace packed into three arrays (fewer arguments to unbox):
+    wf = acc | sbuf | out values (M each) | yent (Ne); wb = mark (M) | emark (Ne);
+    wi = touched (M) | out ids (M) | ents (Ne).  Returns n >= 0 (z is wi[M:M+n],
+    wf[2M:2M+n]) or -code for bad input."""
+    M = a_indptr.shape[0] - 1
+    code = check_seed(seed_ids, seed_vals, M)
     if code != 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64), code
-    n = _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                        seed_ids, seed_vals, alpha, acc, sbuf, mark, yent, emark, touched, ents)
-    ids = touched[:n].copy()
-    vals = np.empty(n, dtype=np.float64)
-    for t in range(n):
-        vals[t] = acc[ids[t]]
-        acc[ids[t]] = 0.0
-    return ids, vals, 0
+        return -code
+    acc, sbuf, mark, touched = wf[:M], wf[M:2 * M], wb[:M], wi[:M]
+    n, n_seed = _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids,
+                        seed_vals, acc, sbuf, mark, wf[3 * M:], wb[M:], touched, wi[2 * M:])
+    _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, wi[M:2 * M],
+            wf[2 * M:3 * M], 0)
+    return n
 
 
 @njit(**_JIT)
-def _propagate_range(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                     seed_indptr, seed_ids, seed_vals, alpha, b0, b1, counts, offsets,
-                     out_ids, out_vals):
-    """Seeds b0 <= b < b1 with scratch of their own: record each row's size in ``counts``,
-    or, when ``offsets`` is non-empty, write the rows at those offsets."""
+def propagate_collect(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
+                      seed_indptr, seed_ids, seed_vals, alpha, b0, b1, wf, wb, wi):
+    """Seeds b0 <= b < b1 in one pass with a reused workspace (as in :func:`propagate_one`);
+    returns (counts, ids, vals): the rows' sizes and the rows one after another, written
+    straight into buffers that double when full.  Releases the GIL, so Python threads run
+    ranges side by side.  The caller has checked the seeds."""
     M = a_indptr.shape[0] - 1
-    Ne = at_indptr.shape[0] - 1
-    acc = np.zeros(M, dtype=np.float64)
-    sbuf = np.zeros(M, dtype=np.float64)
-    mark = np.zeros(M, dtype=np.bool_)
-    yent = np.zeros(Ne, dtype=np.float64)
-    emark = np.zeros(Ne, dtype=np.bool_)
-    touched = np.empty(M, dtype=np.int64)
-    ents = np.empty(Ne, dtype=np.int64)
-    write = offsets.shape[0] > 0
+    counts = np.zeros(b1 - b0, dtype=np.int64)
+    cap = 1024
+    out_i = np.empty(cap, dtype=np.int64)
+    out_v = np.empty(cap, dtype=np.float64)
+    acc, sbuf, mark, touched = wf[:M], wf[M:2 * M], wb[:M], wi[:M]
+    m = 0
     for b in range(b0, b1):
         lo, hi = seed_indptr[b], seed_indptr[b + 1]
-        n = _propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                            seed_ids[lo:hi], seed_vals[lo:hi], alpha, acc, sbuf, mark, yent,
-                            emark, touched, ents)
-        counts[b] = n
-        for t in range(n):
-            j = touched[t]
-            if write:
-                out_ids[offsets[b] + t] = j
-                out_vals[offsets[b] + t] = acc[j]
-            acc[j] = 0.0
-
-
-@njit(parallel=True, **_JIT)
-def propagate_many(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                   seed_indptr, seed_ids, seed_vals, alpha, n_chunks):
-    """Batched propagation; returns z as CSR (indptr, ids, vals), one row per seed.
-
-    Two passes over the seeds (row sizes, then values), each thread owning a range of rows.
-    """
-    B = seed_indptr.shape[0] - 1
-    counts = np.zeros(B, dtype=np.int64)
-    step = (B + n_chunks - 1) // n_chunks
-    none_i = np.zeros(0, dtype=np.int64)
-    none_v = np.zeros(0, dtype=np.float64)
-    for c in prange(n_chunks):
-        _propagate_range(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                         seed_indptr, seed_ids, seed_vals, alpha, c * step,
-                         min(B, (c + 1) * step), counts, none_i, none_i, none_v)
-    indptr = np.zeros(B + 1, dtype=np.int64)
-    for b in range(B):
-        indptr[b + 1] = indptr[b] + counts[b]
-    out_ids = np.empty(indptr[B], dtype=np.int64)
-    out_vals = np.empty(indptr[B], dtype=np.float64)
-    for c in prange(n_chunks):
-        _propagate_range(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                         seed_indptr, seed_ids, seed_vals, alpha, c * step,
-                         min(B, (c + 1) * step), counts, indptr, out_ids, out_vals)
-    return indptr, out_ids, out_vals
+        n, n_seed = _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w,
+                            seed_ids[lo:hi], seed_vals[lo:hi], acc, sbuf, mark, wf[3 * M:],
+                            wb[M:], touched, wi[2 * M:])
+        if m + n > cap:
+            while m + n > cap:
+                cap *= 2
+            grown_i = np.empty(cap, dtype=np.int64)
+            grown_v = np.empty(cap, dtype=np.float64)
+            grown_i[:m] = out_i[:m]
+            grown_v[:m] = out_v[:m]
+            out_i, out_v = grown_i, grown_v
+        _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_v, m)
+        m += n
+        counts[b - b0] = n
+    return counts, out_i[:m], out_v[:m]
 
 
 # --------------------------------------------------------------------------- readout
@@ -351,14 +490,13 @@ def _readout_into(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_
 
 
 @njit(**_JIT)
-def readout_one(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched):
+def readout_one(owner, inv_sqrt, z_ids, z_vals, pacc, pmark, ptouched, out_i, out_v):
+    """One z into ``out_i``/``out_v`` (length k); returns the count written, or -code."""
     code = check_seed(z_ids, z_vals, owner.shape[0])
     if code != 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64), code
-    out_i = np.empty(k, dtype=np.int64)
-    out_v = np.empty(k, dtype=np.float64)
-    n = _readout_into(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_i, out_v)
-    return out_i[:n], out_v[:n], 0
+        return -code
+    return _readout_into(owner, inv_sqrt, z_ids, z_vals, out_i.shape[0], pacc, pmark,
+                         ptouched, out_i, out_v)
 
 
 @njit(parallel=True, **_JIT)

@@ -7,12 +7,12 @@ is read from the environment and importing the package sets no global state.
 #: numba writes compiled machine code next to the sources so later processes skip the JIT.
 NUMBA_CACHE = True
 
-#: Parallel top-k splits the score vector into chunks of at least this many rows.
-TOPK_MIN_CHUNK = 16384
+#: Single-query exact search splits the rows into chunks (one heap each) of at least this many.
+TOPK_MIN_CHUNK = 2048
 
-#: Batched exact search multiplies the queries with blocks of this many embedding rows, so the
-#: score block (batch x rows, float32) stays small however large the index is.
-BATCH_BLOCK_ROWS = 8192
+#: Batched exact search: each thread scores this many embedding rows against the whole batch
+#: into a small (batch x rows) float32 block and folds it into per-query heaps at once.
+BATCH_BLOCK_ROWS = 128
 
 #: Indexes with at least this many propositions search candidates with HNSW (hnswlib); smaller
 #: ones are searched exactly.  Exact search is always the reference.

@@ -37,9 +37,12 @@ def test_cosine_topk_matches_reference(rng, backend, M, d, k):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("M,d,B,k", [(5, 4, 3, 10), (300, 16, 7, 20), (70000, 8, 4, 50)])
-def test_cosine_topk_batch_matches_reference(rng, backend, M, d, B, k, monkeypatch):
-    monkeypatch.setattr(K.config, "BATCH_BLOCK_ROWS", 977)  # many blocks, ragged last block
+@pytest.mark.parametrize("M,d,B,k,block", [(5, 4, 3, 10, 977), (5, 4, 9, 10, 2),
+                                           (300, 16, 7, 20, 977), (301, 16, 13, 20, 7),
+                                           (70000, 8, 4, 50, 977), (70001, 8, 9, 50, 977)])
+def test_cosine_topk_batch_matches_reference(rng, backend, M, d, B, k, block, monkeypatch):
+    # blocks of an odd size: many blocks, odd rows through the padded path, a ragged last one
+    monkeypatch.setattr(K.config, "BATCH_BLOCK_ROWS", block)
     H = unit_rows(rng, M, d)
     Q = unit_rows(rng, B, d)
     ids, vals = K.cosine_topk_batch(H, Q, k, backend=backend)
@@ -251,19 +254,27 @@ def test_entity_graph_validation():
         PassageMap.from_owner([0, 3], 3)
 
 
-def test_single_and_batch_scores_are_bitwise_equal(rng):
-    """A query's scores do not depend on the batch it is searched in (unlike BLAS)."""
-    H = unit_rows(rng, 20000, 384)
-    Q = unit_rows(rng, 37, 384)
-    bi, bv = K.cosine_topk_batch(H, Q, 25)
-    S = K.cosine_scores(H, Q[:5])
+@pytest.mark.parametrize("M,d", [(20000, 384), (1003, 5), (517, 33), (64, 768), (3, 7)])
+def test_single_and_batch_scores_are_bitwise_equal(rng, M, d):
+    """A query's scores do not depend on the batch it is searched in (unlike BLAS): the
+    single-query kernel (8 rows x 1 query) and the batch kernel (2 rows x 4 queries) must
+    accumulate in the same order, for any d and for the padded tail rows."""
+    from evireform.kernels import _cpu
+    H = unit_rows(rng, M, d)
+    Q = unit_rows(rng, 37, d)
+    k = min(25, M)
+    bi, bv = K.cosine_topk_batch(H, Q, k)
+    S = K.cosine_scores(H, Q)
     for b in range(len(Q)):
-        i, v = K.cosine_topk(H, Q[b], 25)
-        np.testing.assert_array_equal(i, bi[b])
-        np.testing.assert_array_equal(v, bv[b])
-        if b < 5:
-            np.testing.assert_array_equal(S[b][i], v)
-    np.testing.assert_allclose(S, Q[:5] @ H.T, rtol=1e-5, atol=1e-6)
+        i, v = K.cosine_topk(H, Q[b], k)
+        np.testing.assert_array_equal(i, bi[b][:len(i)])
+        np.testing.assert_array_equal(v, bv[b][:len(i)])
+        np.testing.assert_array_equal(S[b][i], v)
+        one = np.empty(M, np.float32)
+        _cpu.dot_one(H, Q[b], one)
+        np.testing.assert_array_equal(one, S[b])
+    np.testing.assert_array_equal(K.cosine_scores(H, Q[3:4])[0], S[3])
+    np.testing.assert_allclose(S, Q @ H.T, rtol=1e-5, atol=1e-5)
 
 
 def test_small_batches_use_single_kernels_with_same_results(rng):
