@@ -92,3 +92,55 @@ def test_readout_bincount(benchmark, readout_case):
         top = np.argpartition(-sc, 20)[:20]
         return top[np.argsort(-sc[top], kind="stable")]
     _run(benchmark, peer)
+
+
+@pytest.fixture(scope="module")
+def batch64(emb):
+    return unit_rows(RNG, 64, 384)
+
+
+@pytest.mark.benchmark(group="cosine_topk_batch 100k x 384, 64 queries")
+def test_cosine_topk_batch_ours(benchmark, emb, batch64):
+    _run(benchmark, K.cosine_topk_batch, emb[0], batch64, 100)
+
+
+@pytest.mark.benchmark(group="cosine_topk_batch 100k x 384, 64 queries")
+def test_cosine_topk_batch_numpy_argpartition(benchmark, emb, batch64):
+    H = emb[0]
+
+    def peer():
+        S = batch64 @ H.T
+        top = np.argpartition(-S, 100, axis=1)[:, :100]
+        return np.take_along_axis(top, np.argsort(-np.take_along_axis(S, top, 1), 1,
+                                                  kind="stable"), 1)
+    _run(benchmark, peer)
+
+
+@pytest.fixture(scope="module")
+def seed_batch(graph):
+    g = graph[0]
+    B = 256
+    ids = np.concatenate([RNG.choice(g.n_props, 18, replace=False) for _ in range(B)])
+    return np.arange(B + 1) * 18, ids, RNG.random(len(ids))
+
+
+@pytest.mark.benchmark(group="propagate_batch 200k props, 256 seeds")
+def test_propagate_batch_ours(benchmark, graph, seed_batch):
+    _run(benchmark, K.propagate_batch, graph[0], *seed_batch, 0.5)
+
+
+@pytest.mark.benchmark(group="propagate_batch 200k props, 256 seeds")
+def test_propagate_batch_scipy(benchmark, graph, seed_batch):
+    import scipy.sparse as sp
+    g = graph[0]
+    indptr, ids, vals = seed_batch
+    A = R.incidence_matrix(g.a_indptr, g.a_indices, g.n_entities)
+    AT = A.T.tocsr()
+    cols = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    S = sp.csr_matrix((vals, (ids, cols)), shape=(g.n_props, len(indptr) - 1))
+    Dw, De, Dg = sp.diags(g.inv_w), sp.diags(g.inv_deg), sp.diags(g.diag)
+
+    def peer():
+        X = Dw @ S
+        return 0.5 * S + 0.5 * (A @ (De @ (AT @ X)) - Dg @ X)
+    _run(benchmark, peer)

@@ -178,9 +178,11 @@ class EviReform:
 
     def _select(self, question, cand_ids, cand_u, trace) -> tuple[np.ndarray, np.ndarray]:
         cfg, idx = self.config, self.index
-        cands = [Candidate(int(i), float(s), idx.prop_texts[i], int(idx.owner[i]))
-                 for i, s in zip(cand_ids, cand_u)]
-        pos = {int(i): float(s) for i, s in zip(cand_ids, cand_u) if s > 0}
+        ids, us = cand_ids.tolist(), cand_u.tolist()
+        texts = idx.prop_texts
+        cands = list(map(Candidate, ids, us, [texts[i] for i in ids],
+                         idx.owner[cand_ids].tolist()))
+        pos = {i: s for i, s in zip(ids, us) if s > 0}
         try:
             chosen = self.selector.select(question, cands, cfg.max_selected)
         except Exception:  # a role never crashes retrieval: fall back (C.1)
@@ -380,7 +382,7 @@ class EviReform:
             keep = cand_i[t] >= 0
             c = (cand_i[t][keep], cand_s[t][keep])
             cands.append(c)
-            traces[t].candidates = [(int(i), float(s)) for i, s in zip(*c)]
+            traces[t].candidates = list(zip(c[0].tolist(), c[1].tolist()))
         seeds = self._map(lambda t: self._select(questions[t], cands[t][0], cands[t][1],
                                                  traces[t]), range(n))
         observed = [self._observed(traces[t].selected) for t in range(n)]
@@ -402,8 +404,8 @@ class EviReform:
                     keep = ids >= 0
                     residual[t].append((ids[keep], sc[keep]))
                     traces[t].residual_queries.append(q)
-                    traces[t].residual_hits.append([(int(i), float(s))
-                                                    for i, s in zip(ids[keep], sc[keep])])
+                    traces[t].residual_hits.append(list(zip(ids[keep].tolist(),
+                                                            sc[keep].tolist())))
             items = []
             for t in active:
                 s, qpart, rpart = self._combine(seeds[t], self._residual_signal(residual[t]))

@@ -119,7 +119,8 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    n_chunks = max(1, min(4 * _n_threads(), M // config.TOPK_MIN_CHUNK))
+    # one row range per thread (numba splits a prange evenly, so more would only unbalance)
+    n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
     ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
 
@@ -153,7 +154,7 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
             heap_v[b, :len(ids)] = vals
         return heap_i, heap_v
     block = _block_rows()
-    n_chunks = max(1, min(2 * _n_threads(), M // (2 * block)))
+    n_chunks = max(1, min(_n_threads(), M // (2 * block)))
     parts = [_kernels().topk_batch(H, _pad4(Q[g:g + _QUERY_GROUP]), min(B - g, _QUERY_GROUP),
                                    k, n_chunks, block)
              for g in range(0, B, _QUERY_GROUP)]

@@ -29,3 +29,11 @@ def test_synthetic_shapes():
     assert pm.n_passages == int(5000 / 3.5)
     H = clustered_embeddings(rng, 300, d=32, n_clusters=8, intrinsic=4)
     np.testing.assert_allclose(np.linalg.norm(H, axis=1), 1, rtol=1e-5)
+
+
+def test_run_only_selected_cases():
+    import pytest
+    with pytest.raises(ValueError, match="unknown bench case"):
+        bench.run(quick=True, only=["cosine", "nope"])
+    report = bench.run(quick=True, only=["limit"], log=lambda m: None)
+    assert report["cases"] and all(k.startswith("limit/") for k in report["cases"])
