@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(PY) -m evireform bench --json bench.json
 
 bench-quick: $(STAMP)
-	$(PY) -m evireform bench --quick
+	$(PY) -m evireform bench --quick --check
 
 bench-pytest: $(STAMP)
 	$(PY) -m pytest -q benchmarks --benchmark-only
