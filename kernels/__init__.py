@@ -207,7 +207,7 @@ def _as1d(x, dtype: np.dtype, also: np.dtype | None = None) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=dtype).ravel())
 
 
-def _check_seed(seed_ids, seed_vals, M: int):
+def _check_seed(seed_ids, seed_vals):
     ids = _as1d(seed_ids, _I64)
     vals = _as1d(seed_vals, _F64, _F32)  # float32 values are read as they are
     if ids.shape != vals.shape:
@@ -240,15 +240,17 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
     Returns z as ``(ids, values)``: every proposition reached (distinct ids, in the order they
     were first reached), float64 values; all other entries of z are 0.
     """
-    ids, vals = _check_seed(seed_ids, seed_vals, graph.n_props)
-    alpha = _check_alpha(alpha)
-    resolve(backend)
-    g = graph
-    wf, wb, wi, outi, outv = _WS.get("prop", g.n_props, g.n_entities)
-    n = _kernels().propagate_one(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices, g.inv_deg,
-                                 g.diag, g.inv_w, ids, vals, alpha, wf, wb, wi)
+    # kept lean: on a small index the checks and the call cost more than the walk itself
+    ids, vals = _check_seed(seed_ids, seed_vals)
+    if type(alpha) is not float or not 0.0 <= alpha <= 1.0:
+        alpha = _check_alpha(alpha)
+    if backend != "auto":
+        resolve(backend)
+    M = len(graph.a_indptr) - 1
+    wf, wb, wi, outi, outv = _WS.get("prop", M, len(graph.at_indptr) - 1)
+    n = _kernels().propagate_one(*graph.kernel_args, ids, vals, alpha, wf, wb, wi)
     if n < 0:
-        _seed_error(-n, g.n_props)
+        _seed_error(-n, M)
     return outi[:n].copy(), outv[:n].copy()
 
 
@@ -263,7 +265,7 @@ def _concat_rows(rows):
 def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha: float = 0.5,
                     *, backend: str = "auto"):
     """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
-    ids, vals = _check_seed(seed_ids, seed_vals, graph.n_props)
+    ids, vals = _check_seed(seed_ids, seed_vals)
     _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
     indptr = _check_indptr(seed_indptr, len(ids), "seed")
     alpha = _check_alpha(alpha)

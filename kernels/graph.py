@@ -6,6 +6,7 @@ memory-mapped from disk and shared by threads without copying.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -44,6 +45,12 @@ class EntityGraph:
     @property
     def n_props(self) -> int:
         return len(self.a_indptr) - 1
+
+    @cached_property
+    def kernel_args(self) -> tuple:
+        """The graph's arrays in the order the propagation kernels take them."""
+        return (self.a_indptr, self.a_indices, self.at_indptr, self.at_indices, self.inv_deg,
+                self.diag, self.inv_w)
 
     @property
     def n_entities(self) -> int:

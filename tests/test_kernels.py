@@ -133,6 +133,22 @@ def test_propagate_degenerate(rng):
         K.propagate(g, [4], [1.0])
     with pytest.raises(ValueError, match="alpha"):
         K.propagate(g, [1], [1.0], alpha=1.5)
+    with pytest.raises(ValueError, match="alpha"):
+        K.propagate(g, [1], [1.0], alpha=float("nan"))
+    with pytest.raises(ValueError, match="differ in length"):
+        K.propagate(g, [1, 2], [1.0])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        K.propagate(g, [1], [np.inf])
+    with pytest.raises(ValueError, match="backend"):
+        K.propagate(g, [1], [1.0], backend="tpu")
+    with pytest.raises(K.BackendUnavailable):
+        K.propagate(g, [1], [1.0], backend="gpu")
+    # alpha as an int or a numpy scalar, values as float32: the same z
+    ref = _dense(4, *K.propagate(g, [1, 2], [0.5, 0.25], 1.0))
+    for alpha in (1, np.float64(1.0), np.float32(1.0)):
+        np.testing.assert_allclose(_dense(4, *K.propagate(g, [1, 2], [0.5, 0.25], alpha)), ref)
+    np.testing.assert_allclose(
+        _dense(4, *K.propagate(g, np.array([1, 2]), np.array([0.5, 0.25], np.float32), 1.0)), ref)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
