@@ -52,6 +52,25 @@ def _median_time(fn, repeat: int, warmup: int = 1) -> float:
     return float(np.median(ts))
 
 
+def _times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list:
+    """Median time of each of ``fns``, one after another: a pause (so that the thread pools of
+    whatever ran before -- numba's, OpenBLAS's, faiss's OpenMP -- stop spinning on the 2 cores),
+    one warm-up call, then calls until there are at least ``repeat`` and they add up to
+    ``min_s`` seconds.  (Alternating the functions call by call was tried: the pools then
+    fight for the cores and a 0.3 ms search took 13 ms.)"""
+    out = []
+    for fn in fns:
+        time.sleep(pause)
+        fn()
+        ts: list = []
+        while len(ts) < repeat or sum(ts) < min_s:
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        out.append(float(np.median(ts)))
+    return out
+
+
 def machine() -> dict:
     import numba
     info = {"python": platform.python_version(), "platform": platform.platform(),
@@ -83,6 +102,8 @@ class _Inputs:
 
     def __init__(self, quick: bool, data: Path | None, log):
         self.quick, self.data, self.log = quick, data, log
+        #: each timed function runs for at least this long in all (see _times)
+        self.min_s = 0.05 if quick else 0.25
         self.rng = np.random.default_rng(20261130)
         self._real = {}
         self._synth = None
@@ -161,13 +182,20 @@ def case_propagate(inp, out):
                 0.5 * s + 0.5 * (A @ (g.inv_deg * (AT @ x)) - g.diag * x)
 
         rep = 2 if inp.quick else 5
-        t_ours = _median_time(ours, rep) / len(sel)
-        t_chain = _median_time(chain, rep) / len(sel)
+        w_nnz = K.w_nnz(g) if g.nnz < 2_000_000 else None
+        W = R.transition_W(A) if w_nnz is not None and w_nnz < 50_000_000 else None
+
+        def w_peer():
+            for s in S:
+                0.5 * s + 0.5 * (W @ (g.inv_w * s))
+
+        times = _times([ours, chain] + ([w_peer] if W is not None else []), rep,
+                              min_s=inp.min_s)
+        t_ours, t_chain = times[0] / len(sel), times[1] / len(sel)
         agree = all(np.allclose(_dense(M, *K.propagate(g, i, v, 0.5)),
                                 0.5 * s + 0.5 * (A @ (g.inv_deg * (AT @ (g.inv_w * s)))
                                                  - g.diag * g.inv_w * s), atol=1e-12)
                     for (i, v), s in zip(sel[:10], S[:10]))
-        w_nnz = K.w_nnz(g) if g.nnz < 2_000_000 else None
         row = {"size": f"M={M:,}, nnz(A)={g.nnz:,}", "ours_s": t_ours, "peer_s": t_chain,
                "peer": "scipy A(De+(A^T x)) - diag x", "speedup": t_chain / t_ours,
                "agree": bool(agree), "incidence_bytes": int(g.a_indices.nbytes + g.at_indices.nbytes
@@ -175,9 +203,8 @@ def case_propagate(inp, out):
                "w_nnz": w_nnz}
         out[f"propagate/{name} vs scipy chain"] = row
         deg = np.diff(g.at_indptr).astype(np.float64)
-        if w_nnz is not None and w_nnz < 50_000_000:
-            W = R.transition_W(A)
-            t_w = _median_time(lambda: [0.5 * s + 0.5 * (W @ (g.inv_w * s)) for s in S], rep) / len(sel)
+        if W is not None:
+            t_w = times[2] / len(sel)
             agree_w = all(np.allclose(_dense(M, *K.propagate(g, i, v, 0.5)),
                                       0.5 * s + 0.5 * (W @ (g.inv_w * s)), atol=1e-12)
                           for (i, v), s in zip(sel[:10], S[:10]))
@@ -242,7 +269,7 @@ def case_readout(inp, out):
 
         ours = lambda: K.readout_topk(pm, zi, zv, k)  # noqa: E731
         rep = 5 if inp.quick else 20
-        t_o, t_p = _median_time(ours, rep), _median_time(peer, rep)
+        t_o, t_p = _times([ours, peer], rep, min_s=inp.min_s)
         label = {10_000: "10k", 100_000: "100k", 1_000_000: "1M"}[M]
         out[f"readout/{label} vs bincount"] = {
             "size": f"M={M:,}, N={pm.n_passages:,}, nnz(z)={nz:,}", "ours_s": t_o, "peer_s": t_p,
@@ -290,7 +317,9 @@ def case_cosine(inp, out):
                     top = np.argpartition(-S, k, axis=1)[:, :k]
                     return np.stack([t[np.lexsort((t, -S[b, t]))] for b, t in enumerate(top)])
             rep = 3 if (inp.quick or M >= 1_000_000) else 10
-            t_o, t_n = _median_time(ours, rep), _median_time(numpy_peer, rep)
+            fns = [ours, numpy_peer] + ([lambda: fi.search(Qb, k)] if faiss is not None else [])
+            times = _times(fns, rep, min_s=inp.min_s)
+            t_o, t_n = times[0], times[1]
             mine = ours()[0]
             mine = mine if B > 1 else mine[None, :]
             ref = numpy_peer()
@@ -301,7 +330,7 @@ def case_cosine(inp, out):
                 "peer": "numpy matmul + argpartition", "speedup": t_n / t_o,
                 "agree": agree >= 0.999, "overlap": agree}
             if faiss is not None:
-                t_f = _median_time(lambda: fi.search(Qb, k), rep)
+                t_f = times[2]
                 _, fid = fi.search(Qb, k)
                 agree_f = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(mine, fid)]))
                 out[f"cosine_topk/{label} b{B} vs faiss"] = {
@@ -504,8 +533,8 @@ def case_limit(inp, out):
     H = _embeddings(inp, M)
     q = H[7].copy()
     dst = np.empty_like(H)
-    t_scan = _median_time(lambda: K.cosine_topk(H, q, 100), 5)
-    t_copy = _median_time(lambda: np.copyto(dst, H), 5)
+    t_scan, t_copy = _times([lambda: K.cosine_topk(H, q, 100),
+                                    lambda: np.copyto(dst, H)], 5, min_s=inp.min_s)
     nbytes = H.nbytes
     out["limit/exact scan vs memory copy"] = {
         "size": f"{nbytes / 2**20:.0f} MiB ({M:,} x 384 float32)", "ours_s": t_scan,
