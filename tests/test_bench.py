@@ -37,3 +37,15 @@ def test_run_only_selected_cases():
         bench.run(quick=True, only=["cosine", "nope"])
     report = bench.run(quick=True, only=["limit"], log=lambda m: None)
     assert report["cases"] and all(k.startswith("limit/") for k in report["cases"])
+
+
+def test_times_warms_up_then_repeats_until_enough(monkeypatch):
+    calls = []
+    t = bench._times([lambda: calls.append(1)], repeat=3, min_s=0.0, pause=0.0)
+    assert len(calls) == 4 and len(t) == 1 and t[0] >= 0  # one warm-up call, then three
+    # a fake clock: every timed call lasts 0.01 s, so 0.05 s takes five timed calls
+    clock = iter(np.arange(0, 100, 0.01))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(clock)))
+    calls.clear()
+    t = bench._times([lambda: calls.append(1)], repeat=1, min_s=0.05 - 1e-9, pause=0.0)
+    assert len(calls) == 1 + 5 and abs(t[0] - 0.01) < 1e-9
