@@ -433,16 +433,40 @@ class _GivenReformulator:
         return self.by_question.get(question, [])
 
 
-def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
-    """Time Algorithm 1 minus the embedder and the reformulator (outputs given) against a
-    dense search + igraph personalised PageRank over the same graph."""
+def core_questions(idx, qs, H_q, queries, vecs):
+    """A callable that runs the questions through Algorithm 1 minus the embedder and the
+    reformulator: their outputs are given (``queries``: residual queries per question,
+    ``vecs``: their embeddings)."""
     from .retriever import EviReform, EviReformConfig
     given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
                            else np.zeros((0, idx.dim), np.float32))
     retr = EviReform(idx, EviReformConfig(), reformulator=_GivenReformulator(queries))
+    return lambda: [retr.retrieve_embedded(q, h, 20, residual_embed=given)
+                    for q, h in zip(qs, H_q)]
 
-    def ours():
-        return [retr.retrieve_embedded(q, h, 20, residual_embed=given) for q, h in zip(qs, H_q)]
+
+def musique_core_inputs(inp):
+    """(idx, questions, their embeddings, residual queries, their embeddings) for
+    retrieve_core on the MuSiQue index: the residual queries are the ones the default
+    reformulator makes for the first 20 questions.  None without the data."""
+    from .retriever import EviReform, EviReformConfig
+    r = inp.real("musique")
+    if r is None:
+        return None
+    idx, _, emb, questions = r
+    qs = questions[:20]
+    H_q = emb.encode(qs)
+    res0 = EviReform(idx, EviReformConfig(), embedder=emb).retrieve_many(qs, 20)
+    queries = {q: res.trace.residual_queries for q, res in zip(qs, res0)}
+    rq = sorted({x for v in queries.values() for x in v})
+    vecs = dict(zip(rq, emb.encode(rq))) if rq else {}
+    return idx, qs, H_q, queries, vecs
+
+
+def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
+    """Time Algorithm 1 minus the embedder and the reformulator (outputs given) against a
+    dense search + igraph personalised PageRank over the same graph."""
+    ours = core_questions(idx, qs, H_q, queries, vecs)
 
     ppr = _ppr_peer(idx, None)
 
@@ -465,17 +489,9 @@ def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
 
 
 def case_retrieve_core(inp, out):
-    from .retriever import EviReform, EviReformConfig
-    r = inp.real("musique")
-    if r is not None:
-        idx, _, emb, questions = r
-        qs = questions[:20]
-        H_q = emb.encode(qs)
-        res0 = EviReform(idx, EviReformConfig(), embedder=emb).retrieve_many(qs, 20)
-        queries = {q: res.trace.residual_queries for q, res in zip(qs, res0)}
-        rq = sorted({x for v in queries.values() for x in v})
-        vecs = dict(zip(rq, emb.encode(rq))) if rq else {}
-        _core_case(inp, out, "musique", idx, qs, H_q, queries, vecs)
+    real = musique_core_inputs(inp)
+    if real is not None:
+        _core_case(inp, out, "musique", *real)
     # synthetic scale: the synthetic graph with clustered embeddings, exact search
     from .index import PropositionIndex
     from .types import Passage

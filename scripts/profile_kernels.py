@@ -92,25 +92,12 @@ def propagate_musique(inp):
 def retrieve_core_musique(inp):
     import cProfile
     import pstats
-    from evireform.retriever import EviReform, EviReformConfig
-    r = inp.real("musique")
-    if r is None:
+    real = bench.musique_core_inputs(inp)
+    if real is None:
         print("retrieve_core musique: no data")
         return
-    idx, _, emb, questions = r
-    qs = questions[:20]
-    H_q = emb.encode(qs)
-    res0 = EviReform(idx, EviReformConfig(), embedder=emb).retrieve_many(qs, 20)
-    queries = {q: res.trace.residual_queries for q, res in zip(qs, res0)}
-    rq = sorted({x for v in queries.values() for x in v})
-    vecs = dict(zip(rq, emb.encode(rq))) if rq else {}
-
-    def given(texts):
-        return np.stack([vecs[t] for t in texts]) if texts else np.zeros((0, idx.dim), np.float32)
-    retr = EviReform(idx, EviReformConfig(), reformulator=bench._GivenReformulator(queries))
-
-    def run():
-        return [retr.retrieve_embedded(q, h, 20, residual_embed=given) for q, h in zip(qs, H_q)]
+    idx, qs = real[0], real[1]
+    run = bench.core_questions(*real)
     per_q = _us(run, 10) / len(qs) / 1e3
     prof = cProfile.Profile()
     prof.enable()
