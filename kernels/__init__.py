@@ -285,9 +285,8 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
 
     def run(r):
         wf, wb, wi = _WS.get("prop", g.n_props, g.n_entities)[:3]
-        return _kernels().propagate_collect(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices,
-                                            g.inv_deg, g.diag, g.inv_w, indptr, ids, vals,
-                                            alpha, bounds[r], bounds[r + 1], wf, wb, wi)
+        return _kernels().propagate_collect(*g.kernel_args, indptr, ids, vals, alpha,
+                                            bounds[r], bounds[r + 1], wf, wb, wi)
 
     parts = list(_pool().map(run, range(n_ranges)))
     out_ptr = np.zeros(B + 1, dtype=np.int64)

@@ -76,9 +76,11 @@ def _heap_sort(vals, ids, n):
 
 # --------------------------------------------------------------------------- cosine top-k
 # Every dot product is a float32 loop with eight running sums per loop (eight rows x one query
-# for a single query, two rows x four queries for a batch).  LLVM vectorises both shapes the
-# same way, so a query's scores are bitwise identical alone or in any batch (BLAS gives no such
-# guarantee); tests/test_kernels.py checks this on several shapes.
+# for a single query, two rows x four queries for a batch).  Neither shape is reassociated by
+# LLVM: each product is accumulated in index order (the batch shape is vectorised across its
+# four queries, the single-query one stays scalar), so a query's scores are bitwise identical
+# alone or in any batch (BLAS gives no such guarantee); tests/test_kernels.py checks this on
+# several shapes, so a compiler that reorders either loop fails the suite.
 _DOT = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract"})
 
 

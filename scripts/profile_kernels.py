@@ -26,13 +26,8 @@ from evireform.kernels import _cpu
 
 
 def _us(fn, n=200) -> float:
-    fn()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
+    """Median microseconds per call (the bench's timing: pause, warm-up, at least n calls)."""
+    return bench._times([fn], n, min_s=0.0)[0] * 1e6
 
 
 def cosine_10k():
