@@ -1,7 +1,6 @@
 """On-disk cache of built indexes, keyed by corpus checksum, extractor and embedder."""
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -9,20 +8,13 @@ from .corpus import load_corpus
 from .embed import Embedder
 from .extract import Extractor, HeuristicExtractor
 from .index import IndexFormatError, PropositionIndex
+from .store import file_sha256
 
 
 def default_cache_dir() -> Path:
     """``$EVIREFORM_CACHE`` if set, else ``~/.cache/evireform``."""
     env = os.environ.get("EVIREFORM_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "evireform"
-
-
-def file_sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | None = None,

@@ -8,12 +8,84 @@ import time
 from pathlib import Path
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1; got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0; got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number; got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number; got {text}")
+    return v
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def parse_setting(item: str) -> tuple[str, object]:
+    """``KEY=VALUE`` for ``--set``: the key must be an EviReformConfig field; booleans accept
+    true/false/1/0/yes/no/on/off only, numbers must parse, and the whole config is validated
+    when it is built."""
+    from .retriever import EviReformConfig
+    key, sep, val = item.partition("=")
+    fields = EviReformConfig.__dataclass_fields__
+    if not sep:
+        raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+    if key not in fields:
+        raise ValueError(f"--set {item!r}: unknown setting {key!r}; settings are "
+                         f"{', '.join(fields)}")
+    cur = getattr(EviReformConfig(), key)
+    low = val.strip().lower()
+    if isinstance(cur, bool):
+        if low not in _TRUE + _FALSE:
+            raise ValueError(f"--set {item!r}: {key} is a boolean; use one of "
+                             f"{'/'.join(_TRUE + _FALSE)}")
+        return key, low in _TRUE
+    try:
+        return key, type(cur)(val)
+    except ValueError:
+        raise ValueError(f"--set {item!r}: {key} must be a {type(cur).__name__}") from None
+
+
+def _check_index_target(out_dir, corpus, force: bool) -> None:
+    """Before any work: refuse an output directory that is or holds the corpus, or that
+    save() would refuse anyway (so a long build is not lost at the end)."""
+    from .store import UnsafeTargetError, check_target
+    out, src = Path(out_dir).resolve(), Path(corpus).resolve()
+    if out == src or out in src.parents:
+        raise UnsafeTargetError(f"{out_dir} is or contains the corpus {corpus}; write the index "
+                                "to a directory of its own")
+    check_target(out_dir, overwrite=force)
+
+
 def _cmd_index(args) -> int:
     from .corpus import load_corpus
     from .embed import get_embedder
     from .index import PropositionIndex, arrays_equal, disk_bytes
 
     t0 = time.perf_counter()
+    _check_index_target(args.out_dir, args.corpus, args.force)
     passages = load_corpus(args.corpus)
     embedder = get_embedder(args.embedder)
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
@@ -34,7 +106,7 @@ def _cmd_index(args) -> int:
         idx = PropositionIndex.from_openie(openie, passages, embedder,
                                            batch_size=args.batch_size, show_progress=show,
                                            hnsw=hnsw)
-    out = idx.save(args.out_dir)
+    out = idx.save(args.out_dir, overwrite=args.force)
     reloaded = PropositionIndex.load(out)
     same = arrays_equal(idx, reloaded)
     stats = idx.stats()
@@ -61,9 +133,14 @@ def _add_llm_args(p) -> None:
     g.add_argument("--llm-key-env", help="environment variable holding the API key "
                                          "(default $EVIREFORM_LLM_KEY_ENV or OPENAI_API_KEY)")
     g.add_argument("--llm-cache", help="SQLite file caching validated replies")
-    g.add_argument("--llm-timeout", type=float, default=60.0)
-    g.add_argument("--llm-retries", type=int, default=3)
-    g.add_argument("--llm-max-tokens", type=int, default=512,
+    g.add_argument("--llm-timeout", type=_positive_float, default=60.0,
+                   help="seconds per HTTP read (connect, first byte, each chunk)")
+    g.add_argument("--llm-deadline", type=_positive_float, default=None,
+                   help="wall-clock seconds for one role call, retries and slow bodies "
+                        "included; after it the LLM-free role answers (default "
+                        "evireform.llm.DEFAULT_DEADLINE = 120)")
+    g.add_argument("--llm-retries", type=_nonneg_int, default=3)
+    g.add_argument("--llm-max-tokens", type=_positive_int, default=512,
                    help="cap on generated tokens per reply")
     g.add_argument("--llm-offline", action="store_true",
                    help="answer from --llm-cache only; misses go to --llm-pending and the "
@@ -78,6 +155,7 @@ def _llm_client(args):
     over = {k: v for k, v in dict(base_url=args.llm_base_url, model=args.llm_model,
                                   api_key_env=args.llm_key_env, cache_path=args.llm_cache,
                                   timeout=args.llm_timeout, max_retries=args.llm_retries,
+                                  deadline=args.llm_deadline,
                                   max_tokens=args.llm_max_tokens,
                                   offline=args.llm_offline or None,
                                   pending_path=args.llm_pending).items() if v is not None}
@@ -116,15 +194,7 @@ def _cmd_eval(args) -> int:
         if not f.is_file():
             raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     from .retriever import EviReformConfig
-    overrides = {}
-    for item in args.set or []:
-        key, _, val = item.partition("=")
-        if key not in EviReformConfig.__dataclass_fields__:
-            raise ValueError(f"--set {item!r}: unknown setting {key!r}; settings are "
-                             f"{', '.join(EviReformConfig.__dataclass_fields__)}")
-        cur = getattr(EviReformConfig(), key)
-        overrides[key] = (val.lower() in ("1", "true", "yes") if isinstance(cur, bool)
-                          else type(cur)(val))
+    overrides = dict(parse_setting(item) for item in args.set or [])
     report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
@@ -240,16 +310,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     ix = sub.add_parser("index", help="build, save and verify an index over a corpus file")
     ix.add_argument("corpus", help="corpus JSON: a list of {title, text} or title -> sentences")
-    ix.add_argument("out_dir", help="index directory to write (replaced atomically)")
+    ix.add_argument("out_dir", help="index directory to write (an existing evireform index "
+                                    "there is replaced atomically; anything else is refused)")
+    ix.add_argument("--force", action="store_true",
+                    help="replace OUT_DIR even when it is a directory that is not an "
+                         "evireform index (its contents are deleted)")
     ix.add_argument("--extractor", default="heuristic",
                     help="'heuristic' (LLM-free sentence/entity extractor), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")
-    ix.add_argument("--llm-workers", type=int, default=4,
+    ix.add_argument("--llm-workers", type=_positive_int, default=4,
                     help="LLM extraction: requests in flight at once")
     ix.add_argument("--embedder", default="all-MiniLM-L6-v2",
                     help="'all-MiniLM-L6-v2' (default) or 'hashing-<dim>'")
-    ix.add_argument("--batch-size", type=int, default=64, help="embedding batch size")
+    ix.add_argument("--batch-size", type=_positive_int, default=64,
+                    help="embedding batch size")
     ix.add_argument("--hnsw", choices=("auto", "on", "off"), default="auto",
                     help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
     ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
@@ -268,12 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
                                          "reform_only,prop_only,base",
                     help="comma-separated methods or 'all'")
     ev.add_argument("--embedder", default="all-MiniLM-L6-v2")
-    ev.add_argument("-n", type=int, default=None, help="only the first N questions")
+    ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
     ev.add_argument("--json", help="write the report as JSON to this file")
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ev.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override an EviReformConfig setting, e.g. --set beta=0.75 (repeatable)")
-    ev.add_argument("--selector-n", type=int, default=4,
+    ev.add_argument("--selector-n", type=_nonneg_int, default=4,
                     help="seeds the LLM-free selector takes (default 4; 0 = fill max_selected)")
     ev.add_argument("--quiet", action="store_true")
     ev.add_argument("--reader", action="store_true",
@@ -285,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     qu = sub.add_parser("query", help="retrieve passages for one question from a saved index")
     qu.add_argument("index_dir")
     qu.add_argument("question")
-    qu.add_argument("-k", type=int, default=10)
+    qu.add_argument("-k", type=_positive_int, default=10)
     qu.add_argument("--json", action="store_true")
     _add_llm_args(qu)
     qu.set_defaults(func=_cmd_query)
@@ -295,10 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
     an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
     an.add_argument("--embedder", default="all-MiniLM-L6-v2")
-    an.add_argument("-n", type=int, default=None, help="only the first N questions")
+    an.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
     an.add_argument("--png", default="docs/index_growth.png",
                     help="growth: where to write the plot")
-    an.add_argument("--steps", type=int, default=4, help="growth: number of steps")
+    an.add_argument("--steps", type=_positive_int, default=4, help="growth: number of steps")
     an.add_argument("--quiet", action="store_true")
     an.set_defaults(func=_cmd_analyze)
 

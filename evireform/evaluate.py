@@ -41,7 +41,12 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
 
     A gold passage missing from the corpus raises ``ValueError`` naming the question.
     """
-    recs = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        recs = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"questions file {path} is not UTF-8 text ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"questions file {path} is not valid JSON: {exc}") from None
     if not isinstance(recs, list) or not recs:
         raise ValueError(f"{path}: expected a non-empty JSON list of questions")
     by_text: dict[str, int] = {}
@@ -51,7 +56,11 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
         by_title.setdefault(p.title, []).append(j)
     out = []
     for n, r in enumerate(recs):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}: record {n} is a {type(r).__name__}, expected an object")
         qid = str(r.get("id", r.get("_id", n)))
+        if not isinstance(r.get("question"), str) or not r["question"].strip():
+            raise ValueError(f"{path}: record {n} (id {qid}) has no 'question' string")
         if "paragraphs" in r:
             gold = set()
             for para in r["paragraphs"]:
@@ -194,6 +203,8 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder, n
     from .retriever import EviReform, EviReformConfig
     from .roles import TopScoreSelector
 
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer (the first n questions); got {n!r}")
     idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
                              show_progress=show_progress)
     qs = load_questions(questions_path, idx.passages)[:n]

@@ -13,46 +13,28 @@ Three ways to build one:
 * :meth:`PropositionIndex.from_propositions` - your own propositions, entities, embeddings;
 * :meth:`PropositionIndex.from_openie` - the HippoRAG OpenIE file (one triple = one proposition).
 
-On disk an index is a directory: ``manifest.json`` (format version, embedder, dimension, counts,
-sha256 and size of every file), arrays as ``.npy`` (no pickle; embeddings memory-mappable),
-strings as JSON, and ``hnsw.bin`` when HNSW is built.  :meth:`save` writes a temporary sibling
-directory and renames it into place, so an interrupted save never leaves a loadable half-index;
-:meth:`load` verifies every checksum before any file is parsed (or handed to hnswlib).
+The on-disk format, its atomic save and its verified load live in :mod:`evireform.store`.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
-import json
-import os
-import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import __version__
 from .embed import Embedder, normalise_rows
 from .entities import canonical_entity
 from .extract import Extractor, HeuristicExtractor, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_scores, cosine_topk, \
     cosine_topk_batch
 from .kernels import w_nnz as _w_nnz
+from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
+    save_index
 from .types import Passage, Proposition
 
-FORMAT = "evireform-index"
-FORMAT_VERSION = 1
-
-_ARRAYS = ("owner", "a_indptr", "a_indices", "at_indptr", "at_indices", "inv_deg", "diag",
-           "inv_w", "inv_sqrt", "embeddings")
-_JSONS = ("passages.json", "propositions.json", "entities.json")
-
-
-class IndexFormatError(ValueError):
-    """A saved index directory is missing, truncated, edited or of another format version."""
+__all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
+           "disk_bytes", "subset_index"]
 
 
 def _progress(it, total, desc, show):
@@ -243,7 +225,8 @@ class PropositionIndex:
         return ids[0][keep], scores[0][keep]
 
     def search_batch(self, Q, k: int, *, exact: bool | None = None):
-        """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, k), padded with -1 / 0."""
+        """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, min(k, n_props)), padded
+        with -1 / 0."""
         if exact or self.hnsw is None:
             return cosine_topk_batch(self.embeddings, Q, k)
         Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
@@ -252,8 +235,8 @@ class PropositionIndex:
         if isinstance(k, bool) or int(k) != k or k <= 0:
             raise ValueError(f"k must be a positive integer; got {k!r}")
         kk = min(int(k), self.n_props)
-        out_i = np.full((len(Q), k), -1, np.int64)
-        out_s = np.zeros((len(Q), k), np.float32)
+        out_i = np.full((len(Q), kk), -1, np.int64)
+        out_s = np.zeros((len(Q), kk), np.float32)
         if kk == 0 or len(Q) == 0:
             return out_i, out_s
         labels, _ = self.hnsw.knn_query(Q, k=kk, num_threads=1)
@@ -270,190 +253,35 @@ class PropositionIndex:
         return out_i, out_s
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path) -> Path:
-        """Write the index directory atomically (temporary sibling, then rename)."""
-        path = Path(path).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        try:
-            arrays = {
-                "owner": self.pmap.owner, "inv_sqrt": self.pmap.inv_sqrt,
-                "a_indptr": self.graph.a_indptr, "a_indices": self.graph.a_indices,
-                "at_indptr": self.graph.at_indptr, "at_indices": self.graph.at_indices,
-                "inv_deg": self.graph.inv_deg, "diag": self.graph.diag,
-                "inv_w": self.graph.inv_w, "embeddings": np.asarray(self.embeddings),
-            }
-            for name, arr in arrays.items():
-                np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
-            _write_json(tmp / "passages.json",
-                        [{"id": p.id, "title": p.title, "text": p.text} for p in self.passages])
-            _write_json(tmp / "propositions.json", self.prop_texts)
-            _write_json(tmp / "entities.json", self.entity_names)
-            if self.hnsw is not None:
-                self.hnsw.save_index(str(tmp / "hnsw.bin"))
-            files = {}
-            for f in sorted(tmp.iterdir()):
-                files[f.name] = {"sha256": _sha256(f), "bytes": f.stat().st_size}
-                _fsync(f)
-            manifest = {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "evireform_version": __version__,
-                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "embedder": self.embedder_name,
-                "dim": self.dim,
-                "counts": {"passages": self.n_passages, "propositions": self.n_props,
-                           "entities": self.n_entities, "incidence_nnz": self.graph.nnz},
-                "meta": self.meta,
-                "files": files,
-            }
-            _write_json(tmp / "manifest.json", manifest, indent=1)
-            _fsync(tmp / "manifest.json")
-            old = None
-            if path.exists():
-                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-                os.replace(path, old)
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return path
+    def save(self, path, *, overwrite: bool = False) -> Path:
+        """Write the index directory atomically (:func:`evireform.store.save_index`).
+
+        Refuses (:class:`~evireform.store.UnsafeTargetError`) a file, the current directory or
+        one of its parents, and a directory that is not an evireform index unless
+        ``overwrite=True``.  A kill at any point leaves the previous or the new index."""
+        return save_index(self, path, overwrite=overwrite)
 
     @classmethod
     def load(cls, path, *, mmap: bool = True, verify: bool = True) -> "PropositionIndex":
-        """Load a saved index.  Every file's size and sha256 are checked against the manifest
-        before it is read; any problem raises :class:`IndexFormatError` naming the file."""
-        path = Path(path)
-        mpath = path / "manifest.json"
-        if not mpath.is_file():
-            raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise IndexFormatError(f"{mpath}: not an evireform index manifest")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise IndexFormatError(
-                f"{mpath}: format version {manifest.get('format_version')!r}, this evireform "
-                f"({__version__}) reads version {FORMAT_VERSION}; rebuild the index")
-        files = manifest.get("files")
-        if not isinstance(files, dict):
-            raise IndexFormatError(f"{mpath}: no file list")
-        needed = [f"{a}.npy" for a in _ARRAYS] + list(_JSONS)
-        for name in needed:
-            if name not in files:
-                raise IndexFormatError(f"{mpath}: does not list {name}")
-        for name, info in files.items():
-            f = path / name
-            if not f.is_file():
-                raise IndexFormatError(f"{f}: missing")
-            size = f.stat().st_size
-            if size != info.get("bytes"):
-                raise IndexFormatError(f"{f}: {size} bytes, the manifest says {info.get('bytes')} "
-                                       "(truncated or edited)")
-            if verify and _sha256(f) != info.get("sha256"):
-                raise IndexFormatError(f"{f}: sha256 does not match the manifest (edited or "
-                                       "corrupt)")
-        arr = {}
-        for a in _ARRAYS:
-            f = path / f"{a}.npy"
-            try:
-                arr[a] = np.load(f, allow_pickle=False,
-                                 mmap_mode="r" if (mmap and a == "embeddings") else None)
-            except Exception as exc:
-                raise IndexFormatError(f"{f}: unreadable ({exc})") from None
-        jsons = {}
-        for j in _JSONS:
-            try:
-                jsons[j] = json.loads((path / j).read_text(encoding="utf-8"))
-            except Exception as exc:
-                raise IndexFormatError(f"{path / j}: unreadable ({exc})") from None
-        counts = manifest.get("counts", {})
-        M, N = counts.get("propositions"), counts.get("passages")
-        dim = manifest.get("dim")
-        checks = [
-            ("embeddings.npy", arr["embeddings"].shape == (M, dim)
-             and arr["embeddings"].dtype == np.float32),
-            ("owner.npy", arr["owner"].shape == (M,)),
-            ("a_indptr.npy", arr["a_indptr"].shape == (M + 1,) if M is not None else False),
-            ("inv_sqrt.npy", arr["inv_sqrt"].shape == (N,)),
-            ("propositions.json", len(jsons["propositions.json"]) == M),
-            ("passages.json", len(jsons["passages.json"]) == N),
-            ("entities.json", len(jsons["entities.json"]) == counts.get("entities")),
-            ("at_indptr.npy", arr["at_indptr"].shape == (counts.get("entities", -1) + 1,)),
-        ]
-        for name, ok in checks:
-            if not ok:
-                raise IndexFormatError(f"{path / name}: shape disagrees with the manifest counts")
-        graph = EntityGraph(arr["a_indptr"], arr["a_indices"], arr["at_indptr"],
-                            arr["at_indices"], arr["inv_deg"], arr["diag"], arr["inv_w"])
-        pmap = PassageMap(arr["owner"], arr["inv_sqrt"])
-        passages = [Passage(id=str(p["id"]), title=str(p["title"]), text=str(p["text"]))
-                    for p in jsons["passages.json"]]
-        idx = cls(passages=passages, prop_texts=list(jsons["propositions.json"]),
-                  entity_names=list(jsons["entities.json"]), graph=graph, pmap=pmap,
-                  embeddings=arr["embeddings"], embedder_name=manifest.get("embedder", ""),
-                  meta=dict(manifest.get("meta", {})))
-        if "hnsw.bin" in files:
-            import hnswlib
-            h = hnswlib.Index(space="ip", dim=dim)
-            try:
-                h.load_index(str(path / "hnsw.bin"), max_elements=max(M, 1))
-            except Exception as exc:
-                raise IndexFormatError(f"{path / 'hnsw.bin'}: hnswlib cannot load it ({exc})") \
-                    from None
-            h.set_ef(kconfig.HNSW_EF_SEARCH)
-            idx.hnsw = h
+        """Load a saved index.  Every file's size and sha256, every array's dtype, shape and
+        bounds, and the derived arrays are checked first (:func:`evireform.store.load_index`);
+        any problem raises :class:`IndexFormatError` naming the file."""
+        got = load_index(path, mmap=mmap, verify=verify)
+        passages = [Passage(id=p["id"], title=p["title"], text=p["text"]) for p in got.passages]
+        idx = cls(passages=passages, prop_texts=got.propositions, entity_names=got.entities,
+                  graph=got.graph, pmap=got.pmap, embeddings=got.embeddings,
+                  embedder_name=got.manifest.get("embedder", ""),
+                  meta=dict(got.manifest.get("meta", {})))
+        idx.hnsw = got.hnsw
         return idx
 
 
 def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:
-    """True when two indexes hold identical arrays, strings and embedder."""
-    ga, gb = a.graph, b.graph
-    pairs = [(getattr(ga, f), getattr(gb, f)) for f in
-             ("a_indptr", "a_indices", "at_indptr", "at_indices", "inv_deg", "diag", "inv_w")]
-    pairs += [(a.pmap.owner, b.pmap.owner), (a.pmap.inv_sqrt, b.pmap.inv_sqrt),
-              (np.asarray(a.embeddings), np.asarray(b.embeddings))]
-    return (all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in pairs)
+    """True when two indexes hold identical arrays (same dtypes), strings and embedder."""
+    xa, xb = index_arrays(a), index_arrays(b)
+    return (all(xa[n].dtype == xb[n].dtype and np.array_equal(xa[n], xb[n]) for n in xa)
             and a.passages == b.passages and a.prop_texts == b.prop_texts
             and a.entity_names == b.entity_names and a.embedder_name == b.embedder_name)
-
-
-def disk_bytes(path) -> int:
-    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
-
-
-def _write_json(path: Path, obj, indent=None) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, indent=indent)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:

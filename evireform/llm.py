@@ -8,9 +8,13 @@ contract, gives a malformed reply one repair attempt, and caches validated repli
 When a call still fails, the role answers with its LLM-free implementation; repairs and
 fallbacks are reported in the retrieval trace (``Trace.role_events``).
 
-Implemented here: selection (Listing 12), reformulation (Listing 13) and the sufficiency
-controller (Listing 16).  Extraction, the QA reader, offline mode and the CLI flags are not
-built yet.
+Every role call has a wall-clock deadline (``LLMConfig.deadline``) covering retries, the
+repair turn and bodies that trickle in; past it the LLM-free role answers and the trace says
+``<role>:fallback:DeadlineExceeded``.
+
+Implemented here: selection (Listing 12), reformulation (Listing 13), the sufficiency
+controller (Listing 16), proposition extraction (Listing 11), the QA reader (Listing 4), and
+an offline mode that answers from the reply cache and collects misses for later replay.
 """
 from __future__ import annotations
 
@@ -20,17 +24,26 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .retriever import clean_queries
-from .roles import (BridgeReformulator, ObservationController, RoleResult, TopScoreSelector)
+from .roles import (BridgeReformulator, ObservationController, RoleResult, TopScoreSelector,
+                    clean_queries)
 
 PROMPT_VERSION = "v1"
+
+#: Default wall-clock seconds for one role call (every request, retry, backoff and slow
+#: body included); after it the role's LLM-free implementation answers.
+DEFAULT_DEADLINE = 120.0
 
 
 class ContractError(ValueError):
     """A reply that does not follow its role's output contract."""
+
+
+class DeadlineExceeded(TimeoutError):
+    """A role call did not get a usable reply within ``LLMConfig.deadline`` seconds."""
 
 
 class OfflineMiss(RuntimeError):
@@ -45,8 +58,13 @@ class LLMConfig:
     base_url: str | None = None
     model: str = "gpt-4o-mini"
     api_key_env: str = "OPENAI_API_KEY"
+    #: seconds per HTTP read (connect, first byte, each chunk); a slow-drip body can stay under
+    #: it forever, which is what ``deadline`` is for
     timeout: float = 60.0
     max_retries: int = 3
+    #: wall-clock seconds for one role call, retries and repair turn included (None: the
+    #: default, :data:`DEFAULT_DEADLINE`)
+    deadline: float | None = None
     #: cap on generated tokens per reply (small models can otherwise run to the context end)
     max_tokens: int = 512
     cache_path: str | None = None
@@ -199,7 +217,39 @@ class LLMClient:
                 fh.write(json.dumps({"key": key, "role": role, "model": self.config.model,
                                      "temperature": 0, "messages": messages}) + "\n")
 
-    def _call(self, role: str, messages) -> str:
+    @property
+    def deadline(self) -> float:
+        d = self.config.deadline
+        return DEFAULT_DEADLINE if d is None else float(d)
+
+    def _call(self, role: str, messages, until: float) -> str:
+        """One request (the client's own retries included) on a daemon thread, abandoned
+        when the monotonic clock passes ``until``: httpx's timeouts bound each read, not a
+        body that trickles in, so only a thread we stop waiting for gives a real deadline."""
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded(f"{role}: no usable reply within {self.deadline:g} s")
+        box: dict = {}
+        done = threading.Event()
+
+        def work():
+            try:
+                box["reply"] = self._request(role, messages)
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, daemon=True, name=f"evireform-llm-{role}").start()
+        if not done.wait(remaining):
+            self._count(role, calls=1)
+            raise DeadlineExceeded(f"{role}: no usable reply within {self.deadline:g} s "
+                                   "(the request is abandoned)")
+        if "error" in box:
+            raise box["error"]
+        return box["reply"]
+
+    def _request(self, role: str, messages) -> str:
         kw = dict(model=self.config.model, messages=messages, temperature=0,
                   max_tokens=self.config.max_tokens)
         if self.config.json_mode:
@@ -214,8 +264,10 @@ class LLMClient:
         """Validated reply for ``messages``, or raise.  Returns (value, repaired: bool).
 
         ``validate(obj)`` returns the value or raises :class:`ContractError`.  A malformed
-        reply gets one repair turn; API errors (after the client's own retries) propagate.
+        reply gets one repair turn; API errors (after the client's own retries) propagate, and
+        :class:`DeadlineExceeded` when the whole call outlasts ``deadline`` seconds.
         """
+        until = time.monotonic() + self.deadline
         key = self._key(messages)
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -225,7 +277,7 @@ class LLMClient:
         if self.config.offline:
             self._write_pending(key, role, messages)
             raise OfflineMiss(f"no cached reply for this {role} request (offline)")
-        text = self._call(role, messages)
+        text = self._call(role, messages, until)
         repaired = False
         try:
             obj = parse_json(text)
@@ -237,7 +289,7 @@ class LLMClient:
                               {"role": "user", "content": f"Your reply broke the contract "
                                f"({err}). Reply again with only the JSON object described."}]
             try:
-                obj = parse_json(self._call(role, fix))
+                obj = parse_json(self._call(role, fix, until))
                 value = validate(obj)
             except ContractError as again:
                 again.after_repair = True
@@ -327,7 +379,9 @@ class LLMReformulator(_LLMRole):
             qs = obj.get("queries") if isinstance(obj, dict) else None
             if not isinstance(qs, list):
                 raise ContractError("no 'queries' list")
-            return clean_queries(qs, max_queries)[0]
+            # returned as given: the retriever drops empty, duplicate, overlong and surplus
+            # queries and counts them in the trace (Trace.dropped_queries)
+            return list(qs)
 
         value, repaired, why = self._run(
             "reformulate", messages, validate,

@@ -28,8 +28,9 @@ import numpy as np
 from . import kernels as K
 from .embed import Embedder
 from .index import PropositionIndex
-from .roles import (BridgeReformulator, Candidate, Controller, ObservationController,
-                    Reformulator, RoleResult, Selector, TopScoreSelector)
+from .roles import (BridgeReformulator, Candidate, Controller,
+                    ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
+                    clean_queries)
 
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
@@ -37,7 +38,12 @@ FILLS = ("corpus", "dense")
 
 @dataclass(frozen=True)
 class EviReformConfig:
-    """Retrieval settings; the defaults are the paper's (section 4.2, Table C.5)."""
+    """Retrieval settings; the defaults are the paper's (section 4.2, Table C.5).
+
+    Types are strict (``alpha="0.5"`` is refused here, not at retrieval).  ``n_candidates``
+    and ``k_residual`` larger than the index's propositions, and a ``k`` larger than its
+    passages, are clipped to them, so memory scales with the index, not with the setting.
+    """
 
     n_candidates: int = 100
     max_selected: int = 12
@@ -61,16 +67,27 @@ class EviReformConfig:
     fill: str = "corpus"
 
     def __post_init__(self):
+        # strict types: a string or a bool here is a caller's mistake, caught now rather than
+        # at retrieval.  Counts larger than the index are fine: they are clipped to it.
         for name in ("n_candidates", "max_selected", "max_residual", "k_residual", "rounds"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "max_residual" else 1):
-                raise ValueError(f"{name} must be a positive integer; got {v!r}")
+            low = 0 if name == "max_residual" else 1
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                kind = "a non-negative" if low == 0 else "a positive"
+                raise ValueError(f"{name} must be {kind} integer; got {v!r}")
+            object.__setattr__(self, name, int(v))
         if self.rounds > 3:
             raise ValueError(f"rounds must be 1, 2 or 3; got {self.rounds}")
         for name in ("alpha", "beta"):
             v = getattr(self, name)
-            if not 0.0 <= float(v) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1]; got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not 0.0 <= float(v) <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1]; got {v!r}")
+            object.__setattr__(self, name, float(v))
+        for name in ("reformulation", "propagation"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}")
         if self.fill not in FILLS:
@@ -116,18 +133,6 @@ class RetrievalResult:
         return [p.id for p in self.passages]
 
 
-def clean_queries(queries, limit: int) -> tuple[list[str], int]:
-    """Drop non-strings, blanks and duplicates; cap at ``limit``.  Returns (kept, dropped)."""
-    out, dropped = [], 0
-    for q in queries or []:
-        if not isinstance(q, str) or not q.strip() or q.strip() in out:
-            dropped += 1
-            continue
-        out.append(q.strip())
-    dropped += max(0, len(out) - limit)
-    return out[:limit], dropped
-
-
 class EviReform:
     """The EviReform retriever over a :class:`PropositionIndex`.
 
@@ -170,11 +175,11 @@ class EviReform:
             raise ValueError(f"question must be a non-empty string; got {question!r}")
         return question
 
-    @staticmethod
-    def _check_k(k) -> int:
+    def _check_k(self, k) -> int:
+        """A positive integer, clipped to the number of passages (so a huge k costs nothing)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise ValueError(f"k must be a positive integer; got {k!r}")
-        return int(k)
+        return max(1, min(int(k), self.index.n_passages))
 
     def _select(self, question, cand_ids, cand_u, trace) -> tuple[np.ndarray, np.ndarray]:
         cfg, idx = self.config, self.index
@@ -341,6 +346,9 @@ class EviReform:
     def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
         """Rank passages for many questions: questions and residual queries are embedded in
         one batch each and the proposition searches run batched.  Equal to :meth:`retrieve`."""
+        if isinstance(questions, (str, bytes)):
+            raise TypeError("retrieve_many takes a list of questions, not one string; use "
+                            "retrieve(question) or retrieve_many([question])")
         questions = [self._check_question(q) for q in questions]
         k = self._check_k(k)
         if not questions:
@@ -348,8 +356,9 @@ class EviReform:
         return self._run(questions, self._embed(questions), k, self._embed)
 
     def _search(self, H, k):
-        """Batched proposition search; the kernels score each query alike in any batch."""
-        ids, scores = self.index.search_batch(H, k)
+        """Batched proposition search; the kernels score each query alike in any batch.
+        ``k`` is clipped to the number of propositions (memory scales with the index)."""
+        ids, scores = self.index.search_batch(H, max(1, min(k, self.index.n_props)))
         return ids, scores.astype(np.float64)
 
     def _map(self, fn, items) -> list:

@@ -19,6 +19,27 @@ from .extract import name_spans
 from .types import Passage
 
 
+#: residual queries longer than this many characters are dropped (and counted in the trace):
+#: a query is a search phrase, and a runaway LLM reply should not be embedded as one
+MAX_QUERY_CHARS = 1000
+
+
+def clean_queries(queries, limit: int) -> tuple[list[str], int]:
+    """Drop non-strings, blanks, duplicates and queries over :data:`MAX_QUERY_CHARS`
+    characters; cap at ``limit``.  Returns (kept, dropped)."""
+    out, dropped = [], 0
+    if isinstance(queries, str):
+        queries = [queries]
+    for q in queries or []:
+        if not isinstance(q, str) or not q.strip() or q.strip() in out \
+                or len(q.strip()) > MAX_QUERY_CHARS:
+            dropped += 1
+            continue
+        out.append(q.strip())
+    dropped += max(0, len(out) - limit)
+    return out[:limit], dropped
+
+
 class RoleResult(list):
     """A role's list output plus what happened on the way (reported in the trace): whether a
     repair turn was needed, and why the LLM-free fallback answered, if it did."""

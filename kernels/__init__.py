@@ -132,8 +132,8 @@ _QUERY_GROUP = 1024
 def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     """Batched :func:`cosine_topk`.
 
-    Returns ``(ids, scores)`` of shape ``(batch, k)``; rows with fewer than ``k`` positive
-    matches are padded with id -1 and score 0.  Each thread scores ``config.BATCH_BLOCK_ROWS``
+    Returns ``(ids, scores)`` of shape ``(batch, min(k, n))`` (memory scales with the index,
+    not with ``k``); rows with fewer positive matches are padded with id -1 and score 0.  Each thread scores ``config.BATCH_BLOCK_ROWS``
     rows at a time against the whole batch and folds the block into per-query heaps at once,
     so no (batch x n) score matrix is ever formed.
     """
@@ -142,6 +142,7 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     k = _check_k(k)
     resolve(backend)
     B, M = Q.shape[0], H.shape[0]
+    k = min(k, M)
     if B == 0 or M == 0:
         return np.full((B, k), -1, np.int64), np.zeros((B, k), np.float32)
     if B <= config.SMALL_BATCH:

@@ -5,12 +5,24 @@ memory-mapped from disk and shared by threads without copying.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from . import config
+
+
+def _array(dtype: str, *shape: str):
+    """A dataclass field holding an array of ``dtype`` whose shape is given in count symbols
+    (M propositions, E entities, N passages, nnz incidences, dim)."""
+    return field(metadata={"dtype": np.dtype(dtype), "shape": shape})
+
+
+def array_fields(cls) -> tuple:
+    """``(name, dtype, shape symbols)`` for every array field of a graph dataclass."""
+    from dataclasses import fields
+    return tuple((f.name, f.metadata["dtype"], f.metadata["shape"]) for f in fields(cls))
 
 
 def _csr_transpose(indptr: np.ndarray, indices: np.ndarray, n_cols: int):
@@ -34,13 +46,17 @@ class EntityGraph:
     ``w_i = sum_{e in i} (1 - 1/d_e)`` the row sum of W (0 when w_i is 0).  W itself is never built.
     """
 
-    a_indptr: np.ndarray   # int64 (M+1,)
-    a_indices: np.ndarray  # int32 (nnz,), entity ids, ascending and unique per row
-    at_indptr: np.ndarray  # int64 (Ne+1,)
-    at_indices: np.ndarray  # int32 (nnz,), proposition ids, ascending per row
-    inv_deg: np.ndarray    # float64 (Ne,)
-    diag: np.ndarray       # float64 (M,)
-    inv_w: np.ndarray      # float64 (M,)
+    #: each field's metadata gives its dtype and shape (in the counts M propositions,
+    #: E entities, nnz incidences); the on-disk format (:mod:`evireform.store`) reads them
+    a_indptr: np.ndarray = _array("int64", "M+1")
+    #: entity ids, ascending and unique per row
+    a_indices: np.ndarray = _array("int32", "nnz")
+    at_indptr: np.ndarray = _array("int64", "E+1")
+    #: proposition ids, ascending per row
+    at_indices: np.ndarray = _array("int32", "nnz")
+    inv_deg: np.ndarray = _array("float64", "E")
+    diag: np.ndarray = _array("float64", "M")
+    inv_w: np.ndarray = _array("float64", "M")
 
     @property
     def n_props(self) -> int:
@@ -48,9 +64,8 @@ class EntityGraph:
 
     @cached_property
     def kernel_args(self) -> tuple:
-        """The graph's arrays in the order the propagation kernels take them."""
-        return (self.a_indptr, self.a_indices, self.at_indptr, self.at_indices, self.inv_deg,
-                self.diag, self.inv_w)
+        """The graph's arrays in the order the propagation kernels take them (field order)."""
+        return tuple(getattr(self, name) for name, _, _ in array_fields(EntityGraph))
 
     @property
     def n_entities(self) -> int:
@@ -107,8 +122,8 @@ class EntityGraph:
 class PassageMap:
     """Proposition-to-passage ownership and the readout factor 1/sqrt(|P_j|) (0 when |P_j| = 0)."""
 
-    owner: np.ndarray      # int32 (M,)
-    inv_sqrt: np.ndarray   # float64 (N,)
+    owner: np.ndarray = _array("int32", "M")
+    inv_sqrt: np.ndarray = _array("float64", "N")
 
     @property
     def n_passages(self) -> int:

@@ -25,8 +25,9 @@ def cosine_topk(H: np.ndarray, q: np.ndarray, k: int):
 
 
 def cosine_topk_batch(H: np.ndarray, Q: np.ndarray, k: int):
-    """Batched :func:`cosine_topk`; rows padded with id -1 and score 0."""
+    """Batched :func:`cosine_topk`: shape (batch, min(k, n)), rows padded with id -1, score 0."""
     B = Q.shape[0]
+    k = min(k, H.shape[0])
     out_ids = np.full((B, k), -1, dtype=np.int64)
     out_vals = np.zeros((B, k), dtype=np.float32)
     for b in range(B):

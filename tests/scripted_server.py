@@ -48,7 +48,13 @@ def serve(script: Script):
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload.encode())
+                if r.get("drip"):  # the body one byte at a time, r["drip"] seconds apart
+                    for ch in payload.encode():
+                        self.wfile.write(bytes([ch]))
+                        self.wfile.flush()
+                        time.sleep(r["drip"])
+                else:
+                    self.wfile.write(payload.encode())
             except (BrokenPipeError, ConnectionResetError):
                 pass
 

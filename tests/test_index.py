@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import evireform
+import evireform.store
 from evireform import IndexFormatError, Passage, Proposition, PropositionIndex
 from evireform.embed import HashingEmbedder, normalise_rows
 from evireform.index import arrays_equal
@@ -135,7 +136,7 @@ def test_interrupted_save_leaves_old_index(tmp_path, rng, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evireform.index, "_write_json", boom)
+    monkeypatch.setattr(evireform.store, "_write_json", boom)
     with pytest.raises(KeyboardInterrupt):
         tiny_index(rng, with_empty=False).save(tmp_path / "ix")
     assert (tmp_path / "ix" / "manifest.json").read_bytes() == before

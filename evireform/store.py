@@ -1,0 +1,589 @@
+"""The on-disk index format: manifest, checksums, atomic save, verified load.
+
+An index is a directory::
+
+    manifest.json        format, version, embedder, dim, counts, meta, sha256 + size per file
+    <array>.npy          one per array field of EntityGraph and PassageMap, plus embeddings
+    passages.json        [{"id", "title", "text"}, ...]
+    propositions.json    [text, ...]
+    entities.json        [canonical name, ...]
+    hnsw.bin             hnswlib graph (only when HNSW was built)
+
+The array names, dtypes and shapes are declared once, on the dataclass fields of
+:class:`~evireform.kernels.EntityGraph` and :class:`~evireform.kernels.PassageMap`
+(:func:`array_specs`); nothing here spells them out again.
+
+**Saving** (:func:`save_index`) refuses a target that exists and is not an evireform index
+(unless ``overwrite=True``), and always refuses a file, the current directory or one of its
+parents.  It writes a hidden temporary sibling, then swaps it in with two renames under an
+advisory lock on the parent directory.  A process killed at any point leaves the previous index
+or the new one at the target: when a kill falls between the two renames, the next save or load
+puts the previous index back.  Leftover temporaries are removed by the next save.
+
+**Loading** (:func:`load_index`) checks, once and before any kernel sees the data: manifest field
+types; file names confined to the format's own names (no paths); every file's size and sha256;
+every array's dtype and shape against the manifest counts; CSR pointers monotone and ending at
+nnz; every index array within bounds; the stored degree terms and transpose equal to those
+recomputed from the incidence; finite embeddings; JSON files of the right shapes; and an
+``hnsw.bin`` whose header, neighbour lists, levels and labels are consistent, before hnswlib
+reads it.  Any problem raises :class:`IndexFormatError` naming the file and the value; no
+input file can crash the process.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .kernels import EntityGraph, PassageMap, config as kconfig
+from .kernels.graph import array_fields
+
+FORMAT = "evireform-index"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+JSONS = ("passages.json", "propositions.json", "entities.json")
+HNSW_FILE = "hnsw.bin"
+
+
+class IndexFormatError(ValueError):
+    """A saved index directory is missing, truncated, edited, inconsistent or of another format
+    version."""
+
+
+class UnsafeTargetError(ValueError):
+    """``save`` was pointed at something that is not an index it may replace."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One stored array: which structure holds it, its file, dtype and shape symbols."""
+
+    owner: str          # "graph", "pmap" or "index"
+    name: str
+    dtype: np.dtype
+    shape: tuple[str, ...]
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.npy"
+
+
+def array_specs() -> tuple[ArraySpec, ...]:
+    """Every stored array, derived from the dataclass fields (plus the embeddings)."""
+    out = [ArraySpec("graph", n, d, s) for n, d, s in array_fields(EntityGraph)]
+    out += [ArraySpec("pmap", n, d, s) for n, d, s in array_fields(PassageMap)]
+    out.append(ArraySpec("index", "embeddings", np.dtype(np.float32), ("M", "dim")))
+    return tuple(out)
+
+
+SPECS = array_specs()
+FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) + [HNSW_FILE])
+
+
+def file_sha256(path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def disk_bytes(path) -> int:
+    """Bytes of the files directly inside ``path``."""
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+
+
+# =========================================================================== saving
+def _write_json(path: Path, obj, indent=None) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, ensure_ascii=False, indent=indent)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace(src: Path, dst: Path) -> None:
+    """``os.replace``; one function so that tests can interrupt a save between its renames."""
+    os.replace(src, dst)
+
+
+@contextlib.contextmanager
+def _dir_lock(parent: Path):
+    """Advisory exclusive lock on ``parent`` (flock on the directory itself, so no lock file is
+    left behind); a no-op where flock is unavailable."""
+    try:
+        import fcntl
+        fd = os.open(parent, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _siblings(path: Path, kind: str) -> list[Path]:
+    """Leftover ``.NAME.tmp-*`` / ``.NAME.old-*`` directories of ``path``, newest first."""
+    found = [p for p in path.parent.glob(f".{path.name}.{kind}-*") if p.is_dir()]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _looks_like_index(path: Path) -> bool:
+    try:
+        man = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(man, dict) and man.get("format") == FORMAT
+
+
+def recover(path) -> bool:
+    """Put the previous index back at ``path`` when a save was killed between its two renames
+    (the target missing, the previous index parked in ``.NAME.old-*``).  Returns True if it did.
+    Call it with the parent's lock held, or accept a race with a concurrent save."""
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        return False
+    for old in _siblings(path, "old"):
+        if _looks_like_index(old):
+            try:
+                _replace(old, path)
+            except OSError:
+                return False
+            _fsync_dir(path.parent)
+            return True
+    return False
+
+
+def _clean_leftovers(path: Path) -> None:
+    for kind in ("tmp", "old"):
+        for p in _siblings(path, kind):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def index_files(path: Path) -> set[str] | None:
+    """The files an evireform index directory at ``path`` consists of, or None if it is not one."""
+    try:
+        man = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or man.get("format") != FORMAT \
+            or not isinstance(man.get("files"), dict):
+        return None
+    return {MANIFEST, *map(str, man["files"])}
+
+
+def check_target(path, *, overwrite: bool = False) -> Path:
+    """Raise :class:`UnsafeTargetError` unless an index may be written at ``path``.
+
+    Allowed: a path that does not exist, an empty directory, or an evireform index directory
+    holding nothing but its own files.  ``overwrite=True`` also allows any other directory.
+    Never allowed: a file, a symlink, the current directory or one of its parents.
+    Returns the absolute target path.
+    """
+    path = Path(path).absolute()
+    cwd = Path.cwd().resolve()
+    if path.is_symlink():
+        raise UnsafeTargetError(f"{path} is a symbolic link; give the index directory itself")
+    real = path.resolve()
+    if real == cwd or real in cwd.parents:
+        raise UnsafeTargetError(f"{path} is the current directory or one of its parents; an "
+                                "index is written as a directory of its own, e.g. "
+                                f"{path / 'my.idx'}")
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        raise UnsafeTargetError(f"{path} exists and is a file, not an index directory; "
+                                "choose a new directory name")
+    entries = sorted(p.name for p in path.iterdir())
+    if not entries:
+        return path
+    own = index_files(path)
+    if own is not None and set(entries) <= own:
+        return path
+    if overwrite:
+        return path
+    why = ("is not an evireform index" if own is None else
+           "is an evireform index that also holds other files")
+    extra = [e for e in entries if own is None or e not in own]
+    shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+    raise UnsafeTargetError(f"{path} {why} ({shown}); refusing to replace it. Choose a new "
+                            "directory, or pass overwrite=True (CLI: --force) to replace it "
+                            "and everything in it")
+
+
+def save_index(idx, path, *, overwrite: bool = False) -> Path:
+    """Write ``idx`` (a :class:`~evireform.index.PropositionIndex`) as a directory at ``path``.
+
+    See the module docstring for what is refused and how a kill at any point is survived.
+    Returns the absolute path.
+    """
+    path = check_target(path, overwrite=overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _dir_lock(path.parent):
+        recover(path)
+        _clean_leftovers(path)
+        path = check_target(path, overwrite=overwrite)  # again, under the lock
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            _write_files(idx, tmp)
+            old = None
+            if path.exists():
+                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+                _replace(path, old)
+            _replace(tmp, path)
+            _fsync_dir(path.parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            recover(path)
+            raise
+    return path
+
+
+def index_arrays(idx) -> dict[str, np.ndarray]:
+    holders = {"graph": idx.graph, "pmap": idx.pmap, "index": idx}
+    return {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS}
+
+
+def _write_files(idx, tmp: Path) -> None:
+    from . import __version__
+    for name, arr in index_arrays(idx).items():
+        np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+    _write_json(tmp / "passages.json",
+                [{"id": p.id, "title": p.title, "text": p.text} for p in idx.passages])
+    _write_json(tmp / "propositions.json", idx.prop_texts)
+    _write_json(tmp / "entities.json", idx.entity_names)
+    if idx.hnsw is not None:
+        idx.hnsw.save_index(str(tmp / HNSW_FILE))
+    files = {}
+    for f in sorted(tmp.iterdir()):
+        files[f.name] = {"sha256": file_sha256(f), "bytes": f.stat().st_size}
+        _fsync(f)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "evireform_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "embedder": idx.embedder_name,
+        "dim": idx.dim,
+        "counts": {"passages": idx.n_passages, "propositions": idx.n_props,
+                   "entities": idx.n_entities, "incidence_nnz": idx.graph.nnz},
+        "meta": idx.meta,
+        "files": files,
+    }
+    # the manifest is written last and renamed into place: a directory with a manifest is whole
+    _write_json(tmp / (MANIFEST + ".part"), manifest, indent=1)
+    _fsync(tmp / (MANIFEST + ".part"))
+    os.replace(tmp / (MANIFEST + ".part"), tmp / MANIFEST)
+
+
+# =========================================================================== loading
+@dataclass
+class Loaded:
+    """What :func:`load_index` read and checked, ready to become a PropositionIndex."""
+
+    manifest: dict
+    graph: EntityGraph
+    pmap: PassageMap
+    embeddings: np.ndarray
+    passages: list            # [{"id", "title", "text"}]
+    propositions: list[str]
+    entities: list[str]
+    hnsw: object | None
+
+
+def _fail(path, msg: str):
+    raise IndexFormatError(f"{path}: {msg}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
+    """Types of every manifest field the loader reads; returns (counts, files)."""
+    from . import __version__
+    if not isinstance(man, dict) or man.get("format") != FORMAT:
+        _fail(mpath, "not an evireform index manifest")
+    if man.get("format_version") != FORMAT_VERSION:
+        _fail(mpath, f"format version {man.get('format_version')!r}, this evireform "
+                     f"({__version__}) reads version {FORMAT_VERSION}; rebuild the index")
+    if not isinstance(man.get("embedder", ""), str):
+        _fail(mpath, f"'embedder' must be a string; got {man.get('embedder')!r:.80}")
+    if not _is_int(man.get("dim")) or man["dim"] < 1:
+        _fail(mpath, f"'dim' must be a positive integer; got {man.get('dim')!r:.80}")
+    if not isinstance(man.get("meta", {}), dict):
+        _fail(mpath, f"'meta' must be an object; got {type(man.get('meta')).__name__}")
+    counts = man.get("counts")
+    if not isinstance(counts, dict):
+        _fail(mpath, f"'counts' must be an object; got {type(counts).__name__}")
+    for key in ("passages", "propositions", "entities", "incidence_nnz"):
+        v = counts.get(key)
+        if not _is_int(v) or v < 0:
+            _fail(mpath, f"counts.{key} must be a non-negative integer; got {v!r:.80}")
+    files = man.get("files")
+    if not isinstance(files, dict):
+        _fail(mpath, f"'files' must be an object; got {type(files).__name__}")
+    for name, info in files.items():
+        if name not in FORMAT_FILES:
+            _fail(mpath, f"lists {name!r:.120}, which is not a file of the index format "
+                         "(file names are fixed; no paths)")
+        if not isinstance(info, dict) or not isinstance(info.get("sha256"), str) \
+                or not _is_int(info.get("bytes")):
+            _fail(mpath, f"entry for {name} must be {{'sha256': str, 'bytes': int}}")
+    for name in sorted(FORMAT_FILES - {HNSW_FILE}):
+        if name not in files:
+            _fail(mpath, f"does not list {name}")
+    return counts, files
+
+
+def _check_files(path: Path, files: dict, verify: bool) -> None:
+    for name, info in files.items():
+        f = path / name
+        if f.is_symlink() or not f.is_file():
+            _fail(f, "missing" if not f.exists() and not f.is_symlink()
+                  else "not a regular file")
+        size = f.stat().st_size
+        if size != info["bytes"]:
+            _fail(f, f"{size} bytes, the manifest says {info['bytes']} (truncated or edited)")
+        if verify and file_sha256(f) != info["sha256"]:
+            _fail(f, "sha256 does not match the manifest (edited or corrupt)")
+
+
+def _load_arrays(path: Path, sizes: dict, mmap: bool) -> dict[str, np.ndarray]:
+    arr = {}
+    for s in SPECS:
+        f = path / s.file
+        try:
+            a = np.load(f, allow_pickle=False,
+                        mmap_mode="r" if (mmap and s.name == "embeddings") else None)
+        except Exception as exc:
+            _fail(f, f"unreadable ({exc})")
+        if not isinstance(a, np.ndarray):
+            _fail(f, "not a single array")
+        if a.dtype != s.dtype:
+            _fail(f, f"dtype {a.dtype}, the format stores {s.dtype}")
+        want = tuple(sizes[x] for x in s.shape)
+        if a.shape != want:
+            _fail(f, f"shape {a.shape}, the manifest counts give {want} "
+                     f"({', '.join(s.shape)})")
+        arr[s.name] = a
+    return arr
+
+
+def _check_ptr(f: Path, ptr: np.ndarray, nnz: int) -> None:
+    if len(ptr) and (ptr[0] != 0 or ptr[-1] != nnz):
+        _fail(f, f"row pointers must start at 0 and end at nnz = {nnz}; got {ptr[0]} .. {ptr[-1]}")
+    if len(ptr) > 1 and np.any(ptr[1:] < ptr[:-1]):
+        i = int(np.argmax(ptr[1:] < ptr[:-1]))
+        _fail(f, f"row pointers must not decrease; entry {i + 1} is {ptr[i + 1]} after {ptr[i]}")
+
+
+def _check_range(f: Path, a: np.ndarray, hi: int, what: str) -> None:
+    if len(a) == 0:
+        return
+    lo_v, hi_v = int(a.min()), int(a.max())
+    if lo_v < 0 or hi_v >= hi:
+        bad = lo_v if lo_v < 0 else hi_v
+        i = int(np.argmax(a == bad))
+        _fail(f, f"entry {i} is {bad}, outside the {what} range [0, {hi})")
+
+
+def _check_arrays(path: Path, arr: dict, sizes: dict) -> tuple[EntityGraph, PassageMap]:
+    M, E, N = sizes["M"], sizes["E"], sizes["N"]
+    _check_ptr(path / "a_indptr.npy", arr["a_indptr"], sizes["nnz"])
+    _check_ptr(path / "at_indptr.npy", arr["at_indptr"], sizes["nnz"])
+    _check_range(path / "a_indices.npy", arr["a_indices"], E, "entity id")
+    _check_range(path / "at_indices.npy", arr["at_indices"], M, "proposition id")
+    _check_range(path / "owner.npy", arr["owner"], N, "passage")
+    emb = arr["embeddings"]
+    finite = np.isfinite(emb).all(axis=1) if emb.size else np.ones(len(emb), bool)
+    if not finite.all():
+        _fail(path / "embeddings.npy", f"row {int(np.argmin(finite))} holds NaN or inf")
+    # the degree terms and the transpose are derived data: they must equal a recomputation,
+    # or propagation would silently use edited values
+    want_g = EntityGraph.from_csr(arr["a_indptr"], arr["a_indices"], E)
+    want_p = PassageMap.from_owner(arr["owner"], N)
+    holders = {"graph": want_g, "pmap": want_p}
+    for s in SPECS:
+        if s.owner == "index":
+            continue
+        if not np.array_equal(getattr(holders[s.owner], s.name), arr[s.name]):
+            what = ("rows not sorted and unique" if s.name == "a_indices" else
+                    "does not agree with the incidence it is derived from")
+            _fail(path / s.file, f"{what} (edited or corrupt)")
+    graph = EntityGraph(**{s.name: arr[s.name] for s in SPECS if s.owner == "graph"})
+    pmap = PassageMap(**{s.name: arr[s.name] for s in SPECS if s.owner == "pmap"})
+    return graph, pmap
+
+
+def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list:
+    f = path / name
+    try:
+        obj = json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        _fail(f, f"unreadable ({exc})")
+    if not isinstance(obj, list):
+        _fail(f, f"must be a JSON list; got {type(obj).__name__}")
+    if len(obj) != n:
+        _fail(f, f"{len(obj)} entries, the manifest counts give {n}")
+    for i, x in enumerate(obj):
+        if not item_ok(x):
+            _fail(f, f"entry {i} is not {what}: {x!r:.80}")
+    return obj
+
+
+def _passage_ok(x) -> bool:
+    return isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("id", "title", "text"))
+
+
+def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
+    """Read and check an index directory (see the module docstring); raises
+    :class:`IndexFormatError` naming the file and the value for any problem."""
+    path = Path(path)
+    if not path.exists():
+        with _dir_lock(path.parent) if path.parent.is_dir() else contextlib.nullcontext():
+            recover(path)
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
+    try:
+        man = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
+    counts, files = _check_manifest(mpath, man)
+    _check_files(path, files, verify)
+    sizes = {"M": counts["propositions"], "E": counts["entities"], "N": counts["passages"],
+             "nnz": counts["incidence_nnz"], "dim": man["dim"]}
+    sizes.update({f"{k}+1": v + 1 for k, v in list(sizes.items())})
+    arr = _load_arrays(path, sizes, mmap)
+    graph, pmap = _check_arrays(path, arr, sizes)
+    passages = _load_json(path, "passages.json", sizes["N"], _passage_ok,
+                          "an object with string id, title and text")
+    ids = [p["id"] for p in passages]
+    if len(set(ids)) != len(ids):
+        _fail(path / "passages.json", "passage ids are not unique")
+    props = _load_json(path, "propositions.json", sizes["M"], lambda x: isinstance(x, str),
+                       "a string")
+    ents = _load_json(path, "entities.json", sizes["E"], lambda x: isinstance(x, str),
+                      "a string")
+    hnsw = None
+    if HNSW_FILE in files:
+        hnsw = _load_hnsw(path / HNSW_FILE, sizes["M"], sizes["dim"])
+    return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw)
+
+
+# --------------------------------------------------------------------------- hnsw.bin
+#: hnswlib's saveIndex header: six size_t, int maxlevel, uint32 entry point, three size_t,
+#: double mult, size_t ef_construction
+_HNSW_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"),
+                         ("size_per_element", "<u8"), ("label_offset", "<u8"),
+                         ("offset_data", "<u8"), ("maxlevel", "<i4"), ("entry", "<u4"),
+                         ("maxM", "<u8"), ("maxM0", "<u8"), ("M", "<u8"), ("mult", "<f8"),
+                         ("ef_construction", "<u8")])
+
+
+def check_hnsw_file(f: Path, n: int, dim: int) -> None:
+    """Check an hnswlib index file for everything its loader and search trust: the header
+    against ``n`` elements of ``dim`` floats, every neighbour id and list length, every
+    element's level and the entry point, and labels in [0, n).  Raises IndexFormatError."""
+    raw = np.fromfile(f, dtype=np.uint8)
+    h = _HNSW_HEADER.itemsize
+    if len(raw) < h:
+        _fail(f, "shorter than an hnswlib header")
+    hd = raw[:h].view(_HNSW_HEADER)[0]
+    count, spe = int(hd["count"]), int(hd["size_per_element"])
+    maxM0, maxM = int(hd["maxM0"]), int(hd["maxM"])
+    links0 = 4 + 4 * maxM0
+    if count != n or int(hd["max_elements"]) < n:
+        _fail(f, f"holds {count} elements (max {int(hd['max_elements'])}), the index has {n}")
+    if int(hd["offset_level0"]) != 0 or int(hd["offset_data"]) != links0 \
+            or int(hd["label_offset"]) != links0 + 4 * dim or spe != links0 + 4 * dim + 8 \
+            or not 0 < maxM <= maxM0 <= 4096:
+        _fail(f, "header does not describe an inner-product index of this dimension")
+    body = h + count * spe
+    if len(raw) < body:
+        _fail(f, "truncated level-0 data")
+    if count == 0:
+        return
+    lvl0 = raw[h:body].reshape(count, spe)
+    head0 = lvl0[:, :4].copy().view("<u4")[:, 0] & 0xFFFF
+    if np.any(head0 > maxM0):
+        _fail(f, "a level-0 neighbour list is longer than maxM0")
+    nb0 = lvl0[:, 4:links0].copy().view("<u4")
+    used0 = np.arange(maxM0)[None, :] < head0[:, None]
+    if np.any(nb0[used0] >= count):
+        _fail(f, "a level-0 neighbour id is out of range")
+    labels = lvl0[:, links0 + 4 * dim:].copy().view("<u8")[:, 0]
+    if np.any(labels >= n):
+        _fail(f, f"a label is outside [0, {n})")
+    # upper levels: per element a uint32 byte size then that many bytes of link lists
+    per_level = 4 + 4 * maxM
+    levels = np.zeros(count, np.int64)
+    pos = body
+    upper = []
+    for i in range(count):
+        if pos + 4 > len(raw):
+            _fail(f, "truncated upper-level data")
+        size = int(raw[pos:pos + 4].view("<u4")[0])
+        pos += 4
+        if size:
+            if size % per_level or pos + size > len(raw):
+                _fail(f, f"element {i}: bad upper-level link block of {size} bytes")
+            levels[i] = size // per_level
+            upper.append((i, raw[pos:pos + size]))
+            pos += size
+    if pos != len(raw):
+        _fail(f, f"{len(raw) - pos} bytes after the last element")
+    maxlevel, entry = int(hd["maxlevel"]), int(hd["entry"])
+    if entry >= count or levels[entry] != maxlevel or int(levels.max()) != maxlevel:
+        _fail(f, "the entry point or the top level is inconsistent")
+    for i, block in upper:
+        b = block.copy().view("<u4").reshape(-1, 1 + maxM)
+        cnt = b[:, 0] & 0xFFFF
+        if np.any(cnt > maxM):
+            _fail(f, f"element {i}: an upper-level neighbour list is longer than maxM")
+        for lev in range(len(b)):
+            nb = b[lev, 1:1 + cnt[lev]]
+            if np.any(nb >= count) or np.any(levels[nb] < lev + 1):
+                _fail(f, f"element {i}: a level-{lev + 1} neighbour is out of range")
+
+
+def _load_hnsw(f: Path, n: int, dim: int):
+    check_hnsw_file(f, n, dim)
+    import hnswlib
+    h = hnswlib.Index(space="ip", dim=dim)
+    try:
+        h.load_index(str(f), max_elements=max(n, 1))
+    except Exception as exc:
+        _fail(f, f"hnswlib cannot load it ({exc})")
+    h.set_ef(kconfig.HNSW_EF_SEARCH)
+    return h
