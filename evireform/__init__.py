@@ -1,12 +1,24 @@
 """evireform: EviReform multi-hop retrieval (evidence-guided query reformulation for graph
-retrieval) with compiled kernels."""
+retrieval) with compiled kernels.
+
+The library core is importable from here; the experiments live in
+:mod:`evireform.evaluation` and :mod:`evireform.bench`, which the core never imports.
+"""
 
 __version__ = "0.1.0"
 
 from .types import Passage, Proposition  # noqa: E402
-from .index import PropositionIndex, IndexFormatError  # noqa: E402
+from .store import IndexFormatError, UnsafeTargetError  # noqa: E402
+from .index import PropositionIndex  # noqa: E402
 from .corpus import load_corpus  # noqa: E402
 from .entities import canonical_entity  # noqa: E402
+from .roles import (Candidate, Controller, Reformulator, Selector, BridgeReformulator,  # noqa: E402
+                    ObservationController, TopScoreSelector)
+from .retriever import (EviReform, EviReformConfig, RankedPassage, RetrievalResult,  # noqa: E402
+                        Trace)
 
-__all__ = ["Passage", "Proposition", "PropositionIndex", "IndexFormatError", "load_corpus",
-           "canonical_entity", "__version__"]
+__all__ = ["Passage", "Proposition", "PropositionIndex", "IndexFormatError",
+           "UnsafeTargetError", "load_corpus", "canonical_entity", "EviReform",
+           "EviReformConfig", "RetrievalResult", "RankedPassage", "Trace", "Candidate",
+           "Selector", "Reformulator", "Controller", "TopScoreSelector", "BridgeReformulator",
+           "ObservationController", "__version__"]

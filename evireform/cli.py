@@ -179,8 +179,8 @@ def _data_dir(arg) -> Path:
 
 def _cmd_eval(args) -> int:
     from .embed import get_embedder
-    from .evaluate import (DATASETS, format_bootstrap, format_table, markdown_table,
-                           parse_methods, run_eval)
+    from .evaluation import (DATASETS, format_bootstrap, format_table, markdown_table,
+                             parse_methods, run_eval)
 
     methods = parse_methods(args.methods)
     if args.dataset:
@@ -200,55 +200,42 @@ def _cmd_eval(args) -> int:
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=_llm_client(args), reader=args.reader)
     print(markdown_table(report) if args.markdown else format_table(report))
-    if report.get("bootstrap"):
+    if report.bootstrap:
         print()
         print(format_bootstrap(report, markdown=args.markdown))
     if args.json:
-        out = {k: v for k, v in report.items() if not k.startswith("_")}
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {args.json}")
     return 0
 
 
 def _cmd_analyze(args) -> int:
-    from . import analyses
     from .embed import get_embedder
-    from .evaluate import DATASETS, run_eval
+    from .evaluation import DATASETS, run_eval
+    from .evaluation.analyses import ANALYSES, sensitivity_table
 
     qrel, crel = DATASETS[args.dataset]
     data = _data_dir(args.data)
     qpath, cpath = data / qrel, data / crel
     emb = get_embedder(args.embedder)
     show = not args.quiet
-    if args.kind == "ablation":
-        rep = run_eval(qpath, cpath, ["evireform", "reform_only", "prop_only", "base",
-                                      "repeat_question", "residual_only"], embedder=emb,
-                       dataset=args.dataset, show_progress=show, n=args.n)
-        print(analyses.run_ablation(rep))
-    elif args.kind == "coverage":
-        rep = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
+    if args.kind in ANALYSES:
+        a = ANALYSES[args.kind]
+        rep = run_eval(qpath, cpath, list(a.methods), embedder=emb, dataset=args.dataset,
                        show_progress=show, n=args.n)
         from .cache import cached_index
         idx, _, _ = cached_index(cpath, emb, show_progress=False)
-        print(analyses.coverage_table(rep, idx.owner))
-    elif args.kind == "types":
-        rep = run_eval(qpath, cpath, ["dense", "hipporag_ppr", "evireform"], embedder=emb,
-                       dataset=args.dataset, show_progress=show, n=args.n)
-        print(analyses.types_table(rep))
+        print(a.table(rep, idx))
     elif args.kind == "sensitivity":
         from .retriever import EviReformConfig
 
         def one(**over):
             r = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
                          show_progress=False, config=EviReformConfig(**over), n=args.n)
-            return r["methods"]["evireform"]
-        res = analyses.sensitivity(one)
-        print("| parameter | value | R@5 | C@5 |\n|---|---:|---:|---:|")
-        for p_, vals in res.items():
-            for v, m in vals.items():
-                print(f"| {p_} | {v} | {m['recall@5']:.2f} | {m['chain@5']:.2f} |")
+            return r.methods["evireform"]
+        print(sensitivity_table(one))
     elif args.kind == "growth":
-        from .growth import index_growth
+        from .evaluation.growth import index_growth
         index_growth(data, emb, out_png=args.png, n_steps=args.steps, n=args.n, show=show)
     return 0
 
@@ -366,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     qu.set_defaults(func=_cmd_query)
 
     an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
-    an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth"))
+    an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth"),
+                    help="ablation / coverage / types: one eval run of the methods each needs; "
+                         "sensitivity: the paper's grids; growth: distractors added in steps")
     an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
     an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
     an.add_argument("--embedder", default="all-MiniLM-L6-v2")
@@ -387,7 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     be.add_argument("--json", help="write the report as JSON to this file")
     be.add_argument("--check", action="store_true",
-                    help="exit 1 when a speedup falls below its floor (evireform.bench.FLOORS)")
+                    help="exit 1 when a speedup falls below its floor (evireform.bench.FLOORS), "
+                         "a floor names no case label, or a pair disagrees")
     be.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
     be.add_argument("--only", action="append", metavar="CASE",
                     help="run only these case groups (repeatable): "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cache import cached_index
 from .embed import MiniLMEmbedder
-from .evaluate import load_questions
+from .evaluation.data import load_questions
 from .retriever import EviReform, EviReformConfig
 
 

@@ -423,6 +423,24 @@ class LLMController(_LLMRole):
         return bool(value[0]), list(value[1])
 
 
+def context_within_budget(passages, budget_tokens: int = 3000) -> list:
+    """The leading passages whose text fits ``budget_tokens`` (about 0.75 words per token);
+    the passage that crosses the budget is cut, the rest are dropped."""
+    out, used = [], 0
+    for p in passages:
+        words = f"{p.title}: {p.text}".split()
+        cost = int(len(words) / 0.75) + 1
+        if used + cost <= budget_tokens:
+            out.append((p.title, p.text))
+            used += cost
+        else:
+            room = int((budget_tokens - used) * 0.75)
+            if room > 10:
+                out.append((p.title, " ".join(f"{p.text}".split()[:room])))
+            break
+    return out
+
+
 class LLMReader(_LLMRole):
     """The shared QA reader (paper Listing 4): ``{"answer": str}`` from the final passages,
     within a 3,000-token context budget.  Without a valid reply it answers "noanswer"."""
@@ -434,7 +452,6 @@ class LLMReader(_LLMRole):
         self.budget_tokens = budget_tokens
 
     def answer(self, question, passages) -> tuple[str, list[str]]:
-        from .qa import context_within_budget
         ctx = context_within_budget(passages, self.budget_tokens)
         docs = "\n".join(_quote(f"{t}: {x}") for t, x in ctx)
         messages = [

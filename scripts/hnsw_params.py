@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from evireform import bench
+from evireform.bench import cases
 from evireform import kernels as K
 
 GRID = ((16, 100), (32, 100), (24, 100), (32, 200))
@@ -24,10 +25,10 @@ def main():
     ap.add_argument("--queries", type=int, default=50)
     args = ap.parse_args()
     import hnswlib
-    inp = bench._Inputs(False, None, lambda m: None)
+    inp = cases.Inputs(False, None, lambda m: None)
     M, nq, k = args.n, args.queries, 100
-    H = bench._embeddings(inp, M)
-    Q = bench._embeddings(inp, 10_000)[:nq] * 0.5 + H[:nq] * 0.5
+    H = cases.embeddings(inp, M)
+    Q = cases.embeddings(inp, 10_000)[:nq] * 0.5 + H[:nq] * 0.5
     Q = np.ascontiguousarray(Q / np.linalg.norm(Q, axis=1, keepdims=True), dtype=np.float32)
     exact = [K.cosine_topk(H, Q[i], k)[0] for i in range(nq)]
     for m, efc in GRID:

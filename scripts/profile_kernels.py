@@ -21,17 +21,18 @@ import numpy as np
 from numba import njit
 
 from evireform import bench
+from evireform.bench import cases
 from evireform import kernels as K
 from evireform.kernels import _cpu
 
 
 def _us(fn, n=200) -> float:
     """Median microseconds per call (the bench's timing: pause, warm-up, at least n calls)."""
-    return bench._times([fn], n, min_s=0.0)[0] * 1e6
+    return bench.times([fn], n, min_s=0.0)[0] * 1e6
 
 
 def cosine_10k():
-    from evireform.synthetic import clustered_embeddings
+    from evireform.bench.synthetic import clustered_embeddings
     H = clustered_embeddings(np.random.default_rng(10_000), 10_000)
     q = H[3] * 0.9 + H[7] * 0.1
     q = (q / np.linalg.norm(q)).astype(np.float32)
@@ -87,12 +88,12 @@ def propagate_musique(inp):
 def retrieve_core_musique(inp):
     import cProfile
     import pstats
-    real = bench.musique_core_inputs(inp)
+    real = cases.musique_core_inputs(inp)
     if real is None:
         print("retrieve_core musique: no data")
         return
     idx, qs = real[0], real[1]
-    run = bench.core_questions(*real)
+    run = cases.core_questions(*real)
     per_q = _us(run, 10) / len(qs) / 1e3
     prof = cProfile.Profile()
     prof.enable()
@@ -114,7 +115,7 @@ def main():
     ap.add_argument("--data", default="../shared/data")
     args = ap.parse_args()
     data = Path(args.data)
-    inp = bench._Inputs(False, data if data.is_dir() else None, lambda m: None)
+    inp = cases.Inputs(False, data if data.is_dir() else None, lambda m: None)
     cosine_10k()
     propagate_musique(inp)
     retrieve_core_musique(inp)

@@ -1,8 +1,8 @@
 import numpy as np
 
 from evireform import Passage, Proposition, PropositionIndex
-from evireform.analyses import by_type, growth_steps, initial_pool, pool_coverage
-from evireform.evaluate import Question
+from evireform.evaluation.analyses import by_type, growth_steps, initial_pool, pool_coverage
+from evireform.evaluation import Question
 from evireform.index import subset_index
 from evireform.retriever import Trace
 

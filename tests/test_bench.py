@@ -2,7 +2,7 @@
 import numpy as np
 
 from evireform import bench
-from evireform.synthetic import clustered_embeddings, synthetic_graph, synthetic_passages
+from evireform.bench.synthetic import clustered_embeddings, synthetic_graph, synthetic_passages
 
 
 def _report(speedup, agree=True):
@@ -41,11 +41,40 @@ def test_run_only_selected_cases():
 
 def test_times_warms_up_then_repeats_until_enough(monkeypatch):
     calls = []
-    t = bench._times([lambda: calls.append(1)], repeat=3, min_s=0.0, pause=0.0)
+    t = bench.times([lambda: calls.append(1)], repeat=3, min_s=0.0, pause=0.0)
     assert len(calls) == 4 and len(t) == 1 and t[0] >= 0  # one warm-up call, then three
     # a fake clock: every timed call lasts 0.01 s, so 0.05 s takes five timed calls
     clock = iter(np.arange(0, 100, 0.01))
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(bench.harness.time, "perf_counter", lambda: float(next(clock)))
     calls.clear()
-    t = bench._times([lambda: calls.append(1)], repeat=1, min_s=0.05 - 1e-9, pause=0.0)
+    t = bench.times([lambda: calls.append(1)], repeat=1, min_s=0.05 - 1e-9, pause=0.0)
     assert len(calls) == 1 + 5 and abs(t[0] - 0.01) < 1e-9
+
+
+def test_every_floor_names_a_declared_label():
+    assert set(bench.FLOORS) <= bench.declared_labels()
+
+
+def test_check_fails_on_a_floor_with_no_declared_label():
+    report = {"machine": {}, "cases": {}}
+    bad = bench.check(report, floors={"propagate/musique vs scipy chian": 2.0})
+    assert bad == ["propagate/musique vs scipy chian: the floor names no declared bench "
+                   "case label"]
+
+
+def test_a_case_writing_an_undeclared_label_is_refused(monkeypatch):
+    import pytest
+    from evireform.bench import harness
+    harness._load_cases()
+
+    @harness.case("limit/declared")
+    def case_limit(inp, out):  # replaces the real 'limit' case for this test
+        out["limit/renamed"] = {}
+
+    try:
+        with pytest.raises(RuntimeError, match="undeclared label.*limit/renamed"):
+            bench.run(quick=True, only=["limit"], log=lambda m: None)
+    finally:
+        from evireform.bench import cases
+        harness.CASES["limit"] = harness.Case(
+            "limit", ("limit/exact scan vs memory copy",), cases.case_limit)

@@ -6,7 +6,7 @@ import pytest
 
 from evireform import Passage
 from evireform.cli import main
-from evireform.evaluate import Question, load_questions, metrics, parse_methods
+from evireform.evaluation import Question, load_questions, metrics, parse_methods
 
 
 def test_metrics_by_hand():

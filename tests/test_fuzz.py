@@ -19,7 +19,7 @@ from evireform import IndexFormatError, Passage, Proposition, PropositionIndex
 from evireform.cli import main, parse_setting
 from evireform.corpus import load_corpus, passages_from_json
 from evireform.embed import HashingEmbedder
-from evireform.evaluate import load_questions
+from evireform.evaluation import load_questions
 from evireform.retriever import EviReform, EviReformConfig
 from evireform.store import UnsafeTargetError, file_sha256
 

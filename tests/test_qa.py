@@ -3,7 +3,8 @@ import json
 import pytest
 
 from evireform import Passage
-from evireform.qa import best_scores, context_within_budget, exact_match, f1_score, qa_metrics
+from evireform.evaluation.qa import best_scores, exact_match, f1_score, qa_metrics
+from evireform.llm import context_within_budget
 
 
 def test_normalisation_and_scores():

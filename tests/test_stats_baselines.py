@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 
 from evireform import Passage, Proposition, PropositionIndex
-from evireform.baselines import PPRRetriever, bm25_rankings, dense_prop_rankings
-from evireform.evaluate import Question, bootstrap_vs_strongest
-from evireform.stats import paired_bootstrap, seed_offset
+from evireform.evaluation.baselines import PPRRetriever, bm25_rankings, dense_prop_rankings
+from evireform.evaluation.data import Question
+from evireform.evaluation.runner import bootstrap_vs_strongest
+from evireform.evaluation.stats import paired_bootstrap, seed_offset
 
 from helpers import unit_rows
 

@@ -6,15 +6,21 @@
 * :func:`by_type` - metrics per question type (MuSiQue hop count, HotpotQA bridge/comparison);
 * :func:`sensitivity` - R@5 and Chain@5 over the paper's grids for alpha, beta, k_residual and
   max_residual (L);
-* :func:`index_growth` - the same questions while distractor passages are added in steps.
+* :func:`~evireform.evaluation.growth.index_growth` - the same questions while distractor
+  passages are added in steps.
+
+:data:`ANALYSES` names the single-run analyses with the methods each needs, so the CLI runs
+exactly those methods and formats the table.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .evaluate import KS, Question, metrics
+from .data import Question
+from .metrics import KS, metrics, per_question
 
 POOL_SIZE = 20
 GRIDS = {
@@ -93,34 +99,37 @@ CONTRASTS = [("evireform", "prop_only", "reformulation | propagation on"),
              ("evireform", "residual_only", "question seed kept vs residual only")]
 
 
+ABLATION_METHODS = ("evireform", "reform_only", "prop_only", "base", "repeat_question",
+                    "residual_only")
+
+
 def _fmt_row(name, vals, cols):
     return f"| {name} | " + " | ".join(f"{vals[c]:.2f}" for c in cols) + " |"
 
 
 def run_ablation(report) -> str:
     """The 2x2 cells and controls with paired contrasts (bootstrap CIs), as Markdown."""
-    from .evaluate import per_question
     from .stats import BASE_SEED, paired_bootstrap, seed_offset
-    rk, qs = report["_rankings"], report["_questions"]
+    rk, qs = report.rankings, report.questions
     cols = ["recall@5", "chain@5", "recall@10"]
     lines = ["| method | R@5 | C@5 | R@10 |", "|---|---:|---:|---:|"]
-    for m in ("evireform", "reform_only", "prop_only", "base", "repeat_question", "residual_only"):
-        lines.append(_fmt_row(m, report["methods"][m], cols))
+    for m in ABLATION_METHODS:
+        lines.append(_fmt_row(m, report.methods[m], cols))
     lines += ["", "| contrast | R@5 diff [95% CI] | C@5 diff [95% CI] |", "|---|---|---|"]
     per = {m: per_question(rk[m], qs) for m in rk}
     for a, b, what in CONTRASTS:
         cells = []
         for metric in ("recall@5", "chain@5"):
             r = paired_bootstrap(per[a][metric], per[b][metric],
-                                 seed=BASE_SEED + seed_offset(report["dataset"], f"{a}-{b}-{metric}"))
+                                 seed=BASE_SEED + seed_offset(report.dataset, f"{a}-{b}-{metric}"))
             cells.append(f"{r['diff']:+.2f} [{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}]")
         lines.append(f"| {a} - {b} ({what}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def coverage_table(report, owner) -> str:
-    traces = report["_traces"]["evireform"]
-    cov = pool_coverage(owner, report["_questions"], [r.trace for r in traces])
+    traces = report.traces["evireform"]
+    cov = pool_coverage(owner, report.questions, [r.trace for r in traces])
     return ("| pool | gold passages covered | complete chains |\n|---|---:|---:|\n"
             f"| initial (first {POOL_SIZE} passages of the top-100 propositions) | "
             f"{cov['passages_before']:.2f} | {cov['chains_before']:.2f} |\n"
@@ -129,9 +138,12 @@ def coverage_table(report, owner) -> str:
             f"Questions whose chain became complete: {cov['completed']} of {cov['n_questions']}.")
 
 
-def types_table(report, methods=("dense", "hipporag_ppr", "evireform")) -> str:
-    bt = by_type({m: report["_rankings"][m] for m in methods if m in report["_rankings"]},
-                 report["_questions"])
+TYPE_METHODS = ("dense", "hipporag_ppr", "evireform")
+
+
+def types_table(report, methods=TYPE_METHODS) -> str:
+    bt = by_type({m: report.rankings[m] for m in methods if m in report.rankings},
+                 report.questions)
     lines = ["| type | n | " + " | ".join(f"{m} R@5 / C@5" for m in methods) + " |",
              "|---|---:|" + "---:|" * len(methods)]
     for typ, v in bt.items():
@@ -139,3 +151,28 @@ def types_table(report, methods=("dense", "hipporag_ppr", "evireform")) -> str:
             f"{v['methods'][m]['recall@5']:.2f} / {v['methods'][m]['chain@5']:.2f}"
             for m in methods if m in v["methods"]) + " |")
     return "\n".join(lines)
+
+
+def sensitivity_table(run_config) -> str:
+    """:func:`sensitivity` as Markdown; ``run_config(**overrides)`` returns one method's
+    metrics."""
+    lines = ["| parameter | value | R@5 | C@5 |", "|---|---:|---:|---:|"]
+    for p_, vals in sensitivity(run_config).items():
+        for v, m in vals.items():
+            lines.append(f"| {p_} | {v} | {m['recall@5']:.2f} | {m['chain@5']:.2f} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A single-run analysis: the methods it needs and its table (report, index) -> text."""
+
+    methods: tuple[str, ...]
+    table: Callable
+
+
+ANALYSES: dict[str, Analysis] = {
+    "ablation": Analysis(ABLATION_METHODS, lambda rep, idx: run_ablation(rep)),
+    "coverage": Analysis(("evireform",), lambda rep, idx: coverage_table(rep, idx.owner)),
+    "types": Analysis(TYPE_METHODS, lambda rep, idx: types_table(rep)),
+}

@@ -1,7 +1,7 @@
 """Baseline retrievers on the same corpus, embedder and evaluation code.
 
 * :func:`bm25_rankings` - BM25 (``bm25s``, English stopwords) over ``title + newline + text``;
-* dense passage retrieval lives in :mod:`evireform.evaluate`;
+* :func:`dense_rankings` - dense passage retrieval, same embedder, ``title + newline + text``;
 * :func:`dense_prop_rankings` - dense proposition retrieval read out to passages: passages in
   the order of their best proposition among the question's top 200 (then the dense passage
   order fills the tail);
@@ -14,12 +14,53 @@
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from .index import PropositionIndex
+from ..index import PropositionIndex
+from ..types import Passage
+
+
+def passage_texts(passages: Sequence[Passage]) -> list[str]:
+    """Dense and BM25 passage text: title + newline + text."""
+    return [f"{p.title}\n{p.text}" for p in passages]
+
+
+def dense_rankings(P: np.ndarray, Q: np.ndarray, k: int) -> list[list[int]]:
+    """Exact dense passage ranking (cosine, ties by lower id)."""
+    from ..kernels import cosine_topk_batch
+    ids, _ = cosine_topk_batch(P, Q, k)
+    return [[int(j) for j in row if j >= 0] for row in ids]
+
+
+def dense_passage_embeddings(corpus_path, passages, embedder, cache_dir=None,
+                             show_progress=False) -> np.ndarray:
+    """Passage embeddings for the dense baseline, cached by corpus checksum and embedder."""
+    import os
+    import tempfile
+    from ..cache import default_cache_dir
+    from ..store import file_sha256
+    d = Path(cache_dir or default_cache_dir()) / "dense"
+    f = d / f"{Path(corpus_path).stem}-{file_sha256(corpus_path)[:12]}-{embedder.name}.npy"
+    if f.exists():
+        try:
+            P = np.load(f, allow_pickle=False)
+            if P.shape == (len(passages), embedder.dim):
+                return P
+        except (ValueError, OSError):
+            pass
+    P = embedder.encode(passage_texts(passages), show_progress=show_progress)
+    d.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".npy.tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.save(fh, P, allow_pickle=False)
+    os.replace(tmp, f)
+    return P
 
 
 def bm25_rankings(passage_texts: Sequence[str], questions: Sequence[str], k: int) -> list[list[int]]:
@@ -115,3 +156,46 @@ def ppr_rankings(idx: PropositionIndex, Q: np.ndarray, P: np.ndarray, k: int) ->
         order = np.lexsort((np.arange(len(s)), -s))[:k]
         out.append([int(j) for j in order])
     return out
+
+
+# --------------------------------------------------------------------------- registry
+@dataclass
+class BaselineInputs:
+    """What a baseline may read; question and passage embeddings are made on first use."""
+
+    idx: PropositionIndex
+    questions: list[str]
+    embedder: object
+    corpus_path: object
+    k: int
+    cache_dir: object = None
+    show_progress: bool = False
+
+    @cached_property
+    def Q(self) -> np.ndarray:
+        return self.embedder.encode(self.questions)
+
+    @cached_property
+    def P(self) -> np.ndarray:
+        return dense_passage_embeddings(self.corpus_path, self.idx.passages, self.embedder,
+                                        self.cache_dir, self.show_progress)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    description: str
+    rank: Callable[[BaselineInputs], list]
+
+
+#: name -> baseline; ``evireform eval --methods`` accepts these beside EviReform's variants
+BASELINES: dict[str, Baseline] = {
+    "dense": Baseline("dense passage retrieval, same embedder (title + newline + text)",
+                      lambda b: dense_rankings(b.P, b.Q, b.k)),
+    "bm25": Baseline("BM25 (bm25s) over title + newline + text",
+                     lambda b: bm25_rankings(passage_texts(b.idx.passages), b.questions, b.k)),
+    "dense_prop": Baseline("dense proposition retrieval read out to passages",
+                           lambda b: dense_prop_rankings(b.idx, b.Q,
+                                                         dense_rankings(b.P, b.Q, b.k), b.k)),
+    "hipporag_ppr": Baseline("HippoRAG-style personalised PageRank over the passage-entity "
+                             "graph", lambda b: ppr_rankings(b.idx, b.Q, b.P, b.k)),
+}

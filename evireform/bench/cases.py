@@ -1,93 +1,22 @@
-"""``evireform bench``: each kernel and the retrieval core next to what a user would otherwise
-use, in one run on one machine, with an agreement check per pair.
+"""The cases of ``evireform bench``: each kernel and the retrieval core next to what a user
+would otherwise use, on the same data, with an agreement check per pair.
 
-Every case reports the median wall time of ours and of the peer (after a warm-up call that
-keeps JIT compilation out), ``speedup = peer_s / ours_s`` and ``agree``.  ``--quick`` shrinks
-the sizes so the whole run takes about a minute (CI runs it so the suite cannot rot).
-``--check`` exits non-zero when a speedup falls below its floor in :data:`FLOORS`.
+Every case is registered with :func:`~evireform.bench.harness.case`, which declares the labels
+it may produce; the harness refuses an undeclared label, and ``--check`` refuses a floor that
+names none.
 """
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from . import kernels as K
-from .kernels import reference as R
-
-#: Minimum speedups (peer / ours) that ``--check`` enforces, in one place.  Set at about half
-#: the lowest ratio seen over three ``--quick`` runs and one full run on this project's 2-core
-#: machine (README, "Performance"), where a quick run's ratios move by up to 3x; a floor whose
-#: case a run does not produce (full-size cases in quick mode) is skipped.
-FLOORS = {
-    "propagate/musique vs scipy chain": 2.0,
-    "propagate/musique vs materialised W": 3.0,
-    "propagate/2wiki vs scipy chain": 8.0,
-    "propagate/synthetic vs scipy chain": 8.0,
-    "readout/100k vs bincount": 0.8,
-    "readout/1M vs bincount": 5.0,
-    "cosine_topk/100k b1 vs numpy": 0.6,
-    "cosine_topk/100k b64 vs numpy": 0.6,
-    "cosine_topk/100k b1 vs faiss": 1.5,
-    "cosine_topk/100k b64 vs faiss": 1.5,
-    "hnsw/1M vs exact": 20.0,
-    "retrieve_core/musique vs igraph PPR": 2.0,
-    "retrieve_core/synthetic hnsw vs igraph PPR": 50.0,
-}
-
-
-def _median_time(fn, repeat: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
-
-
-def _times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list:
-    """Median time of each of ``fns``, one after another: a pause (so that the thread pools of
-    whatever ran before -- numba's, OpenBLAS's, faiss's OpenMP -- stop spinning on the 2 cores),
-    one warm-up call, then calls until there are at least ``repeat`` and they add up to
-    ``min_s`` seconds.  (Alternating the functions call by call was tried: the pools then
-    fight for the cores and a 0.3 ms search took 13 ms.)"""
-    out = []
-    for fn in fns:
-        time.sleep(pause)
-        fn()
-        ts: list = []
-        while len(ts) < repeat or sum(ts) < min_s:
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        out.append(float(np.median(ts)))
-    return out
-
-
-def machine() -> dict:
-    import numba
-    info = {"python": platform.python_version(), "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
-            "numpy": np.__version__, "numba": numba.__version__}
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo") as fh:
-            info["mem_gib"] = round(int(fh.readline().split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return info
+from .. import kernels as K
+from ..kernels import reference as R
+from .harness import case, median_time, times
 
 
 def _dense(M, ids, vals):
@@ -97,7 +26,7 @@ def _dense(M, ids, vals):
 
 
 # --------------------------------------------------------------------------- inputs
-class _Inputs:
+class Inputs:
     """Indexes and seeds shared by the cases, built once per run."""
 
     def __init__(self, quick: bool, data: Path | None, log):
@@ -112,9 +41,9 @@ class _Inputs:
         """(graph, pmap, seeds) for a real corpus, or None without the data."""
         if name in self._real:
             return self._real[name]
-        from .corpus import load_corpus
-        from .embed import HashingEmbedder
-        from .index import PropositionIndex
+        from ..corpus import load_corpus
+        from ..embed import HashingEmbedder
+        from ..index import PropositionIndex
         files = {"musique": "musique/musique_corpus.json",
                  "2wiki": "2wikimultihopqa/2wikimultihopqa_corpus.json"}
         if self.data is None or not (self.data / files[name]).is_file():
@@ -158,6 +87,8 @@ def _scipy_ops(g):
     return A, A.T.tocsr()
 
 
+@case(*[f"propagate/{n} vs {p}" for n in ("musique", "2wiki", "synthetic")
+        for p in ("scipy chain", "materialised W")])
 def case_propagate(inp, out):
     for name in ("musique", "2wiki", "synthetic"):
         if name == "synthetic":
@@ -189,9 +120,9 @@ def case_propagate(inp, out):
             for s in S:
                 0.5 * s + 0.5 * (W @ (g.inv_w * s))
 
-        times = _times([ours, chain] + ([w_peer] if W is not None else []), rep,
-                              min_s=inp.min_s)
-        t_ours, t_chain = times[0] / len(sel), times[1] / len(sel)
+        ts = times([ours, chain] + ([w_peer] if W is not None else []), rep,
+               min_s=inp.min_s)
+        t_ours, t_chain = ts[0] / len(sel), ts[1] / len(sel)
         agree = all(np.allclose(_dense(M, *K.propagate(g, i, v, 0.5)),
                                 0.5 * s + 0.5 * (A @ (g.inv_deg * (AT @ (g.inv_w * s)))
                                                  - g.diag * g.inv_w * s), atol=1e-12)
@@ -204,7 +135,7 @@ def case_propagate(inp, out):
         out[f"propagate/{name} vs scipy chain"] = row
         deg = np.diff(g.at_indptr).astype(np.float64)
         if W is not None:
-            t_w = times[2] / len(sel)
+            t_w = ts[2] / len(sel)
             agree_w = all(np.allclose(_dense(M, *K.propagate(g, i, v, 0.5)),
                                       0.5 * s + 0.5 * (W @ (g.inv_w * s)), atol=1e-12)
                           for (i, v), s in zip(sel[:10], S[:10]))
@@ -219,6 +150,7 @@ def case_propagate(inp, out):
                            f"(~{row['w_nnz_upper_bound'] * 12 / 2**30:.0f} GiB as CSR)")
 
 
+@case(*[f"propagate_batch/synthetic {B} seeds" for B in (200, 1000)])
 def case_propagate_batch(inp, out):
     g, _, seeds = inp.synth()
     A, AT = _scipy_ops(g)
@@ -239,7 +171,7 @@ def case_propagate_batch(inp, out):
 
     ours = lambda: K.propagate_batch(g, indptr, ids, vals, 0.5)  # noqa: E731
     rep = 1 if inp.quick else 3
-    t_o, t_p = _median_time(ours, rep), _median_time(peer, rep)
+    t_o, t_p = median_time(ours, rep), median_time(peer, rep)
     zp, zi, zv = ours()
     Z = peer().tocsc()
     agree = all(np.allclose(_dense(M, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]]),
@@ -249,6 +181,7 @@ def case_propagate_batch(inp, out):
         "peer": "scipy sparse-matrix products", "speedup": t_p / t_o, "agree": bool(agree)}
 
 
+@case(*[f"readout/{s} vs bincount" for s in ("10k", "100k", "1M")])
 def case_readout(inp, out):
     rng = inp.rng
     sizes = (10_000, 100_000) if inp.quick else (10_000, 100_000, 1_000_000)
@@ -269,7 +202,7 @@ def case_readout(inp, out):
 
         ours = lambda: K.readout_topk(pm, zi, zv, k)  # noqa: E731
         rep = 5 if inp.quick else 20
-        t_o, t_p = _times([ours, peer], rep, min_s=inp.min_s)
+        t_o, t_p = times([ours, peer], rep, min_s=inp.min_s)
         label = {10_000: "10k", 100_000: "100k", 1_000_000: "1M"}[M]
         out[f"readout/{label} vs bincount"] = {
             "size": f"M={M:,}, N={pm.n_passages:,}, nnz(z)={nz:,}", "ours_s": t_o, "peer_s": t_p,
@@ -277,7 +210,8 @@ def case_readout(inp, out):
             "agree": bool(np.array_equal(ours()[0], peer()))}
 
 
-def _embeddings(inp, M):
+def embeddings(inp, M):
+    """Clustered synthetic embeddings of M rows, made once per run."""
     from .synthetic import clustered_embeddings
     key = ("emb", M)
     if key not in inp._real:
@@ -285,6 +219,8 @@ def _embeddings(inp, M):
     return inp._real[key]
 
 
+@case(*[f"cosine_topk/{s} b{B} vs {p}" for s in ("10k", "100k", "1M") for B in (1, 64)
+        for p in ("numpy", "faiss")])
 def case_cosine(inp, out):
     try:
         import faiss
@@ -293,8 +229,8 @@ def case_cosine(inp, out):
     sizes = (10_000, 100_000) if inp.quick else (10_000, 100_000, 1_000_000)
     k = 100
     for M in sizes:
-        H = _embeddings(inp, M)
-        Q = np.ascontiguousarray(_embeddings(inp, 10_000)[:64] * 0.9 + H[:64] * 0.1)
+        H = embeddings(inp, M)
+        Q = np.ascontiguousarray(embeddings(inp, 10_000)[:64] * 0.9 + H[:64] * 0.1)
         Q /= np.linalg.norm(Q, axis=1, keepdims=True)
         if faiss is not None:
             fi = faiss.IndexFlatIP(H.shape[1])
@@ -318,8 +254,8 @@ def case_cosine(inp, out):
                     return np.stack([t[np.lexsort((t, -S[b, t]))] for b, t in enumerate(top)])
             rep = 3 if (inp.quick or M >= 1_000_000) else 10
             fns = [ours, numpy_peer] + ([lambda: fi.search(Qb, k)] if faiss is not None else [])
-            times = _times(fns, rep, min_s=inp.min_s)
-            t_o, t_n = times[0], times[1]
+            ts = times(fns, rep, min_s=inp.min_s)
+            t_o, t_n = ts[0], ts[1]
             mine = ours()[0]
             mine = mine if B > 1 else mine[None, :]
             ref = numpy_peer()
@@ -330,7 +266,7 @@ def case_cosine(inp, out):
                 "peer": "numpy matmul + argpartition", "speedup": t_n / t_o,
                 "agree": agree >= 0.999, "overlap": agree}
             if faiss is not None:
-                t_f = times[2]
+                t_f = ts[2]
                 _, fid = fi.search(Qb, k)
                 agree_f = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(mine, fid)]))
                 out[f"cosine_topk/{label} b{B} vs faiss"] = {
@@ -345,8 +281,8 @@ HNSW_EFS = (128, 256, 512, 1024)
 def _hnsw_graph(inp, H, M, m_h, ef_c):
     """Build the HNSW graph, or load it from the cache (the 1M build takes minutes)."""
     import hnswlib
-    from .cache import default_cache_dir
-    from .kernels import config as kc
+    from ..cache import default_cache_dir
+    from ..kernels import config as kc
     f = default_cache_dir() / "bench" / f"hnsw-{M}-{m_h}-{ef_c}-{kc.HNSW_SEED}.bin"
     h = hnswlib.Index(space="ip", dim=H.shape[1])
     if f.exists():
@@ -364,15 +300,16 @@ def _hnsw_graph(inp, H, M, m_h, ef_c):
     return h, build
 
 
+@case(*[f"hnsw/{s} vs exact" for s in ("20k", "100k", "1M")])
 def case_hnsw(inp, out):
     """Recall@100 and latency against exact search; the reported operating point is the
     smallest ef in HNSW_EFS whose recall reaches 0.98 (else the largest)."""
-    from .kernels import config as kc
+    from ..kernels import config as kc
     sizes = (20_000,) if inp.quick else (100_000, 1_000_000)
     k = 100
     for M in sizes:
-        H = _embeddings(inp, M)
-        Q = _embeddings(inp, 10_000)[:200] * 0.5 + H[:200] * 0.5
+        H = embeddings(inp, M)
+        Q = embeddings(inp, 10_000)[:200] * 0.5 + H[:200] * 0.5
         Q = np.ascontiguousarray(Q / np.linalg.norm(Q, axis=1, keepdims=True), dtype=np.float32)
         # the library's own construction parameters at every size; the 1M graph takes about
         # ten minutes on 2 cores, so it is cached on disk for later runs
@@ -380,13 +317,13 @@ def case_hnsw(inp, out):
         h, build = _hnsw_graph(inp, H, M, m_h, ef_c)
         nq = 20 if M >= 1_000_000 else 100
         exact = [K.cosine_topk(H, Q[i], k)[0] for i in range(nq)]
-        t_e = _median_time(lambda: [K.cosine_topk(H, Q[i], k) for i in range(min(nq, 10))], 3) / min(nq, 10)
+        t_e = median_time(lambda: [K.cosine_topk(H, Q[i], k) for i in range(min(nq, 10))], 3) / min(nq, 10)
         sweep = {}
         for ef in HNSW_EFS:
             h.set_ef(ef)
             lab, _ = h.knn_query(Q[:nq], k=k, num_threads=1)
             recall = float(np.mean([len(set(e) & set(a)) / k for e, a in zip(exact, lab)]))
-            t_h = _median_time(lambda: [h.knn_query(Q[i:i + 1], k=k, num_threads=1)
+            t_h = median_time(lambda: [h.knn_query(Q[i:i + 1], k=k, num_threads=1)
                                         for i in range(nq)], 3) / nq
             sweep[ef] = (recall, t_h)
             if recall >= 0.98:
@@ -437,7 +374,7 @@ def core_questions(idx, qs, H_q, queries, vecs):
     """A callable that runs the questions through Algorithm 1 minus the embedder and the
     reformulator: their outputs are given (``queries``: residual queries per question,
     ``vecs``: their embeddings)."""
-    from .retriever import EviReform, EviReformConfig
+    from ..retriever import EviReform, EviReformConfig
     given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
                            else np.zeros((0, idx.dim), np.float32))
     retr = EviReform(idx, EviReformConfig(), reformulator=_GivenReformulator(queries))
@@ -449,7 +386,7 @@ def musique_core_inputs(inp):
     """(idx, questions, their embeddings, residual queries, their embeddings) for
     retrieve_core on the MuSiQue index: the residual queries are the ones the default
     reformulator makes for the first 20 questions.  None without the data."""
-    from .retriever import EviReform, EviReformConfig
+    from ..retriever import EviReform, EviReformConfig
     r = inp.real("musique")
     if r is None:
         return None
@@ -478,8 +415,8 @@ def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
         return res
 
     rep = 2 if inp.quick else 3
-    t_o = _median_time(ours, rep) / len(qs)
-    t_p = _median_time(peer, rep, warmup=0) / len(qs)
+    t_o = median_time(ours, rep) / len(qs)
+    t_p = median_time(peer, rep, warmup=0) / len(qs)
     a, b = ours(), ours()
     out[f"retrieve_core/{label} vs igraph PPR"] = {
         "size": f"{idx.n_props:,} propositions, {idx.n_entities:,} entities, {len(qs)} questions",
@@ -488,15 +425,17 @@ def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
         "note": "agree = repeated runs give identical rankings (the peer is another method)"}
 
 
+@case(*[f"retrieve_core/{s} vs igraph PPR"
+        for s in ("musique", "synthetic hnsw", "synthetic exact")])
 def case_retrieve_core(inp, out):
     real = musique_core_inputs(inp)
     if real is not None:
         _core_case(inp, out, "musique", *real)
     # synthetic scale: the synthetic graph with clustered embeddings, exact search
-    from .index import PropositionIndex
-    from .types import Passage
+    from ..index import PropositionIndex
+    from ..types import Passage
     g, pm, _ = inp.synth()
-    H = _embeddings(inp, g.n_props)
+    H = embeddings(inp, g.n_props)
     idx = PropositionIndex(passages=[Passage(str(j), f"p{j}", "") for j in range(pm.n_passages)],
                            prop_texts=[""] * g.n_props, entity_names=[""] * g.n_entities,
                            graph=g, pmap=pm, embeddings=H, embedder_name="synthetic")
@@ -514,11 +453,12 @@ def case_retrieve_core(inp, out):
     _core_case(inp, out, label, idx, qs, H_q.astype(np.float32), queries, vecs)
 
 
+@case("build/2wiki extraction+incidence+degrees")
 def case_build(inp, out):
-    from .corpus import load_corpus
-    from .extract import HeuristicExtractor
-    from .kernels import EntityGraph
-    from .entities import canonical_entity
+    from ..corpus import load_corpus
+    from ..extract import HeuristicExtractor
+    from ..kernels import EntityGraph
+    from ..entities import canonical_entity
     if inp.data is None:
         return
     f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json"
@@ -538,70 +478,22 @@ def case_build(inp, out):
                              (canonical_entity(m) for m in pr.entities) if c])
         return EntityGraph.from_lists(rows, n_entities=len(ent))
 
-    t = _median_time(build, 1 if inp.quick else 3)
+    t = median_time(build, 1 if inp.quick else 3)
     out["build/2wiki extraction+incidence+degrees"] = {
         "size": f"{len(passages):,} passages", "ours_s": t, "peer_s": None, "peer": None,
         "speedup": None, "agree": True, "s_per_1000_passages": t / len(passages) * 1000}
 
 
+@case("limit/exact scan vs memory copy")
 def case_limit(inp, out):
     M = 200_000 if inp.quick else 1_000_000
-    H = _embeddings(inp, M)
+    H = embeddings(inp, M)
     q = H[7].copy()
     dst = np.empty_like(H)
-    t_scan, t_copy = _times([lambda: K.cosine_topk(H, q, 100),
+    t_scan, t_copy = times([lambda: K.cosine_topk(H, q, 100),
                                     lambda: np.copyto(dst, H)], 5, min_s=inp.min_s)
     nbytes = H.nbytes
     out["limit/exact scan vs memory copy"] = {
         "size": f"{nbytes / 2**20:.0f} MiB ({M:,} x 384 float32)", "ours_s": t_scan,
         "peer_s": t_copy, "peer": "np.copyto of the same bytes", "speedup": t_copy / t_scan,
         "agree": True, "scan_gb_s": nbytes / t_scan / 1e9, "copy_gb_s": nbytes / t_copy / 1e9}
-
-
-CASES = [case_propagate, case_propagate_batch, case_readout, case_cosine, case_hnsw,
-         case_retrieve_core, case_build, case_limit]
-
-
-def run(quick: bool = False, data=None, log=print, only=None) -> dict:
-    """Run the cases (all, or the groups named in ``only``) and return the report."""
-    names = {fn.__name__[5:]: fn for fn in CASES}
-    unknown = sorted(set(only or ()) - set(names))
-    if unknown:
-        raise ValueError(f"unknown bench case(s) {unknown}; choose from {sorted(names)}")
-    data = Path(data) if data else None
-    inp = _Inputs(quick, data, log)
-    cases: dict = {}
-    for fn in CASES:
-        if only and fn.__name__[5:] not in only:
-            continue
-        t = time.perf_counter()
-        fn(inp, cases)
-        log(f"  {fn.__name__[5:]} done in {time.perf_counter() - t:.1f}s")
-    return {"machine": machine(), "quick": quick, "cases": cases}
-
-
-def table(report: dict) -> str:
-    rows = [("case", "size", "ours", "peer", "ratio", "agree")]
-    for name, c in report["cases"].items():
-        fmt = lambda s: "-" if s is None else (f"{s * 1e6:.1f} us" if s < 1e-3 else  # noqa: E731
-                                              f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s")
-        ratio = "-" if c.get("speedup") is None else f"{c['speedup']:.1f}x"
-        rows.append((name, c["size"], fmt(c["ours_s"]), fmt(c.get("peer_s")), ratio,
-                     "yes" if c["agree"] else "NO"))
-    w = [max(len(r[i]) for r in rows) for i in range(6)]
-    lines = ["  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
-
-
-def check(report: dict) -> list[str]:
-    """Floors that a measured speedup falls under, and pairs that disagree."""
-    bad = []
-    for name, floor in FLOORS.items():
-        c = report["cases"].get(name)
-        if c is not None and c["speedup"] is not None and c["speedup"] < floor:
-            bad.append(f"{name}: speedup {c['speedup']:.2f} < floor {floor}")
-    for name, c in report["cases"].items():
-        if not c["agree"]:
-            bad.append(f"{name}: ours and the peer disagree")
-    return bad

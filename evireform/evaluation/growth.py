@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..corpus import load_corpus
+from ..index import PropositionIndex, subset_index
+from ..retriever import EviReform, EviReformConfig
 from .analyses import growth_steps
-from .corpus import load_corpus
-from .evaluate import load_questions, metrics
-from .index import PropositionIndex, subset_index
-from .retriever import EviReform, EviReformConfig
+from .data import load_questions
+from .metrics import metrics
 
 
 def index_growth(data: Path, embedder, *, out_png=None, n_steps: int = 4, n=None,
@@ -20,7 +21,7 @@ def index_growth(data: Path, embedder, *, out_png=None, n_steps: int = 4, n=None
     import json
     import tempfile
 
-    from .cache import cached_index, default_cache_dir
+    from ..cache import cached_index, default_cache_dir
     mus = load_corpus(data / "musique/musique_corpus.json")
     wiki = load_corpus(data / "2wikimultihopqa/2wikimultihopqa_corpus.json")
     combined = [{"title": p.title, "text": p.text} for p in mus + wiki]

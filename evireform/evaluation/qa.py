@@ -1,4 +1,4 @@
-"""Answer scoring (paper Appendix C.4) and the QA reader.
+"""Answer scoring (paper Appendix C.4); the reader itself is :class:`evireform.llm.LLMReader`.
 
 Normalisation: lower-case, drop punctuation, drop the articles a/an/the, collapse whitespace.
 Token F1 over multisets (0 when nothing overlaps); EM = equality after normalisation.  When
@@ -54,21 +54,3 @@ def qa_metrics(preds: Sequence[str], golds: Sequence[Sequence[str]]) -> dict:
     s = [best_scores(p, g) for p, g in zip(preds, golds)]
     return {"f1": round(100 * sum(x for x, _ in s) / len(s), 2),
             "em": round(100 * sum(y for _, y in s) / len(s), 2)}
-
-
-def context_within_budget(passages, budget_tokens: int = 3000) -> list:
-    """The leading passages whose text fits ``budget_tokens`` (about 0.75 words per token);
-    the passage that crosses the budget is cut, the rest are dropped."""
-    out, used = [], 0
-    for p in passages:
-        words = f"{p.title}: {p.text}".split()
-        cost = int(len(words) / 0.75) + 1
-        if used + cost <= budget_tokens:
-            out.append((p.title, p.text))
-            used += cost
-        else:
-            room = int((budget_tokens - used) * 0.75)
-            if room > 10:
-                out.append((p.title, " ".join(f"{p.text}".split()[:room])))
-            break
-    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import EntityGraph, PassageMap
+from ..kernels import EntityGraph, PassageMap
 
 
 def degree_sequence(rng, nnz: int, dmax: int, gamma: float = 2.4) -> np.ndarray:

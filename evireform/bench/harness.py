@@ -1,0 +1,171 @@
+"""The bench harness: timing, machine facts, the case registry, the report table and the
+floors that ``--check`` enforces."""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+#: Minimum speedups (peer / ours) that ``--check`` enforces, in one place.  Set at about half
+#: the lowest ratio seen over three ``--quick`` runs and one full run on this project's 2-core
+#: machine (README, "Performance"), where a quick run's ratios move by up to 3x; a floor whose
+#: case a run does not produce (full-size cases in quick mode) is skipped.
+FLOORS = {
+    "propagate/musique vs scipy chain": 2.0,
+    "propagate/musique vs materialised W": 3.0,
+    "propagate/2wiki vs scipy chain": 8.0,
+    "propagate/synthetic vs scipy chain": 8.0,
+    "readout/100k vs bincount": 0.8,
+    "readout/1M vs bincount": 5.0,
+    "cosine_topk/100k b1 vs numpy": 0.6,
+    "cosine_topk/100k b64 vs numpy": 0.6,
+    "cosine_topk/100k b1 vs faiss": 1.5,
+    "cosine_topk/100k b64 vs faiss": 1.5,
+    "hnsw/1M vs exact": 20.0,
+    "retrieve_core/musique vs igraph PPR": 2.0,
+    "retrieve_core/synthetic hnsw vs igraph PPR": 50.0,
+}
+
+
+def median_time(fn, repeat: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list:
+    """Median time of each of ``fns``, one after another: a pause (so that the thread pools of
+    whatever ran before -- numba's, OpenBLAS's, faiss's OpenMP -- stop spinning on the 2 cores),
+    one warm-up call, then calls until there are at least ``repeat`` and they add up to
+    ``min_s`` seconds.  (Alternating the functions call by call was tried: the pools then
+    fight for the cores and a 0.3 ms search took 13 ms.)"""
+    out = []
+    for fn in fns:
+        time.sleep(pause)
+        fn()
+        ts: list = []
+        while len(ts) < repeat or sum(ts) < min_s:
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        out.append(float(np.median(ts)))
+    return out
+
+
+def machine() -> dict:
+    import numba
+    info = {"python": platform.python_version(), "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
+            "numpy": np.__version__, "numba": numba.__version__}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as fh:
+            info["mem_gib"] = round(int(fh.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return info
+
+
+@dataclass(frozen=True)
+class Case:
+    """A group of bench rows (``--only GROUP``) and every label it may produce."""
+
+    group: str
+    labels: tuple[str, ...]
+    fn: Callable
+
+
+#: group name -> case, in run order (filled by :func:`case` as evireform.bench.cases loads)
+CASES: dict[str, Case] = {}
+
+
+def case(*labels: str):
+    """Register ``case_GROUP(inputs, out)`` with the labels it may write into ``out``."""
+    def register(fn):
+        group = fn.__name__.removeprefix("case_")
+        CASES[group] = Case(group, tuple(labels), fn)
+        return fn
+    return register
+
+
+def declared_labels() -> set[str]:
+    _load_cases()
+    return {label for c in CASES.values() for label in c.labels}
+
+
+def _load_cases() -> None:
+    from . import cases  # noqa: F401  (registers every case)
+
+
+def run(quick: bool = False, data=None, log=print, only=None) -> dict:
+    """Run the cases (all, or the groups named in ``only``) and return the report."""
+    from .cases import Inputs
+    _load_cases()
+    unknown = sorted(set(only or ()) - set(CASES))
+    if unknown:
+        raise ValueError(f"unknown bench case(s) {unknown}; choose from {sorted(CASES)}")
+    data = Path(data) if data else None
+    inp = Inputs(quick, data, log)
+    rows: dict = {}
+    for group, c in CASES.items():
+        if only and group not in only:
+            continue
+        t = time.perf_counter()
+        out: dict = {}
+        c.fn(inp, out)
+        undeclared = sorted(set(out) - set(c.labels))
+        if undeclared:
+            raise RuntimeError(f"bench case {group!r} produced undeclared label(s) "
+                               f"{undeclared}; add them to its @case(...)")
+        rows.update(out)
+        log(f"  {group} done in {time.perf_counter() - t:.1f}s")
+    return {"machine": machine(), "quick": quick, "cases": rows}
+
+
+def table(report: dict) -> str:
+    rows = [("case", "size", "ours", "peer", "ratio", "agree")]
+    for name, c in report["cases"].items():
+        fmt = lambda s: "-" if s is None else (f"{s * 1e6:.1f} us" if s < 1e-3 else  # noqa: E731
+                                              f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s")
+        ratio = "-" if c.get("speedup") is None else f"{c['speedup']:.1f}x"
+        rows.append((name, c["size"], fmt(c["ours_s"]), fmt(c.get("peer_s")), ratio,
+                     "yes" if c["agree"] else "NO"))
+    w = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines = ["  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def check(report: dict, floors: dict | None = None) -> list[str]:
+    """Floors that a measured speedup falls under, floors that name no declared case label
+    (a renamed label would otherwise switch its guard off), and pairs that disagree.  A floor
+    whose declared case did not run (full-size cases in quick mode) is not checked."""
+    floors = FLOORS if floors is None else floors
+    known = declared_labels()
+    bad = []
+    for name, floor in floors.items():
+        if name not in known:
+            bad.append(f"{name}: the floor names no declared bench case label")
+            continue
+        c = report["cases"].get(name)
+        if c is not None and c["speedup"] is not None and c["speedup"] < floor:
+            bad.append(f"{name}: speedup {c['speedup']:.2f} < floor {floor}")
+    for name, c in report["cases"].items():
+        if not c["agree"]:
+            bad.append(f"{name}: ours and the peer disagree")
+    return bad

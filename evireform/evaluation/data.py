@@ -1,0 +1,92 @@
+"""Question sets in the HippoRAG data formats, matched to a corpus.
+
+* MuSiQue format: records with ``question`` and ``paragraphs`` (``is_supporting``); gold =
+  the supporting paragraphs, matched to the corpus by exact text.
+* HotpotQA format (also 2WikiMultiHopQA): ``question`` and ``supporting_facts`` ([title, i]);
+  gold = the distinct supporting titles, matched to the corpus by title; ``context`` may be absent.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..types import Passage
+
+#: the question sets ``evireform eval --dataset`` knows: (questions, corpus) under the data folder
+DATASETS = {
+    "musique": ("musique/musique.json", "musique/musique_corpus.json"),
+    "hotpotqa": ("hotpotqa/hotpotqa.json", "hotpotqa/hotpotqa_corpus.json"),
+}
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    answer: str
+    gold: frozenset[int]          # corpus positions of the gold passages
+    type: str = ""
+    aliases: tuple[str, ...] = ()  # other accepted answers (MuSiQue answer_aliases)
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
+    """Read MuSiQue- or HotpotQA-format questions and match gold passages to ``passages``.
+
+    A gold passage missing from the corpus raises ``ValueError`` naming the question.
+    """
+    try:
+        recs = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"questions file {path} is not UTF-8 text ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"questions file {path} is not valid JSON: {exc}") from None
+    if not isinstance(recs, list) or not recs:
+        raise ValueError(f"{path}: expected a non-empty JSON list of questions")
+    by_text: dict[str, int] = {}
+    by_title: dict[str, list[int]] = {}
+    for j, p in enumerate(passages):
+        by_text.setdefault(_norm(p.text), j)
+        by_title.setdefault(p.title, []).append(j)
+    out = []
+    for n, r in enumerate(recs):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}: record {n} is a {type(r).__name__}, expected an object")
+        qid = str(r.get("id", r.get("_id", n)))
+        if not isinstance(r.get("question"), str) or not r["question"].strip():
+            raise ValueError(f"{path}: record {n} (id {qid}) has no 'question' string")
+        if "paragraphs" in r:
+            gold = set()
+            for para in r["paragraphs"]:
+                if para.get("is_supporting"):
+                    j = by_text.get(_norm(para.get("paragraph_text", "")))
+                    if j is None:
+                        raise ValueError(f"question {qid}: gold paragraph "
+                                         f"{para.get('title')!r} is not in the corpus")
+                    gold.add(j)
+            qtype = f"{len(r.get('question_decomposition', []))}hop"
+        elif "supporting_facts" in r:
+            gold = set()
+            for title in {t for t, _ in r["supporting_facts"]}:
+                if title not in by_title:
+                    raise ValueError(f"question {qid}: gold title {title!r} is not in the corpus")
+                gold.update(by_title[title])
+            qtype = str(r.get("type", ""))
+        else:
+            raise ValueError(f"{path}: record {n} has neither 'paragraphs' nor 'supporting_facts'")
+        if not gold:
+            raise ValueError(f"question {qid} has no gold passage")
+        aliases = tuple(str(a) for a in (r.get("answer_aliases") or []))
+        out.append(Question(qid, r["question"], str(r.get("answer", "")), frozenset(gold), qtype,
+                            aliases))
+    return out
+
+
+def passage_texts(passages: Sequence[Passage]) -> list[str]:
+    """Dense passage baseline text: title + newline + text."""
+    return [f"{p.title}\n{p.text}" for p in passages]

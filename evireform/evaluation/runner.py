@@ -1,0 +1,245 @@
+"""``evireform eval``: every chosen method on one question set, in one process, on one index.
+
+A method is a baseline (:data:`evireform.evaluation.baselines.BASELINES`) or an EviReform
+variant (config overrides, and how many seeds the LLM-free selector takes).  The runner
+returns an :class:`EvalReport`: the metrics per method, the paired bootstrap of EviReform
+against the strongest baseline, and the rankings, questions and traces the analyses read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .baselines import BASELINES, BaselineInputs
+from .data import Question, load_questions
+from .metrics import KS, metrics, per_question
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the eval table."""
+
+    name: str
+    description: str
+    #: a baseline's name in BASELINES, or None for an EviReform variant
+    baseline: str | None = None
+    #: EviReformConfig overrides of an EviReform variant
+    overrides: dict = field(default_factory=dict)
+    #: the LLM-free selector fills every selection slot instead of taking the run's seed count
+    all_slots: bool = False
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.baseline is not None
+
+
+def _variant(name, description, all_slots=False, **overrides) -> Method:
+    return Method(name, description, None, overrides, all_slots)
+
+
+#: the methods ``evireform eval`` knows, in table order
+METHODS: dict[str, Method] = {m.name: m for m in [
+    *(Method(name, b.description, name) for name, b in BASELINES.items()),
+    _variant("evireform", "EviReform, LLM-free roles, paper defaults"),
+    _variant("full", "2x2 cell: reformulation + propagation (= evireform)"),
+    _variant("reform_only", "2x2 cell: reformulation, no propagation", propagation=False),
+    _variant("prop_only", "2x2 cell: propagation, no reformulation", reformulation=False),
+    _variant("base", "2x2 cell: neither (the question's seed read out)",
+             reformulation=False, propagation=False),
+    _variant("residual_only", "control: residual queries only (s = r)", mode="residual_only"),
+    _variant("repeat_question", "control: the question repeated at the residual queries' count",
+             mode="repeat_question"),
+    _variant("evireform_dense_fill", "EviReform, ranking filled by the question's dense order",
+             fill="dense"),
+    _variant("base_dense_fill", "2x2 base cell, ranking filled by the question's dense order",
+             reformulation=False, propagation=False, fill="dense"),
+    _variant("evireform_3rounds", "EviReform with up to 3 rounds and the sufficiency controller",
+             rounds=3),
+    _variant("evireform_select12", "EviReform, LLM-free selector filling all 12 selection slots",
+             all_slots=True),
+]}
+DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
+
+
+def parse_methods(spec: str) -> list[str]:
+    names = list(METHODS) if spec == "all" else [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)} or 'all'")
+    return names
+
+
+@dataclass
+class EvalReport:
+    """The outcome of :func:`run_eval`.  :meth:`to_json` gives the JSON-ready summary;
+    ``rankings`` (passage positions per method and question), ``questions`` and ``traces``
+    (EviReform results per variant) are for the analyses."""
+
+    dataset: str
+    n_questions: int
+    n_passages: int
+    n_propositions: int
+    embedder: str
+    extractor: str | None
+    config: dict
+    selector_n: int | None
+    methods: dict[str, dict]
+    rankings: dict[str, list[list[int]]]
+    questions: list[Question]
+    traces: dict[str, list]
+    bootstrap: dict | None = None
+    llm_usage: dict | None = None
+
+    _SUMMARY = ("dataset", "n_questions", "n_passages", "n_propositions", "embedder",
+                "extractor", "config", "selector_n", "methods", "llm_usage", "bootstrap")
+
+    def to_json(self) -> dict:
+        """The summary (``llm_usage`` and ``bootstrap`` only when present)."""
+        return {k: getattr(self, k) for k in self._SUMMARY
+                if getattr(self, k) is not None or k not in ("llm_usage", "bootstrap")}
+
+
+def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
+             n: int | None = None, config=None, cache_dir=None, show_progress=True,
+             dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
+             reader_k: int = 5) -> EvalReport:
+    """Run ``methods`` on one dataset in one process.
+
+    With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
+    controller are the LLM roles (LLM-free fallbacks on failure); with ``reader=True`` the LLM
+    reader answers every question from each method's top ``reader_k`` passages and F1/EM are
+    added to the report, with tokens in/out per role.
+    """
+    from ..cache import cached_index
+    from ..retriever import EviReform, EviReformConfig
+    from ..roles import TopScoreSelector
+
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n must be a positive integer (the first n questions); got {n!r}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
+                             show_progress=show_progress)
+    qs = load_questions(questions_path, idx.passages)[:n]
+    texts = [q.question for q in qs]
+    base_cfg = config or EviReformConfig()
+    kmax = max(KS)
+    inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress)
+    rankings: dict[str, list[list[int]]] = {}
+    traces: dict[str, list] = {}
+    by_cfg: dict = {}
+    for name in methods:
+        m = METHODS[name]
+        if m.is_baseline:
+            rankings[name] = BASELINES[m.baseline].rank(inputs)
+            continue
+        sel_n = None if m.all_slots else (selector_n or None)
+        cfg = base_cfg.with_(**m.overrides)
+        key = (cfg, sel_n)
+        if key not in by_cfg:  # variants with equal settings share one run
+            roles = dict(selector=TopScoreSelector(sel_n))
+            if llm is not None:
+                from ..llm import LLMController, LLMReformulator, LLMSelector
+                roles = dict(selector=LLMSelector(llm, TopScoreSelector(sel_n)),
+                             reformulator=LLMReformulator(llm), controller=LLMController(llm))
+            r = EviReform(idx, cfg, embedder=embedder, **roles)
+            by_cfg[key] = r.retrieve_many(texts, kmax)
+        rankings[name] = [[p.index for p in r.passages] for r in by_cfg[key]]
+        traces[name] = by_cfg[key]
+    report = EvalReport(
+        dataset=dataset or Path(questions_path).stem, n_questions=len(qs),
+        n_passages=idx.n_passages, n_propositions=idx.n_props, embedder=embedder.name,
+        extractor=idx.meta.get("extractor"),
+        config={k: getattr(base_cfg, k) for k in base_cfg.__dataclass_fields__},
+        selector_n=selector_n or None,
+        methods={m: metrics(rankings[m], qs) for m in methods},
+        rankings=rankings, questions=qs, traces=traces)
+    if reader:
+        if llm is None:
+            raise ValueError("reader=True needs an LLM client (the reader is an LLM role)")
+        from ..llm import LLMReader
+        from .qa import qa_metrics
+        rd = LLMReader(llm)
+        for m in methods:
+            preds = [rd.answer(q.question, [idx.passages[j] for j in rk[:reader_k]])[0]
+                     for q, rk in zip(qs, rankings[m])]
+            report.methods[m].update(qa_metrics(preds, [(q.answer,) + q.aliases for q in qs]))
+    if llm is not None:
+        report.llm_usage = {role: vars(u) for role, u in llm.usage.items()}
+    if "evireform" in rankings and len(rankings) > 1:
+        report.bootstrap = bootstrap_vs_strongest(rankings, qs, report.dataset) or None
+    return report
+
+
+def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
+    """For every metric: EviReform minus the strongest other method on that metric, with a
+    paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
+    the baselines (dense, bm25, dense_prop, hipporag_ppr), not EviReform's own ablation cells,
+    controls or variants, which `evireform analyze ablation` contrasts."""
+    from .stats import BASE_SEED, paired_bootstrap, seed_offset
+    per = {m: per_question(r, qs, ks) for m, r in rankings.items()}
+    out = {}
+    for metric in per["evireform"]:
+        others = {m: v[metric].mean() for m, v in per.items()
+                  if m in METHODS and METHODS[m].is_baseline}
+        if not others:
+            continue
+        best = max(others, key=lambda m: (others[m], m))
+        res = paired_bootstrap(per["evireform"][metric], per[best][metric],
+                               seed=BASE_SEED + seed_offset(dataset, metric))
+        res["vs"] = best
+        out[metric] = res
+    return out
+
+
+def format_bootstrap(report: "EvalReport", markdown: bool = False, ks=(5, 10)) -> str:
+    """EviReform minus the strongest other method per metric, with the 95% interval."""
+    bs = report.bootstrap
+    if not bs:
+        return ""
+    title = ("EviReform minus the strongest other method per metric, paired bootstrap 95% CI "
+             "(10,000 resamples, base seed 202707):")
+    if markdown:
+        lines = [title, "", "| metric | strongest other | difference | 95% CI |",
+                 "|---|---|---:|---|"]
+        for metric, r in bs.items():
+            if int(metric.split("@")[1]) in ks:
+                lines.append(f"| {metric} | {r['vs']} | {r['diff']:+.2f} | "
+                             f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] |")
+        return "\n".join(lines)
+    lines = [title]
+    for metric, r in bs.items():
+        lines.append(f"  {metric:<10} vs {r['vs']:<16} {r['diff']:+7.2f}  "
+                     f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}]")
+    return "\n".join(lines)
+
+
+def format_table(report: "EvalReport", ks=KS) -> str:
+    cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks]
+    short = {f"{m}@{k}": f"{m[0].upper()}@{k}" for m in ("recall", "chain", "hit") for k in ks}
+    width = max(12, max(len(m) for m in report.methods))
+    head = f"{'method':<{width}} " + " ".join(f"{short[c]:>6}" for c in cols)
+    lines = [f"{report.dataset}: {report.n_questions} questions, {report.n_passages:,} "
+             f"passages, {report.n_propositions:,} propositions, embedder "
+             f"{report.embedder}", head, "-" * len(head)]
+    for m, vals in report.methods.items():
+        qa = f"  F1 {vals['f1']:6.2f}  EM {vals['em']:6.2f}" if "f1" in vals else ""
+        lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols) + qa)
+    for role, u in (report.llm_usage or {}).items():
+        lines.append(f"llm {role}: {u['calls']} calls, {u['cache_hits']} cache hits, "
+                     f"{u['repairs']} repairs, {u['failures']} fallbacks, tokens in "
+                     f"{u['tokens_in']:,} out {u['tokens_out']:,}")
+    return "\n".join(lines)
+
+
+def markdown_table(report: "EvalReport", ks=KS) -> str:
+    """The report as a Markdown table (the README's results are pasted from this)."""
+    cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks if not (m == "chain" and k == 1)]
+    short = {c: c[0].upper() + "@" + c.split("@")[1] for c in cols}
+    lines = ["| method | " + " | ".join(short[c] for c in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for m, vals in report.methods.items():
+        lines.append(f"| {m} | " + " | ".join(f"{vals[c]:.2f}" for c in cols) + " |")
+    return "\n".join(lines)
