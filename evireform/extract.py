@@ -29,6 +29,17 @@ class Extractor(Protocol):
         """Propositions of one passage (``Proposition.passage`` = ``passage.id``)."""
         ...
 
+    def extract_many(self, passages: Sequence[Passage],
+                     show_progress: bool = False) -> list[list[Proposition]]:
+        """Propositions of every passage, in input order.  The default calls :meth:`extract`
+        one passage at a time with a progress bar; an LLM extractor overrides it with a
+        bounded pool of requests."""
+        it = passages
+        if show_progress:
+            from tqdm.auto import tqdm
+            it = tqdm(passages, total=len(passages), desc="extract", unit="passage")
+        return [self.extract(p) for p in it]
+
 
 # --------------------------------------------------------------------------- sentences
 _ABBREV = {
@@ -125,7 +136,7 @@ def spot_entities(sentence: str) -> list[str]:
     return out
 
 
-class HeuristicExtractor:
+class HeuristicExtractor(Extractor):
     """LLM-free extraction: one proposition per sentence.
 
     Each proposition's text is its sentence, prefixed with ``"<title>: "`` when the sentence

@@ -37,13 +37,6 @@ __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_
            "disk_bytes", "subset_index"]
 
 
-def _progress(it, total, desc, show):
-    if not show:
-        return it
-    from tqdm.auto import tqdm
-    return tqdm(it, total=total, desc=desc, unit="passage")
-
-
 @dataclass
 class PropositionIndex:
     passages: list[Passage]
@@ -170,13 +163,12 @@ class PropositionIndex:
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
         extractor = extractor or HeuristicExtractor()
+        if not callable(getattr(extractor, "extract_many", None)):
+            raise TypeError(f"{type(extractor).__name__} lacks extract_many; subclass "
+                            "evireform.extract.Extractor to inherit it from extract")
         props: list[Proposition] = []
-        if hasattr(extractor, "extract_many"):  # e.g. a bounded pool of LLM requests
-            for found in extractor.extract_many(passages, show_progress=show_progress):
-                props.extend(found)
-        else:
-            for p in _progress(passages, len(passages), "extract", show_progress):
-                props.extend(extractor.extract(p))
+        for found in extractor.extract_many(passages, show_progress=show_progress):
+            props.extend(found)
         emb = embedder.encode([p.text for p in props], batch_size=batch_size,
                               show_progress=show_progress)
         if len(props) == 0:

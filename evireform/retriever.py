@@ -97,6 +97,32 @@ class EviReformConfig:
         return replace(self, **kw)
 
 
+@dataclass(frozen=True)
+class SparseSignal:
+    """A sparse vector over propositions: distinct-or-repeated ``ids`` (int64) and ``vals``
+    (float64); repeated ids add up in the kernels."""
+
+    ids: np.ndarray
+    vals: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "SparseSignal":
+        return cls(np.zeros(0, np.int64), np.zeros(0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The seed s of one round (Eq. 11) with the two parts the trace attributes scores to:
+    the question's part (beta b) and the residual queries' part ((1 - beta) r)."""
+
+    s: SparseSignal
+    question: SparseSignal
+    residual: SparseSignal
+
+
 @dataclass
 class RankedPassage:
     index: int
@@ -154,6 +180,12 @@ class EviReform:
         self.selector = selector or TopScoreSelector()
         self.reformulator = reformulator or BridgeReformulator()
         self.controller = controller or ObservationController()
+        for role, want in ((self.selector, "select"), (self.reformulator, "reformulate"),
+                           (self.controller, "assess")):
+            if not callable(getattr(role, want, None)):
+                raise TypeError(f"{type(role).__name__} has no {want}() method; implement "
+                                "the role's protocol (evireform.roles), or subclass it to "
+                                "inherit the optional methods")
         self.backend = backend
         #: role calls (selection, reformulation, the controller) in flight at once across the
         #: questions of retrieve_many; results are merged in input order, so runs are
@@ -181,9 +213,11 @@ class EviReform:
             raise ValueError(f"k must be a positive integer; got {k!r}")
         return max(1, min(int(k), self.index.n_passages))
 
-    def _select(self, question, cand_ids, cand_u, trace) -> tuple[np.ndarray, np.ndarray]:
+    def _select(self, question, cand: SparseSignal, trace) -> SparseSignal:
+        """The selector's seed b (Eq. 7), validated (C.1)."""
         cfg, idx = self.config, self.index
-        ids, us = cand_ids.tolist(), cand_u.tolist()
+        cand_ids = cand.ids
+        ids, us = cand_ids.tolist(), cand.vals.tolist()
         texts = idx.prop_texts
         cands = list(map(Candidate, ids, us, [texts[i] for i in ids],
                          idx.owner[cand_ids].tolist()))
@@ -212,7 +246,7 @@ class EviReform:
         vals = np.asarray([pos[i] for i in sel], dtype=np.float64)
         if len(vals):
             vals = vals / vals.sum()
-        return ids, vals
+        return SparseSignal(ids, vals)
 
     def _observed(self, sel) -> list[int]:
         seen: list[int] = []
@@ -240,11 +274,12 @@ class EviReform:
             queries = [question] * len(queries)
         return queries
 
-    def _residual_signal(self, hits) -> tuple[np.ndarray, np.ndarray]:
+    def _residual_signal(self, hits: list[SparseSignal]) -> SparseSignal:
         """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10)."""
         acc: dict[int, float] = {}
         n_valid = 0
-        for ids, sc in hits:
+        for hit in hits:
+            ids, sc = hit.ids, hit.vals
             keep = sc > 0
             ids, sc = ids[keep], sc[keep].astype(np.float64)
             mass = sc.sum()
@@ -254,48 +289,46 @@ class EviReform:
             for i, v in zip(ids, sc / mass):
                 acc[int(i)] = acc.get(int(i), 0.0) + float(v)
         if n_valid == 0:
-            return np.zeros(0, np.int64), np.zeros(0)
+            return SparseSignal.empty()
         ids = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
         vals = np.fromiter(acc.values(), dtype=np.float64, count=len(acc)) / n_valid
-        return ids, vals
+        return SparseSignal(ids, vals)
 
-    def _combine(self, b, r):
+    def _combine(self, b: SparseSignal, r: SparseSignal) -> Seed:
         """s = beta b + (1 - beta) r; s = b when no residual query is valid."""
         cfg = self.config
-        (bi, bv), (ri, rv) = b, r
-        if len(ri) == 0:
-            return (bi, bv), (bi, bv), (ri, rv)
+        if len(r) == 0:
+            return Seed(b, b, r)
         if cfg.mode == "residual_only":
-            return (ri, rv), (bi, bv * 0), (ri, rv)
-        qb = (bi, cfg.beta * bv)
-        rr = (ri, (1.0 - cfg.beta) * rv)
-        return (np.concatenate([qb[0], rr[0]]), np.concatenate([qb[1], rr[1]])), qb, rr
+            return Seed(r, SparseSignal(b.ids, b.vals * 0), r)
+        qb = SparseSignal(b.ids, cfg.beta * b.vals)
+        rr = SparseSignal(r.ids, (1.0 - cfg.beta) * r.vals)
+        s = SparseSignal(np.concatenate([qb.ids, rr.ids]), np.concatenate([qb.vals, rr.vals]))
+        return Seed(s, qb, rr)
 
-    def _rank_many(self, items, k):
-        """Propagate and read out many seeds at once (batched kernels).
-
-        ``items`` is a list of (s, question part, residual part, candidates); returns one
-        ranked passage list per item, with each passage's score split into its parts.
-        """
+    def _rank_many(self, states: list["_QuestionState"], k: int) -> list[list[RankedPassage]]:
+        """Propagate and read out every question's seed at once (batched kernels); one ranked
+        passage list per state, each passage's score split into its parts."""
         cfg, idx = self.config, self.index
         alpha = cfg.alpha if cfg.propagation else 1.0
-        indptr = np.zeros(len(items) + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum([len(it[0][0]) for it in items])
-        s_ids = np.concatenate([it[0][0] for it in items]).astype(np.int64)
-        s_vals = np.concatenate([it[0][1] for it in items]).astype(np.float64)
+        seeds = [st.seed.s for st in states]
+        indptr = np.zeros(len(seeds) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum([len(s) for s in seeds])
+        s_ids = np.concatenate([s.ids for s in seeds]).astype(np.int64)
+        s_vals = np.concatenate([s.vals for s in seeds]).astype(np.float64)
         if cfg.propagation:
             indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids, s_vals, alpha,
                                                       backend=self.backend)
         P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals, k, backend=self.backend)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
         out = []
-        for (s, qpart, rpart, cand), pids, scores in zip(items, P, S):
+        for st, pids, scores in zip(states, P, S):
             if cfg.fill == "dense":
-                pids, scores = self._dense_fill(pids, scores, cand, len(pids))
+                pids, scores = self._dense_fill(pids, scores, st.cand, len(pids))
             parts = []
-            for ids, vals in (qpart, rpart):
+            for part in (st.seed.question, st.seed.residual):
                 acc: dict[int, float] = {}
-                for i, v in zip(ids, vals):
+                for i, v in zip(part.ids, part.vals):
                     j = int(owner[i])
                     acc[j] = acc.get(j, 0.0) + alpha * float(v)
                 parts.append(acc)
@@ -309,12 +342,12 @@ class EviReform:
             out.append(ranked)
         return out
 
-    def _dense_fill(self, pids, scores, cand, k):
+    def _dense_fill(self, pids, scores, cand: SparseSignal, k):
         """Replace the zero-score tail (corpus order) by the question's dense passage order."""
         npos = int(np.sum(scores > 0))
         taken = set(int(j) for j in pids[:npos])
         tail = []
-        for i in cand[0]:
+        for i in cand.ids:
             j = int(self.index.owner[i])
             if j not in taken:
                 taken.add(j)
@@ -371,75 +404,89 @@ class EviReform:
             return list(pool.map(fn, items))
 
     def _assess(self, question, passages):
-        """(sufficient, gap queries) from the controller; queries only if it offers them."""
-        assess = getattr(self.controller, "assess", None)
+        """(sufficient, gap queries) from the controller (:meth:`Controller.assess`)."""
         try:
-            if assess is not None:
-                ok, queries = assess(question, passages)
-                return bool(ok), list(queries or [])
-            return bool(self.controller.sufficient(question, passages)), []
+            ok, queries = self.controller.assess(question, passages)
+            return bool(ok), list(queries or [])
         except Exception:
             return True, []  # a failing controller stops the rounds (the one-round method)
 
     def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
         cfg, idx = self.config, self.index
         cand_i, cand_s = self._search(H_q, cfg.n_candidates)
-        n = len(questions)
-        traces = [Trace() for _ in range(n)]
-        cands = []
-        for t in range(n):
+        states = []
+        for t, q in enumerate(questions):
             keep = cand_i[t] >= 0
-            c = (cand_i[t][keep], cand_s[t][keep])
-            cands.append(c)
-            traces[t].candidates = list(zip(c[0].tolist(), c[1].tolist()))
-        seeds = self._map(lambda t: self._select(questions[t], cands[t][0], cands[t][1],
-                                                 traces[t]), range(n))
-        observed = [self._observed(traces[t].selected) for t in range(n)]
-        residual: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(n)]
-        results: list[RetrievalResult | None] = [None] * n
-        active = list(range(n))
-        gap_queries: dict[int, list[str]] = {}
+            st = _QuestionState(q, SparseSignal(cand_i[t][keep], cand_s[t][keep]))
+            st.trace.candidates = list(zip(st.cand.ids.tolist(), st.cand.vals.tolist()))
+            states.append(st)
+        bs = self._map(lambda st: self._select(st.text, st.cand, st.trace), states)
+        for st, b in zip(states, bs):
+            st.b = b
+            st.observed = self._observed(st.trace.selected)
+        active = states
         for rnd in range(cfg.rounds):
-            for t in active:
-                traces[t].observed = list(observed[t])
-            made = self._map(lambda t: gap_queries.pop(t, None)
-                             or self._queries(questions[t], observed[t], traces[t]), active)
-            qs = dict(zip(active, made))
-            flat = [(t, q) for t in active for q in qs[t]]
+            for st in active:
+                st.trace.observed = list(st.observed)
+            made = self._map(lambda st: st.pop_gap_queries()
+                             or self._queries(st.text, st.observed, st.trace), active)
+            flat = [(st, q) for st, qs in zip(active, made) for q in qs]
             if flat:
                 H_r = embed([q for _, q in flat])
                 hi, hs = self._search(H_r, cfg.k_residual)
-                for (t, q), ids, sc in zip(flat, hi, hs):
+                for (st, q), ids, sc in zip(flat, hi, hs):
                     keep = ids >= 0
-                    residual[t].append((ids[keep], sc[keep]))
-                    traces[t].residual_queries.append(q)
-                    traces[t].residual_hits.append(list(zip(ids[keep].tolist(),
-                                                            sc[keep].tolist())))
-            items = []
-            for t in active:
-                s, qpart, rpart = self._combine(seeds[t], self._residual_signal(residual[t]))
-                items.append((s, qpart, rpart, cands[t]))
-            for t, ranked in zip(active, self._rank_many(items, k)):
-                results[t] = RetrievalResult(questions[t], ranked, traces[t])
-            for t in active:
-                traces[t].rounds_run = rnd + 1
-            still = []
-            if rnd + 1 < cfg.rounds and cfg.reformulation:
-                tops = {t: [p.index for p in results[t].passages[: cfg.max_selected]]
-                        for t in active}
-                verdicts = self._map(lambda t: self._assess(
-                    questions[t], [idx.passages[j] for j in tops[t]]), active)
-                for t, (ok, gaps) in zip(active, verdicts):
-                    if ok:
-                        continue
-                    new = [j for j in tops[t] if j not in observed[t]]
-                    gaps = clean_queries(gaps, cfg.max_residual)[0]
-                    if gaps:  # the controller named what is missing: search for it next
-                        gap_queries[t] = gaps
-                    if new or gaps:
-                        observed[t] = new or observed[t]
-                        still.append(t)
-            active = still
+                    st.residual_hits.append(SparseSignal(ids[keep], sc[keep]))
+                    st.trace.residual_queries.append(q)
+                    st.trace.residual_hits.append(list(zip(ids[keep].tolist(),
+                                                           sc[keep].tolist())))
+            for st in active:
+                st.seed = self._combine(st.b, self._residual_signal(st.residual_hits))
+            for st, ranked in zip(active, self._rank_many(active, k)):
+                st.result = RetrievalResult(st.text, ranked, st.trace)
+                st.trace.rounds_run = rnd + 1
+            if rnd + 1 == cfg.rounds or not cfg.reformulation:
+                break
+            active = self._next_round(active)
             if not active:
                 break
-        return results  # type: ignore[return-value]
+        return [st.result for st in states]
+
+    def _next_round(self, active: list["_QuestionState"]) -> list["_QuestionState"]:
+        """Ask the controller about each question's top passages; the insufficient ones observe
+        the newly ranked passages next round (and search for the gaps it named, if any)."""
+        cfg, idx = self.config, self.index
+        tops = [[p.index for p in st.result.passages[: cfg.max_selected]] for st in active]
+        verdicts = self._map(lambda a: self._assess(a[0].text, [idx.passages[j] for j in a[1]]),
+                             list(zip(active, tops)))
+        still = []
+        for st, top, (ok, gaps) in zip(active, tops, verdicts):
+            if ok:
+                continue
+            new = [j for j in top if j not in st.observed]
+            gaps = clean_queries(gaps, cfg.max_residual)[0]
+            if gaps:  # the controller named what is missing: search for it next
+                st.gap_queries = gaps
+            if new or gaps:
+                st.observed = new or st.observed
+                still.append(st)
+        return still
+
+
+@dataclass(eq=False)
+class _QuestionState:
+    """One question's state across the rounds of a batch."""
+
+    text: str
+    cand: SparseSignal                       # candidate propositions and their u > 0
+    trace: Trace = field(default_factory=Trace)
+    b: SparseSignal | None = None            # the selector's seed (Eq. 7)
+    observed: list[int] = field(default_factory=list)   # E_q, passage positions
+    residual_hits: list[SparseSignal] = field(default_factory=list)  # one per residual query
+    gap_queries: list[str] | None = None     # the controller's queries for the next round
+    seed: Seed | None = None                 # s of the latest round
+    result: RetrievalResult | None = None
+
+    def pop_gap_queries(self) -> list[str] | None:
+        q, self.gap_queries = self.gap_queries, None
+        return q

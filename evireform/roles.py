@@ -94,8 +94,14 @@ class Controller(Protocol):
         """True when ``passages`` suffice to answer ``question`` (stop adding rounds)."""
         ...
 
+    def assess(self, question: str, passages: Sequence[Passage]) -> tuple[bool, list[str]]:
+        """(sufficient, queries for what is missing).  The retriever calls this between
+        rounds; the default names no gaps.  An LLM controller returns its gap queries, which
+        become the next round's residual queries."""
+        return bool(self.sufficient(question, passages)), []
 
-class TopScoreSelector:
+
+class TopScoreSelector(Selector):
     """Select the ``n`` highest-scoring candidates (never more than ``max_selected``).
 
     The paper's selector is an LLM that picks *up to* 12 propositions that jointly clarify the
@@ -129,7 +135,7 @@ def _words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower())]
 
 
-class BridgeReformulator:
+class BridgeReformulator(Reformulator):
     """LLM-free residual queries: a bridge entity from the observed text plus the question's
     unresolved words.
 
@@ -190,7 +196,7 @@ class BridgeReformulator:
         return out
 
 
-class ObservationController:
+class ObservationController(Controller):
     """LLM-free sufficiency: sufficient once every name the question mentions is found in the
     passages (a proxy for "no entity of the question is left unresolved")."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -165,24 +166,54 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
 
 
 # --------------------------------------------------------------------------- propagation
+class PropWorkspace(NamedTuple):
+    """Scratch for propagation on M propositions and Ne entities, packed into three arrays
+    (``wf``, ``wb``, ``wi``; layout and the leave-it-zeroed contract in
+    :func:`evireform.kernels._cpu.ws_views`); ``out_ids``/``out_vals`` are the views that
+    receive a single seed's z."""
+
+    wf: np.ndarray
+    wb: np.ndarray
+    wi: np.ndarray
+    out_ids: np.ndarray
+    out_vals: np.ndarray
+
+    @classmethod
+    def new(cls, M: int, Ne: int) -> "PropWorkspace":
+        wf, wb, wi = np.zeros(3 * M + Ne), np.zeros(M + Ne, np.bool_), \
+            np.empty(2 * M + Ne, np.int64)
+        return cls(wf, wb, wi, wi[M:2 * M], wf[2 * M:3 * M])
+
+    def is_clean(self) -> bool:
+        """The contract after any kernel call: acc, sbuf, yent 0 and mark, emark False."""
+        M = len(self.out_ids)
+        return (not self.wf[:2 * M].any() and not self.wf[3 * M:].any()
+                and not self.wb.any())
+
+
+class ReadWorkspace(NamedTuple):
+    """Scratch for readout over N passages: accumulators (left 0), marks (left False) and
+    the touched-passage list."""
+
+    pacc: np.ndarray
+    pmark: np.ndarray
+    ptouched: np.ndarray
+
+    @classmethod
+    def new(cls, N: int, _unused: int = 0) -> "ReadWorkspace":
+        return cls(np.zeros(N), np.zeros(N, np.bool_), np.empty(N, np.int64))
+
+
 class _Workspace(threading.local):
-    """Per-thread scratch, reused across calls (one per kind and size); kernels leave it zeroed.
+    """Per-thread scratch, reused across calls: one workspace per kind, rebuilt when the index
+    size changes."""
 
-    ``prop``: (wf, wb, wi, out ids, out values) for :func:`propagate` on an index of n1
-    propositions and n2 entities; ``read``: (pacc, pmark, ptouched) for n1 passages.
-    """
-
-    def get(self, kind: str, n1: int, n2: int):
-        arrays = self.__dict__.get(kind)
-        if arrays is not None and arrays[0] == (n1, n2):
-            return arrays[1]
-        if kind == "prop":
-            wf, wb, wi = np.zeros(3 * n1 + n2), np.zeros(n1 + n2, np.bool_), \
-                np.empty(2 * n1 + n2, np.int64)
-            ws = (wf, wb, wi, wi[n1:2 * n1], wf[2 * n1:3 * n1])
-        else:
-            ws = (np.zeros(n1), np.zeros(n1, np.bool_), np.empty(n1, np.int64))
-        self.__dict__[kind] = ((n1, n2), ws)
+    def get(self, kind, n1: int, n2: int = 0):
+        held = self.__dict__.get(kind.__name__)
+        if held is not None and held[0] == (n1, n2):
+            return held[1]
+        ws = kind.new(n1, n2)
+        self.__dict__[kind.__name__] = ((n1, n2), ws)
         return ws
 
 
@@ -248,11 +279,11 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
     if backend != "auto":
         resolve(backend)
     M = len(graph.a_indptr) - 1
-    wf, wb, wi, outi, outv = _WS.get("prop", M, len(graph.at_indptr) - 1)
-    n = _kernels().propagate_one(*graph.kernel_args, ids, vals, alpha, wf, wb, wi)
+    ws = _WS.get(PropWorkspace, M, len(graph.at_indptr) - 1)
+    n = _kernels().propagate_one(*graph.kernel_args, ids, vals, alpha, ws.wf, ws.wb, ws.wi)
     if n < 0:
         _seed_error(-n, M)
-    return outi[:n].copy(), outv[:n].copy()
+    return ws.out_ids[:n].copy(), ws.out_vals[:n].copy()
 
 
 def _concat_rows(rows):
@@ -285,9 +316,9 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
     bounds = np.linspace(0, B, n_ranges + 1).astype(np.int64)
 
     def run(r):
-        wf, wb, wi = _WS.get("prop", g.n_props, g.n_entities)[:3]
+        ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
         return _kernels().propagate_collect(*g.kernel_args, indptr, ids, vals, alpha,
-                                            bounds[r], bounds[r + 1], wf, wb, wi)
+                                            bounds[r], bounds[r + 1], ws.wf, ws.wb, ws.wi)
 
     parts = list(_pool().map(run, range(n_ranges)))
     out_ptr = np.zeros(B + 1, dtype=np.int64)
@@ -331,10 +362,10 @@ def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "aut
     if k == 0:
         _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    pacc, pmark, ptouched = _WS.get("read", pmap.n_passages, 0)
+    ws = _WS.get(ReadWorkspace, pmap.n_passages)
     pids, scores = np.empty(k, np.int64), np.empty(k, np.float64)
-    n = _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, pacc, pmark, ptouched,
-                               pids, scores)
+    n = _kernels().readout_one(pmap.owner, pmap.inv_sqrt, ids, vals, ws.pacc, ws.pmark,
+                               ws.ptouched, pids, scores)
     if n < 0:
         _seed_error(-n, pmap.n_props, "z")
     return pids[:n], scores[:n]

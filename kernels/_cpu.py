@@ -401,28 +401,41 @@ def _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_
 
 
 @njit(**_JIT)
+def ws_views(wf, wb, wi, M):
+    """The named views of a propagation workspace packed into three arrays (three arguments
+    to unbox per kernel call instead of nine); the one place that knows the layout:
+
+    * wf (float64, 3M + Ne) = acc | sbuf | out_vals (M each) | yent (Ne)
+    * wb (bool, M + Ne)     = mark (M) | emark (Ne)
+    * wi (int64, 2M + Ne)   = touched | out_ids (M each) | ents (Ne)
+
+    Contract: every kernel leaves acc, sbuf, yent at 0 and mark, emark False when it returns
+    (it resets exactly what it touched); touched and ents are scratch; out_ids/out_vals hold
+    the last single-seed result.  ``tests/test_kernels.py`` checks the contract."""
+    return (wf[:M], wf[M:2 * M], wf[2 * M:3 * M], wf[3 * M:], wb[:M], wb[M:],
+            wi[:M], wi[M:2 * M], wi[2 * M:])
+
+
+@njit(**_JIT)
 def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
                   seed_ids, seed_vals, alpha, wf, wb, wi):
-    """One seed with a reused workspace packed into three arrays (fewer arguments to unbox):
-    wf = acc | sbuf | out values (M each) | yent (Ne); wb = mark (M) | emark (Ne);
-    wi = touched (M) | out ids (M) | ents (Ne).  Returns n >= 0 (z is wi[M:M+n],
-    wf[2M:2M+n]) or -code for bad input."""
+    """One seed with a reused packed workspace (:func:`ws_views`).  Returns n >= 0 (z is
+    out_ids[:n], out_vals[:n]) or -code for bad input."""
     M = a_indptr.shape[0] - 1
     code = check_seed(seed_ids, seed_vals, M)
     if code != 0:
         return -code
-    acc, sbuf, mark, touched = wf[:M], wf[M:2 * M], wb[:M], wi[:M]
+    acc, sbuf, out_vals, yent, mark, emark, touched, out_ids, ents = ws_views(wf, wb, wi, M)
     n, n_seed = _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids,
-                        seed_vals, acc, sbuf, mark, wf[3 * M:], wb[M:], touched, wi[2 * M:])
-    _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, wi[M:2 * M],
-            wf[2 * M:3 * M], 0)
+                        seed_vals, acc, sbuf, mark, yent, emark, touched, ents)
+    _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_ids, out_vals, 0)
     return n
 
 
 @njit(**_JIT)
 def propagate_collect(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
                       seed_indptr, seed_ids, seed_vals, alpha, b0, b1, wf, wb, wi):
-    """Seeds b0 <= b < b1 in one pass with a reused workspace (as in :func:`propagate_one`);
+    """Seeds b0 <= b < b1 in one pass with a reused workspace (:func:`ws_views`);
     returns (counts, ids, vals): the rows' sizes and the rows one after another, written
     straight into buffers that double when full.  Releases the GIL, so Python threads run
     ranges side by side.  The caller has checked the seeds."""
@@ -431,13 +444,13 @@ def propagate_collect(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag,
     cap = 1024
     out_i = np.empty(cap, dtype=np.int64)
     out_v = np.empty(cap, dtype=np.float64)
-    acc, sbuf, mark, touched = wf[:M], wf[M:2 * M], wb[:M], wi[:M]
+    acc, sbuf, _, yent, mark, emark, touched, _, ents = ws_views(wf, wb, wi, M)
     m = 0
     for b in range(b0, b1):
         lo, hi = seed_indptr[b], seed_indptr[b + 1]
         n, n_seed = _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w,
-                            seed_ids[lo:hi], seed_vals[lo:hi], acc, sbuf, mark, wf[3 * M:],
-                            wb[M:], touched, wi[2 * M:])
+                            seed_ids[lo:hi], seed_vals[lo:hi], acc, sbuf, mark, yent,
+                            emark, touched, ents)
         if m + n > cap:
             while m + n > cap:
                 cap *= 2

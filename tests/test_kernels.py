@@ -312,3 +312,22 @@ def test_small_batches_use_single_kernels_with_same_results(rng):
         for b in range(B):
             oi, os_ = K.readout_topk(pm, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]], 7)
             np.testing.assert_array_equal(bi[b], oi)
+
+
+def test_workspaces_are_left_clean(rng):
+    """The packed workspace contract (_cpu.ws_views): after any propagation call, single or
+    batched, acc/sbuf/yent are 0 and mark/emark False, so the next call starts clean."""
+    from evireform.kernels import _WS, PropWorkspace, ReadWorkspace
+    g = random_graph(rng, 400, 50)
+    pm = random_passages(rng, 400, 70)
+    for n in (0, 1, 7):
+        K.propagate(g, *random_seed(rng, 400, n), 0.5)
+        assert _WS.get(PropWorkspace, g.n_props, g.n_entities).is_clean()
+    seeds = [random_seed(rng, 400, 5) for _ in range(K.config.SMALL_BATCH + 3)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])]
+    K.propagate_batch(g, indptr, np.concatenate([s[0] for s in seeds]),
+                      np.concatenate([s[1] for s in seeds]), 0.5)
+    assert _WS.get(PropWorkspace, g.n_props, g.n_entities).is_clean()
+    K.readout_topk(pm, *random_seed(rng, 400, 9), 5)
+    ws = _WS.get(ReadWorkspace, pm.n_passages)
+    assert not ws.pacc.any() and not ws.pmark.any()
