@@ -2,7 +2,8 @@
 #   make demo   - build (or reuse) an index over the data and show what it holds
 #   make test   - run the test suite
 # Both create .venv, install the CPU build of torch first (a plain `torch` requirement would
-# pull a multi-GB CUDA build), then this package with its extras.
+# pull a multi-GB CUDA build), then this package with its extras (CuPy and NVRTC included:
+# they install without a GPU, and the tests compile the CUDA sources with NVRTC).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[embed,eval,test,bench]'
+	$(PY) -m pip install -q -e '.[embed,eval,test,bench,gpu-cuda12]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -244,6 +244,25 @@ class PropositionIndex:
             out_s[b, :len(o)] = sc[o]
         return out_i, out_s
 
+    def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None):
+        """The index resident on the GPU (once: later calls return the same object):
+        a :class:`~evireform.kernels._gpu.DeviceIndex` for ``EviReform(..., backend=...)``.
+
+        ``namespace="cupy"`` needs CuPy and a CUDA device (else
+        :class:`~evireform.kernels.BackendUnavailable` says what is missing);
+        ``namespace="numpy"`` runs the same array code on the CPU (how CI verifies it).
+        ``half=True`` stores the embeddings as float16 (scores still accumulate in float32);
+        ``budget`` caps the bytes of one score block (default 1 GiB)."""
+        from .kernels import _gpu
+        key = (namespace, bool(half), budget)
+        cache = self.__dict__.setdefault("_device", {})
+        if key not in cache:
+            ns = _gpu.namespace(namespace)
+            cache[key] = _gpu.DeviceIndex.from_arrays(
+                ns, self.graph, self.pmap, self.embeddings, half=half,
+                budget=budget or _gpu.DEFAULT_BUDGET)
+        return cache[key]
+
     # ------------------------------------------------------------------ persistence
     def save(self, path, *, overwrite: bool = False) -> Path:
         """Write the index directory atomically (:func:`evireform.store.save_index`).

@@ -186,6 +186,19 @@ class EviReform:
                 raise TypeError(f"{type(role).__name__} has no {want}() method; implement "
                                 "the role's protocol (evireform.roles), or subclass it to "
                                 "inherit the optional methods")
+        #: ``backend="gpu"`` (or a DeviceIndex from ``index.to_device(...)``): search,
+        #: propagation and readout run on the device in batches; roles stay on the host
+        self.device = None
+        if backend == "gpu":
+            self.device = index.to_device()
+            backend = "cpu"
+        elif not isinstance(backend, str):
+            if not hasattr(backend, "rank_batch"):
+                raise ValueError(f"backend must be 'auto', 'cpu', 'gpu' or a DeviceIndex; got "
+                                 f"{backend!r}")
+            self.device, backend = backend, "cpu"
+        elif backend not in K.BACKENDS:
+            raise ValueError(f"backend must be one of {K.BACKENDS}; got {backend!r}")
         self.backend = backend
         #: role calls (selection, reformulation, the controller) in flight at once across the
         #: questions of retrieve_many; results are merged in input order, so runs are
@@ -316,10 +329,15 @@ class EviReform:
         indptr[1:] = np.cumsum([len(s) for s in seeds])
         s_ids = np.concatenate([s.ids for s in seeds]).astype(np.int64)
         s_vals = np.concatenate([s.vals for s in seeds]).astype(np.float64)
-        if cfg.propagation:
-            indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids, s_vals, alpha,
-                                                      backend=self.backend)
-        P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals, k, backend=self.backend)
+        if self.device is not None:
+            P, S = self.device.rank_batch(indptr, s_ids, s_vals, alpha, k,
+                                          propagation=cfg.propagation)
+        else:
+            if cfg.propagation:
+                indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids, s_vals,
+                                                          alpha, backend=self.backend)
+            P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals, k,
+                                        backend=self.backend)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
         out = []
         for st, pids, scores in zip(states, P, S):
@@ -391,7 +409,11 @@ class EviReform:
     def _search(self, H, k):
         """Batched proposition search; the kernels score each query alike in any batch.
         ``k`` is clipped to the number of propositions (memory scales with the index)."""
-        ids, scores = self.index.search_batch(H, max(1, min(k, self.index.n_props)))
+        k = max(1, min(k, self.index.n_props))
+        if self.device is not None:
+            ids, scores = self.device.search_batch(H, k)
+        else:
+            ids, scores = self.index.search_batch(H, k)
         return ids, scores.astype(np.float64)
 
     def _map(self, fn, items) -> list:

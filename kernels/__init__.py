@@ -1,7 +1,8 @@
 """The compiled core of evireform: exact cosine top-k, sparse propagation, passage readout.
 
 Each public function validates its input, picks a backend (``backend="auto" | "cpu" | "gpu"``)
-and calls a private kernel.  The numpy/scipy references live in
+and calls a private kernel: the numba kernels of :mod:`._cpu`, or the CuPy kernels of
+:mod:`._gpu` (array-namespace code, verified with numpy/scipy where no GPU is at hand).  The numpy/scipy references live in
 :mod:`evireform.kernels.reference`; every backend is tested against them.
 
 Ranking conventions (the paper's Appendix C.1): nonpositive similarities are excluded from
@@ -28,6 +29,19 @@ __all__ = [
 
 
 _CPU = None
+
+
+def _device(obj, kind: str):
+    """The GPU copy of a graph or passage map, built once and kept on the object."""
+    from . import _gpu
+    key = f"_device_{kind}"
+    held = obj.__dict__.get(key)
+    if held is None:
+        ns = _gpu.gpu_namespace()
+        held = (_gpu.DeviceGraph.from_graph(ns, obj) if kind == "graph"
+                else _gpu.DevicePassageMap.from_pmap(ns, obj))
+        obj.__dict__[key] = held
+    return held
 
 
 def _kernels():
@@ -75,7 +89,10 @@ def cosine_scores(H, Q, *, backend: str = "auto") -> np.ndarray:
     :func:`cosine_topk`; for re-scoring a few rows, not for scanning an index."""
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
-    resolve(backend)
+    if resolve(backend) == "gpu":
+        from . import _gpu
+        ns = _gpu.gpu_namespace()
+        return ns.to_host(ns.asarray(Q) @ ns.asarray(H).T)
     if Q.shape[0] == 1:
         S = np.empty((1, H.shape[0]), dtype=np.float32)
         if S.size:
@@ -116,7 +133,10 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
     H = _check_matrix(H)
     q = _check_queries(q, H.shape[1], 1)
     k = _check_k(k)
-    resolve(backend)
+    if resolve(backend) == "gpu":
+        ids, vals = cosine_topk_batch(H, q[None, :], k, backend="gpu")
+        keep = ids[0] >= 0
+        return ids[0][keep], vals[0][keep]
     M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
@@ -141,7 +161,11 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
     k = _check_k(k)
-    resolve(backend)
+    if resolve(backend) == "gpu":
+        from . import _gpu
+        ns = _gpu.gpu_namespace()
+        ids, vals = _gpu.cosine_topk_batch(ns, ns.asarray(H), ns.asarray(Q), k)
+        return ns.to_host(ids), ns.to_host(vals)
     B, M = Q.shape[0], H.shape[0]
     k = min(k, M)
     if B == 0 or M == 0:
@@ -276,8 +300,9 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
     ids, vals = _check_seed(seed_ids, seed_vals)
     if type(alpha) is not float or not 0.0 <= alpha <= 1.0:
         alpha = _check_alpha(alpha)
-    if backend != "auto":
-        resolve(backend)
+    if backend != "auto" and resolve(backend) == "gpu":
+        zp, zi, zv = propagate_batch(graph, [0, len(ids)], ids, vals, alpha, backend="gpu")
+        return zi, zv
     M = len(graph.a_indptr) - 1
     ws = _WS.get(PropWorkspace, M, len(graph.at_indptr) - 1)
     n = _kernels().propagate_one(*graph.kernel_args, ids, vals, alpha, ws.wf, ws.wb, ws.wi)
@@ -301,7 +326,13 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
     _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
     indptr = _check_indptr(seed_indptr, len(ids), "seed")
     alpha = _check_alpha(alpha)
-    resolve(backend)
+    if resolve(backend) == "gpu":
+        from . import _gpu
+        dg = _device(graph, "graph")
+        ns = dg.ns
+        out = _gpu.propagate_batch(dg, ns.asarray(indptr), ns.asarray(ids), ns.asarray(vals),
+                                   alpha)
+        return tuple(ns.to_host(a) for a in out)
     g = graph
     B = len(indptr) - 1
     if B <= config.SMALL_BATCH:
@@ -358,7 +389,9 @@ def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "aut
     """
     ids, vals = _check_z(pmap, z_ids, z_vals)
     k = min(_check_k(k), pmap.n_passages)
-    resolve(backend)
+    if resolve(backend) == "gpu":
+        P, S = readout_topk_batch(pmap, [0, len(ids)], ids, vals, k, backend="gpu")
+        return P[0], S[0]
     if k == 0:
         _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
@@ -378,7 +411,13 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
     _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
     indptr = _check_indptr(z_indptr, len(ids), "z")
     k = min(_check_k(k), pmap.n_passages)
-    resolve(backend)
+    if resolve(backend) == "gpu":
+        from . import _gpu
+        dp = _device(pmap, "pmap")
+        ns = dp.ns
+        P, S = _gpu.readout_topk_batch(dp, ns.asarray(indptr), ns.asarray(ids),
+                                       ns.asarray(vals), k)
+        return ns.to_host(P), ns.to_host(S)
     B = len(indptr) - 1
     if k == 0 or B == 0:
         return np.full((B, k), -1, np.int64), np.zeros((B, k))

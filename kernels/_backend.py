@@ -19,14 +19,19 @@ def gpu_missing_reason() -> str | None:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return "CuPy imports but reports no CUDA device"
     except Exception as exc:
-        return f"CuPy imports but no CUDA device is usable ({exc})"
-    return "the CuPy kernels are not part of this release yet; use backend='cpu'"
+        return f"CuPy imports but no CUDA device is usable ({type(exc).__name__}: {exc})"
+    return None
 
 
 def resolve(backend: str) -> str:
-    """Map a requested backend to the one that will run ("cpu" today; "gpu" once it exists)."""
+    """Map a requested backend to the one that will run: "auto" and "cpu" run the numba
+    kernels; "gpu" runs the CuPy kernels, or raises :class:`BackendUnavailable` naming what
+    is missing (CuPy, the CUDA driver, a device)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
     if backend == "gpu":
-        raise BackendUnavailable(f"backend='gpu' was requested but {gpu_missing_reason()}")
+        why = gpu_missing_reason()
+        if why is not None:
+            raise BackendUnavailable(f"backend='gpu' was requested but {why}")
+        return "gpu"
     return "cpu"

@@ -18,8 +18,8 @@ BATCH_BLOCK_ROWS = 128
 #: ones are searched exactly.  Exact search is always the reference.
 EXACT_SEARCH_MAX = 200_000
 
-#: HNSW construction and query parameters (hnswlib).  ``HNSW_EF_SEARCH`` is a floor: a query
-#: for k results uses ef = max(HNSW_EF_SEARCH, 2 k).
+#: HNSW construction and query parameters (hnswlib).  ``HNSW_EF_SEARCH`` is set on every
+#: graph built or loaded; hnswlib searches a query for k results with max(ef, k).
 #: ef_construction 100 rather than 200: on 100k synthetic embeddings (``evireform bench``'s
 #: generator, 2 cores; ``scripts/hnsw_params.py``) it builds in 55 s instead of 106 s for
 #: recall@100 0.993 instead of 0.996 at ef 512 (M=16 builds in 32 s but reaches only 0.948).
