@@ -455,14 +455,21 @@ def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list:
         _fail(f, f"must be a JSON list; got {type(obj).__name__}")
     if len(obj) != n:
         _fail(f, f"{len(obj)} entries, the manifest counts give {n}")
-    for i, x in enumerate(obj):
-        if not item_ok(x):
-            _fail(f, f"entry {i} is not {what}: {x!r:.80}")
+    if not item_ok(obj):  # a whole-list check at C speed; the slow scan only names the entry
+        for i, x in enumerate(obj):
+            if not item_ok([x]):
+                _fail(f, f"entry {i} is not {what}: {x!r:.80}")
     return obj
 
 
-def _passage_ok(x) -> bool:
-    return isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("id", "title", "text"))
+def _strings_ok(xs: list) -> bool:
+    return set(map(type, xs)) <= {str}
+
+
+def _passages_ok(xs: list) -> bool:
+    if not set(map(type, xs)) <= {dict}:
+        return False
+    return all(_strings_ok([x.get(k) for x in xs]) for k in ("id", "title", "text"))
 
 
 def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
@@ -486,15 +493,13 @@ def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
     sizes.update({f"{k}+1": v + 1 for k, v in list(sizes.items())})
     arr = _load_arrays(path, sizes, mmap)
     graph, pmap = _check_arrays(path, arr, sizes)
-    passages = _load_json(path, "passages.json", sizes["N"], _passage_ok,
+    passages = _load_json(path, "passages.json", sizes["N"], _passages_ok,
                           "an object with string id, title and text")
     ids = [p["id"] for p in passages]
     if len(set(ids)) != len(ids):
         _fail(path / "passages.json", "passage ids are not unique")
-    props = _load_json(path, "propositions.json", sizes["M"], lambda x: isinstance(x, str),
-                       "a string")
-    ents = _load_json(path, "entities.json", sizes["E"], lambda x: isinstance(x, str),
-                      "a string")
+    props = _load_json(path, "propositions.json", sizes["M"], _strings_ok, "a string")
+    ents = _load_json(path, "entities.json", sizes["E"], _strings_ok, "a string")
     hnsw = None
     if HNSW_FILE in files:
         hnsw = _load_hnsw(path / HNSW_FILE, sizes["M"], sizes["dim"])
@@ -515,7 +520,7 @@ def check_hnsw_file(f: Path, n: int, dim: int) -> None:
     """Check an hnswlib index file for everything its loader and search trust: the header
     against ``n`` elements of ``dim`` floats, every neighbour id and list length, every
     element's level and the entry point, and labels in [0, n).  Raises IndexFormatError."""
-    raw = np.fromfile(f, dtype=np.uint8)
+    raw = np.memmap(f, dtype=np.uint8, mode="r") if f.stat().st_size else np.zeros(0, np.uint8)
     h = _HNSW_HEADER.itemsize
     if len(raw) < h:
         _fail(f, "shorter than an hnswlib header")
@@ -546,35 +551,61 @@ def check_hnsw_file(f: Path, n: int, dim: int) -> None:
     if np.any(labels >= n):
         _fail(f, f"a label is outside [0, {n})")
     # upper levels: per element a uint32 byte size then that many bytes of link lists
-    per_level = 4 + 4 * maxM
-    levels = np.zeros(count, np.int64)
-    pos = body
-    upper = []
-    for i in range(count):
-        if pos + 4 > len(raw):
-            _fail(f, "truncated upper-level data")
-        size = int(raw[pos:pos + 4].view("<u4")[0])
-        pos += 4
-        if size:
-            if size % per_level or pos + size > len(raw):
-                _fail(f, f"element {i}: bad upper-level link block of {size} bytes")
-            levels[i] = size // per_level
-            upper.append((i, raw[pos:pos + size]))
-            pos += size
-    if pos != len(raw):
-        _fail(f, f"{len(raw) - pos} bytes after the last element")
     maxlevel, entry = int(hd["maxlevel"]), int(hd["entry"])
+    levels = np.zeros(count, np.int64)
+    starts = np.zeros(count, np.int64)
+    code, where = _hnsw_upper(raw, body, count, 4 + 4 * maxM, maxM, levels, starts)
+    messages = {1: "truncated upper-level data", 2: "bad upper-level link block size",
+                3: "an upper-level neighbour list is longer than maxM",
+                4: "an upper-level neighbour is out of range or lacks that level",
+                5: "bytes after the last element"}
+    if code:
+        _fail(f, f"element {where}: {messages[code]}" if code != 5 else messages[code])
     if entry >= count or levels[entry] != maxlevel or int(levels.max()) != maxlevel:
         _fail(f, "the entry point or the top level is inconsistent")
-    for i, block in upper:
-        b = block.copy().view("<u4").reshape(-1, 1 + maxM)
-        cnt = b[:, 0] & 0xFFFF
-        if np.any(cnt > maxM):
-            _fail(f, f"element {i}: an upper-level neighbour list is longer than maxM")
-        for lev in range(len(b)):
-            nb = b[lev, 1:1 + cnt[lev]]
-            if np.any(nb >= count) or np.any(levels[nb] < lev + 1):
-                _fail(f, f"element {i}: a level-{lev + 1} neighbour is out of range")
+
+
+def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
+    """Scan the upper-level link blocks (compiled with numba on first use)."""
+    global _HNSW_UPPER
+    if _HNSW_UPPER is None:
+        import numba
+
+        @numba.njit(cache=True)
+        def scan(raw, pos, count, per_level, maxM, levels, starts):
+            n = raw.shape[0]
+            for i in range(count):
+                if pos + 4 > n:
+                    return 1, i
+                size = (np.int64(raw[pos]) | (np.int64(raw[pos + 1]) << 8)
+                        | (np.int64(raw[pos + 2]) << 16) | (np.int64(raw[pos + 3]) << 24))
+                pos += 4
+                if size:
+                    if size % per_level != 0 or pos + size > n:
+                        return 2, i
+                    levels[i] = size // per_level
+                    starts[i] = pos
+                    pos += size
+            if pos != n:
+                return 5, -1
+            for i in range(count):
+                for lev in range(levels[i]):
+                    p = starts[i] + lev * per_level
+                    cnt = np.int64(raw[p]) | (np.int64(raw[p + 1]) << 8)
+                    if cnt > maxM:
+                        return 3, i
+                    for t in range(cnt):
+                        q = p + 4 + 4 * t
+                        nb = (np.int64(raw[q]) | (np.int64(raw[q + 1]) << 8)
+                              | (np.int64(raw[q + 2]) << 16) | (np.int64(raw[q + 3]) << 24))
+                        if nb >= count or levels[nb] < lev + 1:
+                            return 4, i
+            return 0, -1
+        _HNSW_UPPER = scan
+    return _HNSW_UPPER(raw, pos, count, per_level, maxM, levels, starts)
+
+
+_HNSW_UPPER = None
 
 
 def _load_hnsw(f: Path, n: int, dim: int):

@@ -25,6 +25,17 @@ def array_fields(cls) -> tuple:
     return tuple((f.name, f.metadata["dtype"], f.metadata["shape"]) for f in fields(cls))
 
 
+def rows_sorted_unique(indptr: np.ndarray, indices: np.ndarray) -> bool:
+    """True when every CSR row lists strictly increasing column ids."""
+    if len(indices) < 2:
+        return True
+    ok = np.diff(indices) > 0
+    starts = indptr[1:-1]
+    starts = starts[(starts > 0) & (starts < len(indices))]
+    ok[starts - 1] = True  # a step across a row boundary may go down
+    return bool(ok.all())
+
+
 def _csr_transpose(indptr: np.ndarray, indices: np.ndarray, n_cols: int):
     """Transpose of a binary CSR pattern; rows of the result list ascending row ids."""
     n_rows = len(indptr) - 1
@@ -98,13 +109,15 @@ class EntityGraph:
             raise ValueError(f"entity ids must lie in [0, {n_entities}); got "
                              f"[{indices.min()}, {indices.max()}]")
         M = len(indptr) - 1
-        # sort and deduplicate within each row
-        rows = np.repeat(np.arange(M, dtype=np.int64), np.diff(indptr))
-        key = np.unique(rows * max(n_entities, 1) + indices)
-        rows = key // max(n_entities, 1)
-        indices = (key % max(n_entities, 1)).astype(np.int32)
-        indptr = np.zeros(M + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=M), out=indptr[1:])
+        if rows_sorted_unique(indptr, indices):
+            indices = indices.astype(np.int32)
+        else:  # sort and deduplicate within each row
+            rows = np.repeat(np.arange(M, dtype=np.int64), np.diff(indptr))
+            key = np.unique(rows * max(n_entities, 1) + indices)
+            rows = key // max(n_entities, 1)
+            indices = (key % max(n_entities, 1)).astype(np.int32)
+            indptr = np.zeros(M + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=M), out=indptr[1:])
         at_indptr, at_indices = _csr_transpose(indptr, indices, n_entities)
         deg = np.diff(at_indptr).astype(np.float64)
         inv_deg = np.zeros(n_entities, dtype=np.float64)

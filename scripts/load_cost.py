@@ -58,7 +58,8 @@ def main():
         store._check_arrays = _unchecked_arrays
         store.check_hnsw_file = lambda f, n, dim: None
         real_json = saved[2]
-        store._load_json = lambda p, name, n, ok, what: real_json(p, name, n, lambda x: True, what)
+        store._load_json = lambda p, name, n, ok, what: real_json(p, name, n, lambda xs: True,
+                                                                  what)
         try:
             bare = _median_load(path, args.repeat)
         finally:

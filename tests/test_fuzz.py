@@ -178,6 +178,7 @@ CRAFTED = [
     ("a_indptr", lambda a: np.r_[a[:1], a[2:3], a[1:2], a[3:]].astype(a.dtype),
      r"a_indptr.npy: row pointers must not decrease"),
     ("inv_deg", lambda a: a * 2, r"inv_deg.npy: does not agree with the incidence"),
+    ("a_indices", lambda a: a[::-1].copy(), r"a_indices.npy: rows not sorted and unique"),
     ("at_indices", lambda a: np.roll(a, 1), r"at_indices.npy: does not agree"),
     ("inv_sqrt", lambda a: a + 1, r"inv_sqrt.npy: does not agree"),
     ("owner", lambda a: a[:-1].copy(), r"owner.npy: shape \(26,\), the manifest counts give"),
