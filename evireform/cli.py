@@ -276,10 +276,16 @@ def _cmd_bench(args) -> int:
     from . import bench
 
     log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
-    report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log, only=args.only)
+    report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log, only=args.only,
+                       backend=args.backend, time_budget=args.time_budget)
     print(f"machine: {report['machine'].get('cpu', report['machine']['processor'])}, "
-          f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}")
+          f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}"
+          + (f", device {report['machine']['device']}" if "device" in report["machine"] else ""))
     print(bench.table(report))
+    if args.backend == "gpu":
+        from .bench.gpu_cases import targets
+        print()
+        print(targets(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
         print(f"wrote {args.json}")
@@ -382,17 +388,24 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--only", action="append", metavar="CASE",
                     help="run only these case groups (repeatable): "
                          "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
-                         "build, limit")
+                         "build, limit; with --backend gpu: gpu_copy, gpu_cosine, "
+                         "gpu_propagate, gpu_readout, gpu_retrieve")
+    be.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: each CuPy kernel against the numba kernel and the naive CuPy "
+                         "peer, with the device's copy bandwidth (needs CuPy and a device)")
+    be.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS",
+                    help="skip the case groups that would start after this many seconds")
     be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     be.set_defaults(func=_cmd_bench)
     return p
 
 
 def main(argv=None) -> int:
+    from .kernels import BackendUnavailable
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, BackendUnavailable) as exc:
         print(f"evireform {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -294,6 +294,14 @@ def scatter_readout(dp: DevicePassageMap, rows, ids, vals, out) -> None:
         np.add.at(out, (rows, j), dp.inv_sqrt[j] * vals)
 
 
+def row_of_entries(ns: Namespace, ptr):
+    """For CSR row pointers ``ptr`` (starting at 0), the row of every entry (int64); a
+    searchsorted, because cupy.repeat takes no array of counts."""
+    xp = ns.xp
+    n = int(ptr[-1])
+    return xp.searchsorted(ptr[1:], xp.arange(n, dtype=ptr.dtype), side="right").astype(xp.int64)
+
+
 def _query_block(n_passages: int, budget: int) -> int:
     return max(1, int(budget // max(1, n_passages * 8 * 3)))
 
@@ -316,7 +324,7 @@ def readout_topk_batch(dp: DevicePassageMap, indptr, ids, vals, k: int, *,
     for q0 in range(0, B, step):
         q1 = min(B, q0 + step)
         lo, hi = int(indptr[q0]), int(indptr[q1])
-        rows = xp.repeat(xp.arange(q1 - q0, dtype=xp.int64), xp.diff(indptr[q0:q1 + 1]))
+        rows = row_of_entries(dp.ns, indptr[q0:q1 + 1] - lo)
         D = xp.zeros((q1 - q0, N), dtype=xp.float64)
         scatter_readout(dp, rows, ids[lo:hi], vals[lo:hi], D)
         out_i[q0:q1], out_v[q0:q1] = topk_rows(dp.ns, D, kk)

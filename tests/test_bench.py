@@ -33,7 +33,7 @@ def test_synthetic_shapes():
 
 def test_run_only_selected_cases():
     import pytest
-    with pytest.raises(ValueError, match="unknown bench case"):
+    with pytest.raises(ValueError, match="unknown cpu bench case"):
         bench.run(quick=True, only=["cosine", "nope"])
     report = bench.run(quick=True, only=["limit"], log=lambda m: None)
     assert report["cases"] and all(k.startswith("limit/") for k in report["cases"])
@@ -78,3 +78,15 @@ def test_a_case_writing_an_undeclared_label_is_refused(monkeypatch):
         from evireform.bench import cases
         harness.CASES["limit"] = harness.Case(
             "limit", ("limit/exact scan vs memory copy",), cases.case_limit)
+
+
+def test_gpu_cases_run_on_the_cpu_namespace():
+    """Every GPU case, at tiny sizes with (numpy, scipy.sparse): they cannot rot here."""
+    from evireform.kernels import _gpu
+    report = bench.run(backend="gpu", namespace=_gpu.cpu_namespace(), log=lambda m: None)
+    groups = {k.split("/")[0] for k in report["cases"]}
+    assert groups == {"gpu_copy", "gpu_cosine_topk", "gpu_propagate", "gpu_readout",
+                      "gpu_retrieve_many"}
+    assert all(c["agree"] for c in report["cases"].values()), report["cases"]
+    assert bench.check(report) == []
+    assert "gpu_propagate/2k 50 seeds vs cupy materialised W" in report["cases"]

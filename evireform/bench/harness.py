@@ -83,22 +83,24 @@ def machine() -> dict:
 
 @dataclass(frozen=True)
 class Case:
-    """A group of bench rows (``--only GROUP``) and every label it may produce."""
+    """A group of bench rows (``--only GROUP``), every label it may produce, and the backend
+    it measures ("cpu" cases run by default, "gpu" cases with ``--backend gpu``)."""
 
     group: str
     labels: tuple[str, ...]
     fn: Callable
+    backend: str = "cpu"
 
 
 #: group name -> case, in run order (filled by :func:`case` as evireform.bench.cases loads)
 CASES: dict[str, Case] = {}
 
 
-def case(*labels: str):
+def case(*labels: str, backend: str = "cpu"):
     """Register ``case_GROUP(inputs, out)`` with the labels it may write into ``out``."""
     def register(fn):
         group = fn.__name__.removeprefix("case_")
-        CASES[group] = Case(group, tuple(labels), fn)
+        CASES[group] = Case(group, tuple(labels), fn, backend)
         return fn
     return register
 
@@ -109,21 +111,40 @@ def declared_labels() -> set[str]:
 
 
 def _load_cases() -> None:
-    from . import cases  # noqa: F401  (registers every case)
+    from . import cases, gpu_cases  # noqa: F401  (registers every case)
 
 
-def run(quick: bool = False, data=None, log=print, only=None) -> dict:
-    """Run the cases (all, or the groups named in ``only``) and return the report."""
-    from .cases import Inputs
+def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cpu",
+        namespace=None, time_budget: float | None = None) -> dict:
+    """Run the cases of ``backend`` (all, or the groups named in ``only``) and return the
+    report.  ``backend="gpu"`` needs CuPy and a device, unless ``namespace`` is given (the
+    tests run the GPU cases on numpy at tiny sizes).  With ``time_budget`` (seconds), cases
+    that would start after it are skipped and listed in the report's ``skipped``."""
     _load_cases()
-    unknown = sorted(set(only or ()) - set(CASES))
+    if backend not in ("cpu", "gpu"):
+        raise ValueError(f"backend must be 'cpu' or 'gpu'; got {backend!r}")
+    mine = {g: c for g, c in CASES.items() if c.backend == backend}
+    unknown = sorted(set(only or ()) - set(mine))
     if unknown:
-        raise ValueError(f"unknown bench case(s) {unknown}; choose from {sorted(CASES)}")
-    data = Path(data) if data else None
-    inp = Inputs(quick, data, log)
+        raise ValueError(f"unknown {backend} bench case(s) {unknown}; choose from "
+                         f"{sorted(mine)}")
+    if backend == "gpu":
+        from ..kernels import _gpu
+        from .gpu_cases import GpuInputs
+        ns = namespace or _gpu.gpu_namespace()
+        inp = GpuInputs(quick, ns, log, tiny=namespace is not None and not ns.on_device)
+    else:
+        from .cases import Inputs
+        inp = Inputs(quick, Path(data) if data else None, log)
     rows: dict = {}
-    for group, c in CASES.items():
+    skipped: list = []
+    t_run = time.perf_counter()
+    for group, c in mine.items():
         if only and group not in only:
+            continue
+        if time_budget is not None and time.perf_counter() - t_run > time_budget:
+            skipped.append(group)
+            log(f"  {group} skipped: the time budget of {time_budget:.0f}s is spent")
             continue
         t = time.perf_counter()
         out: dict = {}
@@ -134,7 +155,22 @@ def run(quick: bool = False, data=None, log=print, only=None) -> dict:
                                f"{undeclared}; add them to its @case(...)")
         rows.update(out)
         log(f"  {group} done in {time.perf_counter() - t:.1f}s")
-    return {"machine": machine(), "quick": quick, "cases": rows}
+    report = {"machine": machine(), "quick": quick, "backend": backend, "cases": rows,
+              "skipped": skipped}
+    if backend == "gpu":
+        report["machine"]["device"] = _device_name(inp.ns)
+    return report
+
+
+def _device_name(ns) -> str:
+    if not ns.on_device:
+        return f"none ({ns.name} namespace on the CPU)"
+    try:
+        props = ns.xp.cuda.runtime.getDeviceProperties(0)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception as exc:  # pragma: no cover - depends on the driver
+        return f"unknown ({exc})"
 
 
 def table(report: dict) -> str:
