@@ -8,26 +8,21 @@ import time
 from pathlib import Path
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1; got {v}")
-    return v
+def _int_at_least(low: int):
+    """argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}; got {text!r}") \
+                from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}; got {v}")
+        return v
+    return parse
 
 
-def _nonneg_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0; got {v}")
-    return v
+_positive_int, _nonneg_int = _int_at_least(1), _int_at_least(0)
 
 
 def _positive_float(text: str) -> float:
