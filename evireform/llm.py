@@ -25,7 +25,7 @@ import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .roles import (BridgeReformulator, ObservationController, RoleResult, TopScoreSelector,

@@ -434,7 +434,7 @@ class EviReform:
             return True, []  # a failing controller stops the rounds (the one-round method)
 
     def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
-        cfg, idx = self.config, self.index
+        cfg = self.config
         cand_i, cand_s = self._search(H_q, cfg.n_candidates)
         states = []
         for t, q in enumerate(questions):

@@ -11,7 +11,6 @@ without propositions score 0.
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import NamedTuple
 

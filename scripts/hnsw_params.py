@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 
-from evireform import bench
 from evireform.bench import cases
 from evireform import kernels as K
 

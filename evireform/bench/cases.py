@@ -8,6 +8,7 @@ names none.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 

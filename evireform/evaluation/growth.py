@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..corpus import load_corpus
-from ..index import PropositionIndex, subset_index
+from ..index import subset_index
 from ..retriever import EviReform, EviReformConfig
 from .analyses import growth_steps
 from .data import load_questions
