@@ -1,0 +1,42 @@
+"""What both adapters share: building the retriever and the metadata of a result passage."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, selector=None,
+                   reformulator=None, controller=None, max_workers: int = 1, backend="auto"):
+    """An :class:`~evireform.retriever.EviReform` over ``index`` (a PropositionIndex) or the
+    index saved at ``index_dir``; without ``embedder`` the one named in the index is used."""
+    from ..embed import get_embedder
+    from ..index import PropositionIndex
+    from ..retriever import EviReform
+    if (index is None) == (index_dir is None):
+        raise ValueError("give exactly one of index (a PropositionIndex) and index_dir")
+    if index is None:
+        index = PropositionIndex.load(Path(index_dir))
+    if embedder is None:
+        embedder = get_embedder(index.embedder_name)
+    roles = {k: v for k, v in dict(selector=selector, reformulator=reformulator,
+                                   controller=controller).items() if v is not None}
+    return EviReform(index, config, embedder=embedder, max_workers=max_workers, backend=backend,
+                     **roles)
+
+
+def passage_metadata(result, rank: int, passage) -> dict:
+    """Metadata of one ranked passage: ids, title, score and its three parts, the question's
+    residual queries (JSON-serialisable)."""
+    return {
+        "passage_id": passage.id,
+        "title": passage.title,
+        "rank": rank,
+        "score": float(passage.score),
+        "from_question": float(passage.from_question),
+        "from_residual": float(passage.from_residual),
+        "from_propagation": float(passage.from_propagation),
+        "residual_queries": list(result.trace.residual_queries),
+    }
+
+
+def passage_text(retriever, passage) -> str:
+    return retriever.index.passages[passage.index].text

@@ -1,0 +1,73 @@
+"""EviReform as a LangChain retriever (``pip install 'evireform[langchain]'``).
+
+>>> from evireform.integrations.langchain import EviReformRetriever
+>>> retriever = EviReformRetriever.from_index_dir("hotpot.idx", k=5)
+>>> docs = retriever.invoke("Which city hosted ...?")        # list[Document]
+>>> many = retriever.batch(["q1", "q2"])                       # one retrieve_many call
+
+Each ``Document`` holds the passage text; its metadata has ``passage_id``, ``title``,
+``rank``, ``score``, the three score parts (``from_question``, ``from_residual``,
+``from_propagation``) and the question's ``residual_queries``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from pydantic import ConfigDict
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError("evireform.integrations.langchain needs LangChain: "
+                      "pip install 'evireform[langchain]'") from exc
+
+from ._common import make_retriever, passage_metadata, passage_text
+
+
+class EviReformRetriever(BaseRetriever):
+    """LangChain ``BaseRetriever`` over an EviReform retriever; ``invoke``, ``ainvoke`` and
+    ``batch`` come from the base class, ``batch`` overridden to run one ``retrieve_many``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    #: the wrapped :class:`evireform.EviReform`
+    retriever: Any
+    #: passages returned per question
+    k: int = 10
+
+    @classmethod
+    def from_index(cls, index, embedder=None, *, k: int = 10, config=None, **roles
+                   ) -> "EviReformRetriever":
+        """From a :class:`~evireform.PropositionIndex` (and the embedder it was built with;
+        default: the one its manifest names).  ``roles``: ``selector``, ``reformulator``,
+        ``controller`` (e.g. the LLM roles), ``max_workers``, ``backend``."""
+        return cls(retriever=make_retriever(index, None, embedder, config, **roles), k=k)
+
+    @classmethod
+    def from_index_dir(cls, path, embedder=None, *, k: int = 10, config=None, **roles
+                       ) -> "EviReformRetriever":
+        """From an index directory saved by ``evireform index`` or ``PropositionIndex.save``."""
+        return cls(retriever=make_retriever(None, path, embedder, config, **roles), k=k)
+
+    def _documents(self, result) -> list[Document]:
+        return [Document(page_content=passage_text(self.retriever, p),
+                         metadata=passage_metadata(result, r, p))
+                for r, p in enumerate(result.passages, 1)]
+
+    def _get_relevant_documents(self, query: str, *,
+                                run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        return self._documents(self.retriever.retrieve(query, self.k))
+
+    def batch(self, inputs, config=None, *, return_exceptions: bool = False, **kwargs):
+        """All questions through one :meth:`EviReform.retrieve_many` (batched search and
+        kernels); with per-call configs or callbacks it falls back to the base class."""
+        if config is not None or kwargs or not inputs:
+            return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
+        try:
+            results = self.retriever.retrieve_many(list(inputs), self.k)
+        except Exception as exc:
+            if not return_exceptions:
+                raise
+            return [exc] * len(inputs)
+        return [self._documents(r) for r in results]

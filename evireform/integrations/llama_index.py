@@ -1,0 +1,85 @@
+"""EviReform as a LlamaIndex retriever (``pip install 'evireform[llamaindex]'``).
+
+>>> from evireform.integrations.llama_index import EviReformRetriever
+>>> retriever = EviReformRetriever.from_defaults(index_dir="hotpot.idx", similarity_top_k=5)
+>>> nodes = retriever.retrieve("Which city hosted ...?")      # list[NodeWithScore]
+>>> retriever.persist("evireform_retriever")                  # index + settings
+>>> again = EviReformRetriever.from_persist_dir("evireform_retriever")
+
+Each node is a ``TextNode`` with the passage text, ``id_`` the passage id, and metadata
+``passage_id``, ``title``, ``rank``, ``score``, the three score parts and the question's
+``residual_queries``; ``NodeWithScore.score`` is the EviReform score.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+try:
+    from llama_index.core.callbacks.base import CallbackManager
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError("evireform.integrations.llama_index needs LlamaIndex: "
+                      "pip install 'evireform[llamaindex]'") from exc
+
+from ._common import make_retriever, passage_metadata, passage_text
+
+_SETTINGS = "evireform_retriever.json"
+
+
+class EviReformRetriever(BaseRetriever):
+    """LlamaIndex ``BaseRetriever`` over an EviReform retriever, with the conventions of
+    LlamaIndex's own BM25 retriever: ``similarity_top_k``, ``from_defaults``, ``persist`` /
+    ``from_persist_dir``."""
+
+    def __init__(self, retriever, similarity_top_k: int = 10,
+                 callback_manager: CallbackManager | None = None, verbose: bool = False):
+        self._evireform = retriever
+        self.similarity_top_k = int(similarity_top_k)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def evireform(self):
+        """The wrapped :class:`evireform.EviReform`."""
+        return self._evireform
+
+    @classmethod
+    def from_defaults(cls, index=None, index_dir=None, embedder=None, *,
+                      similarity_top_k: int = 10, config=None, selector=None, reformulator=None,
+                      controller=None, max_workers: int = 1, backend="auto",
+                      callback_manager: CallbackManager | None = None,
+                      verbose: bool = False) -> "EviReformRetriever":
+        """From a :class:`~evireform.PropositionIndex` or an index directory; the embedder
+        defaults to the one the index names, the roles to the LLM-free ones."""
+        r = make_retriever(index, index_dir, embedder, config, selector=selector,
+                           reformulator=reformulator, controller=controller,
+                           max_workers=max_workers, backend=backend)
+        return cls(r, similarity_top_k, callback_manager, verbose)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        result = self._evireform.retrieve(query_bundle.query_str, self.similarity_top_k)
+        return [NodeWithScore(node=TextNode(text=passage_text(self._evireform, p), id_=p.id,
+                                            metadata=passage_metadata(result, r, p)),
+                              score=float(p.score))
+                for r, p in enumerate(result.passages, 1)]
+
+    def persist(self, path) -> None:
+        """Save the index (``path/index``, atomically) and the settings (top-k, config)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self._evireform.index.save(path / "index")
+        (path / _SETTINGS).write_text(json.dumps({
+            "similarity_top_k": self.similarity_top_k,
+            "config": dataclasses.asdict(self._evireform.config)}, indent=1))
+
+    @classmethod
+    def from_persist_dir(cls, path, embedder=None, **roles) -> "EviReformRetriever":
+        """Load what :meth:`persist` saved (LLM roles, if any, are passed again here)."""
+        from ..retriever import EviReformConfig
+        path = Path(path)
+        settings = json.loads((path / _SETTINGS).read_text())
+        return cls.from_defaults(index_dir=path / "index", embedder=embedder,
+                                 similarity_top_k=settings["similarity_top_k"],
+                                 config=EviReformConfig(**settings["config"]), **roles)

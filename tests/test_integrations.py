@@ -1,0 +1,109 @@
+"""The LangChain and LlamaIndex adapters against the real libraries, on a small real index."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from evireform import EviReform, EviReformConfig, PropositionIndex
+from evireform.embed import HashingEmbedder
+
+QUESTIONS = ["Who founded the company that made the first commercial jet airliner?",
+             "In which country is the river that flows through the capital of Hungary?",
+             "What language is spoken where Haymo of Faversham was born?"]
+META = {"passage_id", "title", "rank", "score", "from_question", "from_residual",
+        "from_propagation", "residual_queries"}
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory, data_dir):
+    from evireform import load_corpus
+    passages = load_corpus(data_dir / "hotpotqa" / "hotpotqa_corpus.json")[:300]
+    emb = HashingEmbedder(128)
+    idx = PropositionIndex.build(passages, emb, show_progress=False)
+    path = tmp_path_factory.mktemp("ix") / "hot.idx"
+    idx.save(path)
+    return idx, emb, path
+
+
+def _want(idx, emb, k, cfg=None):
+    r = EviReform(idx, cfg, embedder=emb)
+    return [r.retrieve(q, k) for q in QUESTIONS]
+
+
+def test_langchain_retriever(small_index):
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+    from evireform.integrations.langchain import EviReformRetriever
+    idx, emb, path = small_index
+    cfg = EviReformConfig(beta=0.75)
+    lc = EviReformRetriever.from_index(idx, emb, k=5, config=cfg)
+    want = _want(idx, emb, 5, cfg)
+    for q, w in zip(QUESTIONS, want):
+        docs = lc.invoke(q)
+        assert all(isinstance(d, Document) for d in docs)
+        assert [d.metadata["passage_id"] for d in docs] == w.ids
+        assert [d.metadata["score"] for d in docs] == [p.score for p in w.passages]
+        assert all(set(d.metadata) == META for d in docs)
+        assert docs[0].metadata["residual_queries"] == w.trace.residual_queries
+        assert docs[0].page_content == idx.passages[w.passages[0].index].text
+    batch = lc.batch(QUESTIONS)
+    assert [[d.metadata["passage_id"] for d in ds] for ds in batch] == [w.ids for w in want]
+    assert [[d.page_content for d in ds] for ds in batch] == \
+        [[d.page_content for d in lc.invoke(q)] for q in QUESTIONS]
+    # from a saved directory, embedder rebuilt from the manifest's name
+    again = EviReformRetriever.from_index_dir(path, k=5, config=cfg)
+    assert [d.metadata["passage_id"] for d in again.invoke(QUESTIONS[0])] == want[0].ids
+
+
+def test_langchain_async(small_index):
+    pytest.importorskip("langchain_core")
+    import asyncio
+    from evireform.integrations.langchain import EviReformRetriever
+    idx, emb, _ = small_index
+    lc = EviReformRetriever.from_index(idx, emb, k=3)
+    docs = asyncio.run(lc.ainvoke(QUESTIONS[1]))
+    assert [d.metadata["passage_id"] for d in docs] == _want(idx, emb, 3)[1].ids
+
+
+def test_llama_index_retriever(small_index, tmp_path):
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.schema import NodeWithScore
+    from evireform.integrations.llama_index import EviReformRetriever
+    idx, emb, path = small_index
+    li = EviReformRetriever.from_defaults(index=idx, embedder=emb, similarity_top_k=4)
+    want = _want(idx, emb, 4)
+    for q, w in zip(QUESTIONS, want):
+        nodes = li.retrieve(q)
+        assert all(isinstance(n, NodeWithScore) for n in nodes)
+        assert [n.node.node_id for n in nodes] == w.ids
+        assert [n.score for n in nodes] == [p.score for p in w.passages]
+        assert all(set(n.node.metadata) == META for n in nodes)
+    li.persist(tmp_path / "persisted")
+    back = EviReformRetriever.from_persist_dir(tmp_path / "persisted")
+    assert back.similarity_top_k == 4
+    assert [n.node.node_id for n in back.retrieve(QUESTIONS[2])] == want[2].ids
+    li2 = EviReformRetriever.from_defaults(index_dir=path, similarity_top_k=2)
+    assert [n.node.node_id for n in li2.retrieve(QUESTIONS[0])] == want[0].ids[:2]
+    with pytest.raises(ValueError, match="exactly one of index"):
+        EviReformRetriever.from_defaults(index=idx, index_dir=path)
+
+
+@pytest.mark.parametrize("module,lib,extra", [
+    ("evireform.integrations.langchain", "langchain_core", "langchain"),
+    ("evireform.integrations.llama_index", "llama_index", "llamaindex")])
+def test_missing_library_names_the_extra(module, lib, extra):
+    code = (f"import sys; sys.modules[{lib!r}] = None\n"
+            f"try:\n    import {module}\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert f"pip install 'evireform[{extra}]'" in out
+
+
+def test_importing_evireform_imports_no_framework():
+    code = ("import sys, evireform, evireform.integrations\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('langchain_core', 'llama_index')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
