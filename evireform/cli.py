@@ -90,7 +90,7 @@ def _cmd_index(args) -> int:
         if args.extractor == "llm":
             from .llm import LLMExtractor
             args.llm = True
-            extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers)
+            extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
                                      batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
     else:
@@ -141,10 +141,39 @@ def _add_llm_args(p) -> None:
                    help="answer from --llm-cache only; misses go to --llm-pending and the "
                         "LLM-free role answers them")
     g.add_argument("--llm-pending", help="JSONL file collecting offline misses")
+    g.add_argument("--llm-replay", action="append", metavar="FILE",
+                   help="replay recorded replies ({key, reply} JSONL, e.g. "
+                        "../shared/llm-replies/hotpotqa.jsonl; repeatable): imported into a "
+                        "temporary cache, run offline, misses reported (implies --llm; the "
+                        "model defaults to the file's)")
+    g.add_argument("--llm-workers", type=_positive_int, default=None,
+                   help="role calls in flight at once across the questions (default 1; "
+                        "index --extractor llm: 4)")
+    g.add_argument("--llm-context", type=_positive_int, default=8192,
+                   help="the model's context in tokens; prompts are cut to fit it (the trace "
+                        "says how many candidates or passages were cut)")
+    g.add_argument("--llm-rpm", type=_nonneg_int, default=0, help="requests per minute (0: no limit)")
+    g.add_argument("--llm-tpm", type=_nonneg_int, default=0,
+                   help="prompt tokens per minute (0: no limit)")
+
+
+def _replay_setup(args) -> dict:
+    """--llm-replay: offline, answered from the recorded replies (by key, else by content);
+    the model defaults to the one the first file names."""
+    model = None
+    for f in args.llm_replay:
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"--llm-replay: {f} not found")
+        with open(f, encoding="utf-8") as fh:
+            first = fh.readline()
+        model = model or (json.loads(first).get("model") if first.strip() else None)
+    return dict(replay_paths=tuple(args.llm_replay), offline=True,
+                pending_path=args.llm_pending, model=args.llm_model or model)
 
 
 def _llm_client(args):
-    if not (getattr(args, "llm", False) or getattr(args, "reader", False)):
+    if not (getattr(args, "llm", False) or getattr(args, "reader", False)
+            or getattr(args, "llm_replay", None)):
         return None
     from .llm import LLMClient, LLMConfig
     over = {k: v for k, v in dict(base_url=args.llm_base_url, model=args.llm_model,
@@ -152,9 +181,29 @@ def _llm_client(args):
                                   timeout=args.llm_timeout, max_retries=args.llm_retries,
                                   deadline=args.llm_deadline,
                                   max_tokens=args.llm_max_tokens,
+                                  context_tokens=args.llm_context,
+                                  requests_per_minute=args.llm_rpm,
+                                  tokens_per_minute=args.llm_tpm,
                                   offline=args.llm_offline or None,
                                   pending_path=args.llm_pending).items() if v is not None}
+    if getattr(args, "llm_replay", None):
+        args.llm = True
+        over.update(_replay_setup(args))
     return LLMClient(LLMConfig.from_env(**over))
+
+
+def _replay_summary(client) -> str | None:
+    """One line on what a replay hit and missed (None when not offline)."""
+    if client is None or not client.config.offline:
+        return None
+    hits = sum(u.cache_hits for u in client.usage.values())
+    content = sum(u.content_hits for u in client.usage.values())
+    misses = sum(u.misses for u in client.usage.values())
+    where = (f"; misses written to {client.config.pending_path}"
+             if misses and client.config.pending_path else "")
+    return (f"offline: {hits} requests answered by key, {content} by content (recorded request "
+            f"with the same question and candidates in another order), {misses} missed "
+            f"(answered by the LLM-free role){where}")
 
 
 def _cmd_llm_cache(args) -> int:
@@ -190,14 +239,18 @@ def _cmd_eval(args) -> int:
             raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     from .retriever import EviReformConfig
     overrides = dict(parse_setting(item) for item in args.set or [])
+    client = _llm_client(args)
     report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
-                      llm=_llm_client(args), reader=args.reader)
+                      llm=client, reader=args.reader, max_workers=args.llm_workers or 1)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()
         print(format_bootstrap(report, markdown=args.markdown))
+    summary = _replay_summary(client)
+    if summary:
+        print(summary)
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {args.json}")
@@ -248,7 +301,11 @@ def _cmd_query(args) -> int:
         from .llm import LLMController, LLMReformulator, LLMSelector
         roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                      controller=LLMController(client))
-    res = EviReform(idx, embedder=emb, **roles).retrieve(args.question, args.k)
+    res = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1,
+                    **roles).retrieve(args.question, args.k)
+    summary = _replay_summary(client)
+    if summary:
+        print(summary, file=sys.stderr)
     if args.json:
         print(json.dumps({
             "question": args.question,
@@ -307,8 +364,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="'heuristic' (LLM-free sentence/entity extractor), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")
-    ix.add_argument("--llm-workers", type=_positive_int, default=4,
-                    help="LLM extraction: requests in flight at once")
     ix.add_argument("--embedder", default="all-MiniLM-L6-v2",
                     help="'all-MiniLM-L6-v2' (default) or 'hashing-<dim>'")
     ix.add_argument("--batch-size", type=_positive_int, default=64,

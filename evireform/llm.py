@@ -68,11 +68,23 @@ class LLMConfig:
     #: cap on generated tokens per reply (small models can otherwise run to the context end)
     max_tokens: int = 512
     cache_path: str | None = None
+    #: ask for JSON: ``response_format`` json_schema with the role's schema where the server
+    #: takes it, else json_object, else plain text (detected once per client)
     json_mode: bool = True
+    #: the model's context window in tokens: prompts are cut to fit it with ``max_tokens`` to
+    #: spare (the selector shows the best candidates that fit, the reformulator the first
+    #: passages), and the trace says how many were cut.  8,192 suits small local models.
+    context_tokens: int = 8192
+    #: optional client-side rate limits (0 = none): requests and prompt tokens per minute
+    requests_per_minute: int = 0
+    tokens_per_minute: int = 0
     #: answer from the cache only; each miss is appended to ``pending_path`` (JSONL) and the
     #: role's LLM-free implementation answers it
     offline: bool = False
     pending_path: str | None = None
+    #: recorded replies ({key, role, messages, reply} JSONL) answering requests offline: by
+    #: key, else by content (:class:`ReplayIndex`)
+    replay_paths: tuple = ()
 
     @classmethod
     def from_env(cls, **over) -> "LLMConfig":
@@ -134,6 +146,98 @@ class ReplyCache:
         return n
 
 
+_DATA = re.compile(r"<data>(.*?)</data>", re.DOTALL)
+_ORDINAL_LINE = re.compile(r"^\[(\d+)\] <data>(.*)</data>$", re.DOTALL)
+
+
+class ReplayIndex:
+    """Recorded replies, found by key or, when a key no longer matches, by content.
+
+    A key changes with any byte of the request; on another machine float rounding can swap
+    two near-tied candidates and so change a selection request without changing what it
+    asks.  Content matching (same role, system prompt and question): a selection reply's
+    ordinals are carried over by candidate text to this request's ordinals (every selected
+    candidate must be among this request's); a reformulation reply is reused when the quoted
+    passages are the same set; any other role needs the same user message.
+    """
+
+    def __init__(self, records):
+        self.by_key = {}
+        self.by_question: dict = {}
+        for r in records:
+            self.by_key[r["key"]] = r["reply"]
+            msgs = r.get("messages") or []
+            if len(msgs) >= 2:
+                self.by_question.setdefault(self._head(r.get("role", ""), msgs), []).append(r)
+
+    @classmethod
+    def from_files(cls, paths) -> "ReplayIndex":
+        recs = []
+        for path in paths:
+            with open(path, encoding="utf-8") as fh:
+                for n, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rec = json.loads(line)
+                        if "reply" not in rec:
+                            rec["reply"] = parse_json(rec["content"])
+                        rec["key"] = str(rec["key"])
+                    except (KeyError, ValueError, ContractError) as exc:
+                        raise ValueError(f"{path}:{n}: not a reply record ({exc})") from None
+                    recs.append(rec)
+        return cls(recs)
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+    @staticmethod
+    def _head(role, messages):
+        return (role, messages[0].get("content", ""),
+                messages[1].get("content", "").split("\n", 1)[0])
+
+    def match(self, key, role, messages):
+        """(reply, "key" | "content"), or (None, None)."""
+        if key in self.by_key:
+            return self.by_key[key], "key"
+        for rec in self.by_question.get(self._head(role, messages), ()):
+            got = self._translate(role, rec, messages)
+            if got is not None:
+                return got, "content"
+        return None, None
+
+    @staticmethod
+    def _translate(role, rec, messages):
+        mine, theirs = messages[1]["content"], rec["messages"][1]["content"]
+        if role == "select":
+            def table(text):
+                out = {}
+                for line in text.split("\n")[2:]:
+                    m = _ORDINAL_LINE.match(line)
+                    if m:
+                        out[int(m.group(1))] = m.group(2)
+                return out
+            old, new = table(theirs), table(mine)
+            pos = {}
+            for n, t in sorted(new.items()):
+                pos.setdefault(t, n)
+            sel = rec["reply"].get("selected") if isinstance(rec["reply"], dict) else None
+            if not isinstance(sel, list):
+                return None
+            mapped = []
+            for n in sel:
+                t = old.get(n) if isinstance(n, int) and not isinstance(n, bool) else None
+                if t is None or t not in pos:
+                    return None
+                mapped.append(pos[t])
+            return {"selected": mapped}
+        if role == "reformulate":
+            same = sorted(_DATA.findall(mine.split("\n", 1)[-1])) == \
+                sorted(_DATA.findall(theirs.split("\n", 1)[-1]))
+            return rec["reply"] if same else None
+        return rec["reply"] if mine == theirs else None
+
+
 _JSON_BLOCK = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -158,19 +262,108 @@ def parse_json(text: str):
 class Usage:
     calls: int = 0
     cache_hits: int = 0
+    #: offline: requests with no cached reply (answered by the LLM-free role)
+    misses: int = 0
+    #: replay: requests answered by a recorded reply matched by content, not by key
+    content_hits: int = 0
     repairs: int = 0
+    #: malformed JSON fixed locally (json-repair) instead of spending a repair turn
+    local_repairs: int = 0
     failures: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
 
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free upper estimate: the larger of 4 characters and 0.75 words a token."""
+    return max(len(text) // 4, int(len(text.split()) / 0.75)) + 1
+
+
+class RateLimiter:
+    """Requests and tokens per minute over a sliding 60 s window; thread-safe.  ``clock`` and
+    ``sleep`` are injectable for tests."""
+
+    def __init__(self, rpm: int = 0, tpm: int = 0, clock=time.monotonic, sleep=time.sleep):
+        self.rpm, self.tpm, self.clock, self.sleep = int(rpm), int(tpm), clock, sleep
+        self._events: list[tuple[float, int]] = []
+        self._lock = threading.Lock()
+
+    def wait(self, tokens: int, until: float | None = None) -> float:
+        """Block until a request of ``tokens`` fits both limits; returns seconds waited.
+        Raises :class:`DeadlineExceeded` when the wait would pass ``until``."""
+        if not self.rpm and not self.tpm:
+            return 0.0
+        waited = 0.0
+        while True:
+            with self._lock:
+                now = self.clock()
+                self._events = [(t, n) for t, n in self._events if t > now - 60.0]
+                used_r = len(self._events)
+                used_t = sum(n for _, n in self._events)
+                ok_r = not self.rpm or used_r < self.rpm
+                ok_t = not self.tpm or used_t + tokens <= self.tpm or not self._events
+                if ok_r and ok_t:
+                    self._events.append((now, tokens))
+                    return waited
+                pause = max(0.01, self._events[0][0] + 60.0 - now)
+            if until is not None and self.clock() + pause > until:
+                raise DeadlineExceeded("rate limit: the next slot is past the deadline")
+            self.sleep(pause)
+            waited += pause
+
+
+#: JSON schemas of the roles' replies (``response_format`` json_schema)
+SCHEMAS = {
+    "select": {"type": "object", "required": ["selected"],
+               "properties": {"selected": {"type": "array", "items": {"type": "integer"}}}},
+    "reformulate": {"type": "object", "required": ["queries"],
+                    "properties": {"queries": {"type": "array", "items": {"type": "string"}}}},
+    "controller": {"type": "object", "required": ["sufficient"], "properties": {
+        "sufficient": {"type": "boolean"},
+        "gaps": {"type": "array", "items": {"type": "object", "properties": {
+            "missing": {"type": "string"}, "query": {"type": "string"}}}}}},
+    "reader": {"type": "object", "required": ["answer"],
+               "properties": {"answer": {"type": "string"}}},
+    "extract": {"type": "object", "required": ["propositions"], "properties": {
+        "propositions": {"type": "array", "items": {"type": "object", "required": ["text"],
+                         "properties": {"text": {"type": "string"},
+                                        "entities": {"type": "array",
+                                                     "items": {"type": "string"}}}}}}},
+}
+_FORMATS = ("json_schema", "json_object", "text")
+
+
+def _refuses_format(exc) -> bool:
+    """A 400 (or 422) whose message is about the response format, not e.g. the context."""
+    if getattr(exc, "status_code", None) not in (400, 422):
+        return False
+    msg = (str(exc) + " " + str(getattr(exc, "body", ""))).lower()
+    return any(w in msg for w in ("response_format", "json_schema", "schema", "json_object"))
+
+
+def local_repair(text: str):
+    """The JSON object in a malformed reply, repaired locally by ``json-repair`` (unclosed
+    brackets, unquoted keys, trailing commas, prose around it), or None."""
+    try:
+        import json_repair
+    except ImportError:
+        return None
+    try:
+        obj = json_repair.loads(text or "")
+    except Exception:
+        return None
+    return obj if isinstance(obj, dict) and obj else None
 
 class LLMClient:
     """One client for every role; thread-safe."""
 
     def __init__(self, config: LLMConfig | None = None, *, client=None):
         self.config = config or LLMConfig.from_env()
-        if self.config.offline and not self.config.cache_path:
-            raise ValueError("offline mode answers from the reply cache: set cache_path")
+        self.replay = ReplayIndex.from_files(self.config.replay_paths) \
+            if self.config.replay_paths else None
+        if self.config.offline and not (self.config.cache_path or self.replay):
+            raise ValueError("offline mode answers from the reply cache or recorded replies: "
+                             "set cache_path or replay_paths")
         if client is None and not self.config.offline:
             try:
                 import openai
@@ -185,6 +378,15 @@ class LLMClient:
         self.cache = ReplyCache(self.config.cache_path) if self.config.cache_path else None
         self._lock = threading.Lock()
         self.usage: dict[str, Usage] = {}
+        self.limiter = RateLimiter(self.config.requests_per_minute,
+                                   self.config.tokens_per_minute)
+        #: the response_format the server takes (json_schema, json_object, text); found by
+        #: the first calls and then kept
+        self.response_format = _FORMATS[0] if self.config.json_mode else "text"
+
+    def prompt_budget(self) -> int:
+        """Tokens a prompt may use: the context window less the reply and a margin."""
+        return max(256, int(self.config.context_tokens) - int(self.config.max_tokens) - 64)
 
     def _count(self, role: str, **inc) -> None:
         with self._lock:
@@ -223,6 +425,10 @@ class LLMClient:
         return DEFAULT_DEADLINE if d is None else float(d)
 
     def _call(self, role: str, messages, until: float) -> str:
+        self.limiter.wait(sum(estimate_tokens(m["content"]) for m in messages), until)
+        return self._call_once(role, messages, until)
+
+    def _call_once(self, role: str, messages, until: float) -> str:
         """One request (the client's own retries included) on a daemon thread, abandoned
         when the monotonic clock passes ``until``: httpx's timeouts bound each read, not a
         body that trickles in, so only a thread we stop waiting for gives a real deadline."""
@@ -252,9 +458,25 @@ class LLMClient:
     def _request(self, role: str, messages) -> str:
         kw = dict(model=self.config.model, messages=messages, temperature=0,
                   max_tokens=self.config.max_tokens)
-        if self.config.json_mode:
-            kw["response_format"] = {"type": "json_object"}
-        resp = self._client.chat.completions.create(**kw)
+        while True:
+            fmt = self.response_format
+            if fmt == "json_schema" and role in SCHEMAS:
+                kw["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": role, "schema": SCHEMAS[role], "strict": False}}
+            elif fmt in ("json_schema", "json_object"):
+                kw["response_format"] = {"type": "json_object"}
+            else:
+                kw.pop("response_format", None)
+            try:
+                resp = self._client.chat.completions.create(**kw)
+                break
+            except Exception as exc:
+                if fmt == "text" or not _refuses_format(exc):
+                    raise
+                # the server does not take this response_format: step down, for good
+                with self._lock:
+                    if self.response_format == fmt:
+                        self.response_format = _FORMATS[_FORMATS.index(fmt) + 1]
         u = getattr(resp, "usage", None)
         self._count(role, calls=1, tokens_in=getattr(u, "prompt_tokens", 0) or 0,
                     tokens_out=getattr(u, "completion_tokens", 0) or 0)
@@ -274,13 +496,25 @@ class LLMClient:
             if hit is not None:
                 self._count(role, cache_hits=1)
                 return validate(hit), False
+        if self.replay is not None:
+            hit, how = self.replay.match(key, role, messages)
+            if hit is not None:
+                self._count(role, **{"cache_hits" if how == "key" else "content_hits": 1})
+                return validate(hit), False
         if self.config.offline:
+            self._count(role, misses=1)
             self._write_pending(key, role, messages)
             raise OfflineMiss(f"no cached reply for this {role} request (offline)")
         text = self._call(role, messages, until)
         repaired = False
         try:
-            obj = parse_json(text)
+            try:
+                obj = parse_json(text)
+            except ContractError:
+                obj = local_repair(text)
+                if obj is None:
+                    raise
+                self._count(role, local_repairs=1)
             value = validate(obj)
         except ContractError as err:
             repaired = True
@@ -308,6 +542,26 @@ def _quote(text: str) -> str:
     return "<data>" + str(text).replace("<", "&lt;").replace(">", "&gt;") + "</data>"
 
 
+def _fit(client, system: str, head: str, lines: list[str]) -> list[str]:
+    """The leading ``lines`` whose prompt (system + head + lines joined by newlines) fits
+    the client's token budget, by the same estimate as :func:`estimate_tokens` on the whole
+    prompt; at least one line."""
+    budget = client.prompt_budget()
+    chars = len(system) + len(head)
+    words = len(system.split()) + len(head.split())
+    out = []
+    for line in lines:
+        c, w = chars + len(line) + (1 if out else 0), words + len(line.split())
+        # two messages: each estimated on its own, as the budget check in the tests does
+        est = estimate_tokens(system) + max((c - len(system)) // 4,
+                                            int((w - len(system.split())) / 0.75)) + 1
+        if est > budget and out:
+            break
+        out.append(line)
+        chars, words = c, w
+    return out
+
+
 class _LLMRole:
     def __init__(self, client: LLMClient, fallback):
         self.client, self.fallback = client, fallback
@@ -331,13 +585,18 @@ class LLMSelector(_LLMRole):
         super().__init__(client, fallback or TopScoreSelector())
 
     def select(self, question, candidates, max_selected):
-        lines = "\n".join(f"[{n}] {_quote(c.text)}" for n, c in enumerate(candidates, 1))
-        messages = [
-            {"role": "system", "content": "You choose the evidence that best clarifies a "
-             "multi-hop question. " + _UNTRUSTED + ' Reply with JSON: {"selected": [ordinals]} '
-             f"listing at most {max_selected} ordinals of the candidates, most useful first."},
-            {"role": "user", "content": f"Question: {_quote(question)}\nCandidates:\n{lines}"}]
-        ids = [c.id for c in candidates]
+        system = ("You choose the evidence that best clarifies a "
+                  "multi-hop question. " + _UNTRUSTED + ' Reply with JSON: {"selected": '
+                  f"[ordinals]}} listing at most {max_selected} ordinals of the candidates, "
+                  "most useful first.")
+        head = f"Question: {_quote(question)}\nCandidates:\n"
+        # the best candidates that fit the model's context (candidates come best first)
+        shown = _fit(self.client, system, head,
+                     [f"[{n}] {_quote(c.text)}" for n, c in enumerate(candidates, 1)])
+        cut = len(candidates) - len(shown)
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": head + "\n".join(shown)}]
+        ids = [c.id for c in candidates[:len(shown)]]
 
         def validate(obj):
             sel = obj.get("selected") if isinstance(obj, dict) else None
@@ -354,7 +613,8 @@ class LLMSelector(_LLMRole):
         value, repaired, why = self._run(
             "select", messages, validate,
             lambda: self.fallback.select(question, candidates, max_selected))
-        return RoleResult(value, role="select", repaired=repaired, fallback=why)
+        return RoleResult(value, role="select", repaired=repaired, fallback=why,
+                          notes=[f"select:cut:{cut}"] if cut else [])
 
 
 class LLMReformulator(_LLMRole):
@@ -366,14 +626,18 @@ class LLMReformulator(_LLMRole):
         super().__init__(client, fallback or BridgeReformulator())
 
     def reformulate(self, question, observed, max_queries):
-        docs = "\n".join(f"{_quote(p.title + ': ' + p.text)}" for p in observed)
-        messages = [
-            {"role": "system", "content": "You write search queries for the information a "
-             "multi-hop question still needs after reading some passages. Keep the question's "
-             "constraints, use the bridge entity the passages establish, ask for the "
-             "unresolved relation; do not answer. " + _UNTRUSTED + ' Reply with JSON: '
-             f'{{"queries": [strings]}} with at most {max_queries} queries.'},
-            {"role": "user", "content": f"Question: {_quote(question)}\nPassages:\n{docs}"}]
+        system = ("You write search queries for the information a "
+                  "multi-hop question still needs after reading some passages. Keep the "
+                  "question's constraints, use the bridge entity the passages establish, ask "
+                  "for the unresolved relation; do not answer. " + _UNTRUSTED + ' Reply with '
+                  f'JSON: {{"queries": [strings]}} with at most {max_queries} queries.')
+        head = f"Question: {_quote(question)}\nPassages:\n"
+        # the first passages that fit the context
+        quoted = _fit(self.client, system, head,
+                      [_quote(p.title + ": " + p.text) for p in observed])
+        cut = len(observed) - len(quoted)
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": head + "\n".join(quoted)}]
 
         def validate(obj):
             qs = obj.get("queries") if isinstance(obj, dict) else None
@@ -386,7 +650,8 @@ class LLMReformulator(_LLMRole):
         value, repaired, why = self._run(
             "reformulate", messages, validate,
             lambda: self.fallback.reformulate(question, observed, max_queries))
-        return RoleResult(value, role="reformulate", repaired=repaired, fallback=why)
+        return RoleResult(value, role="reformulate", repaired=repaired, fallback=why,
+                          notes=[f"reformulate:cut:{cut}"] if cut else [])
 
 
 class LLMController(_LLMRole):
@@ -418,9 +683,12 @@ class LLMController(_LLMRole):
                 if isinstance(gaps, list) else []
             return obj["sufficient"], clean_queries(queries, 3)[0]
 
-        value, _, _ = self._run("controller", messages, validate,
-                                lambda: (self.fallback.sufficient(question, passages), []))
-        return bool(value[0]), list(value[1])
+        value, repaired, why = self._run("controller", messages, validate,
+                                         lambda: (self.fallback.sufficient(question, passages),
+                                                  []))
+        # the gap queries carry the call's repair/fallback events into the trace
+        return bool(value[0]), RoleResult(value[1], role="controller", repaired=repaired,
+                                          fallback=why)
 
 
 def context_within_budget(passages, budget_tokens: int = 3000) -> list:

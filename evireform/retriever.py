@@ -425,12 +425,16 @@ class EviReform:
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
             return list(pool.map(fn, items))
 
-    def _assess(self, question, passages):
-        """(sufficient, gap queries) from the controller (:meth:`Controller.assess`)."""
+    def _assess(self, question, passages, trace):
+        """(sufficient, gap queries) from the controller (:meth:`Controller.assess`); an LLM
+        controller's repairs and fallbacks go to the trace."""
         try:
             ok, queries = self.controller.assess(question, passages)
+            if isinstance(queries, RoleResult):
+                trace.role_events.extend(queries.events())
             return bool(ok), list(queries or [])
         except Exception:
+            trace.role_events.append("controller:raised")
             return True, []  # a failing controller stops the rounds (the one-round method)
 
     def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
@@ -479,8 +483,8 @@ class EviReform:
         the newly ranked passages next round (and search for the gaps it named, if any)."""
         cfg, idx = self.config, self.index
         tops = [[p.index for p in st.result.passages[: cfg.max_selected]] for st in active]
-        verdicts = self._map(lambda a: self._assess(a[0].text, [idx.passages[j] for j in a[1]]),
-                             list(zip(active, tops)))
+        verdicts = self._map(lambda a: self._assess(a[0].text, [idx.passages[j] for j in a[1]],
+                                                    a[0].trace), list(zip(active, tops)))
         still = []
         for st, top, (ok, gaps) in zip(active, tops, verdicts):
             if ok:

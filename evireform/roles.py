@@ -45,12 +45,14 @@ class RoleResult(list):
     repair turn was needed, and why the LLM-free fallback answered, if it did."""
 
     def __init__(self, items=(), role: str = "", repaired: bool = False,
-                 fallback: str | None = None):
+                 fallback: str | None = None, notes=()):
         super().__init__(items)
         self.role, self.repaired, self.fallback = role, repaired, fallback
+        #: further events, e.g. "select:cut:40" when candidates were cut to fit the context
+        self.notes = list(notes)
 
     def events(self) -> list[str]:
-        out = []
+        out = list(self.notes)
         if self.repaired:
             out.append(f"{self.role}:repaired")
         if self.fallback:

@@ -37,7 +37,8 @@ def test_selection_well_formed(endpoint):
     out = LLMSelector(client).select("Where is Alice?", CANDS, 12)
     assert list(out) == [11, 10] and not out.repaired and out.fallback is None
     req = script.requests[0]
-    assert req["temperature"] == 0 and req["response_format"] == {"type": "json_object"}
+    assert req["temperature"] == 0 and req["response_format"]["type"] == "json_schema"
+    assert req["response_format"]["json_schema"]["schema"]["required"] == ["selected"]
     assert client.usage["select"].tokens_in == 11 and client.usage["select"].tokens_out == 7
 
 
@@ -248,3 +249,132 @@ def test_controller_gaps_drive_the_next_round_and_pool_keeps_order(endpoint):
     assert [x.ids for x in a] == [x.ids for x in b]
     assert all(x.trace.rounds_run == 2 and "fact 5 about Alice" in x.trace.residual_queries
                for x in a)
+
+
+class _NoSchemaScript(Script):
+    """A server that refuses response_format json_schema with a 400, like many local ones."""
+
+    def next(self, body):
+        if (body.get("response_format") or {}).get("type") == "json_schema":
+            with self.lock:
+                self.requests.append(body)
+            return {"status": 400, "content": "response_format json_schema is not supported"}
+        return super().next(body)
+
+
+def test_response_format_steps_down_once():
+    script = _NoSchemaScript(default={"content": json.dumps({"selected": [1]})})
+    srv, url = serve(script)
+    try:
+        client = LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0))
+        assert list(LLMSelector(client).select("q", CANDS, 2)) == [10]
+        assert list(LLMSelector(client).select("q2", CANDS, 2)) == [10]
+        kinds = [(r.get("response_format") or {}).get("type") for r in script.requests]
+        assert kinds == ["json_schema", "json_object", "json_object"]  # detected once
+        assert client.response_format == "json_object"
+    finally:
+        srv.shutdown()
+
+
+def test_context_errors_do_not_change_the_format(endpoint):
+    client, _ = endpoint([{"status": 400, "content": "prompt exceeds the context size"}] * 3,
+                         max_retries=0)
+    out = LLMSelector(client).select("q", CANDS, 2)
+    assert out.fallback == "BadRequestError" and client.response_format == "json_schema"
+
+
+def test_malformed_json_is_repaired_locally_first(endpoint):
+    pytest.importorskip("json_repair")
+    client, script = endpoint([{"content": 'Sure: {"selected": [2, 1'}])
+    out = LLMSelector(client).select("q", CANDS, 12)
+    assert list(out) == [11, 10] and not out.repaired and len(script.requests) == 1
+    assert client.usage["select"].local_repairs == 1 and client.usage["select"].repairs == 0
+
+
+def test_selector_cuts_candidates_to_the_context(endpoint):
+    from evireform.roles import Candidate
+    many = [Candidate(100 + i, 1 - i / 1000, "word " * 60, i) for i in range(200)]
+    client, script = endpoint([{"content": json.dumps({"selected": [1, 2]})}],
+                              context_tokens=2048, max_tokens=256)
+    out = LLMSelector(client).select("q", many, 12)
+    shown = script.requests[0]["messages"][1]["content"].count("[")
+    assert 0 < shown < 200 and out.events() == [f"select:cut:{200 - shown}"]
+    assert list(out) == [100, 101]
+    from evireform.llm import estimate_tokens
+    text = sum(estimate_tokens(m["content"]) for m in script.requests[0]["messages"])
+    assert text <= client.prompt_budget()
+
+
+def test_rate_limiter_with_a_fake_clock():
+    from evireform.llm import DeadlineExceeded, RateLimiter
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+    lim = RateLimiter(rpm=2, tpm=1000, clock=lambda: now[0], sleep=sleep)
+    assert lim.wait(10) == 0 and lim.wait(10) == 0
+    assert lim.wait(10) == pytest.approx(60.0)  # the third request waits for the window
+    now[0] += 60
+    assert lim.wait(900) == 0
+    assert lim.wait(200) > 0  # 1,100 tokens in a minute: waits
+    with pytest.raises(DeadlineExceeded):
+        lim.wait(990, until=now[0] + 1)
+
+
+def test_controller_events_reach_the_trace(endpoint):
+    from evireform import PropositionIndex, Proposition
+    from evireform.embed import HashingEmbedder
+    from evireform.retriever import EviReform, EviReformConfig
+    client, _ = endpoint([{"content": "not json at all"}, {"content": "still not"}] * 4,
+                         max_retries=0)
+    emb = HashingEmbedder(32)
+    ps = [Passage(str(i), f"T{i}", f"Alpha {i} met Beta.") for i in range(6)]
+    pr = [Proposition(f"Alpha {i} met Beta", str(i), ("alpha", f"b{i % 2}")) for i in range(6)]
+    idx = PropositionIndex.from_propositions(ps, pr, emb.encode([p.text for p in pr]), emb.name)
+    r = EviReform(idx, EviReformConfig(rounds=2), embedder=emb,
+                  controller=LLMController(client)).retrieve("Who did Alpha 1 meet, Gamma?")
+    assert any(e.startswith("controller:") for e in r.trace.role_events), r.trace.role_events
+
+
+def test_replay_index_matches_by_key_then_by_content():
+    from evireform.llm import ReplayIndex
+    sysmsg = {"role": "system", "content": "pick"}
+
+    def sel(lines):
+        return [sysmsg, {"role": "user", "content": "Question: <data>q</data>\nCandidates:\n"
+                         + "\n".join(f"[{n}] <data>{t}</data>" for n, t in enumerate(lines, 1))}]
+    rec = {"key": "k1", "role": "select", "messages": sel(["a", "b", "c"]),
+           "reply": {"selected": [3, 1]}}
+    ref = {"key": "k2", "role": "reformulate", "messages": [
+        sysmsg, {"role": "user", "content": "Question: <data>q</data>\nPassages:\n"
+                 "<data>P1</data>\n<data>P2</data>"}], "reply": {"queries": ["x"]}}
+    idx = ReplayIndex([rec, ref])
+    assert idx.match("k1", "select", sel(["a", "b", "c"])) == ({"selected": [3, 1]}, "key")
+    # the same candidates in another order: ordinals carried over by text
+    assert idx.match("zz", "select", sel(["c", "a", "b"])) == ({"selected": [1, 2]}, "content")
+    assert idx.match("zz", "select", sel(["a", "b", "d"])) == (None, None)  # c is gone
+    swapped = [sysmsg, {"role": "user", "content": "Question: <data>q</data>\nPassages:\n"
+                        "<data>P2</data>\n<data>P1</data>"}]
+    assert idx.match("zz", "reformulate", swapped) == ({"queries": ["x"]}, "content")
+    other = [sysmsg, {"role": "user", "content": "Question: <data>another</data>\nCandidates:\n"}]
+    assert idx.match("zz", "select", other) == (None, None)
+
+
+def test_replay_of_the_recorded_replies_hits_every_request(data_dir, tmp_path, monkeypatch):
+    """The recorded strong-LLM replies (shared/llm-replies), replayed for the first questions
+    of each set through the CLI: every selection and reformulation request is answered."""
+    from evireform.cli import main
+    replies = data_dir.parent / "llm-replies"
+    if not replies.is_dir():
+        pytest.skip(f"recorded replies not found at {replies}")
+    for ds in ("hotpotqa", "musique"):
+        out = tmp_path / f"{ds}.json"
+        assert main(["eval", "--dataset", ds, "--data", str(data_dir), "-n", "6", "--methods",
+                     "evireform", "--llm-replay", str(replies / f"{ds}.jsonl"), "--json",
+                     str(out), "--quiet"]) == 0
+        usage = json.loads(out.read_text())["llm_usage"]
+        assert usage["select"]["misses"] == 0 and usage["reformulate"]["misses"] == 0
+        assert usage["select"]["cache_hits"] + usage["select"]["content_hits"] == 6
+        assert usage["reformulate"]["cache_hits"] + usage["reformulate"]["content_hits"] == 6

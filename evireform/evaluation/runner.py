@@ -103,13 +103,14 @@ class EvalReport:
 def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              n: int | None = None, config=None, cache_dir=None, show_progress=True,
              dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
-             reader_k: int = 5) -> EvalReport:
+             reader_k: int = 5, max_workers: int = 1) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
     controller are the LLM roles (LLM-free fallbacks on failure); with ``reader=True`` the LLM
     reader answers every question from each method's top ``reader_k`` passages and F1/EM are
-    added to the report, with tokens in/out per role.
+    added to the report, with tokens in/out per role.  ``max_workers``: role calls in flight
+    at once across the questions (for LLM roles).
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -144,7 +145,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
                 from ..llm import LLMController, LLMReformulator, LLMSelector
                 roles = dict(selector=LLMSelector(llm, TopScoreSelector(sel_n)),
                              reformulator=LLMReformulator(llm), controller=LLMController(llm))
-            r = EviReform(idx, cfg, embedder=embedder, **roles)
+            r = EviReform(idx, cfg, embedder=embedder, max_workers=max_workers, **roles)
             by_cfg[key] = r.retrieve_many(texts, kmax)
         rankings[name] = [[p.index for p in r.passages] for r in by_cfg[key]]
         traces[name] = by_cfg[key]
@@ -229,7 +230,9 @@ def format_table(report: "EvalReport", ks=KS) -> str:
         lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols) + qa)
     for role, u in (report.llm_usage or {}).items():
         lines.append(f"llm {role}: {u['calls']} calls, {u['cache_hits']} cache hits, "
-                     f"{u['repairs']} repairs, {u['failures']} fallbacks, tokens in "
+                     f"{u['content_hits']} content hits, {u['misses']} offline misses, "
+                     f"{u['repairs']} repairs, "
+                     f"{u['local_repairs']} local repairs, {u['failures']} fallbacks, tokens in "
                      f"{u['tokens_in']:,} out {u['tokens_out']:,}")
     return "\n".join(lines)
 
