@@ -282,6 +282,9 @@ def _cmd_analyze(args) -> int:
                          show_progress=False, config=EviReformConfig(**over), n=args.n)
             return r.methods["evireform"]
         print(sensitivity_table(one))
+    elif args.kind == "selector":
+        from .evaluation.learn_selector import selector_study
+        print(selector_study(data, emb, Path(args.replies)))
     elif args.kind == "growth":
         from .evaluation.growth import index_growth
         index_growth(data, emb, out_png=args.png, n_steps=args.steps, n=args.n, show=show)
@@ -409,9 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
     qu.set_defaults(func=_cmd_query)
 
     an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
-    an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth"),
+    an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth",
+                                     "selector"),
                     help="ablation / coverage / types: one eval run of the methods each needs; "
-                         "sensitivity: the paper's grids; growth: distractors added in steps")
+                         "sensitivity: the paper's grids; growth: distractors added in steps; "
+                         "selector: an LLM-free selector fitted to the recorded LLM selections "
+                         "of one set, evaluated on the other")
+    an.add_argument("--replies", default="../shared/llm-replies",
+                    help="selector: the folder of recorded replies (hotpotqa.jsonl, musique.jsonl)")
     an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
     an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
     an.add_argument("--embedder", default="all-MiniLM-L6-v2")

@@ -46,6 +46,10 @@ class DeadlineExceeded(TimeoutError):
     """A role call did not get a usable reply within ``LLMConfig.deadline`` seconds."""
 
 
+class ContextOverflow(ValueError):
+    """The server refused a prompt longer than the model's context."""
+
+
 class OfflineMiss(RuntimeError):
     """Offline mode and no cached reply: the request was written to the pending file."""
 
@@ -334,8 +338,9 @@ _FORMATS = ("json_schema", "json_object", "text")
 
 
 def _refuses_format(exc) -> bool:
-    """A 400 (or 422) whose message is about the response format, not e.g. the context."""
-    if getattr(exc, "status_code", None) not in (400, 422):
+    """An error reply whose message is about the response format, not e.g. the context:
+    400 or 422 from most servers, 500 from llama-cpp-python's (a request validation error)."""
+    if getattr(exc, "status_code", None) not in (400, 422, 500):
         return False
     msg = (str(exc) + " " + str(getattr(exc, "body", ""))).lower()
     return any(w in msg for w in ("response_format", "json_schema", "schema", "json_object"))
@@ -383,10 +388,29 @@ class LLMClient:
         #: the response_format the server takes (json_schema, json_object, text); found by
         #: the first calls and then kept
         self.response_format = _FORMATS[0] if self.config.json_mode else "text"
+        #: server tokens per estimated token, learned from context-overflow replies
+        self.token_scale = 1.0
 
     def prompt_budget(self) -> int:
-        """Tokens a prompt may use: the context window less the reply and a margin."""
-        return max(256, int(self.config.context_tokens) - int(self.config.max_tokens) - 64)
+        """Tokens (by :func:`estimate_tokens`) a prompt may use: the context window less the
+        reply and a margin, divided by the learned ratio of the server's token count to the
+        estimate (1 until a context overflow says otherwise)."""
+        room = int(self.config.context_tokens) - int(self.config.max_tokens) - 64
+        return max(256, int(room / self.token_scale))
+
+    def _learn_overflow(self, exc, messages) -> bool:
+        """On a context-overflow reply: raise the token scale from the counts it states
+        (e.g. "4303 in the messages"), else by a quarter; True if it was one."""
+        msg = (str(exc) + " " + str(getattr(exc, "body", ""))).lower()
+        if getattr(exc, "status_code", None) not in (400, 413, 422) or not (
+                "context" in msg and ("token" in msg or "length" in msg)):
+            return False
+        est = sum(estimate_tokens(m["content"]) for m in messages)
+        m = re.search(r"(\d+) in the messages", msg)
+        ratio = int(m.group(1)) / max(1, est) if m else 1.25
+        with self._lock:
+            self.token_scale = max(self.token_scale * 1.05, ratio * 1.05)
+        return True
 
     def _count(self, role: str, **inc) -> None:
         with self._lock:
@@ -471,6 +495,8 @@ class LLMClient:
                 resp = self._client.chat.completions.create(**kw)
                 break
             except Exception as exc:
+                if self._learn_overflow(exc, messages):
+                    raise ContextOverflow(str(exc)) from exc
                 if fmt == "text" or not _refuses_format(exc):
                     raise
                 # the server does not take this response_format: step down, for good
@@ -567,9 +593,18 @@ class _LLMRole:
         self.client, self.fallback = client, fallback
 
     def _run(self, role, messages, validate, fallback_call):
-        """(value, repaired, fallback reason or None); never raises for the LLM's faults."""
+        """(value, repaired, fallback reason or None); never raises for the LLM's faults.
+        ``messages`` may be a callable that builds them for the client's current token
+        budget: after a context overflow (which teaches the client its tokenizer's rate) it
+        is built again, smaller, once."""
         try:
-            value, repaired = self.client.ask(role, messages, validate)
+            build = messages if callable(messages) else (lambda: messages)
+            try:
+                value, repaired = self.client.ask(role, build(), validate)
+            except ContextOverflow:
+                if not callable(messages):
+                    raise
+                value, repaired = self.client.ask(role, build(), validate)
             return value, repaired, None
         except Exception as exc:  # contract broken twice, endpoint down, timeout, ...
             self.client._count(role, failures=1)
@@ -590,13 +625,16 @@ class LLMSelector(_LLMRole):
                   f"[ordinals]}} listing at most {max_selected} ordinals of the candidates, "
                   "most useful first.")
         head = f"Question: {_quote(question)}\nCandidates:\n"
-        # the best candidates that fit the model's context (candidates come best first)
-        shown = _fit(self.client, system, head,
-                     [f"[{n}] {_quote(c.text)}" for n, c in enumerate(candidates, 1)])
-        cut = len(candidates) - len(shown)
-        messages = [{"role": "system", "content": system},
+        lines = [f"[{n}] {_quote(c.text)}" for n, c in enumerate(candidates, 1)]
+        ids: list = []
+        cut = [0]
+
+        def build():  # the best candidates that fit the context (they come best first)
+            shown = _fit(self.client, system, head, lines)
+            cut[0] = len(candidates) - len(shown)
+            ids[:] = [c.id for c in candidates[:len(shown)]]
+            return [{"role": "system", "content": system},
                     {"role": "user", "content": head + "\n".join(shown)}]
-        ids = [c.id for c in candidates[:len(shown)]]
 
         def validate(obj):
             sel = obj.get("selected") if isinstance(obj, dict) else None
@@ -611,10 +649,10 @@ class LLMSelector(_LLMRole):
             return out[:max_selected]
 
         value, repaired, why = self._run(
-            "select", messages, validate,
+            "select", build, validate,
             lambda: self.fallback.select(question, candidates, max_selected))
         return RoleResult(value, role="select", repaired=repaired, fallback=why,
-                          notes=[f"select:cut:{cut}"] if cut else [])
+                          notes=[f"select:cut:{cut[0]}"] if cut[0] else [])
 
 
 class LLMReformulator(_LLMRole):
@@ -632,11 +670,13 @@ class LLMReformulator(_LLMRole):
                   "for the unresolved relation; do not answer. " + _UNTRUSTED + ' Reply with '
                   f'JSON: {{"queries": [strings]}} with at most {max_queries} queries.')
         head = f"Question: {_quote(question)}\nPassages:\n"
-        # the first passages that fit the context
-        quoted = _fit(self.client, system, head,
-                      [_quote(p.title + ": " + p.text) for p in observed])
-        cut = len(observed) - len(quoted)
-        messages = [{"role": "system", "content": system},
+        lines = [_quote(p.title + ": " + p.text) for p in observed]
+        cut = [0]
+
+        def build():  # the first passages that fit the context
+            quoted = _fit(self.client, system, head, lines)
+            cut[0] = len(observed) - len(quoted)
+            return [{"role": "system", "content": system},
                     {"role": "user", "content": head + "\n".join(quoted)}]
 
         def validate(obj):
@@ -648,10 +688,10 @@ class LLMReformulator(_LLMRole):
             return list(qs)
 
         value, repaired, why = self._run(
-            "reformulate", messages, validate,
+            "reformulate", build, validate,
             lambda: self.fallback.reformulate(question, observed, max_queries))
         return RoleResult(value, role="reformulate", repaired=repaired, fallback=why,
-                          notes=[f"reformulate:cut:{cut}"] if cut else [])
+                          notes=[f"reformulate:cut:{cut[0]}"] if cut[0] else [])
 
 
 class LLMController(_LLMRole):

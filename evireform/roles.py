@@ -137,6 +137,74 @@ def _words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower())]
 
 
+#: the features :class:`LearnedSelector` scores, in order
+SELECTOR_FEATURES = ("score", "score_rel", "rank", "passage_rank", "first_of_passage",
+                     "names_in_question", "new_names", "word_overlap", "passage_size",
+                     "links_earlier_passage", "bias")
+
+
+def selector_features(question: str, candidates: Sequence[Candidate]):
+    """One row of :data:`SELECTOR_FEATURES` per candidate, from what the selector sees without
+    an LLM: the cosine score and rank, the candidate's passage (its rank among distinct
+    passages, whether this is its best candidate, how many candidates it has), the names the
+    candidate shares with the question and the names it adds (bridge candidates), word
+    overlap, and whether it names something a higher-ranked candidate of another passage
+    also names."""
+    import numpy as np
+    n = len(candidates)
+    out = np.zeros((n, len(SELECTOR_FEATURES)))
+    if n == 0:
+        return out
+    qtext = canonical_entity(question)
+    qwords = {w for w in _words(question) if w not in _QSTOP}
+    umax = max(c.score for c in candidates) or 1.0
+    p_rank: dict[int, int] = {}
+    p_size: dict[int, int] = {}
+    for c in candidates:
+        p_rank.setdefault(c.passage, len(p_rank))
+        p_size[c.passage] = p_size.get(c.passage, 0) + 1
+    seen_p: set = set()
+    earlier: dict[str, set] = {}
+    for i, c in enumerate(candidates):
+        names = {canonical_entity(x) for x in name_spans(c.text)} - {""}
+        inq = sum(1 for x in names if x in qtext)
+        words = {w for w in _words(c.text) if w not in _QSTOP}
+        links = any(earlier.get(x, set()) - {c.passage} for x in names)
+        out[i] = (c.score, c.score / umax, i / n, min(p_rank[c.passage], 20) / 20,
+                  float(c.passage not in seen_p), inq / max(1, len(names)),
+                  min(len(names) - inq, 5) / 5, len(qwords & words) / max(1, len(qwords)),
+                  min(p_size[c.passage], 10) / 10, float(links), 1.0)
+        seen_p.add(c.passage)
+        for x in names:
+            earlier.setdefault(x, set()).add(c.passage)
+    return out
+
+
+class LearnedSelector(Selector):
+    """An LLM-free selector fitted to a strong LLM's recorded selections: a logistic model
+    over :func:`selector_features`; it takes the ``n`` candidates the model rates most likely
+    to be chosen, in candidate order.  Fitted and evaluated by
+    ``evireform analyze selector`` (fitted on one data set, evaluated on the other)."""
+
+    def __init__(self, weights, n: int = 4):
+        import numpy as np
+        self.weights = np.asarray(weights, dtype=np.float64)
+        if self.weights.shape != (len(SELECTOR_FEATURES),):
+            raise ValueError(f"weights must have {len(SELECTOR_FEATURES)} entries")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive integer; got {n!r}")
+        self.n = n
+        self.name = f"learned-{n}"
+
+    def select(self, question, candidates, max_selected):
+        import numpy as np
+        if not candidates:
+            return []
+        z = selector_features(question, candidates) @ self.weights
+        top = np.argsort(-z, kind="stable")[:min(self.n, max_selected)]
+        return [candidates[i].id for i in sorted(top)]
+
+
 class BridgeReformulator(Reformulator):
     """LLM-free residual queries: a bridge entity from the observed text plus the question's
     unresolved words.

@@ -252,22 +252,29 @@ def test_controller_gaps_drive_the_next_round_and_pool_keeps_order(endpoint):
 
 
 class _NoSchemaScript(Script):
-    """A server that refuses response_format json_schema with a 400, like many local ones."""
+    """A server that refuses response_format json_schema, like many local ones (400 or 422;
+    llama-cpp-python's answers 500)."""
+
+    status = 400
 
     def next(self, body):
         if (body.get("response_format") or {}).get("type") == "json_schema":
             with self.lock:
                 self.requests.append(body)
-            return {"status": 400, "content": "response_format json_schema is not supported"}
+            return {"status": self.status,
+                    "content": "response_format.type: Input should be 'text' or 'json_object'"}
         return super().next(body)
 
 
-def test_response_format_steps_down_once():
+@pytest.mark.parametrize("status", [400, 422, 500])
+def test_response_format_steps_down_once(status):
     script = _NoSchemaScript(default={"content": json.dumps({"selected": [1]})})
+    script.status = status
     srv, url = serve(script)
     try:
         client = LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0))
-        assert list(LLMSelector(client).select("q", CANDS, 2)) == [10]
+        first = LLMSelector(client).select("q", CANDS, 2)
+        assert list(first) == [10] and first.fallback is None
         assert list(LLMSelector(client).select("q2", CANDS, 2)) == [10]
         kinds = [(r.get("response_format") or {}).get("type") for r in script.requests]
         assert kinds == ["json_schema", "json_object", "json_object"]  # detected once
@@ -378,3 +385,21 @@ def test_replay_of_the_recorded_replies_hits_every_request(data_dir, tmp_path, m
         assert usage["select"]["misses"] == 0 and usage["reformulate"]["misses"] == 0
         assert usage["select"]["cache_hits"] + usage["select"]["content_hits"] == 6
         assert usage["reformulate"]["cache_hits"] + usage["reformulate"]["content_hits"] == 6
+
+
+def test_context_overflow_teaches_the_token_rate_and_retries_smaller(endpoint):
+    """A server whose tokenizer counts more tokens than the estimate: its overflow reply
+    states the real count; the client learns the rate and the selector retries, smaller."""
+    from evireform.roles import Candidate
+    many = [Candidate(100 + i, 1 - i / 1000, "word " * 60, i) for i in range(200)]
+    overflow = {"status": 400, "content": "This model's maximum context length is 2048 tokens. "
+                "However, you requested 2600 tokens (2344 in the messages, 256 in the "
+                "completion)."}
+    client, script = endpoint([overflow, {"content": json.dumps({"selected": [1]})}],
+                              context_tokens=2048, max_tokens=256, max_retries=0)
+    out = LLMSelector(client).select("q", many, 12)
+    assert list(out) == [100] and out.fallback is None
+    first = script.requests[0]["messages"][1]["content"].count("[")
+    second = script.requests[1]["messages"][1]["content"].count("[")
+    assert second < first and client.token_scale > 1.2
+    assert out.events() == [f"select:cut:{200 - second}"]
