@@ -26,6 +26,7 @@ BLOCKS = {
 # the full method with a strong LLM: its recorded replies replayed offline (shared/llm-replies)
 REPLAY_METHODS = ("dense,bm25,dense_prop,hipporag_ppr,evireform,reform_only,prop_only,base,"
                   "residual_only,repeat_question")
+BLOCKS["selector-study"] = EV + ["analyze", "selector", "--quiet"]
 for _ds in ("hotpotqa", "musique"):
     BLOCKS[f"replay-{_ds}"] = EV + ["eval", "--dataset", _ds, "--methods", REPLAY_METHODS,
                                     "--llm-replay", f"../shared/llm-replies/{_ds}.jsonl",

@@ -88,10 +88,11 @@ def selector_study(data: Path, embedder, replies_dir: Path) -> str:
             X.append(selector_features(q.question, cands))
             y.append(np.isin([c.id for c in cands], chosen).astype(float))
         w = fit_logistic(np.concatenate(X), np.concatenate(y))
+        picks = np.mean([len(c) for _, c in rows if c is not None])
         # the seed count, chosen on the training set
         n = max(N_CHOICES, key=lambda k: (_run(idx, qs, embedder, LearnedSelector(w, k))
                                            ["recall@5"], -k))
-        fitted[train] = (w, n)
+        fitted[train] = (w, n, picks)
         tidx, tqs = sets[test]
         learned = _run(tidx, tqs, embedder, LearnedSelector(w, n))
         top4 = _run(tidx, tqs, embedder, TopScoreSelector(4))
@@ -106,6 +107,7 @@ def selector_study(data: Path, embedder, replies_dir: Path) -> str:
     lines.append("All with the LLM-free reformulator and the paper's other defaults. Weights "
                  "(features: " + ", ".join(__import__("evireform.roles", fromlist=["x"])
                                             .SELECTOR_FEATURES) + "):")
-    for train, (w, n) in fitted.items():
-        lines.append(f"- fitted on {train} (n={n}): " + ", ".join(f"{v:+.2f}" for v in w))
+    for train, (w, n, picks) in fitted.items():
+        lines.append(f"- fitted on {train} (n={n}; the LLM picked {picks:.1f} candidates per "
+                     "question there): " + ", ".join(f"{v:+.2f}" for v in w))
     return "\n".join(lines)
