@@ -291,11 +291,51 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _result_record(res, qid=None) -> dict:
+    out = {"question": res.question}
+    if qid is not None:
+        out = {"id": qid, **out}
+    out.update({
+        "residual_queries": res.trace.residual_queries,
+        "role_events": res.trace.role_events,
+        "passages": [{"id": p.id, "title": p.title, "score": p.score,
+                      "from_question": p.from_question, "from_residual": p.from_residual,
+                      "from_propagation": p.from_propagation} for p in res.passages]})
+    return out
+
+
+def read_questions(path) -> list[tuple[str, str]]:
+    """(id, question) pairs from JSONL records with ``question`` (and ``id``/``_id``) or a
+    text file with one question per line; ids default to the line number."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("{"):
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from None
+                q = rec.get("question")
+                if not isinstance(q, str) or not q.strip():
+                    raise ValueError(f"{path}:{n}: the record has no 'question' string")
+                out.append((str(rec.get("id", rec.get("_id", n))), q))
+            else:
+                out.append((str(n), line))
+    if not out:
+        raise ValueError(f"{path}: no questions")
+    return out
+
+
 def _cmd_query(args) -> int:
     from .embed import get_embedder
     from .index import PropositionIndex
     from .retriever import EviReform
 
+    if (args.question is None) == (args.questions is None):
+        raise ValueError("give one question, or --questions FILE")
     idx = PropositionIndex.load(args.index_dir)
     emb = get_embedder(idx.embedder_name)
     roles = {}
@@ -304,26 +344,65 @@ def _cmd_query(args) -> int:
         from .llm import LLMController, LLMReformulator, LLMSelector
         roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                      controller=LLMController(client))
-    res = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1,
-                    **roles).retrieve(args.question, args.k)
+    retriever = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1, **roles)
+    if args.questions is not None:
+        return _batch_query(args, retriever)
+    res = retriever.retrieve(args.question, args.k)
     summary = _replay_summary(client)
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
-        print(json.dumps({
-            "question": args.question,
-            "residual_queries": res.trace.residual_queries,
-            "role_events": res.trace.role_events,
-            "passages": [{"id": p.id, "title": p.title, "score": p.score,
-                          "from_question": p.from_question, "from_residual": p.from_residual,
-                          "from_propagation": p.from_propagation} for p in res.passages],
-        }, indent=1))
+        print(json.dumps(_result_record(res), indent=1))
         return 0
     print(f"Q: {args.question}")
     for q in res.trace.residual_queries:
         print(f"   residual query: {q}")
     for r, p in enumerate(res.passages, 1):
         print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]")
+    return 0
+
+
+def _batch_query(args, retriever) -> int:
+    """Many questions in chunks of --batch (each chunk one retrieve_many): JSONL results to
+    --out (or stdout), a TREC run file with --trec, and a summary line on stderr."""
+    import numpy as np
+    qs = read_questions(args.questions)
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    trec = open(args.trec, "w", encoding="utf-8") if args.trec else None
+    show = not args.quiet
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(qs), desc="query", unit="question", file=sys.stderr)
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        for lo in range(0, len(qs), args.batch):
+            chunk = qs[lo:lo + args.batch]
+            t = time.perf_counter()
+            results = retriever.retrieve_many([q for _, q in chunk], args.k)
+            took = time.perf_counter() - t
+            lat += [took] * len(chunk)  # each question waits for its whole chunk
+            for (qid, _), res in zip(chunk, results):
+                out.write(json.dumps(_result_record(res, qid), ensure_ascii=False) + "\n")
+                if trec is not None:
+                    for r, p in enumerate(res.passages, 1):
+                        trec.write(f"{qid} Q0 {p.id.replace(' ', '_')} {r} {p.score:.6f} "
+                                   f"{args.run_name}\n")
+            if bar is not None:
+                bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+        if args.out:
+            out.close()
+        if trec is not None:
+            trec.close()
+    total = time.perf_counter() - t0
+    p50, p95 = np.percentile(lat, [50, 95])
+    print(f"{len(qs)} questions in {total:.2f} s: {len(qs) / total:.1f} questions/s; latency per "
+          f"question p50 {p50 * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms (batches of {args.batch})",
+          file=sys.stderr)
     return 0
 
 
@@ -403,11 +482,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_llm_args(ev)
     ev.set_defaults(func=_cmd_eval)
 
-    qu = sub.add_parser("query", help="retrieve passages for one question from a saved index")
+    qu = sub.add_parser("query", help="retrieve passages for one question, or a file of "
+                                      "questions, from a saved index")
     qu.add_argument("index_dir")
-    qu.add_argument("question")
+    qu.add_argument("question", nargs="?", help="one question (or --questions FILE)")
     qu.add_argument("-k", type=_positive_int, default=10)
     qu.add_argument("--json", action="store_true")
+    qu.add_argument("--questions", metavar="FILE",
+                    help="many questions: JSONL records with 'question' (and 'id'), or one "
+                         "question per line; results as JSONL (--out, default stdout)")
+    qu.add_argument("--out", help="--questions: the JSONL results file")
+    qu.add_argument("--trec", metavar="RUN_FILE",
+                    help="--questions: also write a TREC run file (qid Q0 docid rank score run)")
+    qu.add_argument("--run-name", default="evireform", help="the TREC run name")
+    qu.add_argument("--batch", type=_positive_int, default=64,
+                    help="--questions: questions per retrieve_many call (1 = one at a time)")
+    qu.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_llm_args(qu)
     qu.set_defaults(func=_cmd_query)
 

@@ -27,19 +27,31 @@ class Embedder(Protocol):
         ...
 
 
+#: rows per block when normalising (bounds the float64 scratch to about 64 MiB at d = 1024)
+NORMALISE_BLOCK_ROWS = 8192
+
+
 def normalise_rows(X: np.ndarray, what: str = "embeddings") -> np.ndarray:
-    """Validate and L2-normalise rows; NaN/inf and zero rows raise ``ValueError``."""
-    X = np.asarray(X, dtype=np.float32)
-    if X.ndim != 2:
-        raise ValueError(f"{what} must be a 2-d array; got shape {X.shape}")
-    if not np.all(np.isfinite(X)):
-        bad = int(np.flatnonzero(~np.all(np.isfinite(X), axis=1))[0])
-        raise ValueError(f"{what} contain NaN or inf (first bad row: {bad})")
-    norms = np.linalg.norm(X.astype(np.float64), axis=1)
-    if len(norms) and norms.min() == 0:
-        raise ValueError(f"{what} contain an all-zero row (row {int(np.argmin(norms))}); "
-                         "a zero vector has no direction to normalise")
-    return np.ascontiguousarray((X / norms[:, None]).astype(np.float32))
+    """Validate and L2-normalise rows into a new float32 array; NaN/inf and zero rows raise
+    ``ValueError``.  Works in blocks of :data:`NORMALISE_BLOCK_ROWS` rows (norms accumulated
+    in float64), so the only full-size allocation is the float32 result."""
+    src = np.asarray(X)
+    if src.ndim != 2:
+        raise ValueError(f"{what} must be a 2-d array; got shape {src.shape}")
+    out = np.empty(src.shape, dtype=np.float32)
+    step = max(1, int(NORMALISE_BLOCK_ROWS))
+    for lo in range(0, src.shape[0], step):
+        blk = np.asarray(src[lo:lo + step], dtype=np.float64)
+        finite = np.isfinite(blk).all(axis=1)
+        if not finite.all():
+            bad = lo + int(np.argmin(finite))
+            raise ValueError(f"{what} contain NaN or inf (first bad row: {bad})")
+        norms = np.sqrt(np.einsum("ij,ij->i", blk, blk))
+        if len(norms) and norms.min() == 0:
+            raise ValueError(f"{what} contain an all-zero row (row {lo + int(np.argmin(norms))});"
+                             " a zero vector has no direction to normalise")
+        out[lo:lo + step] = blk / norms[:, None]
+    return out
 
 
 class MiniLMEmbedder:

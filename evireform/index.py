@@ -158,8 +158,10 @@ class PropositionIndex:
               extractor: Extractor | None = None, batch_size: int = 64,
               show_progress: bool = True, hnsw: bool | None = None) -> "PropositionIndex":
         """Extract propositions from ``passages`` (default: :class:`HeuristicExtractor`),
-        embed them in batches with ``embedder``, and build the index."""
-        passages = list(passages)
+        embed them in batches with ``embedder``, and build the index.  ``passages`` may be
+        :class:`Passage` objects, plain strings or ``{"id"?, "title"?, "text"}`` dicts."""
+        from .corpus import as_passages
+        passages = as_passages(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
         extractor = extractor or HeuristicExtractor()

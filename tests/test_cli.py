@@ -73,3 +73,31 @@ def test_cli_llm_cache_roundtrip(tmp_path, capsys):
     assert main(["llm-cache", "import", str(tmp_path / "bad.jsonl"), "--cache",
                  str(tmp_path / "b.sqlite")]) == 2
     assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_batch_query_jsonl_and_trec(tmp_path, capsys):
+    import json
+    from evireform import Passage, Proposition, PropositionIndex
+    from evireform.embed import HashingEmbedder
+    emb = HashingEmbedder(32)
+    ps = [Passage(f"p {i}", f"T{i}", f"Alpha {i} met Beta {i}.") for i in range(8)]
+    pr = [Proposition(f"Alpha {i} met Beta {i}", f"p {i}", (f"a{i}", "beta")) for i in range(8)]
+    PropositionIndex.from_propositions(ps, pr, emb.encode([p.text for p in pr]),
+                                       emb.name).save(tmp_path / "ix")
+    qf = tmp_path / "q.jsonl"
+    qf.write_text('{"id": "q1", "question": "Whom did Alpha 3 meet?"}\n'
+                  '{"question": "Where is Beta 5?"}\n')
+    tf = tmp_path / "q.txt"
+    tf.write_text("Whom did Alpha 3 meet?\n\nWhere is Beta 5?\n")
+    for f, ids in ((qf, ["q1", "2"]), (tf, ["1", "3"])):
+        out, trec = tmp_path / "r.jsonl", tmp_path / "run.trec"
+        assert main(["query", str(tmp_path / "ix"), "--questions", str(f), "--out", str(out),
+                     "--trec", str(trec), "-k", "3", "--batch", "1", "--quiet"]) == 0
+        recs = [json.loads(l) for l in out.read_text().splitlines()]
+        assert [r["id"] for r in recs] == ids and all(len(r["passages"]) == 3 for r in recs)
+        lines = trec.read_text().splitlines()
+        assert len(lines) == 6 and lines[0].split()[:4] == [ids[0], "Q0", "p_3", "1"]
+        assert "questions/s" in capsys.readouterr().err
+    single = main(["query", str(tmp_path / "ix"), "Whom did Alpha 3 meet?", "--json"])
+    assert single == 0 and json.loads(capsys.readouterr().out)["passages"][0]["id"] == "p 3"
+    assert main(["query", str(tmp_path / "ix")]) == 2  # neither a question nor --questions

@@ -85,3 +85,27 @@ def test_read_openie_rejects_unknown_doc(tmp_path):
                                        "extracted_triples": [["a", "b", "c"]]}]}))
     with pytest.raises(ValueError, match="matches no corpus passage"):
         read_openie(f, [Passage("0", "Y", "elsewhere")])
+
+
+def test_plain_corpora(tmp_path):
+    from evireform.corpus import as_passages
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"id": "x1", "title": "Alpha", "text": "Alpha met Beta."}\n\n'
+                 '{"text": "No id or title."}\n"just a string"\n')
+    ps = load_corpus(f)
+    assert [(p.id, p.title) for p in ps] == [("x1", "Alpha"), ("1", ""), ("2", "")]
+    g = tmp_path / "c.json"
+    g.write_text('["First text.", "Second text."]')
+    assert [p.text for p in load_corpus(g)] == ["First text.", "Second text."]
+    h = tmp_path / "lines.txt"  # JSONL without the suffix: detected
+    h.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert len(load_corpus(h)) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a"}\n{oops\n')
+    import pytest
+    with pytest.raises(ValueError, match="line 2"):
+        load_corpus(bad)
+    idx = PropositionIndex.build(["Alice lives in Paris.", "Paris is in France."],
+                                 HashingEmbedder(16), show_progress=False)
+    assert [p.id for p in idx.passages] == ["0", "1"] and idx.n_props >= 2
+    assert as_passages([{"id": "k", "text": "t"}])[0].id == "k"
