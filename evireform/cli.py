@@ -76,13 +76,12 @@ def _check_index_target(out_dir, corpus, force: bool) -> None:
 
 def _cmd_index(args) -> int:
     from .corpus import load_corpus
-    from .embed import get_embedder
     from .index import PropositionIndex, arrays_equal, disk_bytes
 
     t0 = time.perf_counter()
     _check_index_target(args.out_dir, args.corpus, args.force)
     passages = load_corpus(args.corpus)
-    embedder = get_embedder(args.embedder)
+    embedder = _embedder(args)
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
     show = not args.quiet and not args.json
     if args.extractor in ("heuristic", "llm"):
@@ -206,6 +205,28 @@ def _replay_summary(client) -> str | None:
             f"(answered by the LLM-free role){where}")
 
 
+def _add_embedder_args(p, batch: bool = True) -> None:
+    p.add_argument("--embedder", default="minilm",
+                   help="minilm (all-MiniLM-L6-v2, the default), st:PATH_OR_NAME (a local "
+                        "sentence-transformers model), openai:MODEL@BASE_URL (an "
+                        "OpenAI-compatible embeddings endpoint) or hashing-DIM")
+    p.add_argument("--device", default=None, help="sentence-transformers device, e.g. cuda")
+    p.add_argument("--dtype", default=None, help="sentence-transformers dtype, e.g. float16")
+    p.add_argument("--query-prompt", default=None,
+                   help="prefix for questions and residual queries (asymmetric models)")
+    p.add_argument("--document-prompt", default=None, help="prefix for propositions")
+    if batch:
+        p.add_argument("--batch-size", type=_positive_int, default=64,
+                       help="embedding batch size")
+
+
+def _embedder(args):
+    from .embed import get_embedder
+    return get_embedder(args.embedder, device=args.device, dtype=args.dtype,
+                        batch_size=getattr(args, "batch_size", None),
+                        query_prompt=args.query_prompt, document_prompt=args.document_prompt)
+
+
 def _cmd_llm_cache(args) -> int:
     from .llm import ReplyCache
     cache = ReplyCache(args.cache)
@@ -222,7 +243,6 @@ def _data_dir(arg) -> Path:
 
 
 def _cmd_eval(args) -> int:
-    from .embed import get_embedder
     from .evaluation import (DATASETS, format_bootstrap, format_table, markdown_table,
                              parse_methods, run_eval)
 
@@ -240,7 +260,7 @@ def _cmd_eval(args) -> int:
     from .retriever import EviReformConfig
     overrides = dict(parse_setting(item) for item in args.set or [])
     client = _llm_client(args)
-    report = run_eval(qpath, cpath, methods, embedder=get_embedder(args.embedder), n=args.n,
+    report = run_eval(qpath, cpath, methods, embedder=_embedder(args), n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=client, reader=args.reader, max_workers=args.llm_workers or 1)
@@ -258,14 +278,13 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_analyze(args) -> int:
-    from .embed import get_embedder
     from .evaluation import DATASETS, run_eval
     from .evaluation.analyses import ANALYSES, sensitivity_table
 
     qrel, crel = DATASETS[args.dataset]
     data = _data_dir(args.data)
     qpath, cpath = data / qrel, data / crel
-    emb = get_embedder(args.embedder)
+    emb = _embedder(args)
     show = not args.quiet
     if args.kind in ANALYSES:
         a = ANALYSES[args.kind]
@@ -330,14 +349,15 @@ def read_questions(path) -> list[tuple[str, str]]:
 
 
 def _cmd_query(args) -> int:
-    from .embed import get_embedder
     from .index import PropositionIndex
     from .retriever import EviReform
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
     idx = PropositionIndex.load(args.index_dir)
-    emb = get_embedder(idx.embedder_name)
+    from .embed import embedder_from_spec
+    emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
+                             device=args.device)
     roles = {}
     client = _llm_client(args)
     if client is not None:
@@ -446,10 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="'heuristic' (LLM-free sentence/entity extractor), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")
-    ix.add_argument("--embedder", default="all-MiniLM-L6-v2",
-                    help="'all-MiniLM-L6-v2' (default) or 'hashing-<dim>'")
-    ix.add_argument("--batch-size", type=_positive_int, default=64,
-                    help="embedding batch size")
+    _add_embedder_args(ix)
     ix.add_argument("--hnsw", choices=("auto", "on", "off"), default="auto",
                     help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
     ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
@@ -467,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--methods", default="dense,bm25,dense_prop,hipporag_ppr,evireform,"
                                          "reform_only,prop_only,base",
                     help="comma-separated methods or 'all'")
-    ev.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    _add_embedder_args(ev, batch=False)
     ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
     ev.add_argument("--json", help="write the report as JSON to this file")
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -498,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--batch", type=_positive_int, default=64,
                     help="--questions: questions per retrieve_many call (1 = one at a time)")
     qu.add_argument("--quiet", action="store_true", help="no progress bar")
+    qu.add_argument("--device", default=None,
+                    help="device for the index's sentence-transformers embedder (rebuilt from "
+                         "the manifest), e.g. cuda")
     _add_llm_args(qu)
     qu.set_defaults(func=_cmd_query)
 
@@ -512,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="selector: the folder of recorded replies (hotpotqa.jsonl, musique.jsonl)")
     an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
     an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
-    an.add_argument("--embedder", default="all-MiniLM-L6-v2")
+    _add_embedder_args(an, batch=False)
     an.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
     an.add_argument("--png", default="docs/index_growth.png",
                     help="growth: where to write the plot")

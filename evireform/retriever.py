@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from . import kernels as K
-from .embed import Embedder
+from .embed import Embedder, encode_queries, spec_of
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
                     ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
@@ -159,6 +159,25 @@ class RetrievalResult:
         return [p.id for p in self.passages]
 
 
+def check_embedder(index: PropositionIndex, embedder) -> None:
+    """Raise ``ValueError`` unless ``embedder`` embeds like the one the index was built with:
+    the same name and dimension, and the same prompts where the index recorded them."""
+    if index.embedder_name and embedder.name != index.embedder_name:
+        raise ValueError(f"embedder {embedder.name!r} differs from the index's "
+                         f"{index.embedder_name!r}; questions must be embedded alike")
+    rec = index.meta.get("embedder_spec")
+    if isinstance(rec, dict):
+        mine = spec_of(embedder)
+        for key in ("dim", "query_prompt", "document_prompt"):
+            if key in rec and key in mine and rec[key] != mine[key]:
+                raise ValueError(f"embedder {key} {mine[key]!r} differs from the index's "
+                                 f"{rec[key]!r} ({embedder.name}); questions must be "
+                                 "embedded as the index expects")
+    if index.n_props and int(embedder.dim) != index.dim:
+        raise ValueError(f"embedder dimension {embedder.dim} differs from the index's "
+                         f"{index.dim}")
+
+
 class EviReform:
     """The EviReform retriever over a :class:`PropositionIndex`.
 
@@ -173,9 +192,8 @@ class EviReform:
                  backend: str = "auto", max_workers: int = 1):
         self.index = index
         self.config = config or EviReformConfig()
-        if embedder is not None and index.embedder_name and embedder.name != index.embedder_name:
-            raise ValueError(f"embedder {embedder.name!r} differs from the index's "
-                             f"{index.embedder_name!r}; questions must be embedded alike")
+        if embedder is not None:
+            check_embedder(index, embedder)
         self.embedder = embedder
         self.selector = selector or TopScoreSelector()
         self.reformulator = reformulator or BridgeReformulator()
@@ -212,7 +230,7 @@ class EviReform:
         if self.embedder is None:
             raise ValueError("this retriever has no embedder: pass embedder=..., or call "
                              "retrieve_embedded with your own question embeddings")
-        return self.embedder.encode(list(texts))
+        return encode_queries(self.embedder, texts)
 
     @staticmethod
     def _check_question(question) -> str:

@@ -35,6 +35,8 @@ def serve(script: Script):
         def do_POST(self):
             n = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(n) or b"{}")
+            if self.path.endswith("/embeddings"):
+                return self._embeddings(body)
             r = script.next(body)
             if r.get("delay"):
                 time.sleep(r["delay"])
@@ -57,6 +59,28 @@ def serve(script: Script):
                     self.wfile.write(payload.encode())
             except (BrokenPipeError, ConnectionResetError):
                 pass
+
+        def _embeddings(self, body):
+            """Deterministic vectors (script.embed(text)); script.fail_next > 0 answers 500."""
+            with script.lock:
+                script.requests.append(body)
+                fail = getattr(script, "fail_next", 0)
+                if fail:
+                    script.fail_next = fail - 1
+            if fail:
+                payload, status = json.dumps({"error": {"message": "busy"}}), 500
+            else:
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                payload, status = json.dumps({"object": "list", "model": body.get("model"),
+                                              "data": [{"object": "embedding", "index": i,
+                                                        "embedding": script.embed(t)}
+                                                       for i, t in enumerate(texts)],
+                                              "usage": {"prompt_tokens": 1, "total_tokens": 1}}), 200
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload.encode())
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

