@@ -227,6 +227,34 @@ def _embedder(args):
                         query_prompt=args.query_prompt, document_prompt=args.document_prompt)
 
 
+def _cmd_update(args) -> int:
+    """Add and/or delete passages of a saved index without rebuilding it, then save it back
+    atomically (the previous index stays until the new one is in place)."""
+    from .corpus import load_corpus
+    from .embed import embedder_from_spec
+    from .index import PropositionIndex
+
+    if not args.add and not args.delete:
+        raise ValueError("give --add FILE and/or --delete IDS_FILE")
+    t0 = time.perf_counter()
+    idx = PropositionIndex.load(args.index_dir)
+    before = (idx.n_passages, idx.n_props)
+    if args.delete:
+        ids = [l.strip() for l in Path(args.delete).read_text(encoding="utf-8").splitlines()
+               if l.strip()]
+        idx = idx.delete(ids)
+    if args.add:
+        emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
+                                 device=args.device)
+        new = load_corpus(args.add)
+        idx = idx.upsert(new, emb, show_progress=not args.quiet) if args.upsert else \
+            idx.add(new, emb, show_progress=not args.quiet)
+    idx.save(args.index_dir)
+    print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
+          f"{before[1]:,} -> {idx.n_props:,} in {time.perf_counter() - t0:.2f} s")
+    return 0
+
+
 def _cmd_llm_cache(args) -> int:
     from .llm import ReplyCache
     cache = ReplyCache(args.cache)
@@ -324,9 +352,24 @@ def _result_record(res, qid=None) -> dict:
 
 
 def read_questions(path) -> list[tuple[str, str]]:
-    """(id, question) pairs from JSONL records with ``question`` (and ``id``/``_id``) or a
-    text file with one question per line; ids default to the line number."""
+    """(id, question) pairs from JSONL records with ``question`` (and ``id``/``_id``), a JSON
+    list of such records (the MuSiQue/HotpotQA files), or a text file with one question per
+    line; ids default to the line number."""
     out = []
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):  # a JSON list (the MuSiQue / HotpotQA question files)
+        try:
+            recs = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        for n, rec in enumerate(recs, 1):
+            q = rec if isinstance(rec, str) else (rec.get("question")
+                                                   if isinstance(rec, dict) else None)
+            if not isinstance(q, str) or not q.strip():
+                raise ValueError(f"{path}: record {n} has no 'question' string")
+            qid = str(n) if isinstance(rec, str) else str(rec.get("id", rec.get("_id", n)))
+            out.append((qid, q))
+        return out
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             line = line.strip()
@@ -394,6 +437,9 @@ def _batch_query(args, retriever) -> int:
     if show:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(qs), desc="query", unit="question", file=sys.stderr)
+    if retriever.embedder is not None:  # load the model before the clock starts
+        from .embed import encode_queries
+        encode_queries(retriever.embedder, ["warm-up"])
     lat: list[float] = []
     t0 = time.perf_counter()
     try:
@@ -521,6 +567,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_llm_args(qu)
     qu.set_defaults(func=_cmd_query)
 
+    up = sub.add_parser("update", help="add or delete passages of a saved index (no rebuild)")
+    up.add_argument("index_dir")
+    up.add_argument("--add", metavar="CORPUS", help="passages to add (any corpus format)")
+    up.add_argument("--delete", metavar="IDS_FILE", help="passage ids to delete, one per line")
+    up.add_argument("--upsert", action="store_true",
+                    help="--add replaces passages whose ids exist instead of refusing them")
+    up.add_argument("--device", default=None, help="device for the index's embedder")
+    up.add_argument("--quiet", action="store_true")
+    up.set_defaults(func=_cmd_update)
+
     an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
     an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth",
                                      "selector"),
@@ -556,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--only", action="append", metavar="CASE",
                     help="run only these case groups (repeatable): "
                          "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
-                         "build, limit; with --backend gpu: gpu_copy, gpu_cosine, "
+                         "build, update, limit; with --backend gpu: gpu_copy, gpu_cosine, "
                          "gpu_propagate, gpu_readout, gpu_retrieve")
     be.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
                     help="gpu: each CuPy kernel against the numba kernel and the naive CuPy "

@@ -248,6 +248,94 @@ class PropositionIndex:
             out_s[b, :len(o)] = sc[o]
         return out_i, out_s
 
+    # ------------------------------------------------------------------ updates
+    def add(self, passages, embedder, *, extractor: Extractor | None = None,
+            batch_size: int = 64, show_progress: bool = False) -> "PropositionIndex":
+        """A new index with ``passages`` appended: only they are extracted and embedded; the
+        entity table grows by the new names (in first-mention order, as a build would), and
+        the incidence, its transpose and the degree terms are recomputed from the combined
+        incidence in one vectorised pass (no re-embedding).  HNSW, if built, gets the new
+        items.  Passage ids must be new (see :meth:`upsert`).  This index is not changed, so
+        retrievers using it keep working; save the result with :meth:`save`."""
+        from .corpus import as_passages
+        from .retriever import check_embedder
+        new = as_passages(passages)
+        clash = [p.id for p in new if p.id in self._pos]
+        if clash:
+            raise ValueError(f"passage ids already in the index: {clash[:5]}; use upsert() to "
+                             "replace passages")
+        if len({p.id for p in new}) != len(new):
+            raise ValueError("duplicate passage ids among the passages to add")
+        check_embedder(self, embedder)
+        extractor = extractor or HeuristicExtractor()
+        if self.meta.get("extractor") not in (None, extractor.name):
+            raise ValueError(f"the index was built with extractor {self.meta['extractor']!r}; "
+                             f"pass that extractor (got {extractor.name!r})")
+        props: list[Proposition] = []
+        for found in extractor.extract_many(new, show_progress=show_progress):
+            props.extend(found)
+        emb = embedder.encode([p.text for p in props], batch_size=batch_size,
+                              show_progress=show_progress) if props else \
+            np.zeros((0, self.dim), np.float32)
+        emb = normalise_rows(emb, "proposition embeddings") if len(props) else emb
+        names = list(self.entity_names)
+        ent_id = {n: i for i, n in enumerate(names)}
+        pos = {p.id: self.n_passages + j for j, p in enumerate(new)}
+        rows, owner = [], np.empty(len(props), np.int32)
+        for i, pr in enumerate(props):
+            owner[i] = pos[pr.passage]
+            row = []
+            for mention in pr.entities:
+                c = canonical_entity(mention)
+                if c:
+                    if c not in ent_id:
+                        ent_id[c] = len(names)
+                        names.append(c)
+                    row.append(ent_id[c])
+            rows.append(np.unique(np.asarray(row, dtype=np.int64)))
+        g = self.graph
+        add_ptr = np.cumsum([0] + [len(r) for r in rows], dtype=np.int64)
+        indptr = np.concatenate([g.a_indptr, g.a_indptr[-1] + add_ptr[1:]])
+        indices = np.concatenate([g.a_indices.astype(np.int64)] + rows) if rows else \
+            g.a_indices.astype(np.int64)
+        out = PropositionIndex(
+            passages=self.passages + new, prop_texts=self.prop_texts + [p.text for p in props],
+            entity_names=names, graph=EntityGraph.from_csr(indptr, indices, len(names)),
+            pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
+                                       self.n_passages + len(new)),
+            embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
+            embedder_name=self.embedder_name, meta=dict(self.meta))
+        if self.hnsw is not None and len(props):
+            h = self.hnsw
+            h.resize_index(max(out.n_props, 1))
+            h.add_items(emb, np.arange(self.n_props, out.n_props),
+                        num_threads=kconfig.HNSW_BUILD_THREADS)
+            out.hnsw = h
+        elif self.hnsw is not None:
+            out.hnsw = self.hnsw
+        return out
+
+    def delete(self, passage_ids) -> "PropositionIndex":
+        """A new index without the passages ``passage_ids`` (unknown ids raise ``KeyError``):
+        their propositions and embeddings go, entities no longer mentioned go, and the
+        incidence and degree terms are recomputed from what remains (no re-embedding).
+        Entities keep their relative order.  An HNSW graph is rebuilt over what remains
+        (hnswlib cannot renumber items)."""
+        drop = {self.passage_index(str(pid)) for pid in passage_ids}
+        keep = [j for j in range(self.n_passages) if j not in drop]
+        out = subset_index(self, keep)
+        if self.hnsw is not None:
+            out.build_hnsw()
+        return out
+
+    def upsert(self, passages, embedder, **kw) -> "PropositionIndex":
+        """Replace the passages whose ids exist (delete, then add) and add the new ones."""
+        from .corpus import as_passages
+        new = as_passages(passages)
+        known = [p.id for p in new if p.id in self._pos]
+        base = self.delete(known) if known else self
+        return base.add(new, embedder, **kw)
+
     def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None):
         """The index resident on the GPU (once: later calls return the same object):
         a :class:`~evireform.kernels._gpu.DeviceIndex` for ``EviReform(..., backend=...)``.
@@ -301,21 +389,28 @@ def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:
 
 def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
     """The index restricted to the passages ``keep_passages`` (positions, kept in stored
-    order): their propositions, embeddings and entity mentions; degrees are recomputed, so
-    the result equals an index built from those passages alone."""
+    order): their propositions, embeddings and entity mentions, entities no longer mentioned
+    dropped (the others keep their relative order); the transpose and degree terms are
+    recomputed in one vectorised pass.  It equals an index built from those passages alone up
+    to the numbering of entities."""
     keep = np.zeros(idx.n_passages, dtype=bool)
     keep[np.asarray(list(keep_passages), dtype=np.int64)] = True
     new_pos = np.cumsum(keep) - 1
-    props = np.flatnonzero(keep[idx.owner])
+    mask = keep[idx.owner]
+    props = np.flatnonzero(mask)
     g = idx.graph
-    rows = [g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]] for i in props]
-    used = np.unique(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+    counts = np.diff(g.a_indptr)
+    ents = g.a_indices[np.repeat(mask, counts)].astype(np.int64)
+    used = np.unique(ents)
     remap = np.full(idx.n_entities, -1, dtype=np.int64)
     remap[used] = np.arange(len(used))
-    graph = EntityGraph.from_lists([remap[r] for r in rows], n_entities=len(used))
+    indptr = np.zeros(len(props) + 1, dtype=np.int64)
+    np.cumsum(counts[props], out=indptr[1:])
+    graph = EntityGraph.from_csr(indptr, remap[ents], len(used))
     passages = [p for p, k in zip(idx.passages, keep) if k]
     pmap = PassageMap.from_owner(new_pos[idx.owner[props]], len(passages))
     return PropositionIndex(passages=passages, prop_texts=[idx.prop_texts[i] for i in props],
                             entity_names=[idx.entity_names[e] for e in used], graph=graph,
-                            pmap=pmap, embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
+                            pmap=pmap,
+                            embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
                             embedder_name=idx.embedder_name, meta=dict(idx.meta))

@@ -485,6 +485,35 @@ def case_build(inp, out):
         "speedup": None, "agree": True, "s_per_1000_passages": t / len(passages) * 1000}
 
 
+@case("update/2wiki add 1% vs rebuild")
+def case_update(inp, out):
+    """Adding 1% of the 2Wiki passages to an index of the other 99% (extract, embed and
+    incidence for the new ones only) against building the whole index again."""
+    if inp.data is None:
+        return
+    from ..corpus import load_corpus
+    from ..embed import HashingEmbedder
+    from ..index import PropositionIndex, arrays_equal
+    f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json"
+    if not f.is_file():
+        return
+    passages = load_corpus(f)
+    if inp.quick:
+        passages = passages[:1000]
+    n_new = max(1, len(passages) // 100)
+    emb = HashingEmbedder(256)
+    base = PropositionIndex.build(passages[:-n_new], emb, show_progress=False, hnsw=False)
+    t_add, t_build = times([lambda: base.add(passages[-n_new:], emb),
+                            lambda: PropositionIndex.build(passages, emb, show_progress=False,
+                                                           hnsw=False)], 2, min_s=inp.min_s)
+    same = arrays_equal(base.add(passages[-n_new:], emb),
+                        PropositionIndex.build(passages, emb, show_progress=False, hnsw=False))
+    out["update/2wiki add 1% vs rebuild"] = {
+        "size": f"{len(passages):,} passages, {n_new} added", "ours_s": t_add, "peer_s": t_build,
+        "peer": "PropositionIndex.build of all passages", "speedup": t_build / t_add,
+        "agree": bool(same)}
+
+
 @case("limit/exact scan vs memory copy")
 def case_limit(inp, out):
     M = 200_000 if inp.quick else 1_000_000

@@ -1,0 +1,106 @@
+"""Index updates: build(A) then add(B) then delete(C) equals build(A ∪ B \\ C)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from evireform import Passage, PropositionIndex
+from evireform.embed import HashingEmbedder
+
+EMB = HashingEmbedder(32)
+NAMES = ["Alice Smith", "Paris", "Bob Stone", "France", "The Louvre", "Carol King", "Rome"]
+
+
+def _passage(i, rng_words):
+    a, b = rng_words
+    return Passage(f"p{i}", NAMES[a], f"{NAMES[a]} met {NAMES[b]} in {1900 + i}. "
+                                      f"{NAMES[b]} liked {NAMES[(a + b) % len(NAMES)]}.")
+
+
+def equivalent(x: PropositionIndex, y: PropositionIndex):
+    """Array for array, up to the numbering of entities (compared by name)."""
+    assert x.passages == y.passages and x.prop_texts == y.prop_texts
+    np.testing.assert_array_equal(x.owner, y.owner)
+    np.testing.assert_array_equal(x.pmap.inv_sqrt, y.pmap.inv_sqrt)
+    np.testing.assert_allclose(np.asarray(x.embeddings), np.asarray(y.embeddings), atol=1e-6)
+    assert sorted(x.entity_names) == sorted(y.entity_names)
+    rows = lambda idx: [frozenset(idx.entity_names[e] for e in
+                                  idx.graph.a_indices[idx.graph.a_indptr[i]:idx.graph.a_indptr[i + 1]])
+                        for i in range(idx.n_props)]
+    assert rows(x) == rows(y)
+    deg = lambda idx: dict(zip(idx.entity_names, np.diff(idx.graph.at_indptr)))
+    assert deg(x) == deg(y)
+    np.testing.assert_allclose(x.graph.diag, y.graph.diag, rtol=1e-12)
+    np.testing.assert_allclose(x.graph.inv_w, y.graph.inv_w, rtol=1e-12)
+    np.testing.assert_array_equal(x.graph.a_indptr, y.graph.a_indptr)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=0, max_size=12),
+       st.data())
+def test_add_then_delete_equals_a_fresh_build(words, data):
+    ps = [_passage(i, w) for i, w in enumerate(words)]
+    n_a = data.draw(st.integers(1 if ps else 0, len(ps)))
+    A, B = ps[:n_a], ps[n_a:]
+    if not A:
+        return
+    C = data.draw(st.lists(st.sampled_from([p.id for p in ps]), unique=True,
+                           max_size=max(0, len(ps) - 1)))
+    idx = PropositionIndex.build(A, EMB, show_progress=False)
+    if B:
+        idx = idx.add(B, EMB)
+    if C:
+        idx = idx.delete(C)
+    want = PropositionIndex.build([p for p in ps if p.id not in set(C)], EMB,
+                                  show_progress=False)
+    equivalent(idx, want)
+
+
+def test_add_keeps_entity_ids_of_a_fresh_build_and_the_old_index():
+    ps = [_passage(i, (i % 7, (i * 3) % 7)) for i in range(9)]
+    base = PropositionIndex.build(ps[:5], EMB, show_progress=False)
+    before = base.graph.a_indices.copy()
+    grown = base.add(ps[5:], EMB)
+    fresh = PropositionIndex.build(ps, EMB, show_progress=False)
+    from evireform.index import arrays_equal
+    assert arrays_equal(grown, fresh)  # appending keeps a build's numbering exactly
+    np.testing.assert_array_equal(base.graph.a_indices, before)  # the old index is untouched
+    with pytest.raises(ValueError, match="already in the index"):
+        grown.add(ps[:1], EMB)
+    with pytest.raises(KeyError, match="unknown passage id"):
+        grown.delete(["nope"])
+    with pytest.raises(ValueError, match="differs"):
+        grown.add([Passage("z", "Z", "Zed met Alice Smith.")], HashingEmbedder(16))
+
+
+def test_upsert_and_hnsw(tmp_path):
+    ps = [_passage(i, (i % 7, (i * 2) % 7)) for i in range(12)]
+    idx = PropositionIndex.build(ps[:8], EMB, show_progress=False, hnsw=True)
+    changed = Passage("p3", "Rome", "Rome met Carol King in 2000.")
+    up = idx.upsert([changed] + ps[8:], EMB)
+    assert up.passages[-5:] == [changed] + ps[8:]
+    assert up.hnsw is not None and up.hnsw.get_current_count() >= up.n_props - 0
+    q = EMB.encode(["Rome met Carol King"])[0]
+    hi, _ = up.search(q, 5)
+    ei, _ = up.search(q, 5, exact=True)
+    assert hi[0] == ei[0]
+    up.save(tmp_path / "ix")
+    back = PropositionIndex.load(tmp_path / "ix")
+    assert back.passages == up.passages
+
+
+def test_cli_update(tmp_path):
+    import json
+    from evireform.cli import main
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n"
+                              for p in [_passage(i, (i % 7, (i + 3) % 7)) for i in range(6)]))
+    assert main(["index", str(corpus), str(tmp_path / "ix"), "--embedder", "hashing-32",
+                 "--quiet"]) == 0
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "n1", "title": "Rome", "text": "Rome met Paris."}) + "\n")
+    ids = tmp_path / "del.txt"
+    ids.write_text("p1\np2\n")
+    assert main(["update", str(tmp_path / "ix"), "--add", str(more), "--delete", str(ids),
+                 "--quiet"]) == 0
+    idx = PropositionIndex.load(tmp_path / "ix")
+    assert [p.id for p in idx.passages] == ["p0", "p3", "p4", "p5", "n1"]
