@@ -29,6 +29,7 @@ from .extract import Extractor, HeuristicExtractor, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_scores, cosine_topk, \
     cosine_topk_batch
 from .kernels import w_nnz as _w_nnz
+from .kernels.graph import append_rows, remove_rows
 from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
     save_index
 from .types import Passage, Proposition
@@ -255,7 +256,10 @@ class PropositionIndex:
         entity table grows by the new names (in first-mention order, as a build would), and
         the incidence, its transpose and the degree terms are recomputed from the combined
         incidence in one vectorised pass (no re-embedding).  HNSW, if built, gets the new
-        items.  Passage ids must be new (see :meth:`upsert`).  This index is not changed, so
+        items.  Only what the new propositions touch is recomputed: the degree terms of their
+        entities and diag / 1/w of the propositions mentioning those
+        (:func:`~evireform.kernels.graph.append_rows`).  Passage ids must be new (see
+        :meth:`upsert`).  This index is not changed, so
         retrievers using it keep working; save the result with :meth:`save`."""
         from .corpus import as_passages
         from .retriever import check_embedder
@@ -293,14 +297,9 @@ class PropositionIndex:
                         names.append(c)
                     row.append(ent_id[c])
             rows.append(np.unique(np.asarray(row, dtype=np.int64)))
-        g = self.graph
-        add_ptr = np.cumsum([0] + [len(r) for r in rows], dtype=np.int64)
-        indptr = np.concatenate([g.a_indptr, g.a_indptr[-1] + add_ptr[1:]])
-        indices = np.concatenate([g.a_indices.astype(np.int64)] + rows) if rows else \
-            g.a_indices.astype(np.int64)
         out = PropositionIndex(
             passages=self.passages + new, prop_texts=self.prop_texts + [p.text for p in props],
-            entity_names=names, graph=EntityGraph.from_csr(indptr, indices, len(names)),
+            entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
             embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
@@ -390,27 +389,19 @@ def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:
 def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
     """The index restricted to the passages ``keep_passages`` (positions, kept in stored
     order): their propositions, embeddings and entity mentions, entities no longer mentioned
-    dropped (the others keep their relative order); the transpose and degree terms are
-    recomputed in one vectorised pass.  It equals an index built from those passages alone up
-    to the numbering of entities."""
+    dropped (the others keep their relative order); only what the removed propositions
+    touched is recomputed (:func:`~evireform.kernels.graph.remove_rows`).  It equals an
+    index built from those passages alone up to the numbering of entities."""
     keep = np.zeros(idx.n_passages, dtype=bool)
     keep[np.asarray(list(keep_passages), dtype=np.int64)] = True
     new_pos = np.cumsum(keep) - 1
     mask = keep[idx.owner]
     props = np.flatnonzero(mask)
-    g = idx.graph
-    counts = np.diff(g.a_indptr)
-    ents = g.a_indices[np.repeat(mask, counts)].astype(np.int64)
-    used = np.unique(ents)
-    remap = np.full(idx.n_entities, -1, dtype=np.int64)
-    remap[used] = np.arange(len(used))
-    indptr = np.zeros(len(props) + 1, dtype=np.int64)
-    np.cumsum(counts[props], out=indptr[1:])
-    graph = EntityGraph.from_csr(indptr, remap[ents], len(used))
+    graph, ents = remove_rows(idx.graph, mask)
     passages = [p for p, k in zip(idx.passages, keep) if k]
     pmap = PassageMap.from_owner(new_pos[idx.owner[props]], len(passages))
     return PropositionIndex(passages=passages, prop_texts=[idx.prop_texts[i] for i in props],
-                            entity_names=[idx.entity_names[e] for e in used], graph=graph,
+                            entity_names=[idx.entity_names[e] for e in ents], graph=graph,
                             pmap=pmap,
                             embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
                             embedder_name=idx.embedder_name, meta=dict(idx.meta))

@@ -131,6 +131,117 @@ class EntityGraph:
         return cls(indptr, indices, at_indptr, at_indices, inv_deg, diag, inv_w)
 
 
+def _row_positions(indptr, rows):
+    """Positions in the CSR arrays of every entry of ``rows``, row after row."""
+    counts = indptr[rows + 1] - indptr[rows]
+    starts = np.repeat(indptr[rows] - np.cumsum(np.r_[0, counts[:-1]]), counts)
+    return starts + np.arange(int(counts.sum()))
+
+
+def _row_terms(indptr, indices, inv_deg, props):
+    """diag and w for the rows ``props`` (ascending), summed in the order :meth:`from_csr`
+    sums them (row entries in stored order), so the results are bitwise the same."""
+    counts = indptr[props + 1] - indptr[props]
+    pos = _row_positions(indptr, props)
+    rows = np.repeat(np.arange(len(props)), counts)
+    ents = indices[pos]
+    diag = np.bincount(rows, weights=inv_deg[ents], minlength=len(props)).astype(np.float64)
+    w = np.bincount(rows, weights=1.0 - inv_deg[ents], minlength=len(props))
+    inv_w = np.zeros(len(props), dtype=np.float64)
+    ok = w > config.DEGREE_EPS
+    inv_w[ok] = 1.0 / w[ok]
+    return diag, inv_w
+
+
+def append_rows(g: "EntityGraph", rows, n_entities: int) -> "EntityGraph":
+    """``g`` with propositions appended (``rows``: one array of entity ids per new
+    proposition; ids >= g.n_entities are new entities, up to ``n_entities``).  Only what the
+    new rows touch is recomputed: the degree terms of their entities, and diag and 1/w of the
+    propositions that mention those entities; the rest is copied.  Equal, bitwise, to
+    :meth:`EntityGraph.from_csr` of the combined incidence."""
+    M, E = g.n_props, g.n_entities
+    rows = [np.unique(np.asarray(r, dtype=np.int64)) for r in rows]
+    m = len(rows)
+    new_ptr = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=new_ptr[1:])
+    new_idx = np.concatenate(rows) if m else np.zeros(0, np.int64)
+    if len(new_idx) and (new_idx.min() < 0 or new_idx.max() >= n_entities):
+        raise ValueError(f"entity ids must lie in [0, {n_entities})")
+    a_indptr = np.concatenate([g.a_indptr, g.a_indptr[-1] + new_ptr[1:]])
+    a_indices = np.concatenate([g.a_indices, new_idx.astype(np.int32)])
+    # transpose: every entity row keeps its old entries and gets the new propositions at
+    # its end (their ids exceed every old one, so rows stay ascending)
+    old_deg = np.zeros(n_entities, dtype=np.int64)
+    old_deg[:E] = np.diff(g.at_indptr)
+    add = np.bincount(new_idx, minlength=n_entities).astype(np.int64)
+    deg = old_deg + add
+    at_indptr = np.zeros(n_entities + 1, dtype=np.int64)
+    np.cumsum(deg, out=at_indptr[1:])
+    at_indices = np.empty(int(at_indptr[-1]), dtype=np.int32)
+    shift = np.repeat(at_indptr[:-1] - np.r_[0, np.cumsum(old_deg)[:-1]], old_deg)
+    at_indices[np.arange(len(g.at_indices)) + shift] = g.at_indices
+    props_of_new = np.repeat(np.arange(M, M + m, dtype=np.int64), np.diff(new_ptr))
+    order = np.argsort(new_idx, kind="stable")
+    e_sorted = new_idx[order]
+    first = np.searchsorted(e_sorted, e_sorted, side="left")
+    slot = at_indptr[e_sorted] + old_deg[e_sorted] + (np.arange(len(e_sorted)) - first)
+    at_indices[slot] = props_of_new[order]
+    # degree terms: only the touched entities change ...
+    touched = np.flatnonzero(add)
+    inv_deg = np.zeros(n_entities, dtype=np.float64)
+    inv_deg[:E] = g.inv_deg
+    inv_deg[touched] = 1.0 / deg[touched]
+    # ... and diag / 1/w only for the propositions that mention them (and the new ones)
+    diag = np.concatenate([g.diag, np.zeros(m)])
+    inv_w = np.concatenate([g.inv_w, np.zeros(m)])
+    hit = np.zeros(M + m, dtype=bool)
+    hit[M:] = True
+    hit[at_indices[_row_positions(at_indptr, touched)]] = True
+    props = np.flatnonzero(hit)
+    if len(props):
+        diag[props], inv_w[props] = _row_terms(a_indptr, a_indices, inv_deg, props)
+    return EntityGraph(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w)
+
+
+def remove_rows(g: "EntityGraph", keep) -> tuple["EntityGraph", np.ndarray]:
+    """``g`` without the propositions where ``keep`` is False; entities left without any
+    proposition are dropped (the others keep their order).  Only what the removed rows
+    touched is recomputed (the degree terms of their entities, diag and 1/w of the remaining
+    propositions that mention them); the rest is copied and renumbered.  Returns the graph
+    and the kept entities' old ids.  Equal, bitwise, to :meth:`EntityGraph.from_csr` of the
+    remaining incidence."""
+    keep = np.asarray(keep, dtype=bool)
+    M, E = g.n_props, g.n_entities
+    counts = np.diff(g.a_indptr)
+    gone = np.flatnonzero(~keep)
+    touched_old = np.unique(g.a_indices[_row_positions(g.a_indptr, gone)])
+    deg_old = np.diff(g.at_indptr)
+    ent_of = np.repeat(np.arange(E, dtype=np.int64), deg_old)
+    entry_keep = keep[g.at_indices]
+    deg = np.bincount(ent_of[entry_keep], minlength=E)
+    ent_keep = deg > 0
+    ent_ids = np.flatnonzero(ent_keep)
+    ent_remap = np.cumsum(ent_keep) - 1
+    prop_remap = np.cumsum(keep) - 1
+    rows_keep = np.repeat(keep, counts)
+    a_indptr = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+    np.cumsum(counts[keep], out=a_indptr[1:])
+    a_indices = ent_remap[g.a_indices[rows_keep]].astype(np.int32)
+    at_indptr = np.zeros(len(ent_ids) + 1, dtype=np.int64)
+    np.cumsum(deg[ent_keep], out=at_indptr[1:])
+    at_indices = prop_remap[g.at_indices[entry_keep]].astype(np.int32)
+    inv_deg = g.inv_deg[ent_keep].copy()
+    touched = ent_remap[touched_old[ent_keep[touched_old]]]
+    inv_deg[touched] = 1.0 / deg[ent_ids[touched]]
+    diag, inv_w = g.diag[keep].copy(), g.inv_w[keep].copy()
+    hit = np.zeros(len(diag), dtype=bool)
+    hit[at_indices[_row_positions(at_indptr, touched)]] = True
+    props = np.flatnonzero(hit)
+    if len(props):
+        diag[props], inv_w[props] = _row_terms(a_indptr, a_indices, inv_deg, props)
+    return EntityGraph(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w), ent_ids
+
+
 @dataclass(frozen=True)
 class PassageMap:
     """Proposition-to-passage ownership and the readout factor 1/sqrt(|P_j|) (0 when |P_j| = 0)."""

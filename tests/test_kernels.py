@@ -331,3 +331,39 @@ def test_workspaces_are_left_clean(rng):
     K.readout_topk(pm, *random_seed(rng, 400, 9), 5)
     ws = _WS.get(ReadWorkspace, pm.n_passages)
     assert not ws.pacc.any() and not ws.pmark.any()
+
+
+@pytest.mark.parametrize("M,Ne,m,Ne2", [(0, 0, 3, 4), (50, 10, 0, 10), (300, 40, 25, 55),
+                                        (300, 40, 25, 40), (1, 1, 1, 1)])
+def test_append_rows_equals_from_csr(rng, M, Ne, m, Ne2):
+    """Appending propositions recomputes only what they touch, and equals a full build."""
+    from evireform.kernels.graph import append_rows
+    g = random_graph(rng, M, Ne) if M else EntityGraph.from_lists([], n_entities=Ne)
+    new = [list(rng.integers(0, max(Ne2, 1), int(rng.integers(0, 4)))) if Ne2 else []
+           for _ in range(m)]
+    got = append_rows(g, new, Ne2)
+    rows = [g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]] for i in range(M)] + new
+    want = EntityGraph.from_lists(rows, n_entities=Ne2)
+    for name in ("a_indptr", "a_indices", "at_indptr", "at_indices", "inv_deg", "diag",
+                 "inv_w"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("M,Ne,p_drop", [(300, 40, 0.3), (300, 40, 0.0), (300, 40, 1.0),
+                                         (50, 200, 0.5), (1, 1, 1.0)])
+def test_remove_rows_equals_from_csr(rng, M, Ne, p_drop):
+    from evireform.kernels.graph import remove_rows
+    g = random_graph(rng, M, Ne)
+    keep = rng.random(M) >= p_drop
+    got, ents = remove_rows(g, keep)
+    rows = [g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]] for i in range(M) if keep[i]]
+    used = np.unique(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+    np.testing.assert_array_equal(ents, used)
+    remap = np.full(Ne, -1)
+    remap[used] = np.arange(len(used))
+    want = EntityGraph.from_lists([remap[r] for r in rows], n_entities=len(used))
+    for name in ("a_indptr", "a_indices", "at_indptr", "at_indices", "inv_deg", "diag",
+                 "inv_w"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
