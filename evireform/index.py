@@ -49,6 +49,9 @@ class PropositionIndex:
     embedder_name: str
     meta: dict = field(default_factory=dict)
     hnsw: object | None = None
+    #: HNSW label -> proposition id (-1: deleted), once deletions have renumbered the
+    #: propositions; None while labels are proposition ids
+    hnsw_ids: np.ndarray | None = None
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -211,6 +214,7 @@ class PropositionIndex:
                         num_threads=threads or kconfig.HNSW_BUILD_THREADS)
         h.set_ef(kconfig.HNSW_EF_SEARCH)
         self.hnsw = h
+        self.hnsw_ids = None
 
     def search(self, q, k: int, *, exact: bool | None = None):
         """Top-``k`` propositions for one query embedding: ``(ids, scores)``, positive only,
@@ -238,12 +242,15 @@ class PropositionIndex:
             return out_i, out_s
         labels, _ = self.hnsw.knn_query(Q, k=kk, num_threads=1)
         labels = labels.astype(np.int64)
+        if self.hnsw_ids is not None:  # after deletions: labels are not proposition ids
+            labels = self.hnsw_ids[labels]
         # re-score with the exact kernel, so scores (and tie order) match exact search
         emb = self.embeddings
         for b in range(len(Q)):
-            sc = cosine_scores(emb[labels[b]], Q[b:b + 1])[0]
+            lab = labels[b][labels[b] >= 0]
+            sc = cosine_scores(emb[lab], Q[b:b + 1])[0]
             keep = sc > 0
-            ids, sc = labels[b][keep], sc[keep]
+            ids, sc = lab[keep], sc[keep]
             o = np.lexsort((ids, -sc.astype(np.float64)))
             out_i[b, :len(o)] = ids[o]
             out_s[b, :len(o)] = sc[o]
@@ -304,27 +311,40 @@ class PropositionIndex:
                                        self.n_passages + len(new)),
             embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
             embedder_name=self.embedder_name, meta=dict(self.meta))
-        if self.hnsw is not None and len(props):
-            h = self.hnsw
-            h.resize_index(max(out.n_props, 1))
-            h.add_items(emb, np.arange(self.n_props, out.n_props),
-                        num_threads=kconfig.HNSW_BUILD_THREADS)
+        if self.hnsw is not None:
+            h = _copy_hnsw(self.hnsw)  # the old index keeps its own graph
+            n_labels = len(self.hnsw_ids) if self.hnsw_ids is not None else self.n_props
+            if len(props):
+                h.resize_index(n_labels + len(props))
+                h.add_items(emb, np.arange(n_labels, n_labels + len(props)),
+                            num_threads=kconfig.HNSW_BUILD_THREADS)
             out.hnsw = h
-        elif self.hnsw is not None:
-            out.hnsw = self.hnsw
+            if self.hnsw_ids is not None:
+                out.hnsw_ids = np.concatenate([self.hnsw_ids,
+                                               np.arange(self.n_props, out.n_props)])
         return out
 
     def delete(self, passage_ids) -> "PropositionIndex":
         """A new index without the passages ``passage_ids`` (unknown ids raise ``KeyError``):
-        their propositions and embeddings go, entities no longer mentioned go, and the
-        incidence and degree terms are recomputed from what remains (no re-embedding).
-        Entities keep their relative order.  An HNSW graph is rebuilt over what remains
-        (hnswlib cannot renumber items)."""
+        their propositions and embeddings go, entities no longer mentioned go, and only what
+        they touched is recomputed (no re-embedding).  Entities keep their relative order.
+        An HNSW graph marks the removed items deleted instead of being rebuilt; its labels
+        are mapped to the renumbered propositions (``hnsw_ids``, saved with the index)."""
         drop = {self.passage_index(str(pid)) for pid in passage_ids}
         keep = [j for j in range(self.n_passages) if j not in drop]
         out = subset_index(self, keep)
         if self.hnsw is not None:
-            out.build_hnsw()
+            kept = np.zeros(self.n_passages, dtype=bool)
+            kept[keep] = True
+            alive = kept[self.owner]
+            remap = np.where(alive, np.cumsum(alive) - 1, -1)
+            labels_to_old = self.hnsw_ids if self.hnsw_ids is not None else \
+                np.arange(self.n_props)
+            ids = np.where(labels_to_old >= 0, remap[np.maximum(labels_to_old, 0)], -1)
+            h = _copy_hnsw(self.hnsw)
+            for label in np.flatnonzero((ids < 0) & (labels_to_old >= 0)):
+                h.mark_deleted(int(label))
+            out.hnsw, out.hnsw_ids = h, ids.astype(np.int64)
         return out
 
     def upsert(self, passages, embedder, **kw) -> "PropositionIndex":
@@ -375,7 +395,14 @@ class PropositionIndex:
                   embedder_name=got.manifest.get("embedder", ""),
                   meta=dict(got.manifest.get("meta", {})))
         idx.hnsw = got.hnsw
+        idx.hnsw_ids = got.hnsw_ids
         return idx
+
+
+def _copy_hnsw(h):
+    """An independent copy of an hnswlib index (hnswlib indexes pickle)."""
+    import pickle
+    return pickle.loads(pickle.dumps(h))
 
 
 def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:

@@ -52,6 +52,8 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 JSONS = ("passages.json", "propositions.json", "entities.json")
 HNSW_FILE = "hnsw.bin"
+#: HNSW label -> proposition id after deletions (only then)
+HNSW_IDS_FILE = "hnsw_ids.npy"
 
 
 class IndexFormatError(ValueError):
@@ -86,7 +88,8 @@ def array_specs() -> tuple[ArraySpec, ...]:
 
 
 SPECS = array_specs()
-FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) + [HNSW_FILE])
+FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) + [HNSW_FILE, HNSW_IDS_FILE])
+OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE])
 
 
 def file_sha256(path) -> str:
@@ -283,6 +286,9 @@ def _write_files(idx, tmp: Path) -> None:
     _write_json(tmp / "entities.json", idx.entity_names)
     if idx.hnsw is not None:
         idx.hnsw.save_index(str(tmp / HNSW_FILE))
+        if getattr(idx, "hnsw_ids", None) is not None:
+            np.save(tmp / HNSW_IDS_FILE, np.ascontiguousarray(idx.hnsw_ids, dtype=np.int64),
+                    allow_pickle=False)
     files = {}
     for f in sorted(tmp.iterdir()):
         files[f.name] = {"sha256": file_sha256(f), "bytes": f.stat().st_size}
@@ -318,6 +324,7 @@ class Loaded:
     propositions: list[str]
     entities: list[str]
     hnsw: object | None
+    hnsw_ids: np.ndarray | None = None
 
 
 def _fail(path, msg: str):
@@ -359,7 +366,7 @@ def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
         if not isinstance(info, dict) or not isinstance(info.get("sha256"), str) \
                 or not _is_int(info.get("bytes")):
             _fail(mpath, f"entry for {name} must be {{'sha256': str, 'bytes': int}}")
-    for name in sorted(FORMAT_FILES - {HNSW_FILE}):
+    for name in sorted(FORMAT_FILES - OPTIONAL_FILES):
         if name not in files:
             _fail(mpath, f"does not list {name}")
     return counts, files
@@ -500,10 +507,33 @@ def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
         _fail(path / "passages.json", "passage ids are not unique")
     props = _load_json(path, "propositions.json", sizes["M"], _strings_ok, "a string")
     ents = _load_json(path, "entities.json", sizes["E"], _strings_ok, "a string")
-    hnsw = None
+    hnsw = hnsw_ids = None
+    if HNSW_IDS_FILE in files and HNSW_FILE not in files:
+        _fail(path / HNSW_IDS_FILE, f"present without {HNSW_FILE}")
     if HNSW_FILE in files:
-        hnsw = _load_hnsw(path / HNSW_FILE, sizes["M"], sizes["dim"])
-    return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw)
+        n_labels = sizes["M"]
+        if HNSW_IDS_FILE in files:
+            hnsw_ids = _load_hnsw_ids(path / HNSW_IDS_FILE, sizes["M"])
+            n_labels = len(hnsw_ids)
+        hnsw = _load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"])
+    return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids)
+
+
+def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
+    """The label map: int64, one entry per HNSW item, each proposition exactly once, -1 for
+    deleted items."""
+    try:
+        ids = np.load(f, allow_pickle=False)
+    except Exception as exc:
+        _fail(f, f"unreadable ({exc})")
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+        _fail(f, "must be a 1-d int64 array")
+    live = ids[ids >= 0]
+    once = len(live) == M and (M == 0 or (live.max() < M
+                                          and np.all(np.bincount(live, minlength=M) == 1)))
+    if np.any(ids < -1) or not once:
+        _fail(f, f"must map the HNSW items onto the {M} propositions, each once (-1: deleted)")
+    return ids
 
 
 # --------------------------------------------------------------------------- hnsw.bin

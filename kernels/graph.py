@@ -211,7 +211,7 @@ def remove_rows(g: "EntityGraph", keep) -> tuple["EntityGraph", np.ndarray]:
     and the kept entities' old ids.  Equal, bitwise, to :meth:`EntityGraph.from_csr` of the
     remaining incidence."""
     keep = np.asarray(keep, dtype=bool)
-    M, E = g.n_props, g.n_entities
+    E = g.n_entities
     counts = np.diff(g.a_indptr)
     gone = np.flatnonzero(~keep)
     touched_old = np.unique(g.a_indices[_row_positions(g.a_indptr, gone)])

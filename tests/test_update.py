@@ -104,3 +104,35 @@ def test_cli_update(tmp_path):
                  "--quiet"]) == 0
     idx = PropositionIndex.load(tmp_path / "ix")
     assert [p.id for p in idx.passages] == ["p0", "p3", "p4", "p5", "n1"]
+
+
+def test_delete_marks_hnsw_items_and_keeps_the_old_index(tmp_path):
+    ps = [_passage(i, (i % 7, (i * 5) % 7)) for i in range(30)]
+    idx = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=True)
+    small = idx.delete([f"p{i}" for i in range(0, 30, 3)])
+    assert small.hnsw_ids is not None and (small.hnsw_ids >= 0).sum() == small.n_props
+    grown = small.add([Passage("x1", "Rome", "Rome met Paris in 1999.")], EMB)
+    Q = EMB.encode(["Carol King met Rome", "Alice Smith liked Paris", "Rome met Paris"])
+    for index in (idx, small, grown):  # each serves its own propositions, HNSW = exact
+        hi, _ = index.search_batch(Q, 5)
+        ei, _ = index.search_batch(Q, 5, exact=True)
+        np.testing.assert_array_equal(hi[:, 0], ei[:, 0])
+        assert hi.max() < index.n_props
+    grown.save(tmp_path / "ix")
+    back = PropositionIndex.load(tmp_path / "ix")
+    np.testing.assert_array_equal(back.hnsw_ids, grown.hnsw_ids)
+    np.testing.assert_array_equal(back.search_batch(Q, 5)[0], grown.search_batch(Q, 5)[0])
+    # a crafted label map is refused
+    bad = back.hnsw_ids.copy()
+    bad[bad >= 0] = 0
+    np.save(tmp_path / "ix" / "hnsw_ids.npy", bad)
+    import json
+    from evireform import IndexFormatError
+    from evireform.store import file_sha256
+    m = tmp_path / "ix" / "manifest.json"
+    man = json.loads(m.read_text())
+    f = tmp_path / "ix" / "hnsw_ids.npy"
+    man["files"]["hnsw_ids.npy"] = {"sha256": file_sha256(f), "bytes": f.stat().st_size}
+    m.write_text(json.dumps(man))
+    with pytest.raises(IndexFormatError, match="hnsw_ids.npy: must map"):
+        PropositionIndex.load(tmp_path / "ix")
