@@ -159,13 +159,12 @@ def _add_llm_args(p) -> None:
 def _replay_setup(args) -> dict:
     """--llm-replay: offline, answered from the recorded replies (by key, else by content);
     the model defaults to the one the first file names."""
+    from .llm import read_reply_records
     model = None
     for f in args.llm_replay:
         if not Path(f).is_file():
             raise FileNotFoundError(f"--llm-replay: {f} not found")
-        with open(f, encoding="utf-8") as fh:
-            first = fh.readline()
-        model = model or (json.loads(first).get("model") if first.strip() else None)
+        model = model or next((r.get("model") for r in read_reply_records(f)), None)
     return dict(replay_paths=tuple(args.llm_replay), offline=True,
                 pending_path=args.llm_pending, model=args.llm_model or model)
 

@@ -133,21 +133,32 @@ class ReplyCache:
         return len(rows)
 
     def import_jsonl(self, path) -> int:
-        """Load replies from JSON lines with "key" and either "reply" (the JSON object) or
-        "content" (the model's text).  Replies are validated when used, not here."""
+        """Load replies from JSON lines (:func:`read_reply_records`).  Replies are validated
+        when used, not here."""
         n = 0
-        with open(path, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                    reply = rec["reply"] if "reply" in rec else parse_json(rec["content"])
-                    self.put(str(rec["key"]), str(rec.get("role", "")), reply)
-                    n += 1
-                except (KeyError, json.JSONDecodeError, ContractError) as exc:
-                    raise ValueError(f"{path}:{line_no}: not a reply record ({exc})") from None
+        for rec in read_reply_records(path):
+            self.put(rec["key"], str(rec.get("role", "")), rec["reply"])
+            n += 1
         return n
+
+
+def read_reply_records(path):
+    """The records of a replies file, one JSON object a line with ``key`` and either
+    ``reply`` (the JSON object) or ``content`` (the model's text, parsed here); ``role``,
+    ``model`` and ``messages`` are kept when present.  A malformed line raises ``ValueError``
+    naming it."""
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if "reply" not in rec:
+                    rec["reply"] = parse_json(rec["content"])
+                rec["key"] = str(rec["key"])
+            except (KeyError, TypeError, ValueError, ContractError) as exc:
+                raise ValueError(f"{path}:{n}: not a reply record ({exc})") from None
+            yield rec
 
 
 _DATA = re.compile(r"<data>(.*?)</data>", re.DOTALL)
@@ -176,21 +187,7 @@ class ReplayIndex:
 
     @classmethod
     def from_files(cls, paths) -> "ReplayIndex":
-        recs = []
-        for path in paths:
-            with open(path, encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rec = json.loads(line)
-                        if "reply" not in rec:
-                            rec["reply"] = parse_json(rec["content"])
-                        rec["key"] = str(rec["key"])
-                    except (KeyError, ValueError, ContractError) as exc:
-                        raise ValueError(f"{path}:{n}: not a reply record ({exc})") from None
-                    recs.append(rec)
-        return cls(recs)
+        return cls([rec for path in paths for rec in read_reply_records(path)])
 
     def __len__(self) -> int:
         return len(self.by_key)

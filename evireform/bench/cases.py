@@ -454,20 +454,24 @@ def case_retrieve_core(inp, out):
     _core_case(inp, out, label, idx, qs, H_q.astype(np.float32), queries, vecs)
 
 
+def _twowiki_passages(inp):
+    """The 2WikiMultiHopQA passages (the first 1,000 in quick mode), or None without data."""
+    from ..corpus import load_corpus
+    f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json" if inp.data else None
+    if f is None or not f.is_file():
+        return None
+    passages = load_corpus(f)
+    return passages[:1000] if inp.quick else passages
+
+
 @case("build/2wiki extraction+incidence+degrees")
 def case_build(inp, out):
-    from ..corpus import load_corpus
     from ..extract import HeuristicExtractor
     from ..kernels import EntityGraph
     from ..entities import canonical_entity
-    if inp.data is None:
+    passages = _twowiki_passages(inp)
+    if passages is None:
         return
-    f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json"
-    if not f.is_file():
-        return
-    passages = load_corpus(f)
-    if inp.quick:
-        passages = passages[:1000]
     ex = HeuristicExtractor()
 
     def build():
@@ -489,17 +493,11 @@ def case_build(inp, out):
 def case_update(inp, out):
     """Adding 1% of the 2Wiki passages to an index of the other 99% (extract, embed and
     incidence for the new ones only) against building the whole index again."""
-    if inp.data is None:
-        return
-    from ..corpus import load_corpus
     from ..embed import HashingEmbedder
     from ..index import PropositionIndex, arrays_equal
-    f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json"
-    if not f.is_file():
+    passages = _twowiki_passages(inp)
+    if passages is None:
         return
-    passages = load_corpus(f)
-    if inp.quick:
-        passages = passages[:1000]
     n_new = max(1, len(passages) // 100)
     emb = HashingEmbedder(256)
     base = PropositionIndex.build(passages[:-n_new], emb, show_progress=False, hnsw=False)

@@ -74,7 +74,7 @@ def _run(idx, qs, embedder, selector) -> dict:
 def selector_study(data: Path, embedder, replies_dir: Path) -> str:
     """Both directions (fit on one set, evaluate on the other) as a Markdown table."""
     from ..llm import LLMClient, LLMConfig, LLMSelector
-    from ..roles import LearnedSelector, TopScoreSelector, selector_features
+    from ..roles import SELECTOR_FEATURES, LearnedSelector, TopScoreSelector, selector_features
     sets = {d: _setup(data, d, embedder) for d in ("hotpotqa", "musique")}
     lines = ["| fitted on → evaluated on | selector | R@5 | C@5 |", "|---|---|---:|---:|"]
     fitted = {}
@@ -105,8 +105,7 @@ def selector_study(data: Path, embedder, replies_dir: Path) -> str:
             lines.append(f"| {label} | {name} | {m['recall@5']:.2f} | {m['chain@5']:.2f} |")
     lines.append("")
     lines.append("All with the LLM-free reformulator and the paper's other defaults. Weights "
-                 "(features: " + ", ".join(__import__("evireform.roles", fromlist=["x"])
-                                            .SELECTOR_FEATURES) + "):")
+                 "(features: " + ", ".join(SELECTOR_FEATURES) + "):")
     for train, (w, n, picks) in fitted.items():
         lines.append(f"- fitted on {train} (n={n}; the LLM picked {picks:.1f} candidates per "
                      "question there): " + ", ".join(f"{v:+.2f}" for v in w))
