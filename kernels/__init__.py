@@ -2,7 +2,8 @@
 
 Each public function validates its input, picks a backend (``backend="auto" | "cpu" | "gpu"``)
 and calls a private kernel: the numba kernels of :mod:`._cpu`, or the CuPy kernels of
-:mod:`._gpu` (array-namespace code, verified with numpy/scipy where no GPU is at hand).  The numpy/scipy references live in
+:mod:`._gpu` (array-namespace code, verified with numpy/scipy where no GPU is at hand).
+The numpy/scipy references live in
 :mod:`evireform.kernels.reference`; every backend is tested against them.
 
 Ranking conventions (the paper's Appendix C.1): nonpositive similarities are excluded from
@@ -153,7 +154,8 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     """Batched :func:`cosine_topk`.
 
     Returns ``(ids, scores)`` of shape ``(batch, min(k, n))`` (memory scales with the index,
-    not with ``k``); rows with fewer positive matches are padded with id -1 and score 0.  Each thread scores ``config.BATCH_BLOCK_ROWS``
+    not with ``k``); rows with fewer positive matches are padded with id -1 and score 0.
+    Each thread scores ``config.BATCH_BLOCK_ROWS``
     rows at a time against the whole batch and folds the block into per-query heaps at once,
     so no (batch x n) score matrix is ever formed.
     """
