@@ -35,6 +35,34 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """``100k,1M,3M`` -> (100000, 1000000, 3000000)."""
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        mult = {"k": 10**3, "m": 10**6, "b": 10**9}.get(part[-1:].lower(), 1)
+        num = part[:-1] if mult > 1 else part
+        try:
+            v = int(float(num) * mult)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected sizes like 100k,1M; got {text!r}") \
+                from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"sizes must be positive; got {part!r}")
+        out.append(v)
+    return tuple(out)
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0; got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text}")
+    return v
+
+
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -84,7 +112,21 @@ def _cmd_index(args) -> int:
     embedder = _embedder(args)
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
     show = not args.quiet and not args.json
-    if args.extractor in ("heuristic", "llm"):
+    if args.ray:
+        if args.extractor not in ("heuristic", "llm"):
+            raise SystemExit("evireform index --ray: --extractor must be 'heuristic' or 'llm'")
+        from .distributed import LLMExtractorFactory, build_ray
+        from .embed import spec_of
+        factory = None
+        if args.extractor == "llm":
+            args.llm = True
+            factory = LLMExtractorFactory(_llm_client(args).config,
+                                          max_workers=args.llm_workers or 4)
+        idx = build_ray(passages, spec_of(embedder), extractor=factory,
+                        concurrency=args.ray_workers, num_gpus=args.num_gpus,
+                        ray_address=args.ray_address, num_cpus=args.ray_workers,
+                        embed_batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
+    elif args.extractor in ("heuristic", "llm"):
         extractor = None
         if args.extractor == "llm":
             from .llm import LLMExtractor
@@ -475,6 +517,15 @@ def _cmd_bench(args) -> int:
     from . import bench
 
     log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
+    if args.scale:
+        from .bench.scale import run_scale, scale_table
+        rows = run_scale(args.scale_sizes, args.scale_dir, n_queries=args.scale_queries,
+                         log=log)
+        print(scale_table(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"scale": rows}, indent=1))
+            print(f"wrote {args.json}")
+        return 0
     report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log, only=args.only,
                        backend=args.backend, time_budget=args.time_budget)
     print(f"machine: {report['machine'].get('cpu', report['machine']['processor'])}, "
@@ -516,6 +567,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
     ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
     ix.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = ix.add_argument_group("distributed build (extra 'ray'; evireform.distributed)")
+    g.add_argument("--ray", action="store_true",
+                   help="extract and embed in a Ray Data pipeline; the same index as without")
+    g.add_argument("--ray-address", default=None,
+                   help="'auto' for a running cluster (default: a local Ray instance)")
+    g.add_argument("--ray-workers", type=_positive_int, default=2,
+                   help="embedding actors (and CPUs of a local instance)")
+    g.add_argument("--num-gpus", type=_nonneg_float, default=0,
+                   help="GPUs per embedding actor (embeds on cuda when > 0)")
     _add_llm_args(ix)
     ix.set_defaults(func=_cmd_index)
 
@@ -618,6 +678,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "peer, with the device's copy bandwidth (needs CuPy and a device)")
     be.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS",
                     help="skip the case groups that would start after this many seconds")
+    be.add_argument("--scale", action="store_true",
+                    help="the cost curve instead of the cases: build, disk, peak memory, load "
+                         "and retrieve p50/p95 of synthetic memory-mapped indexes "
+                         "(evireform.bench.scale; minutes to an hour)")
+    be.add_argument("--scale-sizes", type=_sizes, default="100k,1M,3M,10M",
+                    help="proposition counts for --scale, e.g. 100k,1M,3M,10M")
+    be.add_argument("--scale-dir", default=None,
+                    help="where --scale writes its indexes (default: the temp directory)")
+    be.add_argument("--scale-queries", type=_positive_int, default=20,
+                    help="questions timed per size")
     be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     be.set_defaults(func=_cmd_bench)
     return p

@@ -35,7 +35,7 @@ from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes
 from .types import Passage, Proposition
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
-           "disk_bytes", "subset_index"]
+           "disk_bytes", "hnsw_topk_batch", "subset_index"]
 
 
 @dataclass
@@ -172,16 +172,13 @@ class PropositionIndex:
         if not callable(getattr(extractor, "extract_many", None)):
             raise TypeError(f"{type(extractor).__name__} lacks extract_many; subclass "
                             "evireform.extract.Extractor to inherit it from extract")
-        props: list[Proposition] = []
-        for found in extractor.extract_many(passages, show_progress=show_progress):
-            props.extend(found)
-        emb = embedder.encode([p.text for p in props], batch_size=batch_size,
-                              show_progress=show_progress)
-        if len(props) == 0:
-            emb = np.zeros((0, embedder.dim), np.float32)
-        return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
-                                     meta={"extractor": extractor.name,
-                                           "embedder_spec": spec_of(embedder)})
+        # the same three batch steps as the distributed build (evireform.distributed)
+        from .build import embed_batch, extract_batch, passage_batch, reduce_batches
+        props = extract_batch(passage_batch(passages), extractor, show_progress=show_progress)
+        rows = embed_batch(props, embedder, batch_size=batch_size, show_progress=show_progress)
+        return reduce_batches(passages, [rows], embedder.name, int(embedder.dim), hnsw=hnsw,
+                              meta={"extractor": extractor.name,
+                                    "embedder_spec": spec_of(embedder)})
 
     @classmethod
     def from_openie(cls, openie_path, passages: Sequence[Passage], embedder: Embedder, *,
@@ -230,31 +227,7 @@ class PropositionIndex:
         with -1 / 0."""
         if exact or self.hnsw is None:
             return cosine_topk_batch(self.embeddings, Q, k)
-        Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
-        if Q.ndim != 2 or Q.shape[1] != self.dim:
-            raise ValueError(f"queries must have shape (batch, {self.dim}); got {Q.shape}")
-        if isinstance(k, bool) or int(k) != k or k <= 0:
-            raise ValueError(f"k must be a positive integer; got {k!r}")
-        kk = min(int(k), self.n_props)
-        out_i = np.full((len(Q), kk), -1, np.int64)
-        out_s = np.zeros((len(Q), kk), np.float32)
-        if kk == 0 or len(Q) == 0:
-            return out_i, out_s
-        labels, _ = self.hnsw.knn_query(Q, k=kk, num_threads=1)
-        labels = labels.astype(np.int64)
-        if self.hnsw_ids is not None:  # after deletions: labels are not proposition ids
-            labels = self.hnsw_ids[labels]
-        # re-score with the exact kernel, so scores (and tie order) match exact search
-        emb = self.embeddings
-        for b in range(len(Q)):
-            lab = labels[b][labels[b] >= 0]
-            sc = cosine_scores(emb[lab], Q[b:b + 1])[0]
-            keep = sc > 0
-            ids, sc = lab[keep], sc[keep]
-            o = np.lexsort((ids, -sc.astype(np.float64)))
-            out_i[b, :len(o)] = ids[o]
-            out_s[b, :len(o)] = sc[o]
-        return out_i, out_s
+        return hnsw_topk_batch(self.hnsw, self.embeddings, Q, k, self.hnsw_ids)
 
     # ------------------------------------------------------------------ updates
     def add(self, passages, embedder, *, extractor: Extractor | None = None,
@@ -397,6 +370,37 @@ class PropositionIndex:
         idx.hnsw = got.hnsw
         idx.hnsw_ids = got.hnsw_ids
         return idx
+
+
+def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None):
+    """HNSW candidates of ``h`` over ``embeddings``, re-scored with the exact kernel so that
+    scores and tie order match exact search: ``(ids, scores)`` of shape
+    (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
+    HNSW labels to rows (after deletions); None when labels are rows."""
+    dim = int(embeddings.shape[1])
+    Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+    if Q.ndim != 2 or Q.shape[1] != dim:
+        raise ValueError(f"queries must have shape (batch, {dim}); got {Q.shape}")
+    if isinstance(k, bool) or int(k) != k or k <= 0:
+        raise ValueError(f"k must be a positive integer; got {k!r}")
+    kk = min(int(k), int(embeddings.shape[0]))
+    out_i = np.full((len(Q), kk), -1, np.int64)
+    out_s = np.zeros((len(Q), kk), np.float32)
+    if kk == 0 or len(Q) == 0:
+        return out_i, out_s
+    labels, _ = h.knn_query(Q, k=min(kk, h.get_current_count()), num_threads=1)
+    labels = labels.astype(np.int64)
+    if label_ids is not None:
+        labels = label_ids[labels]
+    for b in range(len(Q)):
+        lab = labels[b][labels[b] >= 0]
+        sc = cosine_scores(embeddings[lab], Q[b:b + 1])[0]
+        keep = sc > 0
+        ids, sc = lab[keep], sc[keep]
+        o = np.lexsort((ids, -sc.astype(np.float64)))
+        out_i[b, :len(o)] = ids[o]
+        out_s[b, :len(o)] = sc[o]
+    return out_i, out_s
 
 
 def _copy_hnsw(h):

@@ -189,8 +189,17 @@ class EviReform:
     def __init__(self, index: PropositionIndex, config: EviReformConfig | None = None, *,
                  embedder: Embedder | None = None, selector: Selector | None = None,
                  reformulator: Reformulator | None = None, controller: Controller | None = None,
-                 backend: str = "auto", max_workers: int = 1):
+                 backend: str = "auto", max_workers: int = 1, searcher=None):
         self.index = index
+        #: proposition search over shards (:class:`evireform.shards.ShardedSearcher` or
+        #: :class:`evireform.distributed.RayShardedSearcher`); None: the index's own search
+        if searcher is not None:
+            if not callable(getattr(searcher, "search_batch", None)):
+                raise TypeError(f"searcher {type(searcher).__name__} has no search_batch()")
+            if getattr(searcher, "n_props", index.n_props) != index.n_props:
+                raise ValueError(f"the searcher covers {searcher.n_props} propositions, the "
+                                 f"index {index.n_props}")
+        self.searcher = searcher
         self.config = config or EviReformConfig()
         if embedder is not None:
             check_embedder(index, embedder)
@@ -428,7 +437,9 @@ class EviReform:
         """Batched proposition search; the kernels score each query alike in any batch.
         ``k`` is clipped to the number of propositions (memory scales with the index)."""
         k = max(1, min(k, self.index.n_props))
-        if self.device is not None:
+        if self.searcher is not None:
+            ids, scores = self.searcher.search_batch(H, k)
+        elif self.device is not None:
             ids, scores = self.device.search_batch(H, k)
         else:
             ids, scores = self.index.search_batch(H, k)

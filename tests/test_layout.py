@@ -5,7 +5,7 @@ import sys
 CORE = ["evireform", "evireform.index", "evireform.store", "evireform.retriever",
         "evireform.roles", "evireform.llm", "evireform.embed", "evireform.extract",
         "evireform.corpus", "evireform.cache", "evireform.kernels", "evireform.types",
-        "evireform.entities"]
+        "evireform.entities", "evireform.build", "evireform.shards"]
 
 
 def test_core_modules_do_not_import_experiments():

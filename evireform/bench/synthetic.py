@@ -45,14 +45,17 @@ def synthetic_passages(rng, M: int, props_per_passage: float = 3.5) -> PassageMa
 
 def clustered_embeddings(rng, M: int, d: int = 384, n_clusters: int = 2048,
                          spread: float = 1.0, intrinsic: int = 32,
-                         chunk: int = 65536) -> np.ndarray:
+                         chunk: int = 65536, out: np.ndarray | None = None) -> np.ndarray:
     """float32 unit rows: a random centre plus Gaussian noise in an ``intrinsic``-dimensional
     subspace, normalised (sentence embeddings have a low intrinsic dimension; isotropic noise
-    in all 384 dimensions would make every neighbour search look like a worst case)."""
+    in all 384 dimensions would make every neighbour search look like a worst case).
+    ``out``: an (M, d) float32 array to fill (e.g. a memory map), written chunk by chunk."""
     C = rng.standard_normal((n_clusters, d)).astype(np.float32)
     C /= np.linalg.norm(C, axis=1, keepdims=True)
     basis = rng.standard_normal((intrinsic, d)).astype(np.float32) / np.float32(np.sqrt(d))
-    H = np.empty((M, d), dtype=np.float32)
+    H = np.empty((M, d), dtype=np.float32) if out is None else out
+    if H.shape != (M, d):
+        raise ValueError(f"out must have shape {(M, d)}; got {H.shape}")
     for lo in range(0, M, chunk):
         hi = min(M, lo + chunk)
         X = C[rng.integers(0, n_clusters, hi - lo)]

@@ -1,0 +1,299 @@
+"""Index builds on Ray Data and proposition search over shards in Ray actors (extra ``ray``).
+
+``pip install 'evireform[ray]'``.  The build runs the batch steps of :mod:`evireform.build`
+in a Ray Data pipeline::
+
+    read passages -> map_batches(extract)                  (tasks, CPUs)
+                  -> map_batches(_EmbedWriter)             (an actor pool; num_gpus per actor)
+                  -> content-addressed shards on disk      (props-<sha256>.npz, one per batch)
+    driver: read the shards -> reduce_batches -> save
+
+Each shard is named by the SHA-256 of its rows and embeddings, written atomically, and read
+back without pickle.  The reduce orders rows by (passage position, proposition position), so
+the Ray build equals the local build array for array whatever order the batches finish in
+(tested on MuSiQue with the hashing embedder).  On a multi-node cluster ``shard_dir`` must be
+a filesystem every node and the driver can read (NFS, a mounted bucket).
+
+LLM extraction runs through the same extract step: pass ``extractor=LLMExtractorFactory(...)``
+(or ``evireform index ... --ray --extractor llm``); every worker builds its own client with
+its own reply cache (``<cache>.worker-<pid>``), and ``evireform llm-cache export/import``
+merges them afterwards.
+
+Sharded search: :class:`RayShardedSearcher` keeps each shard (see :mod:`evireform.shards`) in
+a Ray actor; the retriever takes it as ``EviReform(index, searcher=...)``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .build import concat_batches, embed_batch, extract_batch, reduce_batches
+from .embed import embedder_from_spec, spec_of
+from .shards import merge_topk, shard_bounds
+
+__all__ = ["build_ray", "build_index_ray", "LLMExtractorFactory", "RayShardedSearcher",
+           "read_shard", "write_shard", "ensure_ray"]
+
+
+def _ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError("the Ray build and Ray sharded search need Ray Data: "
+                          "pip install 'evireform[ray]'") from e
+    return ray
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray (``address='auto'`` for a running cluster; None starts a local
+    instance with ``num_cpus``) unless already connected; True when this call started it."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    import logging
+    kw = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+              logging_level=logging.WARNING)
+    if address:
+        ray.init(address=address, **kw)
+    else:
+        ray.init(num_cpus=num_cpus, **kw)
+    return True
+
+
+# --------------------------------------------------------------------------- shards on disk
+def _digest(rows: dict) -> str:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(rows["pos"], np.int64).tobytes())
+    h.update(np.ascontiguousarray(rows["ord"], np.int64).tobytes())
+    h.update(json.dumps([list(map(str, rows["text"])), list(map(str, rows["entities"]))],
+                        ensure_ascii=False).encode())
+    h.update(np.ascontiguousarray(rows["embedding"], np.float32).tobytes())
+    return h.hexdigest()
+
+
+def write_shard(rows: dict, shard_dir) -> str:
+    """Write an embedded proposition batch as ``props-<sha256>.npz`` (atomic; an existing
+    shard of the same name holds the same rows and is kept); returns the file name."""
+    name = f"props-{_digest(rows)}.npz"
+    path = Path(shard_dir) / name
+    if path.exists():
+        return name
+    strings = json.dumps({"text": list(map(str, rows["text"])),
+                          "entities": list(map(str, rows["entities"]))}, ensure_ascii=False)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=shard_dir)
+    os.close(fd)
+    try:
+        np.savez(tmp, pos=np.asarray(rows["pos"], np.int64),
+                 ord=np.asarray(rows["ord"], np.int64),
+                 embedding=np.asarray(rows["embedding"], np.float32),
+                 strings=np.frombuffer(strings.encode(), np.uint8))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return name
+
+
+def read_shard(path) -> dict:
+    """Read a shard written by :func:`write_shard`; its name is checked against its content."""
+    path = Path(path)
+    with np.load(path, allow_pickle=False) as z:
+        strings = json.loads(z["strings"].tobytes().decode())
+        rows = {"pos": z["pos"], "ord": z["ord"], "text": strings["text"],
+                "entities": strings["entities"], "embedding": z["embedding"]}
+    if path.name != f"props-{_digest(rows)}.npz":
+        raise ValueError(f"shard {path} does not hold the rows its name says (corrupt or "
+                         "edited); delete it and build again")
+    return rows
+
+
+# --------------------------------------------------------------------------- the steps as Ray callables
+@dataclass
+class LLMExtractorFactory:
+    """Builds an :class:`~evireform.llm.LLMExtractor` inside each Ray worker, with the
+    worker's own reply cache ``<cache_path>.worker-<pid>`` (merge them with
+    ``evireform llm-cache export/import``)."""
+
+    config: object  # evireform.llm.LLMConfig
+    max_workers: int = 4
+
+    def __call__(self):
+        from dataclasses import replace
+        from .llm import LLMClient, LLMExtractor
+        cfg = self.config
+        if getattr(cfg, "cache_path", None):
+            cfg = replace(cfg, cache_path=f"{cfg.cache_path}.worker-{os.getpid()}")
+        return LLMExtractor(LLMClient(cfg), max_workers=self.max_workers)
+
+
+def _make_extractor(extractor):
+    from .extract import HeuristicExtractor
+    if extractor is None:
+        return HeuristicExtractor()
+    if callable(getattr(extractor, "extract_many", None)):
+        return extractor
+    if callable(extractor):
+        return extractor()
+    raise TypeError("extractor must be an Extractor or a zero-argument factory of one")
+
+
+def _extract(batch: dict, extractor) -> dict:
+    return extract_batch(batch, _make_extractor(extractor))
+
+
+class _EmbedWriter:
+    def __init__(self, embedder_spec, shard_dir: str, batch_size: int, device: str | None):
+        self.embedder = embedder_from_spec(embedder_spec, device=device)
+        self.shard_dir, self.batch_size = shard_dir, batch_size
+
+    def __call__(self, batch: dict) -> dict:
+        rows = embed_batch(batch, self.embedder, batch_size=self.batch_size)
+        n = len(rows["pos"])
+        name = write_shard(rows, self.shard_dir) if n else ""
+        return {"shard": [name], "rows": np.asarray([n], np.int64)}
+
+
+# --------------------------------------------------------------------------- the build
+def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 256,
+              embed_batch_size: int = 64, concurrency: int = 2, num_gpus: float = 0,
+              shard_dir=None, hnsw: bool | None = None, ray_address: str | None = None,
+              num_cpus: int | None = None, show_progress: bool = True):
+    """Build a :class:`~evireform.index.PropositionIndex` with a Ray Data pipeline.
+
+    ``embedder`` is an embedder or its spec (``"minilm"``, ``"hashing-256"``, a
+    :func:`~evireform.embed.spec_of` dict); workers rebuild it from the spec (on ``cuda``
+    when ``num_gpus > 0``).  ``extractor``: an Extractor (pickled to the workers), a
+    zero-argument factory (e.g. :class:`LLMExtractorFactory`) or None (heuristic).
+    ``concurrency`` embedding actors, each with ``num_gpus`` GPUs.  Shards go to
+    ``shard_dir`` (default: a temporary directory, removed afterwards; on a cluster give a
+    shared path).  Equal to :meth:`PropositionIndex.build` for the same inputs.
+    """
+    from .corpus import as_passages
+    ray = _ray()
+    passages = as_passages(passages)
+    if not passages:
+        raise ValueError("passages is empty: an index needs at least one passage")
+    spec = embedder if isinstance(embedder, (str, dict)) else spec_of(embedder)
+    local = embedder_from_spec(spec)  # validates the spec and gives name/dim on the driver
+    for name, v in (("passages_per_batch", passages_per_batch),
+                    ("embed_batch_size", embed_batch_size), ("concurrency", concurrency)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    ext = _make_extractor(extractor)
+    started = ensure_ray(ray_address, num_cpus)
+    tmp = None
+    if shard_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="evireform-shards-")
+        shard_dir = tmp.name
+    Path(shard_dir).mkdir(parents=True, exist_ok=True)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = bool(show_progress)
+    try:
+        items = [{"pos": i, "id": p.id, "title": p.title, "text": p.text}
+                 for i, p in enumerate(passages)]
+        n_blocks = max(1, min(len(items), -(-len(items) // passages_per_batch)))
+        ds = ray.data.from_items(items, override_num_blocks=n_blocks)
+        ds = ds.map_batches(_extract, fn_kwargs={"extractor": extractor},
+                            batch_size=passages_per_batch, batch_format="numpy")
+        ds = ds.map_batches(_EmbedWriter,
+                            fn_constructor_kwargs={
+                                "embedder_spec": spec, "shard_dir": str(shard_dir),
+                                "batch_size": embed_batch_size,
+                                "device": "cuda" if num_gpus else None},
+                            batch_size=None, batch_format="numpy",
+                            compute=ray.data.ActorPoolStrategy(size=concurrency),
+                            num_gpus=num_gpus or None)
+        out = ds.take_all()
+        names = sorted({r["shard"] for r in out if r["shard"]})
+        batches = [read_shard(Path(shard_dir) / n) for n in names]
+        rows = concat_batches(batches, int(local.dim))
+        if len(rows["pos"]) != sum(int(r["rows"]) for r in out):
+            raise RuntimeError("the shards hold a different number of rows than the pipeline "
+                               "produced; a worker failed midway - build again")
+        return reduce_batches(passages, [rows], local.name, int(local.dim), hnsw=hnsw,
+                              meta={"extractor": ext.name, "embedder_spec": spec_of(local)})
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+        if started:
+            ray.shutdown()
+
+
+def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw):
+    """:func:`build_ray` over a corpus file (or passages), saved to ``out_dir`` (checked
+    before any work, as ``evireform index`` does); returns ``(path, index, seconds)``."""
+    from .corpus import load_corpus
+    from .store import check_target
+    t0 = time.perf_counter()
+    check_target(out_dir, overwrite=overwrite)
+    passages = load_corpus(corpus) if isinstance(corpus, (str, os.PathLike)) else corpus
+    idx = build_ray(passages, embedder, **kw)
+    path = idx.save(out_dir, overwrite=overwrite)
+    return path, idx, time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- sharded search
+class _ShardActor:
+    def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict):
+        from .shards import Shard
+        self.shard = Shard.build(np.asarray(embeddings), offset, hnsw, **hnsw_kw)
+
+    def search_batch(self, Q, k):
+        return self.shard.search_batch(Q, k)
+
+
+class RayShardedSearcher:
+    """Proposition search over shards held by Ray actors (one shard per actor), merged
+    exactly on the caller (:func:`evireform.shards.merge_topk`).  Same contract as
+    :meth:`PropositionIndex.search_batch`; pass it as ``EviReform(index, searcher=...)``.
+
+    ``num_cpus`` per actor (default 1; 0 lets more shards than CPUs share a machine).  Call
+    :meth:`close` (or use it as a context manager) to free the actors.
+    """
+
+    def __init__(self, embeddings, n_shards: int, *, hnsw: bool = False,
+                 num_cpus: float = 1, **hnsw_kw):
+        ray = _ray()
+        ensure_ray()
+        self._ray = ray
+        emb = np.asarray(embeddings)
+        self.n_props, self.dim = int(emb.shape[0]), int(emb.shape[1])
+        Actor = ray.remote(num_cpus=num_cpus)(_ShardActor)
+        self.actors = [Actor.remote(ray.put(np.ascontiguousarray(emb[lo:hi])), lo, hnsw,
+                                    hnsw_kw)
+                       for lo, hi in shard_bounds(self.n_props, n_shards)]
+
+    @classmethod
+    def from_index(cls, index, n_shards: int, **kw) -> "RayShardedSearcher":
+        return cls(index.embeddings, n_shards, **kw)
+
+    def search_batch(self, Q, k: int):
+        Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+        if Q.ndim != 2 or Q.shape[1] != self.dim:
+            raise ValueError(f"queries must have shape (batch, {self.dim}); got {Q.shape}")
+        if isinstance(k, bool) or int(k) != k or k <= 0:
+            raise ValueError(f"k must be a positive integer; got {k!r}")
+        k = min(int(k), self.n_props)
+        ref = self._ray.put(Q)
+        parts = self._ray.get([a.search_batch.remote(ref, k) for a in self.actors])
+        return merge_topk(parts, k, len(Q))
+
+    def close(self) -> None:
+        for a in self.actors:
+            self._ray.kill(a)
+        self.actors = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,147 @@
+"""Sharded proposition search with an exact merge.
+
+The proposition embeddings may be split into S contiguous shards, each searched on its own
+(exactly, or with its own HNSW graph re-scored exactly); :func:`merge_topk` merges the
+per-shard top-k lists into the global one.  For exact search the merged result equals the
+unsharded search id for id and score for score: every shard returns its own top-k (positive
+scores, ties by lower id), the global top-k is contained in their union, and the merge orders
+by score, then by lower global id, exactly as the kernels do.  With HNSW each shard's graph is
+approximate, so recall is measured (``evireform bench --scale`` and the tests), not assumed.
+
+The entity graph stays one structure: only the searches fan out.  :class:`ShardedSearcher`
+runs the shards in this process (optionally in a thread pool);
+:class:`evireform.distributed.RayShardedSearcher` puts each shard in a Ray actor.  The
+retriever takes either: ``EviReform(index, searcher=...)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernels import cosine_topk_batch
+
+__all__ = ["Shard", "ShardedSearcher", "merge_topk", "shard_bounds"]
+
+
+def shard_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
+    """``n_shards`` contiguous ``[lo, hi)`` row ranges covering ``range(n)``, sizes differing
+    by at most one (empty shards when ``n < n_shards``)."""
+    if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) \
+            or n_shards < 1:
+        raise ValueError(f"n_shards must be a positive integer; got {n_shards!r}")
+    cuts = [(n * s) // n_shards for s in range(n_shards + 1)]
+    return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
+
+
+def merge_topk(parts, k: int, n_queries: int):
+    """Merge per-shard ``(ids, scores)`` pairs (global ids, shape (batch, k_s), padded with
+    -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
+    padded with -1 / 0."""
+    out_i = np.full((n_queries, k), -1, np.int64)
+    out_s = np.zeros((n_queries, k), np.float32)
+    parts = [(np.asarray(i, np.int64), np.asarray(s, np.float32)) for i, s in parts
+             if np.asarray(i).size]
+    if not parts or k == 0:
+        return out_i, out_s
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    sc = np.concatenate([p[1] for p in parts], axis=1)
+    for b in range(n_queries):
+        keep = ids[b] >= 0
+        i, s = ids[b][keep], sc[b][keep]
+        o = np.lexsort((i, -s.astype(np.float64)))[:k]
+        out_i[b, :len(o)] = i[o]
+        out_s[b, :len(o)] = s[o]
+    return out_i, out_s
+
+
+@dataclass
+class Shard:
+    """Rows ``[offset, offset + len(embeddings))`` of the index; ``hnsw`` (hnswlib, labels =
+    local rows) or None for exact search."""
+
+    embeddings: np.ndarray
+    offset: int
+    hnsw: object | None = None
+
+    def search_batch(self, Q, k: int):
+        """This shard's top-``k`` with global ids."""
+        n = int(self.embeddings.shape[0])
+        if n == 0:
+            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
+        if self.hnsw is None:
+            ids, sc = cosine_topk_batch(self.embeddings, Q, k)
+        else:
+            from .index import hnsw_topk_batch
+            ids, sc = hnsw_topk_batch(self.hnsw, self.embeddings, Q, k)
+        return np.where(ids >= 0, ids + self.offset, -1), sc
+
+    @classmethod
+    def build(cls, embeddings, offset: int, hnsw: bool = False, *, M: int | None = None,
+              ef_construction: int | None = None, ef: int | None = None,
+              threads: int | None = None) -> "Shard":
+        """A shard over ``embeddings`` (a view is kept, not a copy), with HNSW if asked."""
+        h = None
+        if hnsw and len(embeddings):
+            import hnswlib
+            from .kernels import config as kc
+            h = hnswlib.Index(space="ip", dim=int(embeddings.shape[1]))
+            h.init_index(max_elements=len(embeddings), M=M or kc.HNSW_M,
+                         ef_construction=ef_construction or kc.HNSW_EF_CONSTRUCTION,
+                         random_seed=kc.HNSW_SEED)
+            h.add_items(np.asarray(embeddings), np.arange(len(embeddings)),
+                        num_threads=threads or kc.HNSW_BUILD_THREADS)
+            h.set_ef(ef or kc.HNSW_EF_SEARCH)
+        return cls(embeddings, int(offset), h)
+
+
+class ShardedSearcher:
+    """Proposition search over S shards in this process, merged exactly (:func:`merge_topk`).
+
+    ``max_workers > 1`` searches the shards in a thread pool (the numba kernels and hnswlib
+    release the GIL).  The contract is :meth:`PropositionIndex.search_batch`'s.
+    """
+
+    def __init__(self, shards, *, max_workers: int = 1):
+        self.shards = list(shards)
+        if not self.shards:
+            raise ValueError("a ShardedSearcher needs at least one shard")
+        dims = {int(s.embeddings.shape[1]) for s in self.shards}
+        if len(dims) != 1:
+            raise ValueError(f"shards of different dimensions {sorted(dims)}")
+        self.dim = dims.pop()
+        self.n_props = sum(int(s.embeddings.shape[0]) for s in self.shards)
+        exp = 0
+        for s in self.shards:
+            if s.offset != exp:
+                raise ValueError(f"shards must cover the rows contiguously: a shard starts at "
+                                 f"{s.offset}, expected {exp}")
+            exp += int(s.embeddings.shape[0])
+        self.max_workers = max_workers
+
+    @classmethod
+    def from_index(cls, index, n_shards: int, *, hnsw: bool = False, max_workers: int = 1,
+                   **hnsw_kw) -> "ShardedSearcher":
+        """Split ``index.embeddings`` (memory-mapped or not; shards are views) into
+        ``n_shards`` contiguous shards, each exact or with its own HNSW graph."""
+        emb = index.embeddings
+        return cls([Shard.build(emb[lo:hi], lo, hnsw, **hnsw_kw)
+                    for lo, hi in shard_bounds(int(emb.shape[0]), n_shards)],
+                   max_workers=max_workers)
+
+    def search_batch(self, Q, k: int):
+        """``(ids, scores)`` of shape (batch, min(k, n_props)): the exact merge of every
+        shard's top-``k``."""
+        Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+        if Q.ndim != 2 or Q.shape[1] != self.dim:
+            raise ValueError(f"queries must have shape (batch, {self.dim}); got {Q.shape}")
+        if isinstance(k, bool) or int(k) != k or k <= 0:
+            raise ValueError(f"k must be a positive integer; got {k!r}")
+        k = min(int(k), self.n_props)
+        if self.max_workers > 1 and len(self.shards) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(self.max_workers) as pool:
+                parts = list(pool.map(lambda s: s.search_batch(Q, k), self.shards))
+        else:
+            parts = [s.search_batch(Q, k) for s in self.shards]
+        return merge_topk(parts, k, len(Q))
