@@ -332,7 +332,8 @@ def _cmd_eval(args) -> int:
     report = run_eval(qpath, cpath, methods, embedder=_embedder(args), n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
-                      llm=client, reader=args.reader, max_workers=args.llm_workers or 1)
+                      llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
+                      graph_metrics=args.graph_metrics)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()
@@ -601,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--reader", action="store_true",
                     help="answer each question with the LLM reader from each method's top 5 "
                          "passages and report F1/EM (needs an endpoint)")
+    ev.add_argument("--graph-metrics", action="store_true",
+                    help="add evidence-set EM/P/R/F1 and graph GM/GS/GED against MuSiQue's "
+                         "question_decomposition (evireform.evaluation.graph_metrics)")
     _add_llm_args(ev)
     ev.set_defaults(func=_cmd_eval)
 

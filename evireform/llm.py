@@ -844,3 +844,62 @@ class LLMExtractor(_LLMRole):
                 from tqdm.auto import tqdm
                 it = tqdm(it, total=len(passages), desc="extract (LLM)", unit="passage")
             return list(it)
+
+
+class LLMSplitter(_LLMRole):
+    """Hi-Q's dependency-preserving binary split and its coverage verifier
+    (:class:`evireform.strategies.HiQ`).  ``split`` returns a :class:`RoleResult` holding
+    one ``(independent, dependent)`` pair, the dependent side naming the first one's answer
+    as ``#1`` (empty when the query is not decomposable); ``verify`` says whether a split
+    covers the query.  Failures fall back to the LLM-free split and coverage test."""
+
+    name = "llm-hiq"
+
+    def __init__(self, client: LLMClient):
+        super().__init__(client, None)
+
+    def split(self, query: str) -> RoleResult:
+        from .strategies import split_query
+        messages = [
+            {"role": "system", "content": "Split a multi-hop question into two sub-questions: "
+             "an independent one, answerable on its own, and a dependent one that refers to "
+             "the first one's answer as #1 and keeps every other constraint of the question. "
+             + _UNTRUSTED + ' Reply with JSON: {"decomposable": true|false, "independent": '
+             'string, "dependent": string}.'},
+            {"role": "user", "content": f"Question: {_quote(query)}"}]
+
+        def validate(obj):
+            if not isinstance(obj, dict) or not isinstance(obj.get("decomposable"), bool):
+                raise ContractError("no boolean 'decomposable'")
+            if not obj["decomposable"]:
+                return []
+            a, b = obj.get("independent"), obj.get("dependent")
+            if not isinstance(a, str) or not isinstance(b, str) or not a.strip() \
+                    or "#1" not in b:
+                raise ContractError("'independent' and 'dependent' (with #1) must be strings")
+            return [(a.strip(), b.strip())]
+
+        def fallback():
+            s = split_query(query)
+            return [s] if s else []
+
+        value, repaired, why = self._run("hiq-split", messages, validate, fallback)
+        return RoleResult(value, role="hiq-split", repaired=repaired, fallback=why)
+
+    def verify(self, query: str, first: str, second: str) -> bool:
+        from .strategies import covers
+        messages = [
+            {"role": "system", "content": "Decide whether two sub-questions together ask "
+             "everything the question asks, the second using the first one's answer (#1). "
+             + _UNTRUSTED + ' Reply with JSON: {"covers": true|false}.'},
+            {"role": "user", "content": f"Question: {_quote(query)}\nFirst: {_quote(first)}\n"
+                                        f"Second: {_quote(second)}"}]
+
+        def validate(obj):
+            if not isinstance(obj, dict) or not isinstance(obj.get("covers"), bool):
+                raise ContractError("no boolean 'covers'")
+            return obj["covers"]
+
+        value, _, _ = self._run("hiq-verify", messages, validate,
+                                lambda: covers(query, first, second))
+        return bool(value)

@@ -153,10 +153,25 @@ class RetrievalResult:
     question: str
     passages: list[RankedPassage]
     trace: Trace
+    #: the evidence edges, when the method states them (Hi-Q, BGR); EviReform's are derived
+    #: on demand from the trace by ``_explain``
+    edges: list | None = None
+    _explain: object = field(default=None, repr=False, compare=False)
 
     @property
     def ids(self) -> list[str]:
         return [p.id for p in self.passages]
+
+    def evidence_graph(self, n: int | None = None):
+        """The :class:`~evireform.explain.EvidenceGraph` of the top ``n`` passages (all when
+        None): nodes in rank order, edges saying how each passage was reached."""
+        from .explain import EvidenceGraph
+        edges = self.edges
+        if edges is None:
+            edges = self._explain() if self._explain is not None else []
+        g = EvidenceGraph([p.index for p in self.passages], [p.id for p in self.passages],
+                          [p.title for p in self.passages], list(edges))
+        return g.top(len(self.passages) if n is None else n)
 
 
 def check_embedder(index: PropositionIndex, embedder) -> None:
@@ -498,7 +513,8 @@ class EviReform:
             for st in active:
                 st.seed = self._combine(st.b, self._residual_signal(st.residual_hits))
             for st, ranked in zip(active, self._rank_many(active, k)):
-                st.result = RetrievalResult(st.text, ranked, st.trace)
+                st.result = RetrievalResult(st.text, ranked, st.trace,
+                                            _explain=self._explainer(st, ranked))
                 st.trace.rounds_run = rnd + 1
             if rnd + 1 == cfg.rounds or not cfg.reformulation:
                 break
@@ -506,6 +522,15 @@ class EviReform:
             if not active:
                 break
         return [st.result for st in states]
+
+    def _explainer(self, st, ranked):
+        """The evidence edges of one result, computed when asked for."""
+        from functools import partial
+        from .explain import evireform_edges
+        cfg = self.config
+        alpha = cfg.alpha if cfg.propagation else 1.0
+        return partial(evireform_edges, self.index, st.text, ranked, st.trace, st.seed, alpha,
+                       cfg.propagation)
 
     def _next_round(self, active: list["_QuestionState"]) -> list["_QuestionState"]:
         """Ask the controller about each question's top passages; the insufficient ones observe

@@ -227,12 +227,14 @@ class BridgeReformulator(Reformulator):
         toks = c.split()
         return c in q_canon or (bool(toks) and sum(t in q_tokens for t in toks) * 2 > len(toks))
 
-    def reformulate(self, question, observed, max_queries):
+    def bridges(self, question, observed) -> list[tuple[int, str]]:
+        """Every bridge span of the observed passages, best first: ``(observed rank, span)``
+        (the candidates :meth:`reformulate` takes ``per_passage`` of)."""
         from .extract import split_sentences
         q_canon = canonical_entity(question)
         q_tokens = set(q_canon.split())
         q_words = [w for w in _words(question) if w not in _QSTOP]
-        cands = []  # (passage rank, -overlap, position, bridge, passage)
+        cands = []  # (passage rank, -overlap, position, bridge)
         for rank, p in enumerate(observed):
             t_canon = canonical_entity(p.title)
             t_tokens = set(t_canon.split())
@@ -247,13 +249,18 @@ class BridgeReformulator(Reformulator):
                     if c == t_canon or (toks and sum(t in t_tokens for t in toks) * 2 > len(toks)):
                         continue  # the passage's own subject, not a bridge
                     seen.add(c)
-                    cands.append((rank, -overlap, si, span, p))
+                    cands.append((rank, -overlap, si, span))
         cands.sort(key=lambda x: x[:3])
+        return [(rank, bridge) for rank, _, _, bridge in cands]
+
+    def reformulate(self, question, observed, max_queries):
+        q_words = [w for w in _words(question) if w not in _QSTOP]
         out: list[str] = []
         per: dict[int, int] = {}
-        for rank, _, _, bridge, p in cands:
+        for rank, bridge in self.bridges(question, observed):
             if per.get(rank, 0) >= self.per_passage:
                 continue
+            p = observed[rank]
             covered = set(_words(p.title + " " + p.text))
             rest = [w for w in q_words if w not in covered]
             query = " ".join([bridge] + (rest or q_words))

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +30,10 @@ class Question:
     gold: frozenset[int]          # corpus positions of the gold passages
     type: str = ""
     aliases: tuple[str, ...] = ()  # other accepted answers (MuSiQue answer_aliases)
+    #: the gold evidence graph's edges (src, dst) over corpus positions: sub-question s
+    #: depends on sub-question t's answer ("#t") -> (paragraph of t, paragraph of s).
+    #: None when the format has no decomposition (HotpotQA)
+    gold_edges: frozenset | None = None
 
 
 def _norm(text: str) -> str:
@@ -70,6 +75,7 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
                                          f"{para.get('title')!r} is not in the corpus")
                     gold.add(j)
             qtype = f"{len(r.get('question_decomposition', []))}hop"
+            gold_edges = _decomposition_edges(r, by_text, qid)
         elif "supporting_facts" in r:
             gold = set()
             for title in {t for t, _ in r["supporting_facts"]}:
@@ -77,14 +83,42 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
                     raise ValueError(f"question {qid}: gold title {title!r} is not in the corpus")
                 gold.update(by_title[title])
             qtype = str(r.get("type", ""))
+            gold_edges = None
         else:
             raise ValueError(f"{path}: record {n} has neither 'paragraphs' nor 'supporting_facts'")
         if not gold:
             raise ValueError(f"question {qid} has no gold passage")
         aliases = tuple(str(a) for a in (r.get("answer_aliases") or []))
         out.append(Question(qid, r["question"], str(r.get("answer", "")), frozenset(gold), qtype,
-                            aliases))
+                            aliases, gold_edges))
     return out
+
+
+_REF = re.compile(r"#(\d+)")
+
+
+def _decomposition_edges(r: dict, by_text: dict, qid: str) -> frozenset | None:
+    """MuSiQue ``question_decomposition`` -> gold edges (see :class:`Question`)."""
+    steps = r.get("question_decomposition")
+    if not isinstance(steps, list) or not steps:
+        return None
+    paras = r.get("paragraphs") or []
+    node = []
+    for st in steps:
+        i = st.get("paragraph_support_idx") if isinstance(st, dict) else None
+        if not isinstance(i, int) or not 0 <= i < len(paras):
+            return None
+        j = by_text.get(_norm(paras[i].get("paragraph_text", "")))
+        if j is None:
+            raise ValueError(f"question {qid}: decomposition paragraph {i} is not in the corpus")
+        node.append(j)
+    edges = set()
+    for s, st in enumerate(steps):
+        for t in _REF.findall(str(st.get("question", ""))):
+            t = int(t) - 1
+            if 0 <= t < len(node) and node[t] != node[s]:
+                edges.add((node[t], node[s]))
+    return frozenset(edges)
 
 
 def passage_texts(passages: Sequence[Passage]) -> list[str]:

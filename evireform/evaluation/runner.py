@@ -28,6 +28,8 @@ class Method:
     overrides: dict = field(default_factory=dict)
     #: the LLM-free selector fills every selection slot instead of taking the run's seed count
     all_slots: bool = False
+    #: a strategy of evireform.strategies ("bgr", "hiq") instead of an EviReform variant
+    strategy: str | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -58,6 +60,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
              rounds=3),
     _variant("evireform_select12", "EviReform, LLM-free selector filling all 12 selection slots",
              all_slots=True),
+    Method("bgr", "Graph-hop BGR: forward and backward chains, edges intersected",
+           strategy="bgr"),
+    Method("hiq", "Hi-Q: query tree, resolve-or-split, answers rewritten into dependents",
+           strategy="hiq"),
 ]}
 DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
 
@@ -103,14 +109,16 @@ class EvalReport:
 def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              n: int | None = None, config=None, cache_dir=None, show_progress=True,
              dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
-             reader_k: int = 5, max_workers: int = 1) -> EvalReport:
+             reader_k: int = 5, max_workers: int = 1,
+             graph_metrics: bool = False) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
     controller are the LLM roles (LLM-free fallbacks on failure); with ``reader=True`` the LLM
     reader answers every question from each method's top ``reader_k`` passages and F1/EM are
     added to the report, with tokens in/out per role.  ``max_workers``: role calls in flight
-    at once across the questions (for LLM roles).
+    at once across the questions (for LLM roles).  ``graph_metrics=True`` adds the evidence
+    set and graph metrics of :mod:`evireform.evaluation.graph_metrics` to every method.
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -136,6 +144,11 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         if m.is_baseline:
             rankings[name] = BASELINES[m.baseline].rank(inputs)
             continue
+        if m.strategy is not None:
+            res = _strategy(m.strategy, idx, embedder, llm).retrieve_many(texts, kmax)
+            rankings[name] = [[p.index for p in r.passages] for r in res]
+            traces[name] = res
+            continue
         sel_n = None if m.all_slots else (selector_n or None)
         cfg = base_cfg.with_(**m.overrides)
         key = (cfg, sel_n)
@@ -157,6 +170,10 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         selector_n=selector_n or None,
         methods={m: metrics(rankings[m], qs) for m in methods},
         rankings=rankings, questions=qs, traces=traces)
+    if graph_metrics:
+        from .graph_metrics import graph_metrics as _gm
+        for m in methods:
+            report.methods[m].update(_gm(rankings[m], traces.get(m), qs))
     if reader:
         if llm is None:
             raise ValueError("reader=True needs an LLM client (the reader is an LLM role)")
@@ -172,6 +189,20 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     if "evireform" in rankings and len(rankings) > 1:
         report.bootstrap = bootstrap_vs_strongest(rankings, qs, report.dataset) or None
     return report
+
+
+def _strategy(name: str, idx, embedder, llm):
+    """The BGR or Hi-Q retriever over the run's index (LLM roles when ``llm`` is given)."""
+    from ..strategies import BGR, HiQ
+    if name == "bgr":
+        ref = None
+        if llm is not None:
+            from ..llm import LLMReformulator
+            ref = LLMReformulator(llm)
+        return BGR(idx, embedder, reformulator=ref)
+    if name == "hiq":
+        return HiQ(idx, embedder, llm=llm)
+    raise ValueError(f"unknown strategy {name!r}")
 
 
 def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
@@ -228,12 +259,37 @@ def format_table(report: "EvalReport", ks=KS) -> str:
     for m, vals in report.methods.items():
         qa = f"  F1 {vals['f1']:6.2f}  EM {vals['em']:6.2f}" if "f1" in vals else ""
         lines.append(f"{m:<{width}} " + " ".join(f"{vals[c]:6.2f}" for c in cols) + qa)
+    if any("gm" in v for v in report.methods.values()):
+        lines.append("")
+        lines.append(format_graph_table(report))
     for role, u in (report.llm_usage or {}).items():
         lines.append(f"llm {role}: {u['calls']} calls, {u['cache_hits']} cache hits, "
                      f"{u['content_hits']} content hits, {u['misses']} offline misses, "
                      f"{u['repairs']} repairs, "
                      f"{u['local_repairs']} local repairs, {u['failures']} fallbacks, tokens in "
                      f"{u['tokens_in']:,} out {u['tokens_out']:,}")
+    return "\n".join(lines)
+
+
+def format_graph_table(report: "EvalReport", markdown: bool = False) -> str:
+    """Evidence set and graph metrics per method (methods run with graph_metrics=True)."""
+    rows = [(m, v) for m, v in report.methods.items() if "gm" in v]
+    if not rows:
+        return ""
+    n = rows[0][1]["n_graph_questions"]
+    head = ["method", "R@5", "C@5", "EM", "P", "R", "F1", "GM", "GS", "GED"]
+    vals = [[m, f"{v['recall@5']:.2f}", f"{v['chain@5']:.2f}", f"{v['ev_em']:.2f}",
+             f"{v['ev_p']:.2f}", f"{v['ev_r']:.2f}", f"{v['ev_f1']:.2f}", f"{v['gm']:.2f}",
+             f"{v['gs']:.2f}", f"{v['ged']:.2f}"] for m, v in rows]
+    title = (f"evidence graphs on {n} questions (top |gold| passages; EM/P/R/F1 of the set, "
+             "GM/GS in %, GED mean edits):")
+    if markdown:
+        return "\n".join([title, "", "| " + " | ".join(head) + " |",
+                          "|---|" + "---:|" * (len(head) - 1)]
+                         + ["| " + " | ".join(r) + " |" for r in vals])
+    width = max(12, max(len(m) for m, _ in rows))
+    lines = [title, f"{'method':<{width}} " + " ".join(f"{h:>6}" for h in head[1:])]
+    lines += [f"{r[0]:<{width}} " + " ".join(f"{x:>6}" for x in r[1:]) for r in vals]
     return "\n".join(lines)
 
 
@@ -245,4 +301,6 @@ def markdown_table(report: "EvalReport", ks=KS) -> str:
              "|---|" + "---:|" * len(cols)]
     for m, vals in report.methods.items():
         lines.append(f"| {m} | " + " | ".join(f"{vals[c]:.2f}" for c in cols) + " |")
+    if any("gm" in v for v in report.methods.values()):
+        lines += ["", format_graph_table(report, markdown=True)]
     return "\n".join(lines)

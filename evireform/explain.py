@@ -1,0 +1,184 @@
+"""Evidence graphs: which passages a retriever returned and why each was reached.
+
+An :class:`EvidenceGraph` has the returned passages as nodes (corpus positions, in rank
+order) and directed edges ``src -> dst`` that say how ``dst`` was reached from ``src``:
+
+* ``query``: a residual query built from the observed passage ``src`` retrieved ``dst``
+  (EviReform; ``via`` = the query);
+* ``entity``: one propagation step through an entity that a seed proposition of ``src``
+  shares with a proposition of ``dst`` (EviReform; ``via`` = the entity);
+* ``dependency``: the answer resolved from ``src`` was substituted into the sub-query that
+  retrieved ``dst`` (Hi-Q; ``via`` = the rewritten sub-query);
+* ``chain``: a forward/backward retrieval chain stepped from ``src`` to ``dst`` (BGR).
+
+A passage reached from the question itself has no incoming edge (a root).  For EviReform,
+:func:`evireform_edges` gives every returned passage at most one incoming edge: the part of
+its score that dominates (question, residual queries, propagation; see
+:class:`~evireform.retriever.RankedPassage`) decides; a residual query is attributed to the
+observed passage that shares most of the query's words that are not the question's (the
+bridge entity came from it); a propagated passage to the seed proposition whose mass reaches
+it through its largest-contributing entity.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["EvidenceEdge", "EvidenceGraph", "evireform_edges"]
+
+EDGE_KINDS = ("query", "entity", "dependency", "chain")
+
+
+@dataclass(frozen=True)
+class EvidenceEdge:
+    src: int      # corpus position of the passage the step started from
+    dst: int      # corpus position of the passage it reached
+    kind: str     # one of EDGE_KINDS
+    via: str = ""  # the query, entity or sub-query on the edge
+
+
+@dataclass
+class EvidenceGraph:
+    """Nodes (corpus positions, rank order) with their passage ids and titles, and edges."""
+
+    nodes: list[int]
+    ids: list[str]
+    titles: list[str]
+    edges: list[EvidenceEdge] = field(default_factory=list)
+
+    def top(self, n: int) -> "EvidenceGraph":
+        """The graph on the first ``n`` nodes and the edges among them."""
+        keep = set(self.nodes[:n])
+        return EvidenceGraph(self.nodes[:n], self.ids[:n], self.titles[:n],
+                             [e for e in self.edges if e.src in keep and e.dst in keep])
+
+    def edge_set(self) -> set[tuple[int, int]]:
+        return {(e.src, e.dst) for e in self.edges}
+
+    def to_json(self) -> dict:
+        pos = {j: i for i, j in enumerate(self.nodes)}
+        return {"nodes": [{"index": j, "id": i, "title": t}
+                          for j, i, t in zip(self.nodes, self.ids, self.titles)],
+                "edges": [{"src": self.ids[pos[e.src]], "dst": self.ids[pos[e.dst]],
+                           "kind": e.kind, "via": e.via}
+                          for e in self.edges if e.src in pos and e.dst in pos]}
+
+    def to_networkx(self):
+        """A ``networkx.DiGraph`` (needs networkx): nodes are passage ids with ``title`` and
+        ``rank``; edges carry ``kind`` and ``via``."""
+        import networkx as nx
+        g = nx.DiGraph()
+        pos = {}
+        for r, (j, i, t) in enumerate(zip(self.nodes, self.ids, self.titles)):
+            g.add_node(i, title=t, rank=r + 1, index=j)
+            pos[j] = i
+        for e in self.edges:
+            if e.src in pos and e.dst in pos:
+                g.add_edge(pos[e.src], pos[e.dst], kind=e.kind, via=e.via)
+        return g
+
+    def format(self) -> str:
+        """A printable tree-like listing: each node, then how it was reached."""
+        into: dict[int, list[EvidenceEdge]] = {}
+        for e in self.edges:
+            into.setdefault(e.dst, []).append(e)
+        rank = {j: r + 1 for r, j in enumerate(self.nodes)}
+        lines = []
+        for r, (j, i, t) in enumerate(zip(self.nodes, self.ids, self.titles), 1):
+            how = into.get(j)
+            if not how:
+                lines.append(f"[{r}] {t or i}  <- the question")
+                continue
+            for e in how:
+                src = f"[{rank[e.src]}]" if e.src in rank else f"(passage {e.src})"
+                lines.append(f"[{r}] {t or i}  <- {src} via {e.kind} {json.dumps(e.via)}")
+        return "\n".join(lines)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+def _query_source(query: str, question: str, observed: list[int], passages) -> int | None:
+    """The observed passage the residual query came from: most shared words that the
+    question does not have (ties: the earlier observed passage)."""
+    if not observed:
+        return None
+    own = _words(query) - _words(question)
+    best, best_n = observed[0], -1
+    for j in observed:
+        p = passages[j]
+        n = len(own & _words(p.title + " " + p.text))
+        if n > best_n:
+            best, best_n = j, n
+    return best
+
+
+def evireform_edges(index, question: str, ranked, trace, seed, alpha: float,
+                    propagation: bool) -> list[EvidenceEdge]:
+    """One incoming edge per returned passage that was not reached from the question (see
+    the module docstring).  ``seed``: the round's :class:`~evireform.retriever.Seed`."""
+    owner, g, passages = index.owner, index.graph, index.passages
+    edges: list[EvidenceEdge] = []
+    # per residual query: its source passage and its normalised mass per passage
+    q_src, q_mass = [], []
+    for q, hits in zip(trace.residual_queries, trace.residual_hits):
+        q_src.append(_query_source(q, question, trace.observed, passages))
+        acc: dict[int, float] = {}
+        total = sum(s for _, s in hits if s > 0)
+        for i, s in hits:
+            if s > 0 and total > 0:
+                acc[int(owner[i])] = acc.get(int(owner[i]), 0.0) + s / total
+        q_mass.append(acc)
+    s_ids = np.asarray(seed.s.ids, np.int64)
+    s_vals = np.asarray(seed.s.vals, np.float64)
+    # seed mass per entity (sum over seed propositions mentioning it), and its best source
+    ent_mass: dict[int, float] = {}
+    ent_src: dict[int, tuple[float, int]] = {}
+    if propagation and len(s_ids):
+        for i, v in zip(s_ids, s_vals):
+            for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]:
+                e = int(e)
+                ent_mass[e] = ent_mass.get(e, 0.0) + float(v)
+                if v > ent_src.get(e, (-1.0, -1))[0]:
+                    ent_src[e] = (float(v), int(owner[i]))
+    for rp in ranked:
+        parts = {"question": rp.from_question, "residual": rp.from_residual,
+                 "propagation": rp.from_propagation}
+        kind = max(parts, key=lambda k: (parts[k], k == "question"))
+        if parts[kind] <= 0 or kind == "question":
+            continue
+        j = rp.index
+        if kind == "residual":
+            best = max(range(len(q_mass)), key=lambda l: q_mass[l].get(j, 0.0), default=None)
+            if best is None or q_mass[best].get(j, 0.0) <= 0:
+                continue
+            src = q_src[best]
+            if src is not None and src != j:
+                edges.append(EvidenceEdge(src, j, "query", trace.residual_queries[best]))
+            continue
+        # propagation: the entity of j's propositions carrying the most seed mass into j
+        props = _props_of(index, j)
+        contrib: dict[int, float] = {}
+        for i in props:
+            for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]:
+                e = int(e)
+                if e in ent_mass:
+                    contrib[e] = contrib.get(e, 0.0) + ent_mass[e] * float(g.inv_deg[e])
+        for e in sorted(contrib, key=lambda e: (-contrib[e], e)):
+            src = ent_src[e][1]
+            if src != j:
+                edges.append(EvidenceEdge(src, j, "entity", index.entity_names[e]))
+                break
+    return edges
+
+
+def _props_of(index, j: int) -> np.ndarray:
+    """Proposition ids of passage ``j`` (one pass over the owner array)."""
+    return np.flatnonzero(np.asarray(index.owner) == j)

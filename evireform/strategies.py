@@ -1,0 +1,510 @@
+"""Two related multi-hop strategies on the same index and kernels: BGR and Hi-Q.
+
+Both return :class:`~evireform.retriever.RetrievalResult` objects whose
+:meth:`~evireform.retriever.RetrievalResult.evidence_graph` states how the evidence
+connects, and both run LLM-free by default with optional LLM roles through
+:class:`~evireform.llm.LLMClient`.  Their passage searches are EviReform's first steps
+(proposition search over the index, ``u = max(0, h . h_q)`` over the top ``n_candidates``,
+normalised, read out per passage with ``1/sqrt(|P_j|)``: the same kernels), so the three
+methods differ only in how they move from evidence to evidence.
+
+**BGR** (Graph-hop's bidirectional graph retrieval, :class:`BGR`).  A forward chain starts
+at the question's best passage and steps to the best new passage for a query made from the
+current passage's bridge entity (the residual query of :class:`~evireform.roles.BridgeReformulator`,
+or the LLM reformulator).  A backward chain starts at the passage that best answers the
+question's last hop (the question's words without its named constraints, among passages
+that do not name those constraints) and steps back to the passage that shares an entity
+with the current one (one propagation step through shared entities, the kernel of
+EviReform's step 7) and best matches the question, until it reaches a passage that names a
+constraint.  As the paper describes, the two subgraphs' edges are intersected and the
+nodes and edges outside the intersection removed: the result's edges.  The ranking puts the
+intersection's nodes first, then the forward chain, the backward chain and the question's
+own passage ranking.
+
+**Hi-Q** (hierarchical evidence-guided query refinement, :class:`HiQ`).  Every node of the
+query tree first tries to resolve its query from its own top passages; a resolved node stops,
+an unresolved node at the depth budget (or with no split) fails, and any other node is split
+into an independent sub-query and a dependent one that refers to its answer as ``#1``; the
+split must cover the node's query (coverage verification), the independent side is solved
+first and its answer rewritten into the dependent side before it retrieves.  Resolution is
+the LLM reader when an LLM client is given (resolved = an answer other than ``noanswer``);
+LLM-free, a node is resolved when every named constraint of its query appears in its top
+``k_check`` passages, at least ``coverage`` of its other content words do too, and a bridge
+span (a name the passages add; :meth:`BridgeReformulator.bridges`) is there to be the answer.
+The LLM-free split cuts the query at its last relative clause or ``of`` phrase that holds a
+named constraint (``"Who was the first president of the association which published X?"``
+-> ``"association which published X"`` and ``"Who was the first president of #1"``);
+coverage holds when the two sides keep every content word and constraint of the query.  The
+final ranking interleaves the leaves' rankings in dependency order, then the root's; the
+evidence graph links the passage that answered a sub-query to the first passage retrieved
+with that answer (``dependency`` edges).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from . import kernels as K
+from .embed import encode_queries
+from .entities import canonical_entity
+from .explain import EvidenceEdge
+from .extract import name_spans
+from .retriever import RankedPassage, RetrievalResult, check_embedder
+from .roles import BridgeReformulator, _QSTOP, _words
+
+__all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "split_query", "covers"]
+
+
+# --------------------------------------------------------------------------- shared search
+class _PassageSearch:
+    """Question -> passage ranking with EviReform's first steps (search, u, readout)."""
+
+    def __init__(self, index, embedder, n_candidates: int = 100, backend: str = "auto"):
+        if embedder is not None:
+            check_embedder(index, embedder)
+        self.index, self.embedder = index, embedder
+        self.n_candidates, self.backend = n_candidates, backend
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.embedder is None:
+            raise ValueError("this strategy has no embedder: pass embedder=...")
+        return encode_queries(self.embedder, list(texts))
+
+    def rank(self, texts: Sequence[str], k: int, H=None):
+        """Per text: (passage positions, scores), best first, positive scores only."""
+        if not texts:
+            return []
+        idx = self.index
+        H = self.embed(texts) if H is None else H
+        kc = max(1, min(self.n_candidates, idx.n_props))
+        ids, sc = idx.search_batch(H, kc)
+        seeds = []
+        for i, s in zip(ids, sc):
+            keep = (i >= 0) & (s > 0)
+            i, s = i[keep], s[keep].astype(np.float64)
+            seeds.append((i, s / s.sum() if len(s) else s))
+        return self._readout(seeds, k)
+
+    def _readout(self, seeds, k):
+        idx = self.index
+        indptr = np.zeros(len(seeds) + 1, np.int64)
+        indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
+        s_ids = np.concatenate([i for i, _ in seeds]).astype(np.int64)
+        s_vals = np.concatenate([v for _, v in seeds]).astype(np.float64)
+        P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals,
+                                    max(1, min(k, idx.n_passages)), backend=self.backend)
+        return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
+
+    def neighbours(self, passages: Sequence[int], k: int):
+        """Per passage: the passages its propositions reach in one step through shared
+        entities (propagation of a uniform seed over its propositions, alpha = 0)."""
+        idx = self.index
+        owner = np.asarray(idx.owner)
+        seeds = []
+        for j in passages:
+            props = np.flatnonzero(owner == j).astype(np.int64)
+            seeds.append((props, np.full(len(props), 1.0 / max(1, len(props)))))
+        indptr = np.zeros(len(seeds) + 1, np.int64)
+        indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
+        s_ids = np.concatenate([i for i, _ in seeds]) if seeds else np.zeros(0, np.int64)
+        s_vals = np.concatenate([v for _, v in seeds]) if seeds else np.zeros(0)
+        indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids,
+                                                  s_vals.astype(np.float64), 0.0,
+                                                  backend=self.backend)
+        out = []
+        for b in range(len(seeds)):
+            lo, hi = indptr[b], indptr[b + 1]
+            out.append((s_ids[lo:hi], s_vals[lo:hi]))
+        return self._readout(out, k)
+
+
+@dataclass
+class StrategyTrace:
+    """What a BGR or Hi-Q run did: ``forward``/``backward`` chains and their ``intersection``
+    (BGR), the query ``tree`` (Hi-Q), and role events."""
+
+    forward: list[int] = field(default_factory=list)
+    backward: list[int] = field(default_factory=list)
+    intersection: list[tuple[int, int]] = field(default_factory=list)
+    tree: "HiQNode | None" = None
+    role_events: list[str] = field(default_factory=list)
+
+    def format(self, passages=None) -> str:
+        name = (lambda j: passages[j].title or passages[j].id) if passages else str
+        if self.tree is not None:
+            return self.tree.format(name)
+        return "\n".join([
+            "forward:  " + " -> ".join(name(j) for j in self.forward),
+            "backward: " + " <- ".join(name(j) for j in self.backward),
+            "intersection: " + (", ".join(f"{name(a)} -> {name(b)}"
+                                          for a, b in self.intersection) or "(empty)")])
+
+
+def _result(index, question, order: list[int], k: int, edges, trace) -> RetrievalResult:
+    """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
+    scale)."""
+    ranked = [RankedPassage(j, index.passages[j].id, index.passages[j].title, 1.0 / (1 + r))
+              for r, j in enumerate(order[:k])]
+    return RetrievalResult(question, ranked, trace, edges=list(edges))
+
+
+def _fuse(lists, first=(), c: float = 60.0) -> list[int]:
+    """Reciprocal-rank fusion of passage lists (sum of 1/(c + rank)), ties by first
+    appearance; the ``first`` passages lead in their own order."""
+    score: dict[int, float] = {}
+    seen: dict[int, int] = {}
+    for lst in lists:
+        for r, j in enumerate(lst):
+            j = int(j)
+            score[j] = score.get(j, 0.0) + 1.0 / (c + r + 1)
+            seen.setdefault(j, len(seen))
+    lead = list(dict.fromkeys(int(j) for j in first))
+    rest = sorted((j for j in score if j not in set(lead)), key=lambda j: (-score[j], seen[j]))
+    return lead + rest
+
+
+def _fill(order: list[int], *lists) -> list[int]:
+    seen = set(order)
+    for lst in lists:
+        for j in lst:
+            j = int(j)
+            if j not in seen:
+                seen.add(j)
+                order.append(j)
+    return order
+
+
+def _constraints(text: str) -> list[str]:
+    return [c for c in (canonical_entity(s) for s in name_spans(text)) if c]
+
+
+def _mentions(passage, constraints) -> bool:
+    text = canonical_entity(passage.title + " " + passage.text)
+    return any(c in text for c in constraints)
+
+
+# --------------------------------------------------------------------------- BGR
+class BGR:
+    """Bidirectional graph retrieval (see the module docstring).
+
+    ``depth``: the most passages per chain; ``reformulator``: the forward step's query maker
+    (default :class:`BridgeReformulator`; an :class:`~evireform.llm.LLMReformulator` for the
+    LLM path).
+    """
+
+    name = "bgr"
+
+    def __init__(self, index, embedder=None, *, depth: int = 3, n_candidates: int = 100,
+                 reformulator=None, backend: str = "auto"):
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive integer; got {depth!r}")
+        self.search = _PassageSearch(index, embedder, n_candidates, backend)
+        self.index, self.depth = index, depth
+        self.reformulator = reformulator or BridgeReformulator()
+
+    def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
+        return self.retrieve_many([question], k)[0]
+
+    def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+        return [self._one(q, k) for q in questions]
+
+    def _forward(self, question, base) -> tuple[list[int], list[EvidenceEdge]]:
+        idx = self.index
+        chain = [int(base[0])] if len(base) else []
+        edges = []
+        while chain and len(chain) < self.depth:
+            try:
+                queries = list(self.reformulator.reformulate(
+                    question, [idx.passages[chain[-1]]], 2) or [])
+            except Exception:
+                queries = []
+            queries = [q for q in queries if isinstance(q, str) and q.strip()]
+            if not queries:
+                break
+            best = None
+            for q, (P, S) in zip(queries, self.search.rank(queries, len(chain) + 5)):
+                for j, s in zip(P, S):
+                    if int(j) not in chain:
+                        if best is None or s > best[0]:
+                            best = (float(s), int(j), q)
+                        break
+            if best is None:
+                break
+            edges.append(EvidenceEdge(chain[-1], best[1], "chain", best[2]))
+            chain.append(best[1])
+        return chain, edges
+
+    def _backward(self, question, base_scores) -> tuple[list[int], list[EvidenceEdge]]:
+        idx = self.index
+        cons = _constraints(question)
+        words = [w for w in _words(question) if w not in _QSTOP
+                 and not any(w in c.split() for c in cons)]
+        last_hop = " ".join(words) or question
+        P, S = self.search.rank([last_hop], 50)[0]
+        start = next((int(j) for j in P if not _mentions(idx.passages[int(j)], cons)),
+                     int(P[0]) if len(P) else None)
+        if start is None:
+            return [], []
+        chain, edges = [start], []
+        while len(chain) < self.depth and not _mentions(idx.passages[chain[-1]], cons):
+            NP, NS = self.search.neighbours([chain[-1]], 200)[0]
+            best = None
+            for j, s in zip(NP, NS):
+                j = int(j)
+                if j in chain:
+                    continue
+                v = float(s) * base_scores.get(j, 0.0)
+                if v > 0 and (best is None or v > best[0]):
+                    best = (v, j)
+            if best is None:
+                break
+            shared = self._shared_entity(best[1], chain[-1])
+            edges.append(EvidenceEdge(best[1], chain[-1], "chain", shared))
+            chain.append(best[1])
+        return chain, edges
+
+    def _shared_entity(self, a: int, b: int) -> str:
+        g, owner = self.index.graph, np.asarray(self.index.owner)
+
+        def ents(j):
+            out = set()
+            for i in np.flatnonzero(owner == j):
+                out.update(int(e) for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]])
+            return out
+        common = ents(a) & ents(b)
+        if not common:
+            return ""
+        e = min(common, key=lambda e: (g.at_indptr[e + 1] - g.at_indptr[e], e))
+        return self.index.entity_names[e]
+
+    def _one(self, question: str, k: int) -> RetrievalResult:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question must be a non-empty string; got {question!r}")
+        base_P, base_S = self.search.rank([question], max(k, 200))[0]
+        base_scores = {int(j): float(s) for j, s in zip(base_P, base_S)}
+        fwd, f_edges = self._forward(question, base_P)
+        bwd, b_edges = self._backward(question, base_scores)
+        both = {(e.src, e.dst) for e in f_edges} & {(e.src, e.dst) for e in b_edges}
+        edges = [e for e in f_edges if (e.src, e.dst) in both]
+        trace = StrategyTrace(forward=fwd, backward=bwd, intersection=sorted(both))
+        inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
+        order = _fuse([base_P, fwd, bwd], first=inter_nodes)
+        return _result(self.index, question, order, k, edges, trace)
+
+
+# --------------------------------------------------------------------------- Hi-Q
+_MARKERS = {"which", "that", "who", "whose", "whom", "where", "when", "of"}
+_HEAD_STOP = {"the", "a", "an", "of", "in", "by", "for", "to", "from", "at", "on", "with",
+              "which", "that", "who", "whose", "whom", "where", "when", "is", "was", "are",
+              "were", "did", "does", "do", "what", "how", "many", "much"}
+_CONNECT_OF = {"of", "and", "the", "&", ",", "-", "de", "la", "von", "van", "der", "du"}
+_TOK = re.compile(r"#\d+|[\w'’.-]+|[^\w\s]")
+
+
+def split_query(query: str) -> tuple[str, str] | None:
+    """The LLM-free dependency-preserving split (see the module docstring): ``(independent,
+    dependent with #1)`` or None when the query has no such split."""
+    toks = _TOK.findall(query.strip().rstrip("?").strip())
+    cons = _constraints(query)
+    if not cons:
+        return None
+    for m in range(len(toks) - 1, 0, -1):
+        if toks[m].lower() not in _MARKERS:
+            continue
+        clause = " ".join(toks[m:])
+        if not any(c in canonical_entity(clause) for c in cons):
+            continue
+        h = m
+        while h > 0 and toks[h - 1].lower() not in _HEAD_STOP and toks[h - 1] not in ",;:":
+            h -= 1
+        if h == m and toks[m].lower() != "of":
+            continue  # a clause without a head noun (e.g. "when he died"): not a split point
+        # where the independent phrase ends: after the name an "of" introduces, or at the
+        # clause's comma; what follows stays with the dependent side
+        end = m + 1
+        if toks[m].lower() == "of":
+            while end < len(toks) and toks[end].lower() in ("the", "a", "an"):
+                end += 1
+            start = end
+            while end < len(toks) and (toks[end][:1].isupper() or toks[end][:1].isdigit()
+                                       or (end > start and toks[end].lower() in _CONNECT_OF)):
+                end += 1
+            while end > start and toks[end - 1].lower() in _CONNECT_OF:
+                end -= 1
+            if end == start:
+                continue  # "of" without a name after it
+        else:
+            end = next((i for i in range(m + 1, len(toks)) if toks[i] in ",;"), len(toks))
+        lo = h if h < m else m + 1
+        first = " ".join(toks[lo:end])
+        rest = toks[:h] if h < m else toks[:m + 1]
+        while rest and rest[-1].lower() in ("the", "a", "an"):
+            rest = rest[:-1]
+        second = " ".join(rest + ["#1"] + toks[end:])
+        if not [w for w in _words(" ".join(rest + toks[end:])) if w not in _QSTOP]:
+            continue  # nothing left to ask of the answer
+        if len(first) >= len(query.strip()) or not first:
+            continue
+        return first, second
+    return None
+
+
+def covers(query: str, first: str, second: str) -> bool:
+    """LLM-free coverage verification: the two sides keep every content word and named
+    constraint of ``query`` and the dependent side refers to the independent one (#1)."""
+    if "#1" not in second or not first.strip():
+        return False
+    both = set(_words(first + " " + second.replace("#1", " ")))
+    need = {w for w in _words(query) if w not in _QSTOP}
+    cons_text = canonical_entity(first + " " + second)
+    return need <= both and all(c in cons_text for c in _constraints(query))
+
+
+@dataclass
+class HiQNode:
+    """One node of the query tree."""
+
+    query: str                 # the node's query as retrieved (after rewriting)
+    depth: int
+    status: str = ""           # resolved | failed | expanded
+    answer: str | None = None
+    passages: list[int] = field(default_factory=list)   # its own top passages
+    children: list["HiQNode"] = field(default_factory=list)
+    dependent_template: str | None = None  # the dependent child's query before rewriting
+
+    def leaves(self) -> list["HiQNode"]:
+        if not self.children:
+            return [self]
+        return [x for c in self.children for x in c.leaves()]
+
+    def format(self, name=str, indent: str = "") -> str:
+        top = ", ".join(name(j) for j in self.passages[:2])
+        ans = f" -> {self.answer!r}" if self.answer else ""
+        lines = [f"{indent}[{self.status}] {self.query!r}{ans}  (top: {top})"]
+        for c in self.children:
+            lines.append(c.format(name, indent + "    "))
+        return "\n".join(lines)
+
+
+class HiQ:
+    """Hierarchical evidence-guided query refinement (see the module docstring).
+
+    ``max_depth``: the depth budget (the root has depth 0); ``k_node``: passages each node
+    retrieves; ``k_check`` and ``coverage``: the LLM-free resolution test.  With ``llm`` (an
+    :class:`~evireform.llm.LLMClient`) the reader resolves nodes and the LLM splits and
+    verifies (LLM-free fallbacks on any failure, recorded in the trace's role events).
+    """
+
+    name = "hiq"
+
+    def __init__(self, index, embedder=None, *, max_depth: int = 3, k_node: int = 10,
+                 k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
+                 llm=None, backend: str = "auto"):
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
+            raise ValueError(f"max_depth must be an integer >= 0; got {max_depth!r}")
+        if not 0.0 <= float(coverage) <= 1.0:
+            raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
+        self.search = _PassageSearch(index, embedder, n_candidates, backend)
+        self.index, self.max_depth = index, max_depth
+        self.k_node, self.k_check, self.coverage = k_node, k_check, float(coverage)
+        self.bridges = BridgeReformulator()
+        self.reader = self.splitter = None
+        if llm is not None:
+            from .llm import LLMReader, LLMSplitter
+            self.reader, self.splitter = LLMReader(llm), LLMSplitter(llm)
+
+    def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
+        return self.retrieve_many([question], k)[0]
+
+    def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+        return [self._one(q, k) for q in questions]
+
+    # -- the operators
+    def _resolve(self, node: HiQNode, events: list) -> bool:
+        P, _ = self.search.rank([node.query], self.k_node)[0]
+        node.passages = [int(j) for j in P]
+        top = [self.index.passages[j] for j in node.passages[:self.k_check]]
+        if not top:
+            return False
+        if self.reader is not None:
+            ans, ev = self.reader.answer(node.query, top)
+            events.extend(ev)
+            if ans and ans.strip().lower() not in ("noanswer", "no answer", "unknown"):
+                node.answer = ans.strip()
+                return True
+            node.answer = self._guess(node.query, top)
+            return False
+        node.answer = self._guess(node.query, top)
+        text = canonical_entity(" ".join(p.title + " " + p.text for p in top))
+        cons = _constraints(node.query.replace("#1", " "))
+        if not all(c in text for c in cons) or node.answer is None:
+            return False
+        words = {w for w in _words(node.query) if w not in _QSTOP
+                 and not any(w in c.split() for c in cons)}
+        covered = set(_words(" ".join(p.title + " " + p.text for p in top)))
+        return not words or len(words & covered) / len(words) >= self.coverage
+
+    def _guess(self, query, passages) -> str | None:
+        b = self.bridges.bridges(query, passages)
+        return b[0][1] if b else None
+
+    def _split(self, query: str, events: list) -> tuple[str, str] | None:
+        if self.splitter is not None:
+            parts = self.splitter.split(query)
+            events.extend(parts.events())
+            if parts and self.splitter.verify(query, *parts[0]):
+                return parts[0]
+            if parts:
+                events.append("hiq:verify:rejected")
+        parts = split_query(query)
+        if parts and covers(query, *parts):
+            return parts
+        return None
+
+    def _solve(self, query: str, depth: int, events: list) -> HiQNode:
+        node = HiQNode(query, depth)
+        if self._resolve(node, events):
+            node.status = "resolved"
+            return node
+        parts = None if depth >= self.max_depth else self._split(query, events)
+        if parts is None:
+            node.status = "failed"
+            return node
+        first, second = parts
+        c1 = self._solve(first, depth + 1, events)
+        answer = c1.answer or ""
+        rewritten = second.replace("#1", answer) if answer else second.replace("#1", "")
+        c2 = self._solve(" ".join(rewritten.split()), depth + 1, events)
+        node.status, node.answer = "expanded", c2.answer
+        node.children, node.dependent_template = [c1, c2], second
+        return node
+
+    def _edges(self, node: HiQNode) -> list[EvidenceEdge]:
+        if not node.children:
+            return []
+        c1, c2 = node.children
+        out = self._edges(c1) + self._edges(c2)
+        src = c1.leaves()[-1].passages[:1]
+        dst = c2.leaves()[0].passages[:1]
+        if src and dst and src[0] != dst[0]:
+            out.append(EvidenceEdge(src[0], dst[0], "dependency", c2.leaves()[0].query))
+        return out
+
+    def _one(self, question: str, k: int) -> RetrievalResult:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question must be a non-empty string; got {question!r}")
+        events: list[str] = []
+        root = self._solve(question, 0, events)
+        leaves = root.leaves()
+        order: list[int] = []
+        for r in range(max(len(x.passages) for x in leaves)):  # dependency order, round-robin
+            _fill(order, [x.passages[r] for x in leaves if r < len(x.passages)])
+        base = root.passages
+        if len(order) + len(base) < k:
+            base = list(base) + [int(j) for j in self.search.rank([question], k)[0][0]]
+        order = _fill(order, base)
+        return _result(self.index, question, order, k, self._edges(root),
+                       StrategyTrace(tree=root, role_events=events))
