@@ -380,16 +380,18 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
-def _result_record(res, qid=None) -> dict:
+def _result_record(res, qid=None, graph: bool = False) -> dict:
     out = {"question": res.question}
     if qid is not None:
         out = {"id": qid, **out}
     out.update({
-        "residual_queries": res.trace.residual_queries,
+        "residual_queries": getattr(res.trace, "residual_queries", []),
         "role_events": res.trace.role_events,
         "passages": [{"id": p.id, "title": p.title, "score": p.score,
                       "from_question": p.from_question, "from_residual": p.from_residual,
                       "from_propagation": p.from_propagation} for p in res.passages]})
+    if graph:
+        out["graph"] = res.evidence_graph().to_json()
     return out
 
 
@@ -449,7 +451,11 @@ def _cmd_query(args) -> int:
         from .llm import LLMController, LLMReformulator, LLMSelector
         roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                      controller=LLMController(client))
-    retriever = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1, **roles)
+    if args.method == "evireform":
+        retriever = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1, **roles)
+    else:
+        from .strategies import make_strategy
+        retriever = make_strategy(args.method, idx, emb, client)
     if args.questions is not None:
         return _batch_query(args, retriever)
     res = retriever.retrieve(args.question, args.k)
@@ -457,13 +463,18 @@ def _cmd_query(args) -> int:
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
-        print(json.dumps(_result_record(res), indent=1))
+        print(json.dumps(_result_record(res, graph=args.graph), indent=1))
         return 0
     print(f"Q: {args.question}")
-    for q in res.trace.residual_queries:
+    for q in getattr(res.trace, "residual_queries", []):
         print(f"   residual query: {q}")
+    if hasattr(res.trace, "format"):  # Hi-Q's tree, BGR's chains
+        print(res.trace.format(idx.passages))
     for r, p in enumerate(res.passages, 1):
         print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]")
+    if args.graph:
+        print("evidence graph (how each passage was reached):")
+        print(res.evidence_graph().format())
     return 0
 
 
@@ -492,7 +503,8 @@ def _batch_query(args, retriever) -> int:
             took = time.perf_counter() - t
             lat += [took] * len(chunk)  # each question waits for its whole chunk
             for (qid, _), res in zip(chunk, results):
-                out.write(json.dumps(_result_record(res, qid), ensure_ascii=False) + "\n")
+                out.write(json.dumps(_result_record(res, qid, graph=args.graph),
+                                     ensure_ascii=False) + "\n")
                 if trec is not None:
                     for r, p in enumerate(res.passages, 1):
                         trec.write(f"{qid} Q0 {p.id.replace(' ', '_')} {r} {p.score:.6f} "
@@ -614,6 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("question", nargs="?", help="one question (or --questions FILE)")
     qu.add_argument("-k", type=_positive_int, default=10)
     qu.add_argument("--json", action="store_true")
+    qu.add_argument("--graph", action="store_true",
+                    help="print the evidence graph: how each passage was reached (with --json "
+                         "or --questions: a 'graph' field of nodes and edges)")
+    qu.add_argument("--method", choices=("evireform", "bgr", "hiq"), default="evireform",
+                    help="the retrieval strategy (evireform.strategies for bgr and hiq)")
     qu.add_argument("--questions", metavar="FILE",
                     help="many questions: JSONL records with 'question' (and 'id'), or one "
                          "question per line; results as JSONL (--out, default stdout)")

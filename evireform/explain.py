@@ -90,7 +90,7 @@ class EvidenceGraph:
         for r, (j, i, t) in enumerate(zip(self.nodes, self.ids, self.titles), 1):
             how = into.get(j)
             if not how:
-                lines.append(f"[{r}] {t or i}  <- the question")
+                lines.append(f"[{r}] {t or i}  <- a query (no passage before it)")
                 continue
             for e in how:
                 src = f"[{rank[e.src]}]" if e.src in rank else f"(passage {e.src})"

@@ -55,7 +55,8 @@ from .extract import name_spans
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from .roles import BridgeReformulator, _QSTOP, _words
 
-__all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "split_query", "covers"]
+__all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
+           "split_query", "covers"]
 
 
 # --------------------------------------------------------------------------- shared search
@@ -202,7 +203,7 @@ class BGR:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive integer; got {depth!r}")
         self.search = _PassageSearch(index, embedder, n_candidates, backend)
-        self.index, self.depth = index, depth
+        self.index, self.embedder, self.depth = index, embedder, depth
         self.reformulator = reformulator or BridgeReformulator()
 
     def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
@@ -408,7 +409,7 @@ class HiQ:
         if not 0.0 <= float(coverage) <= 1.0:
             raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
         self.search = _PassageSearch(index, embedder, n_candidates, backend)
-        self.index, self.max_depth = index, max_depth
+        self.index, self.embedder, self.max_depth = index, embedder, max_depth
         self.k_node, self.k_check, self.coverage = k_node, k_check, float(coverage)
         self.bridges = BridgeReformulator()
         self.reader = self.splitter = None
@@ -508,3 +509,20 @@ class HiQ:
         order = _fill(order, base)
         return _result(self.index, question, order, k, self._edges(root),
                        StrategyTrace(tree=root, role_events=events))
+
+
+STRATEGIES = ("bgr", "hiq")
+
+
+def make_strategy(name: str, index, embedder=None, llm=None):
+    """``"bgr"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient) BGR's forward step
+    uses the LLM reformulator and Hi-Q the LLM reader, splitter and verifier."""
+    if name == "bgr":
+        ref = None
+        if llm is not None:
+            from .llm import LLMReformulator
+            ref = LLMReformulator(llm)
+        return BGR(index, embedder, reformulator=ref)
+    if name == "hiq":
+        return HiQ(index, embedder, llm=llm)
+    raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

@@ -176,3 +176,18 @@ def test_ray_sharded_searcher_equals_unsharded(ray_local, rng):
             want = cosine_topk_batch(H, Q, k)
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_cli_index_ray(ray_local, tmp_path, capsys):
+    from evireform.cli import main
+    corpus = tmp_path / "c.json"
+    corpus.write_text(json.dumps([{"title": p.title, "text": p.text} for p in _passages(25)]))
+    assert main(["index", str(corpus), str(tmp_path / "idx"), "--ray", "--embedder",
+                 "hashing-64", "--quiet", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["reload_identical"] and stats["passages"] == 25
+    local = PropositionIndex.build(load_corpus(corpus), HashingEmbedder(64), show_progress=False)
+    assert arrays_equal(local, PropositionIndex.load(tmp_path / "idx"))
+    with pytest.raises(SystemExit):
+        main(["index", str(corpus), str(tmp_path / "idx2"), "--ray", "--extractor", "x.json",
+              "--embedder", "hashing-64", "--quiet"])

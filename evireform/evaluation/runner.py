@@ -122,6 +122,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
+    from ..strategies import make_strategy
     from ..roles import TopScoreSelector
 
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -145,7 +146,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
             rankings[name] = BASELINES[m.baseline].rank(inputs)
             continue
         if m.strategy is not None:
-            res = _strategy(m.strategy, idx, embedder, llm).retrieve_many(texts, kmax)
+            res = make_strategy(m.strategy, idx, embedder, llm).retrieve_many(texts, kmax)
             rankings[name] = [[p.index for p in r.passages] for r in res]
             traces[name] = res
             continue
@@ -189,20 +190,6 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     if "evireform" in rankings and len(rankings) > 1:
         report.bootstrap = bootstrap_vs_strongest(rankings, qs, report.dataset) or None
     return report
-
-
-def _strategy(name: str, idx, embedder, llm):
-    """The BGR or Hi-Q retriever over the run's index (LLM roles when ``llm`` is given)."""
-    from ..strategies import BGR, HiQ
-    if name == "bgr":
-        ref = None
-        if llm is not None:
-            from ..llm import LLMReformulator
-            ref = LLMReformulator(llm)
-        return BGR(idx, embedder, reformulator=ref)
-    if name == "hiq":
-        return HiQ(idx, embedder, llm=llm)
-    raise ValueError(f"unknown strategy {name!r}")
 
 
 def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:

@@ -1,0 +1,287 @@
+"""Evidence graphs, graph metrics (hand-made graphs, GED on known cases) and the BGR and
+Hi-Q strategies on a toy index."""
+import json
+
+import numpy as np
+import pytest
+
+from evireform import EviReform, EviReformConfig, Passage
+from evireform.embed import HashingEmbedder
+from evireform.evaluation.data import load_questions
+from evireform.evaluation.graph_metrics import ged, graph_metrics, graph_scores
+from evireform.explain import EvidenceEdge, EvidenceGraph
+from evireform.index import PropositionIndex
+from evireform.strategies import BGR, HiQ, covers, make_strategy, split_query
+
+Q = "Who was the first president of the association which published Journal Zeta?"
+CORPUS = [
+    Passage("zeta", "Journal Zeta", "Journal Zeta is published by the Orvel Society, an "
+            "association of therapists."),
+    Passage("orvel", "Orvel Society", "The Orvel Society was founded in 1890. Its first "
+            "president was Marta Quill."),
+    Passage("quill", "Marta Quill", "Marta Quill was a psychologist born in Vienna."),
+    Passage("d1", "Lake Ponder", "Lake Ponder is a lake in Canada with many fish."),
+    Passage("d2", "Harbor Mill", "Harbor Mill produced flour for the town of Easton."),
+    Passage("d3", "Easton", "Easton is a town near the river Lune."),
+]
+
+
+@pytest.fixture(scope="module")
+def toy():
+    e = HashingEmbedder(1024)
+    return PropositionIndex.build(CORPUS, e, show_progress=False), e
+
+
+# --------------------------------------------------------------------------- GED and metrics
+def test_ged_known_cases():
+    assert ged([], [], [], []) == 0
+    assert ged([1], [], [2], []) == 1                      # one substitution
+    assert ged([1], [], [2], [], labelled=False) == 0
+    assert ged([1, 2], [(1, 2)], [1, 2], [(2, 1)]) == 2    # delete + insert an edge
+    assert ged([1, 2], [(1, 2)], [1, 2], []) == 1
+    assert ged([1, 2, 3], [(1, 2), (2, 3)], [1, 2], [(1, 2)]) == 2  # node 3 and its edge
+    # the same chain shape over other passages: structure equal, labels not
+    assert ged([7, 8, 9], [(7, 8), (8, 9)], [1, 2, 3], [(1, 2), (2, 3)], labelled=False) == 0
+    assert ged([7, 8, 9], [(7, 8), (8, 9)], [1, 2, 3], [(1, 2), (2, 3)]) == 3
+    with pytest.raises(ValueError, match="limited"):
+        ged(list(range(9)), [], [], [])
+
+
+def test_ged_matches_networkx_on_random_small_graphs(rng):
+    nx = pytest.importorskip("networkx")
+    for _ in range(60):
+        n1, n2 = (int(x) for x in rng.integers(0, 5, 2))
+        N1 = [int(x) for x in rng.choice(6, n1, replace=False)]
+        N2 = [int(x) for x in rng.choice(6, n2, replace=False)]
+        E1 = {(a, b) for a in N1 for b in N1 if a != b and rng.random() < 0.3}
+        E2 = {(a, b) for a in N2 for b in N2 if a != b and rng.random() < 0.3}
+        G1, G2 = nx.DiGraph(), nx.DiGraph()
+        G1.add_nodes_from((v, {"p": v}) for v in N1)
+        G1.add_edges_from(E1)
+        G2.add_nodes_from((v, {"p": v}) for v in N2)
+        G2.add_edges_from(E2)
+        assert ged(N1, E1, N2, E2) == nx.graph_edit_distance(
+            G1, G2, node_match=lambda a, b: a["p"] == b["p"])
+        assert ged(N1, E1, N2, E2, labelled=False) == nx.graph_edit_distance(G1, G2)
+
+
+def test_graph_scores_hand_made():
+    gold_n, gold_e = [1, 2, 3], {(1, 2), (2, 3)}
+    s = graph_scores([3, 1, 2], [(1, 2), (2, 3)], gold_n, gold_e)
+    assert s == {"ev_em": 1.0, "ev_p": 1.0, "ev_r": 1.0, "ev_f1": 1.0, "gm": 1.0, "gs": 1.0,
+                 "ged": 0.0}
+    s = graph_scores([1, 2, 3], [(2, 1), (3, 2)], gold_n, gold_e)   # reversed chain
+    # relabelling the two ends (2 substitutions) beats 4 edge edits
+    assert s["ev_em"] == 1 and s["gm"] == 0 and s["gs"] == 1 and s["ged"] == 2
+    s = graph_scores([1, 2, 9], [(1, 2), (2, 9)], gold_n, gold_e)   # one wrong passage
+    assert s["ev_em"] == 0 and s["gm"] == 0 and s["gs"] == 1 and s["ged"] == 1
+    assert s["ev_p"] == pytest.approx(2 / 3) and s["ev_f1"] == pytest.approx(2 / 3)
+    s = graph_scores([1, 2, 3], [], gold_n, gold_e)                 # a baseline: no edges
+    assert s["gm"] == 0 and s["gs"] == 0 and s["ged"] == 2
+    s = graph_scores([1, 4], [(1, 4)], [1, 2], set())
+    assert s["gs"] == 0 and s["ged"] == 2
+
+
+def _musique_file(tmp_path, decomposition, support):
+    paras = [{"idx": i, "title": p.title, "paragraph_text": p.text,
+              "is_supporting": i in support} for i, p in enumerate(CORPUS)]
+    rec = {"id": "q1", "question": Q, "answer": "Marta Quill", "paragraphs": paras,
+           "question_decomposition": decomposition}
+    f = tmp_path / "q.json"
+    f.write_text(json.dumps([rec]))
+    return f
+
+
+def test_gold_graph_from_question_decomposition(tmp_path):
+    dec = [{"id": 1, "question": "Who published Journal Zeta?", "answer": "Orvel Society",
+            "paragraph_support_idx": 0},
+           {"id": 2, "question": "Who was the first president of #1 ?", "answer": "Marta Quill",
+            "paragraph_support_idx": 1},
+           {"id": 3, "question": "Where was #2 born, given #1 ?", "answer": "Vienna",
+            "paragraph_support_idx": 2}]
+    q = load_questions(_musique_file(tmp_path, dec, {0, 1, 2}), CORPUS)[0]
+    assert q.gold == {0, 1, 2} and q.gold_edges == {(0, 1), (1, 2), (0, 2)}
+    # two steps on one paragraph: no self-loop
+    dec[1]["paragraph_support_idx"] = 0
+    q = load_questions(_musique_file(tmp_path, dec[:2], {0}), CORPUS)[0]
+    assert q.gold_edges == frozenset()
+    hotpot = tmp_path / "h.json"
+    hotpot.write_text(json.dumps([{"_id": "h", "question": "q?", "answer": "a",
+                                   "supporting_facts": [["Easton", 0]]}]))
+    assert load_questions(hotpot, CORPUS)[0].gold_edges is None
+
+
+def test_graph_metrics_skip_questions_without_a_gold_graph(tmp_path):
+    hotpot = tmp_path / "h.json"
+    hotpot.write_text(json.dumps([{"_id": "h", "question": "q?", "answer": "a",
+                                   "supporting_facts": [["Easton", 0]]}]))
+    qs = load_questions(hotpot, CORPUS)
+    assert graph_metrics([[5, 1]], None, qs) == {}
+
+
+# --------------------------------------------------------------------------- evidence graphs
+def test_evidence_graph_json_networkx_and_top():
+    g = EvidenceGraph([4, 7, 9], ["a", "b", "c"], ["A", "B", "C"],
+                      [EvidenceEdge(4, 7, "query", "q1"), EvidenceEdge(7, 9, "entity", "e")])
+    js = g.to_json()
+    assert [n["id"] for n in js["nodes"]] == ["a", "b", "c"]
+    assert js["edges"][1] == {"src": "b", "dst": "c", "kind": "entity", "via": "e"}
+    assert g.top(2).edge_set() == {(4, 7)}
+    assert "[2] B  <- [1] via query" in g.format()
+    nx = pytest.importorskip("networkx")
+    G = g.to_networkx()
+    assert isinstance(G, nx.DiGraph) and G.edges["b", "c"]["via"] == "e"
+
+
+def test_evireform_residual_query_edge(toy):
+    idx, e = toy
+    from evireform.roles import TopScoreSelector
+    res = EviReform(idx, EviReformConfig(propagation=False), embedder=e,
+                    selector=TopScoreSelector(1)).retrieve(Q, k=4)
+    g = res.evidence_graph()
+    assert res.trace.observed == [0]
+    edges = {(idx.passages[a].id, idx.passages[b].id): (k, v)
+             for (a, b), k, v in ((x[:2], x[2], x[3]) for x in
+                                  [(x.src, x.dst, x.kind, x.via) for x in g.edges])}
+    assert ("zeta", "orvel") in edges
+    kind, via = edges[("zeta", "orvel")]
+    assert kind == "query" and "Orvel Society" in via and via in res.trace.residual_queries
+
+
+def test_evireform_propagation_edge_names_the_shared_entity(toy):
+    idx, e = toy
+    cfg = EviReformConfig(reformulation=False)
+    res = EviReform(idx, cfg, embedder=e).retrieve("Who publishes Journal Zeta?", k=4)
+    byid = {p.id: p for p in res.passages}
+    assert byid["orvel"].from_propagation > 0 and byid["orvel"].from_question == 0
+    edge = [x for x in res.evidence_graph().edges if idx.passages[x.dst].id == "orvel"]
+    assert len(edge) == 1 and edge[0].kind == "entity" and edge[0].via == "orvel society"
+    assert idx.passages[edge[0].src].id == "zeta"
+
+
+# --------------------------------------------------------------------------- BGR
+def test_bgr_chains_intersect_on_the_bridge(toy):
+    idx, e = toy
+    res = BGR(idx, e).retrieve(Q, k=5)
+    ids = lambda js: [idx.passages[j].id for j in js]  # noqa: E731
+    assert ids(res.trace.forward)[:2] == ["zeta", "orvel"]
+    assert "orvel" in ids(res.trace.backward) and "zeta" in ids(res.trace.backward)
+    assert [(idx.passages[a].id, idx.passages[b].id) for a, b in res.trace.intersection] == \
+        [("zeta", "orvel")]
+    assert res.ids[:2] == ["zeta", "orvel"]
+    g = res.evidence_graph(2)
+    assert len(g.edges) == 1 and g.edges[0].kind == "chain"
+    assert "intersection: Journal Zeta -> Orvel Society" in res.trace.format(idx.passages)
+    with pytest.raises(ValueError):
+        BGR(idx, e, depth=0)
+
+
+# --------------------------------------------------------------------------- Hi-Q
+def test_split_query_and_coverage():
+    first, second = split_query(Q)
+    assert first == "association which published Journal Zeta"
+    assert second == "Who was the first president of #1"
+    assert covers(Q, first, second)
+    assert split_query("Who wrote the music of Brand Hollow about 1900?") == \
+        ("music of Brand Hollow", "Who wrote #1 about 1900")
+    assert split_query("Where is Easton?") is None  # one relation: nothing to split
+    assert split_query("what is the capital of france?") is None  # no named constraint
+    assert not covers(Q, "association which published", "first president of #1")
+    assert not covers(Q, first, "Who was the first president")
+
+
+def test_hiq_tree_resolves_and_rewrites_the_dependent(toy):
+    idx, e = toy
+    res = HiQ(idx, e, k_check=1).retrieve(Q, k=5)
+    root = res.trace.tree
+    assert root.status == "expanded" and len(root.children) == 2
+    c1, c2 = root.children
+    assert c1.status == "resolved" and c1.answer == "Orvel Society"
+    assert c2.query == "Who was the first president of Orvel Society"
+    assert c2.status == "resolved" and c2.answer == "Marta Quill"
+    assert res.ids[:2] == ["zeta", "orvel"]
+    g = res.evidence_graph(2)
+    assert [(idx.passages[x.src].id, idx.passages[x.dst].id, x.kind) for x in g.edges] == \
+        [("zeta", "orvel", "dependency")]
+    text = res.trace.format(idx.passages)
+    assert "[expanded]" in text and "    [resolved] 'Who was the first president of Orvel" in text
+
+
+def test_hiq_depth_budget_and_bad_settings(toy):
+    idx, e = toy
+    res = HiQ(idx, e, max_depth=0, k_check=1).retrieve(Q, k=3)
+    assert res.trace.tree.status == "failed" and not res.trace.tree.children
+    assert len(res.passages) == 3 and res.evidence_graph().edges == []
+    with pytest.raises(ValueError):
+        HiQ(idx, e, coverage=1.5)
+    with pytest.raises(ValueError):
+        make_strategy("nope", idx, e)
+    with pytest.raises(ValueError):
+        HiQ(idx, e).retrieve("  ")
+
+
+def test_hiq_llm_roles_and_their_fallbacks(toy):
+    pytest.importorskip("openai")
+    from evireform.llm import LLMClient, LLMConfig
+    from scripted_server import Script, serve
+    idx, e = toy
+    script = Script()
+    srv, url = serve(script)
+    try:
+        client = LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0))
+        rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
+        script.replies[:] = [
+            rd("noanswer"),                                             # root: unresolved
+            {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
+                                    "Journal Zeta?", "dependent": "First president of #1?"})},
+            {"content": json.dumps({"covers": True})},
+            rd("Orvel Society"),                                        # first: resolved
+            rd("Marta Quill"),                                          # dependent: resolved
+        ]
+        res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
+        c1, c2 = res.trace.tree.children
+        assert c1.query == "Who publishes Journal Zeta?" and c1.answer == "Orvel Society"
+        assert c2.query == "First president of Orvel Society?" and c2.answer == "Marta Quill"
+        # every reply broken: the LLM-free operators answer and the trace says so
+        script.replies[:] = [{"content": "not json"}] * 40
+        res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
+        assert any("fallback" in ev for ev in res.trace.role_events)
+        assert res.trace.tree.status in ("expanded", "failed")
+    finally:
+        srv.shutdown()
+
+
+def test_eval_runs_the_strategies_with_graph_metrics(tmp_path):
+    from evireform.evaluation import run_eval
+    dec = [{"id": 1, "question": "Who published Journal Zeta?", "answer": "Orvel Society",
+            "paragraph_support_idx": 0},
+           {"id": 2, "question": "Who was the first president of #1 ?", "answer": "Marta Quill",
+            "paragraph_support_idx": 1}]
+    qf = _musique_file(tmp_path, dec, {0, 1})
+    cf = tmp_path / "c.json"
+    cf.write_text(json.dumps([{"title": p.title, "text": p.text} for p in CORPUS]))
+    rep = run_eval(qf, cf, ["dense", "evireform", "bgr", "hiq"], embedder=HashingEmbedder(1024),
+                   cache_dir=tmp_path / "cache", show_progress=False, graph_metrics=True)
+    for m in ("dense", "evireform", "bgr", "hiq"):
+        assert rep.methods[m]["n_graph_questions"] == 1
+    assert rep.methods["dense"]["gm"] == 0.0            # no edges stated
+    assert rep.methods["bgr"]["gm"] == 100.0 and rep.methods["bgr"]["ged"] == 0.0
+    assert rep.methods["evireform"]["ev_f1"] == 100.0
+    from evireform.evaluation.runner import format_graph_table, format_table
+    assert "GED" in format_table(rep) and "| bgr |" in format_graph_table(rep, markdown=True)
+
+
+def test_cli_query_graph_and_methods(toy, tmp_path, capsys):
+    from evireform.cli import main
+    idx, _ = toy
+    d = idx.save(tmp_path / "idx")
+    assert main(["query", str(d), Q, "-k", "3", "--graph"]) == 0
+    out = capsys.readouterr().out
+    assert "evidence graph" in out and "<- [" in out
+    assert main(["query", str(d), Q, "-k", "3", "--method", "hiq", "--graph"]) == 0
+    out = capsys.readouterr().out
+    assert "[expanded]" in out or "[resolved]" in out or "[failed]" in out
+    assert main(["query", str(d), Q, "-k", "2", "--method", "bgr", "--json", "--graph"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["graph"]["edges"] == [{"src": "zeta", "dst": "orvel", "kind": "chain",
+                                      "via": rec["graph"]["edges"][0]["via"]}]
