@@ -191,3 +191,15 @@ def test_cli_index_ray(ray_local, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["index", str(corpus), str(tmp_path / "idx2"), "--ray", "--extractor", "x.json",
               "--embedder", "hashing-64", "--quiet"])
+
+
+def test_scale_curve_runs_small_sizes_and_skips_what_does_not_fit(tmp_path):
+    from evireform.bench.scale import run_scale, scale_table
+    rows = run_scale([3000, 10**12], tmp_path, n_queries=3, log=lambda m: None)
+    r = rows[0]
+    assert r["propositions"] == 3000 and r["disk_bytes"] > 3000 * 384 * 4
+    assert 0 < r["search_p50_s"] <= r["p50_s"] and r["build_peak_anon"] > 0
+    assert "skipped" in rows[1]
+    table = scale_table(rows)
+    assert "| 3,000 |" in table and "skipped" in table
+    assert not (tmp_path / "evireform-scale" / "synthetic-3000").exists()  # removed after
