@@ -16,9 +16,13 @@ from .roles import (Candidate, Controller, Reformulator, Selector, BridgeReformu
                     ObservationController, TopScoreSelector)
 from .retriever import (EviReform, EviReformConfig, RankedPassage, RetrievalResult,  # noqa: E402
                         Trace)
+from .explain import EvidenceEdge, EvidenceGraph  # noqa: E402
+from .strategies import BGR, HiQ  # noqa: E402
+from .shards import ShardedSearcher  # noqa: E402
 
 __all__ = ["Passage", "Proposition", "PropositionIndex", "IndexFormatError",
            "UnsafeTargetError", "load_corpus", "canonical_entity", "EviReform",
            "EviReformConfig", "RetrievalResult", "RankedPassage", "Trace", "Candidate",
            "Selector", "Reformulator", "Controller", "TopScoreSelector", "BridgeReformulator",
-           "ObservationController", "__version__"]
+           "ObservationController", "EvidenceGraph", "EvidenceEdge", "BGR", "HiQ",
+           "ShardedSearcher", "__version__"]

@@ -37,7 +37,7 @@ import numpy as np
 
 from .build import concat_batches, embed_batch, extract_batch, reduce_batches
 from .embed import embedder_from_spec, spec_of
-from .shards import merge_topk, shard_bounds
+from .shards import check_queries, merge_topk, shard_bounds
 
 __all__ = ["build_ray", "build_index_ray", "LLMExtractorFactory", "RayShardedSearcher",
            "read_shard", "write_shard", "ensure_ray"]
@@ -277,12 +277,8 @@ class RayShardedSearcher:
         return cls(index.embeddings, n_shards, **kw)
 
     def search_batch(self, Q, k: int):
-        Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
-        if Q.ndim != 2 or Q.shape[1] != self.dim:
-            raise ValueError(f"queries must have shape (batch, {self.dim}); got {Q.shape}")
-        if isinstance(k, bool) or int(k) != k or k <= 0:
-            raise ValueError(f"k must be a positive integer; got {k!r}")
-        k = min(int(k), self.n_props)
+        Q, k = check_queries(Q, k, self.dim)
+        k = min(k, self.n_props)
         ref = self._ray.put(Q)
         parts = self._ray.get([a.search_batch.remote(ref, k) for a in self.actors])
         return merge_topk(parts, k, len(Q))

@@ -377,13 +377,9 @@ def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None):
     scores and tie order match exact search: ``(ids, scores)`` of shape
     (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
     HNSW labels to rows (after deletions); None when labels are rows."""
-    dim = int(embeddings.shape[1])
-    Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
-    if Q.ndim != 2 or Q.shape[1] != dim:
-        raise ValueError(f"queries must have shape (batch, {dim}); got {Q.shape}")
-    if isinstance(k, bool) or int(k) != k or k <= 0:
-        raise ValueError(f"k must be a positive integer; got {k!r}")
-    kk = min(int(k), int(embeddings.shape[0]))
+    from .shards import check_queries
+    Q, k = check_queries(Q, k, int(embeddings.shape[1]))
+    kk = min(k, int(embeddings.shape[0]))
     out_i = np.full((len(Q), kk), -1, np.int64)
     out_s = np.zeros((len(Q), kk), np.float32)
     if kk == 0 or len(Q) == 0:

@@ -21,7 +21,17 @@ import numpy as np
 
 from .kernels import cosine_topk_batch
 
-__all__ = ["Shard", "ShardedSearcher", "merge_topk", "shard_bounds"]
+__all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds"]
+
+
+def check_queries(Q, k, dim: int):
+    """``(Q as contiguous float32 (batch, dim), k as int)``, or ``ValueError``."""
+    Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+    if Q.ndim != 2 or Q.shape[1] != dim:
+        raise ValueError(f"queries must have shape (batch, {dim}); got {Q.shape}")
+    if isinstance(k, bool) or int(k) != k or k <= 0:
+        raise ValueError(f"k must be a positive integer; got {k!r}")
+    return Q, int(k)
 
 
 def shard_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
@@ -132,12 +142,8 @@ class ShardedSearcher:
     def search_batch(self, Q, k: int):
         """``(ids, scores)`` of shape (batch, min(k, n_props)): the exact merge of every
         shard's top-``k``."""
-        Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
-        if Q.ndim != 2 or Q.shape[1] != self.dim:
-            raise ValueError(f"queries must have shape (batch, {self.dim}); got {Q.shape}")
-        if isinstance(k, bool) or int(k) != k or k <= 0:
-            raise ValueError(f"k must be a positive integer; got {k!r}")
-        k = min(int(k), self.n_props)
+        Q, k = check_queries(Q, k, self.dim)
+        k = min(k, self.n_props)
         if self.max_workers > 1 and len(self.shards) > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(self.max_workers) as pool:

@@ -28,6 +28,7 @@ def main():
     Q = H[rng.choice(a.n, a.queries, replace=False)] + \
         0.05 * rng.standard_normal((a.queries, a.dim)).astype(np.float32)
     Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+    cosine_topk_batch(H[:1000], Q[:8], a.k)  # compile the kernels before any clock starts
     t = time.perf_counter()
     want_i, want_s = cosine_topk_batch(H, Q, a.k)
     t_exact = time.perf_counter() - t

@@ -285,3 +285,17 @@ def test_cli_query_graph_and_methods(toy, tmp_path, capsys):
     rec = json.loads(capsys.readouterr().out)
     assert rec["graph"]["edges"] == [{"src": "zeta", "dst": "orvel", "kind": "chain",
                                       "via": rec["graph"]["edges"][0]["via"]}]
+
+
+def test_bootstrap_counts_the_strategies_as_other_methods(tmp_path):
+    from evireform.evaluation.runner import bootstrap_vs_strongest
+    dec = [{"id": 1, "question": "Who published Journal Zeta?", "answer": "Orvel Society",
+            "paragraph_support_idx": 0},
+           {"id": 2, "question": "Who was the first president of #1 ?", "answer": "Marta Quill",
+            "paragraph_support_idx": 1}]
+    qs = load_questions(_musique_file(tmp_path, dec, {0, 1}), CORPUS)
+    rankings = {"evireform": [[3, 0, 1, 2, 4, 5]], "dense": [[0, 3, 4, 5, 1, 2]],
+                "hiq": [[0, 1, 2, 3, 4, 5]], "reform_only": [[0, 1, 2, 3, 4, 5]]}
+    bs = bootstrap_vs_strongest(rankings, qs, "toy", ks=(2,))
+    # hiq (recall@2 100) beats dense (50); EviReform's own cells are not "other methods"
+    assert bs["recall@2"]["vs"] == "hiq" and bs["recall@2"]["diff"] == -50.0

@@ -5,7 +5,8 @@ import sys
 CORE = ["evireform", "evireform.index", "evireform.store", "evireform.retriever",
         "evireform.roles", "evireform.llm", "evireform.embed", "evireform.extract",
         "evireform.corpus", "evireform.cache", "evireform.kernels", "evireform.types",
-        "evireform.entities", "evireform.build", "evireform.shards"]
+        "evireform.entities", "evireform.build", "evireform.shards", "evireform.explain",
+        "evireform.strategies"]
 
 
 def test_core_modules_do_not_import_experiments():

@@ -195,14 +195,15 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
 def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
     """For every metric: EviReform minus the strongest other method on that metric, with a
     paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
-    the baselines (dense, bm25, dense_prop, hipporag_ppr), not EviReform's own ablation cells,
-    controls or variants, which `evireform analyze ablation` contrasts."""
+    the baselines (dense, bm25, dense_prop, hipporag_ppr) and the related strategies (bgr,
+    hiq), not EviReform's own ablation cells, controls or variants, which `evireform analyze
+    ablation` contrasts."""
     from .stats import BASE_SEED, paired_bootstrap, seed_offset
     per = {m: per_question(r, qs, ks) for m, r in rankings.items()}
     out = {}
     for metric in per["evireform"]:
         others = {m: v[metric].mean() for m, v in per.items()
-                  if m in METHODS and METHODS[m].is_baseline}
+                  if m in METHODS and (METHODS[m].is_baseline or METHODS[m].strategy)}
         if not others:
             continue
         best = max(others, key=lambda m: (others[m], m))
