@@ -629,7 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
-    qu.add_argument("--method", choices=("evireform", "bgr", "hiq"), default="evireform",
+    qu.add_argument("--method", choices=("evireform", "bgr", "bgr_union", "hiq"),
+                    default="evireform",
                     help="the retrieval strategy (evireform.strategies for bgr and hiq)")
     qu.add_argument("--questions", metavar="FILE",
                     help="many questions: JSONL records with 'question' (and 'id'), or one "

@@ -193,15 +193,21 @@ class BGR:
 
     ``depth``: the most passages per chain; ``reformulator``: the forward step's query maker
     (default :class:`BridgeReformulator`; an :class:`~evireform.llm.LLMReformulator` for the
-    LLM path).
+    LLM path); ``merge``: ``"intersection"`` (the paper) or ``"union"`` of the chains' edges.
     """
 
     name = "bgr"
 
     def __init__(self, index, embedder=None, *, depth: int = 3, n_candidates: int = 100,
-                 reformulator=None, backend: str = "auto"):
+                 reformulator=None, merge: str = "intersection", backend: str = "auto"):
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive integer; got {depth!r}")
+        if merge not in ("intersection", "union"):
+            raise ValueError(f"merge must be 'intersection' (the paper) or 'union'; got "
+                             f"{merge!r}")
+        #: how the two chains' edges combine: "intersection" (the paper: edges in both
+        #: chains) or "union" (every edge of either chain; an option, measured as bgr_union)
+        self.merge = merge
         self.search = _PassageSearch(index, embedder, n_candidates, backend)
         self.index, self.embedder, self.depth = index, embedder, depth
         self.reformulator = reformulator or BridgeReformulator()
@@ -290,6 +296,9 @@ class BGR:
         bwd, b_edges = self._backward(question, base_scores)
         both = {(e.src, e.dst) for e in f_edges} & {(e.src, e.dst) for e in b_edges}
         edges = [e for e in f_edges if (e.src, e.dst) in both]
+        if self.merge == "union":
+            edges += [e for e in f_edges + b_edges if (e.src, e.dst) not in both]
+            edges = list({(e.src, e.dst): e for e in edges}.values())
         trace = StrategyTrace(forward=fwd, backward=bwd, intersection=sorted(both))
         inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
         order = _fuse([base_P, fwd, bwd], first=inter_nodes)
@@ -511,18 +520,20 @@ class HiQ:
                        StrategyTrace(tree=root, role_events=events))
 
 
-STRATEGIES = ("bgr", "hiq")
+STRATEGIES = ("bgr", "bgr_union", "hiq")
 
 
 def make_strategy(name: str, index, embedder=None, llm=None):
-    """``"bgr"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient) BGR's forward step
-    uses the LLM reformulator and Hi-Q the LLM reader, splitter and verifier."""
-    if name == "bgr":
+    """``"bgr"``, ``"bgr_union"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient)
+    BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader, splitter and
+    verifier."""
+    if name in ("bgr", "bgr_union"):
         ref = None
         if llm is not None:
             from .llm import LLMReformulator
             ref = LLMReformulator(llm)
-        return BGR(index, embedder, reformulator=ref)
+        return BGR(index, embedder, reformulator=ref,
+                   merge="union" if name == "bgr_union" else "intersection")
     if name == "hiq":
         return HiQ(index, embedder, llm=llm)
     raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

@@ -29,7 +29,7 @@ REPLAY_METHODS = ("dense,bm25,dense_prop,hipporag_ppr,evireform,reform_only,prop
 BLOCKS["selector-study"] = EV + ["analyze", "selector", "--quiet"]
 # the seeds' two related systems beside EviReform, with the evidence-graph metrics
 BLOCKS["graphs-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
-                                 "dense,hipporag_ppr,evireform,bgr,hiq", "--graph-metrics",
+                                 "dense,hipporag_ppr,evireform,bgr,bgr_union,hiq", "--graph-metrics",
                                  "--markdown", "--quiet"]
 for _ds in ("hotpotqa", "musique"):
     BLOCKS[f"replay-{_ds}"] = EV + ["eval", "--dataset", _ds, "--methods", REPLAY_METHODS,

@@ -299,3 +299,20 @@ def test_bootstrap_counts_the_strategies_as_other_methods(tmp_path):
     bs = bootstrap_vs_strongest(rankings, qs, "toy", ks=(2,))
     # hiq (recall@2 100) beats dense (50); EviReform's own cells are not "other methods"
     assert bs["recall@2"]["vs"] == "hiq" and bs["recall@2"]["diff"] == -50.0
+
+
+def test_bgr_union_keeps_both_chains_edges(toy):
+    idx, e = toy
+    inter = BGR(idx, e).retrieve(Q, k=6)
+    union = make_strategy("bgr_union", idx, e).retrieve(Q, k=6)
+    assert inter.ids == union.ids  # the ranking does not depend on the merge
+    ie, ue = set(inter.evidence_graph().edge_set()), set(union.evidence_graph().edge_set())
+    assert ie <= ue
+    chains = set()
+    for a, b in zip(union.trace.forward, union.trace.forward[1:]):
+        chains.add((a, b))
+    for a, b in zip(union.trace.backward, union.trace.backward[1:]):
+        chains.add((b, a))
+    assert ue == chains
+    with pytest.raises(ValueError, match="merge"):
+        BGR(idx, e, merge="both")

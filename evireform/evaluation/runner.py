@@ -62,6 +62,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
              all_slots=True),
     Method("bgr", "Graph-hop BGR: forward and backward chains, edges intersected",
            strategy="bgr"),
+    Method("bgr_union", "BGR with the union of the two chains' edges (an option; the paper "
+           "intersects)", strategy="bgr_union"),
     Method("hiq", "Hi-Q: query tree, resolve-or-split, answers rewritten into dependents",
            strategy="hiq"),
 ]}
