@@ -395,7 +395,8 @@ class EviReform:
             ranked = []
             for j, sc in zip(pids, scores):
                 j = int(j)
-                fq, fr = parts[0].get(j, 0.0) * inv[j], parts[1].get(j, 0.0) * inv[j]
+                fq = float(parts[0].get(j, 0.0) * inv[j])
+                fr = float(parts[1].get(j, 0.0) * inv[j])
                 p = idx.passages[j]
                 ranked.append(RankedPassage(j, p.id, p.title, float(sc), fq, fr,
                                             max(0.0, float(sc) - fq - fr)))

@@ -154,6 +154,8 @@ def test_evireform_propagation_edge_names_the_shared_entity(toy):
     res = EviReform(idx, cfg, embedder=e).retrieve("Who publishes Journal Zeta?", k=4)
     byid = {p.id: p for p in res.passages}
     assert byid["orvel"].from_propagation > 0 and byid["orvel"].from_question == 0
+    assert all(type(getattr(p, f)) is float for p in res.passages  # plain floats, not numpy
+               for f in ("score", "from_question", "from_residual", "from_propagation"))
     edge = [x for x in res.evidence_graph().edges if idx.passages[x.dst].id == "orvel"]
     assert len(edge) == 1 and edge[0].kind == "entity" and edge[0].via == "orvel society"
     assert idx.passages[edge[0].src].id == "zeta"
