@@ -162,6 +162,14 @@ class RetrievalResult:
     def ids(self) -> list[str]:
         return [p.id for p in self.passages]
 
+    def __getstate__(self):
+        """Pickled with its evidence edges computed, not with the index they come from."""
+        state = dict(self.__dict__)
+        if state.get("edges") is None and state.get("_explain") is not None:
+            state["edges"] = list(self._explain())
+        state["_explain"] = None
+        return state
+
     def evidence_graph(self, n: int | None = None):
         """The :class:`~evireform.explain.EvidenceGraph` of the top ``n`` passages (all when
         None): nodes in rank order, edges saying how each passage was reached."""

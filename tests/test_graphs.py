@@ -318,3 +318,15 @@ def test_bgr_union_keeps_both_chains_edges(toy):
     assert ue == chains
     with pytest.raises(ValueError, match="merge"):
         BGR(idx, e, merge="both")
+
+
+def test_results_pickle_with_their_edges_not_the_index(toy):
+    import pickle
+    idx, e = toy
+    res = EviReform(idx, EviReformConfig(reformulation=False), embedder=e).retrieve(
+        "Who publishes Journal Zeta?", k=4)
+    blob = pickle.dumps(res)
+    back = pickle.loads(blob)
+    assert back.ids == res.ids and back._explain is None
+    assert back.evidence_graph().edges == res.evidence_graph().edges != []
+    assert b"Lake Ponder is a lake" not in blob  # no passage text: the index is not in it
