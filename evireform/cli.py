@@ -124,7 +124,7 @@ def _cmd_index(args) -> int:
                                           max_workers=args.llm_workers or 4)
         idx = build_ray(passages, spec_of(embedder), extractor=factory,
                         concurrency=args.ray_workers, num_gpus=args.num_gpus,
-                        ray_address=args.ray_address, num_cpus=args.ray_workers,
+                        ray_address=args.ray_address,
                         embed_batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
     elif args.extractor in ("heuristic", "llm"):
         extractor = None
@@ -586,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-address", default=None,
                    help="'auto' for a running cluster (default: a local Ray instance)")
     g.add_argument("--ray-workers", type=_positive_int, default=2,
-                   help="embedding actors (and CPUs of a local instance)")
+                   help="embedding actors (a local Ray instance gets the machine's CPUs)")
     g.add_argument("--num-gpus", type=_nonneg_float, default=0,
                    help="GPUs per embedding actor (embeds on cuda when > 0)")
     _add_llm_args(ix)

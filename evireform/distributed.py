@@ -173,7 +173,9 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
     :func:`~evireform.embed.spec_of` dict); workers rebuild it from the spec (on ``cuda``
     when ``num_gpus > 0``).  ``extractor``: an Extractor (pickled to the workers), a
     zero-argument factory (e.g. :class:`LLMExtractorFactory`) or None (heuristic).
-    ``concurrency`` embedding actors, each with ``num_gpus`` GPUs.  Shards go to
+    ``concurrency`` embedding actors, each with ``num_gpus`` GPUs; a local Ray instance
+    started here gets ``num_cpus`` logical CPUs (default: the machine's, at least
+    ``concurrency + 1`` so that extraction tasks run beside the actors).  Shards go to
     ``shard_dir`` (default: a temporary directory, removed afterwards; on a cluster give a
     shared path).  Equal to :meth:`PropositionIndex.build` for the same inputs.
     """
@@ -189,13 +191,23 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}")
     ext = _make_extractor(extractor)
+    if num_cpus is None:  # a local instance: room for every actor plus extraction tasks
+        num_cpus = max(os.cpu_count() or 1, concurrency + 1)
     started = ensure_ray(ray_address, num_cpus)
+    have = ray.cluster_resources().get("GPU", 0)
+    if num_gpus and have < num_gpus * concurrency:
+        if started:
+            ray.shutdown()
+        raise ValueError(f"num_gpus={num_gpus} for each of {concurrency} embedding actors needs "
+                         f"{num_gpus * concurrency:g} GPUs; the Ray cluster has {have:g} (Ray "
+                         "would wait for them forever)")
     tmp = None
     if shard_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="evireform-shards-")
         shard_dir = tmp.name
     Path(shard_dir).mkdir(parents=True, exist_ok=True)
     ctx = ray.data.DataContext.get_current()
+    bars = ctx.enable_progress_bars
     ctx.enable_progress_bars = bool(show_progress)
     try:
         items = [{"pos": i, "id": p.id, "title": p.title, "text": p.text}
@@ -222,6 +234,7 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
         return reduce_batches(passages, [rows], local.name, int(local.dim), hnsw=hnsw,
                               meta={"extractor": ext.name, "embedder_spec": spec_of(local)})
     finally:
+        ctx.enable_progress_bars = bars
         if tmp is not None:
             tmp.cleanup()
         if started:

@@ -136,7 +136,7 @@ def ray_local():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
     from evireform.distributed import ensure_ray
-    started = ensure_ray(num_cpus=2)
+    started = ensure_ray(num_cpus=3)  # logical CPUs: 2 actors + extraction tasks
     yield ray
     if started:
         ray.shutdown()
@@ -203,3 +203,11 @@ def test_scale_curve_runs_small_sizes_and_skips_what_does_not_fit(tmp_path):
     table = scale_table(rows)
     assert "| 3,000 |" in table and "skipped" in table
     assert not (tmp_path / "evireform-scale" / "synthetic-3000").exists()  # removed after
+
+
+def test_ray_build_refuses_gpus_the_cluster_lacks(ray_local):
+    from evireform.distributed import build_ray
+    if ray_local.cluster_resources().get("GPU", 0):
+        pytest.skip("this machine has GPUs")
+    with pytest.raises(ValueError, match="GPUs"):
+        build_ray(_passages(4), "hashing-16", num_gpus=1, show_progress=False)
