@@ -1,5 +1,6 @@
 """The README's main job: index HotpotQA (or reuse the cached index) and retrieve for a few of
-its questions, showing the residual queries and the top passages, marking the gold ones.
+its questions, showing the residual queries and the top passages, marking the gold ones and
+saying how each passage was reached (its evidence-graph edge).
 
 Run with ``make demo`` or ``python -m evireform.demo --data PATH`` where PATH holds
 ``hotpotqa/hotpotqa.json`` and ``hotpotqa/hotpotqa_corpus.json`` (the HippoRAG data layout).
@@ -42,10 +43,15 @@ def main(argv=None) -> int:
         print(f"   observed: {', '.join(idx.passages[j].title for j in res.trace.observed)}")
         for rq in res.trace.residual_queries:
             print(f"   residual query: {rq}")
+        rank = {p.index: r for r, p in enumerate(res.passages, 1)}
+        how = {e.dst: e for e in res.evidence_graph().edges}
         for r, p in enumerate(res.passages, 1):
             mark = "*" if p.index in q.gold else " "
             print(f"   {r}. {mark} {p.score:.4f}  {p.title:<45.45} (question {p.from_question:.3f}, "
                   f"residual {p.from_residual:.3f}, propagation {p.from_propagation:.3f})")
+            e = how.get(p.index)
+            if e is not None and e.src in rank:
+                print(f"            reached from [{rank[e.src]}] via {e.kind} {e.via!r}")
         found = len(q.gold & {p.index for p in res.passages})
         print(f"   gold found in top {args.k}: {found}/{len(q.gold)}")
     print("\n(* = gold passage.  Full evaluation: evireform eval --dataset hotpotqa)")

@@ -12,12 +12,14 @@ order) and directed edges ``src -> dst`` that say how ``dst`` was reached from `
 * ``chain``: a forward/backward retrieval chain stepped from ``src`` to ``dst`` (BGR).
 
 A passage reached from the question itself has no incoming edge (a root).  For EviReform,
-:func:`evireform_edges` gives every returned passage at most one incoming edge: the part of
-its score that dominates (question, residual queries, propagation; see
-:class:`~evireform.retriever.RankedPassage`) decides; a residual query is attributed to the
-observed passage that shares most of the query's words that are not the question's (the
-bridge entity came from it); a propagated passage to the seed proposition whose mass reaches
-it through its largest-contributing entity.
+:func:`evireform_edges` gives every returned passage at most one incoming edge: the parts of
+its score (question, residual queries, propagation; see
+:class:`~evireform.retriever.RankedPassage`) are tried from the largest down, and the first
+that names another passage gives the edge (the question's part names none: a root).  A
+residual query is attributed to the observed passage that shares most of the query's words
+that are not the question's (the bridge entity came from it); propagation to the entity
+carrying the most seed mass from other passages into it, and the passage that contributed
+most of that mass (propagation that only echoes a passage's own seed names none).
 """
 from __future__ import annotations
 
@@ -140,43 +142,58 @@ def evireform_edges(index, question: str, ranked, trace, seed, alpha: float,
     s_vals = np.asarray(seed.s.vals, np.float64)
     # seed mass per entity (sum over seed propositions mentioning it), and its best source
     ent_mass: dict[int, float] = {}
-    ent_src: dict[int, tuple[float, int]] = {}
+    ent_src: dict[int, dict[int, float]] = {}  # entity -> seed mass per source passage
     if propagation and len(s_ids):
         for i, v in zip(s_ids, s_vals):
             for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]:
-                e = int(e)
+                e, o = int(e), int(owner[i])
                 ent_mass[e] = ent_mass.get(e, 0.0) + float(v)
-                if v > ent_src.get(e, (-1.0, -1))[0]:
-                    ent_src[e] = (float(v), int(owner[i]))
+                per = ent_src.setdefault(e, {})
+                per[o] = per.get(o, 0.0) + float(v)
     for rp in ranked:
         parts = {"question": rp.from_question, "residual": rp.from_residual,
                  "propagation": rp.from_propagation}
-        kind = max(parts, key=lambda k: (parts[k], k == "question"))
-        if parts[kind] <= 0 or kind == "question":
-            continue
-        j = rp.index
-        if kind == "residual":
-            best = max(range(len(q_mass)), key=lambda l: q_mass[l].get(j, 0.0), default=None)
-            if best is None or q_mass[best].get(j, 0.0) <= 0:
-                continue
-            src = q_src[best]
-            if src is not None and src != j:
-                edges.append(EvidenceEdge(src, j, "query", trace.residual_queries[best]))
-            continue
-        # propagation: the entity of j's propositions carrying the most seed mass into j
-        props = _props_of(index, j)
-        contrib: dict[int, float] = {}
-        for i in props:
-            for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]:
-                e = int(e)
-                if e in ent_mass:
-                    contrib[e] = contrib.get(e, 0.0) + ent_mass[e] * float(g.inv_deg[e])
-        for e in sorted(contrib, key=lambda e: (-contrib[e], e)):
-            src = ent_src[e][1]
-            if src != j:
-                edges.append(EvidenceEdge(src, j, "entity", index.entity_names[e]))
+        # the parts in decreasing order; the first that names a source passage gives the
+        # edge (propagation that only echoes the passage's own seed names none)
+        for kind in sorted(parts, key=lambda k: (-parts[k], k != "question")):
+            if parts[kind] <= 0 or kind == "question":
+                break
+            edge = (_residual_edge(rp.index, q_src, q_mass, trace) if kind == "residual"
+                    else _entity_edge(index, rp.index, ent_mass, ent_src))
+            if edge is not None:
+                edges.append(edge)
                 break
     return edges
+
+
+def _residual_edge(j, q_src, q_mass, trace):
+    """The residual query that brought most mass to passage ``j``, from its source passage."""
+    best = max(range(len(q_mass)), key=lambda l: q_mass[l].get(j, 0.0), default=None)
+    if best is None or q_mass[best].get(j, 0.0) <= 0:
+        return None
+    src = q_src[best]
+    if src is None or src == j:
+        return None
+    return EvidenceEdge(src, j, "query", trace.residual_queries[best])
+
+
+def _entity_edge(index, j, ent_mass, ent_src):
+    """The entity of ``j``'s propositions carrying the most seed mass into ``j`` from seed
+    propositions of other passages, and the passage that contributed most of it."""
+    g = index.graph
+    contrib: dict[int, float] = {}
+    for i in _props_of(index, j):
+        for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]:
+            e = int(e)
+            other = ent_mass.get(e, 0.0) - ent_src.get(e, {}).get(j, 0.0)
+            if other > 0:
+                contrib[e] = contrib.get(e, 0.0) + other * float(g.inv_deg[e])
+    if not contrib:
+        return None
+    e = min(contrib, key=lambda e: (-contrib[e], e))
+    per = ent_src[e]
+    src = min((o for o in per if o != j), key=lambda o: (-per[o], o))
+    return EvidenceEdge(src, j, "entity", index.entity_names[e])
 
 
 def _props_of(index, j: int) -> np.ndarray:

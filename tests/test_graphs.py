@@ -330,3 +330,20 @@ def test_results_pickle_with_their_edges_not_the_index(toy):
     assert back.ids == res.ids and back._explain is None
     assert back.evidence_graph().edges == res.evidence_graph().edges != []
     assert b"Lake Ponder is a lake" not in blob  # no passage text: the index is not in it
+
+
+def test_propagation_that_only_echoes_its_own_seed_names_no_source(toy):
+    from evireform.explain import evireform_edges
+    from evireform.retriever import RankedPassage, Seed, SparseSignal, Trace
+    idx, _ = toy
+    quill = [i for i in range(idx.n_props) if idx.passages[int(idx.owner[i])].id == "quill"]
+    orvel = [j for j, p in enumerate(idx.passages) if p.id == "orvel"][0]
+    j = int(idx.owner[quill[0]])
+    trace = Trace(observed=[orvel], residual_queries=["Marta Quill psychologist"],
+                  residual_hits=[[(quill[0], 0.5)]])
+    s = SparseSignal(np.asarray(quill[:1]), np.asarray([1.0]))
+    # its propagation part is larger than its residual part, but it is its own seed's echo
+    ranked = [RankedPassage(j, "quill", "Marta Quill", 0.3, 0.0, 0.1, 0.2)]
+    edges = evireform_edges(idx, Q, ranked, trace, Seed(s, SparseSignal.empty(), s), 0.5, True)
+    assert [(idx.passages[x.src].id, x.kind, x.via) for x in edges] == \
+        [("orvel", "query", "Marta Quill psychologist")]
