@@ -256,9 +256,15 @@ def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw)
 
 # --------------------------------------------------------------------------- sharded search
 class _ShardActor:
-    def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict):
-        from .shards import Shard
-        self.shard = Shard.build(np.asarray(embeddings), offset, hnsw, **hnsw_kw)
+    def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict,
+                 saved: tuple | None = None):
+        from .shards import Shard, load_shard
+        if saved is not None:  # (shard dir, manifest entry, index dir): read on this node
+            shard_dir, entry, index_dir = saved
+            emb = np.load(Path(index_dir) / "embeddings.npy", mmap_mode="r")
+            self.shard = load_shard(shard_dir, entry, emb)
+        else:
+            self.shard = Shard.build(np.asarray(embeddings), offset, hnsw, **hnsw_kw)
 
     def search_batch(self, Q, k):
         return self.shard.search_batch(Q, k)
@@ -288,6 +294,24 @@ class RayShardedSearcher:
     @classmethod
     def from_index(cls, index, n_shards: int, **kw) -> "RayShardedSearcher":
         return cls(index.embeddings, n_shards, **kw)
+
+    @classmethod
+    def load(cls, shard_dir, index_dir, *, num_cpus: float = 1) -> "RayShardedSearcher":
+        """Actors that each read their own shard from disk: the index's
+        ``embeddings.npy`` memory-mapped and the shard's saved HNSW graph
+        (:meth:`ShardedSearcher.save`), checked first.  On a cluster both directories must
+        be on a filesystem every node reads; nothing large passes through the driver."""
+        from .shards import read_shard_manifest
+        ray = _ray()
+        ensure_ray()
+        emb = np.load(Path(index_dir) / "embeddings.npy", mmap_mode="r")
+        entries = read_shard_manifest(shard_dir, int(emb.shape[0]), int(emb.shape[1]))
+        self = cls.__new__(cls)
+        self._ray, self.n_props, self.dim = ray, int(emb.shape[0]), int(emb.shape[1])
+        Actor = ray.remote(num_cpus=num_cpus)(_ShardActor)
+        self.actors = [Actor.remote(None, e["lo"], False, {},
+                                    (str(shard_dir), e, str(index_dir))) for e in entries]
+        return self
 
     def search_batch(self, Q, k: int):
         Q, k = check_queries(Q, k, self.dim)

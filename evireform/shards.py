@@ -15,13 +15,22 @@ retriever takes either: ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .kernels import cosine_topk_batch
 
-__all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds"]
+__all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
+           "save_shards", "read_shard_manifest", "load_shard"]
+
+SHARDS_FORMAT = "evireform-shards"
+SHARDS_VERSION = 1
 
 
 def check_queries(Q, k, dim: int):
@@ -139,6 +148,19 @@ class ShardedSearcher:
                     for lo, hi in shard_bounds(int(emb.shape[0]), n_shards)],
                    max_workers=max_workers)
 
+    def save(self, path, *, overwrite: bool = False) -> Path:
+        """Save the shard layout and HNSW graphs (:func:`save_shards`); the embeddings stay
+        in the index."""
+        return save_shards(self.shards, path, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path, index, *, max_workers: int = 1) -> "ShardedSearcher":
+        """The searcher saved at ``path`` over ``index`` (its embeddings, memory-mapped or
+        not, are sliced, not copied); everything is checked against the index first."""
+        emb = index.embeddings
+        entries = read_shard_manifest(path, int(emb.shape[0]), int(emb.shape[1]))
+        return cls([load_shard(path, e, emb) for e in entries], max_workers=max_workers)
+
     def search_batch(self, Q, k: int):
         """``(ids, scores)`` of shape (batch, min(k, n_props)): the exact merge of every
         shard's top-``k``."""
@@ -151,3 +173,92 @@ class ShardedSearcher:
         else:
             parts = [s.search_batch(Q, k) for s in self.shards]
         return merge_topk(parts, k, len(Q))
+
+
+# --------------------------------------------------------------------------- on disk
+def save_shards(shards, path, *, overwrite: bool = False) -> Path:
+    """Write the shard layout and each shard's HNSW graph to the directory ``path``
+    (``shards.json`` + ``shard-<s>.hnsw``; the embeddings stay in the index).  Written to a
+    temporary directory and renamed into place; an existing ``path`` is refused unless
+    ``overwrite`` and it is a shard directory."""
+    path = Path(path)
+    if path.exists():
+        if not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+        if not (path / "shards.json").is_file():
+            raise FileExistsError(f"{path} is not a shard directory (no shards.json); "
+                                  "refusing to replace it")
+    from .store import file_sha256
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        entries = []
+        for n, sh in enumerate(shards):
+            e = {"lo": int(sh.offset), "hi": int(sh.offset + len(sh.embeddings)), "hnsw": None}
+            if sh.hnsw is not None:
+                name = f"shard-{n}.hnsw"
+                sh.hnsw.save_index(str(tmp / name))
+                e["hnsw"] = {"file": name, "sha256": file_sha256(tmp / name)}
+            entries.append(e)
+        dim = int(shards[0].embeddings.shape[1]) if shards else 0
+        (tmp / "shards.json").write_text(json.dumps(
+            {"format": SHARDS_FORMAT, "version": SHARDS_VERSION, "dim": dim,
+             "n_props": entries[-1]["hi"] if entries else 0, "shards": entries}, indent=1))
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path.resolve()
+
+
+def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
+    """The checked shard entries of a saved shard directory for an index of ``n_props``
+    propositions of ``dim`` floats (``IndexFormatError`` naming what is wrong)."""
+    from .store import IndexFormatError
+    f = Path(path) / "shards.json"
+    try:
+        man = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise IndexFormatError(f"{f}: cannot read the shard manifest ({exc})") from None
+    if not isinstance(man, dict) or man.get("format") != SHARDS_FORMAT \
+            or man.get("version") != SHARDS_VERSION:
+        raise IndexFormatError(f"{f}: not an evireform shard manifest of version "
+                               f"{SHARDS_VERSION}")
+    if man.get("dim") != dim or man.get("n_props") != n_props:
+        raise IndexFormatError(f"{f}: made for {man.get('n_props')} propositions of dim "
+                               f"{man.get('dim')}; the index has {n_props} of dim {dim}")
+    entries, exp = man.get("shards"), 0
+    if not isinstance(entries, list) or not entries:
+        raise IndexFormatError(f"{f}: 'shards' must be a non-empty list")
+    for n, e in enumerate(entries):
+        ok = isinstance(e, dict) and isinstance(e.get("lo"), int) \
+            and isinstance(e.get("hi"), int) and e["lo"] == exp and e["hi"] >= e["lo"]
+        h = e.get("hnsw") if isinstance(e, dict) else None
+        ok = ok and (h is None or (isinstance(h, dict) and h.get("file") == f"shard-{n}.hnsw"
+                                   and isinstance(h.get("sha256"), str)))
+        if not ok:
+            raise IndexFormatError(f"{f}: shard {n} is malformed or not contiguous")
+        exp = e["hi"]
+    if exp != n_props:
+        raise IndexFormatError(f"{f}: the shards cover {exp} propositions, not {n_props}")
+    return entries
+
+
+def load_shard(path, entry: dict, embeddings) -> Shard:
+    """One shard of a saved shard directory over the index's ``embeddings`` (a view of its
+    rows); its HNSW file is checked (digest, header, links, labels) before hnswlib reads it."""
+    from .store import IndexFormatError, _load_hnsw, file_sha256
+    lo, hi = entry["lo"], entry["hi"]
+    h = None
+    if entry.get("hnsw"):
+        f = Path(path) / entry["hnsw"]["file"]
+        if not f.is_file() or file_sha256(f) != entry["hnsw"]["sha256"]:
+            raise IndexFormatError(f"{f}: missing, or its SHA-256 differs from shards.json")
+        h = _load_hnsw(f, hi - lo, int(embeddings.shape[1]))
+    return Shard(embeddings[lo:hi], lo, h)

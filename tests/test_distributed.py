@@ -12,7 +12,7 @@ from evireform.embed import HashingEmbedder, get_embedder
 from evireform.extract import HeuristicExtractor
 from evireform.index import PropositionIndex, arrays_equal
 from evireform.shards import Shard, ShardedSearcher, merge_topk, shard_bounds
-from evireform.types import Passage
+from evireform.types import Passage, Proposition
 
 
 def _passages(n=30):
@@ -211,3 +211,44 @@ def test_ray_build_refuses_gpus_the_cluster_lacks(ray_local):
         pytest.skip("this machine has GPUs")
     with pytest.raises(ValueError, match="GPUs"):
         build_ray(_passages(4), "hashing-16", num_gpus=1, show_progress=False)
+
+
+def test_saved_shards_load_checked_locally_and_in_ray_actors(ray_local, rng, tmp_path):
+    from evireform.distributed import RayShardedSearcher
+    from evireform.store import IndexFormatError
+    ps = [Passage(f"p{i}", "", f"passage {i}") for i in range(50)]
+    H = _emb(rng, 600, 16)
+    props = [Proposition(f"prop {i}", f"p{i % 50}", ()) for i in range(600)]
+    idx = PropositionIndex.from_propositions(ps, props, H, "x", hnsw=False)
+    idx_dir = idx.save(tmp_path / "idx")
+    idx = PropositionIndex.load(idx_dir)
+    s = ShardedSearcher.from_index(idx, 3, hnsw=True)
+    Q = _emb(rng, 7, 16)
+    want = s.search_batch(Q, 20)
+    d = s.save(tmp_path / "shards")
+    again = ShardedSearcher.load(d, idx)
+    for a, b in zip(again.search_batch(Q, 20), want):
+        np.testing.assert_array_equal(a, b)
+    with RayShardedSearcher.load(d, idx_dir, num_cpus=0) as r:
+        for a, b in zip(r.search_batch(Q, 20), want):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(FileExistsError):
+        s.save(d)
+    s.save(d, overwrite=True)
+    with pytest.raises(FileExistsError, match="not a shard directory"):
+        s.save(idx_dir, overwrite=True)
+    # an index of another size, an edited graph file, a broken manifest
+    other = PropositionIndex.from_propositions(ps, props[:500], H[:500], "x", hnsw=False)
+    with pytest.raises(IndexFormatError, match="made for 600"):
+        ShardedSearcher.load(d, other)
+    f = d / "shard-1.hnsw"
+    raw = bytearray(f.read_bytes())
+    raw[-1] ^= 1
+    f.write_bytes(bytes(raw))
+    with pytest.raises(IndexFormatError, match="SHA-256"):
+        ShardedSearcher.load(d, idx)
+    (d / "shards.json").write_text('{"format": "evireform-shards", "version": 1, "dim": 16, '
+                                   '"n_props": 600, "shards": [{"lo": 0, "hi": 300, '
+                                   '"hnsw": null}, {"lo": 200, "hi": 600, "hnsw": null}]}')
+    with pytest.raises(IndexFormatError, match="contiguous"):
+        ShardedSearcher.load(d, idx)
