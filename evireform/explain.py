@@ -182,7 +182,7 @@ def _entity_edge(index, j, ent_mass, ent_src):
     propositions of other passages, and the passage that contributed most of it."""
     g = index.graph
     contrib: dict[int, float] = {}
-    for i in _props_of(index, j):
+    for i in index.propositions_of(j):
         for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]]:
             e = int(e)
             other = ent_mass.get(e, 0.0) - ent_src.get(e, {}).get(j, 0.0)
@@ -194,8 +194,3 @@ def _entity_edge(index, j, ent_mass, ent_src):
     per = ent_src[e]
     src = min((o for o in per if o != j), key=lambda o: (-per[o], o))
     return EvidenceEdge(src, j, "entity", index.entity_names[e])
-
-
-def _props_of(index, j: int) -> np.ndarray:
-    """Proposition ids of passage ``j`` (one pass over the owner array)."""
-    return np.flatnonzero(np.asarray(index.owner) == j)

@@ -84,6 +84,19 @@ class PropositionIndex:
         except KeyError:
             raise KeyError(f"unknown passage id {passage_id!r}") from None
 
+    def propositions_of(self, j: int) -> np.ndarray:
+        """Proposition ids of passage position ``j``, ascending (a passage -> propositions
+        map is built on first use and kept: O(M log M) once, then O(|P_j|))."""
+        csr = self.__dict__.get("_by_passage")
+        if csr is None:
+            owner = np.asarray(self.owner)
+            indptr = np.zeros(self.n_passages + 1, np.int64)
+            np.cumsum(np.bincount(owner, minlength=self.n_passages), out=indptr[1:])
+            csr = (indptr, np.argsort(owner, kind="stable").astype(np.int64))
+            self.__dict__["_by_passage"] = csr
+        indptr, order = csr
+        return order[indptr[j]:indptr[j + 1]]
+
     def stats(self, with_w: bool = True) -> dict:
         """Counts: passages, propositions, entities, incidence nonzeros and W's nonzeros."""
         out = {

@@ -103,10 +103,9 @@ class _PassageSearch:
         """Per passage: the passages its propositions reach in one step through shared
         entities (propagation of a uniform seed over its propositions, alpha = 0)."""
         idx = self.index
-        owner = np.asarray(idx.owner)
         seeds = []
         for j in passages:
-            props = np.flatnonzero(owner == j).astype(np.int64)
+            props = idx.propositions_of(int(j))
             seeds.append((props, np.full(len(props), 1.0 / max(1, len(props)))))
         indptr = np.zeros(len(seeds) + 1, np.int64)
         indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
@@ -274,11 +273,11 @@ class BGR:
         return chain, edges
 
     def _shared_entity(self, a: int, b: int) -> str:
-        g, owner = self.index.graph, np.asarray(self.index.owner)
+        g = self.index.graph
 
         def ents(j):
             out = set()
-            for i in np.flatnonzero(owner == j):
+            for i in self.index.propositions_of(j):
                 out.update(int(e) for e in g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]])
             return out
         common = ents(a) & ents(b)

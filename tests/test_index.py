@@ -186,3 +186,13 @@ def test_concurrent_searches(rng):
     [t.join() for t in ts]
     for (a, b), (c, d) in zip(want, got):
         np.testing.assert_array_equal(a, c)
+
+
+def test_propositions_of_matches_the_owner_map(rng):
+    from evireform import Passage, Proposition, PropositionIndex
+    ps = [Passage(f"p{j}", "", "t") for j in range(7)]
+    owners = rng.integers(0, 5, 40)  # passages 5 and 6 have no propositions
+    props = [Proposition(f"x{i}", f"p{o}", ()) for i, o in enumerate(owners)]
+    idx = PropositionIndex.from_propositions(ps, props, rng.standard_normal((40, 4)), "x")
+    for j in range(7):
+        np.testing.assert_array_equal(idx.propositions_of(j), np.flatnonzero(idx.owner == j))
