@@ -53,7 +53,7 @@ from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .extract import name_spans
 from .retriever import RankedPassage, RetrievalResult, check_embedder
-from .roles import BridgeReformulator, _QSTOP, _words
+from .roles import BridgeReformulator, RoleResult, _QSTOP, _words
 
 __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
            "split_query", "covers"]
@@ -217,15 +217,18 @@ class BGR:
     def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
         return [self._one(q, k) for q in questions]
 
-    def _forward(self, question, base) -> tuple[list[int], list[EvidenceEdge]]:
+    def _forward(self, question, base, events) -> tuple[list[int], list[EvidenceEdge]]:
         idx = self.index
         chain = [int(base[0])] if len(base) else []
         edges = []
         while chain and len(chain) < self.depth:
             try:
-                queries = list(self.reformulator.reformulate(
-                    question, [idx.passages[chain[-1]]], 2) or [])
+                raw = self.reformulator.reformulate(question, [idx.passages[chain[-1]]], 2)
+                if isinstance(raw, RoleResult):  # an LLM reformulator's repairs/fallbacks
+                    events.extend(raw.events())
+                queries = list(raw or [])
             except Exception:
+                events.append("reformulate:raised")
                 queries = []
             queries = [q for q in queries if isinstance(q, str) and q.strip()]
             if not queries:
@@ -291,14 +294,16 @@ class BGR:
             raise ValueError(f"question must be a non-empty string; got {question!r}")
         base_P, base_S = self.search.rank([question], max(k, 200))[0]
         base_scores = {int(j): float(s) for j, s in zip(base_P, base_S)}
-        fwd, f_edges = self._forward(question, base_P)
+        events: list[str] = []
+        fwd, f_edges = self._forward(question, base_P, events)
         bwd, b_edges = self._backward(question, base_scores)
         both = {(e.src, e.dst) for e in f_edges} & {(e.src, e.dst) for e in b_edges}
         edges = [e for e in f_edges if (e.src, e.dst) in both]
         if self.merge == "union":
             edges += [e for e in f_edges + b_edges if (e.src, e.dst) not in both]
             edges = list({(e.src, e.dst): e for e in edges}.values())
-        trace = StrategyTrace(forward=fwd, backward=bwd, intersection=sorted(both))
+        trace = StrategyTrace(forward=fwd, backward=bwd, intersection=sorted(both),
+                              role_events=events)
         inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
         order = _fuse([base_P, fwd, bwd], first=inter_nodes)
         return _result(self.index, question, order, k, edges, trace)

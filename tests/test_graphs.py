@@ -347,3 +347,21 @@ def test_propagation_that_only_echoes_its_own_seed_names_no_source(toy):
     edges = evireform_edges(idx, Q, ranked, trace, Seed(s, SparseSignal.empty(), s), 0.5, True)
     assert [(idx.passages[x.src].id, x.kind, x.via) for x in edges] == \
         [("orvel", "query", "Marta Quill psychologist")]
+
+
+def test_bgr_llm_reformulator_and_its_fallback(toy):
+    pytest.importorskip("openai")
+    from evireform.llm import LLMClient, LLMConfig, LLMReformulator
+    from scripted_server import Script, serve
+    idx, e = toy
+    script = Script()
+    srv, url = serve(script)
+    try:
+        client = LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0))
+        script.replies[:] = [{"content": json.dumps({"queries": ["Orvel Society president"]})}] \
+            + [{"content": "no json"}] * 10
+        res = make_strategy("bgr", idx, e, client).retrieve(Q, k=4)
+        assert [idx.passages[j].id for j in res.trace.forward[:2]] == ["zeta", "orvel"]
+        assert any(ev.startswith("reformulate:fallback") for ev in res.trace.role_events)
+    finally:
+        srv.shutdown()
