@@ -365,3 +365,13 @@ def test_bgr_llm_reformulator_and_its_fallback(toy):
         assert any(ev.startswith("reformulate:fallback") for ev in res.trace.role_events)
     finally:
         srv.shutdown()
+
+
+def test_strategies_on_an_index_without_propositions_fill_to_k():
+    e = HashingEmbedder(32)
+    idx = PropositionIndex.from_propositions([Passage("a", "", ""), Passage("b", "", "")], [],
+                                             np.zeros((0, 32)), e.name)
+    for S in (BGR, HiQ):
+        r = S(idx, e).retrieve("Who is the Zeta of Orvel?", 3)
+        assert r.ids == ["a", "b"] and [p.score for p in r.passages] == [0.0, 0.0]
+        assert r.evidence_graph().edges == []
