@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .build import concat_batches, embed_batch, extract_batch, reduce_batches
+from .build import embed_batch, extract_batch, reduce_batches
 from .embed import embedder_from_spec, spec_of
 from .shards import check_queries, merge_topk, shard_bounds
 
@@ -126,6 +126,12 @@ class LLMExtractorFactory:
     config: object  # evireform.llm.LLMConfig
     max_workers: int = 4
 
+    @property
+    def name(self) -> str:
+        """The extractor's name, without building a client."""
+        from .llm import extractor_name
+        return extractor_name(self.config.model)
+
     def __call__(self):
         from dataclasses import replace
         from .llm import LLMClient, LLMExtractor
@@ -135,15 +141,30 @@ class LLMExtractorFactory:
         return LLMExtractor(LLMClient(cfg), max_workers=self.max_workers)
 
 
+_WORKER_EXTRACTORS: dict = {}  # one extractor per factory in each worker process
+
+
+def _check_extractor(extractor) -> str:
+    """The extractor's name; ``TypeError`` unless it is None, an Extractor or a factory."""
+    from .extract import HeuristicExtractor
+    if extractor is None:
+        return HeuristicExtractor.name
+    if not callable(getattr(extractor, "extract_many", None)) and not callable(extractor):
+        raise TypeError("extractor must be an Extractor or a zero-argument factory of one")
+    return getattr(extractor, "name", None) or extractor().name
+
+
 def _make_extractor(extractor):
+    """In a worker: the extractor itself, or the one this process built from the factory."""
     from .extract import HeuristicExtractor
     if extractor is None:
         return HeuristicExtractor()
     if callable(getattr(extractor, "extract_many", None)):
         return extractor
-    if callable(extractor):
-        return extractor()
-    raise TypeError("extractor must be an Extractor or a zero-argument factory of one")
+    key = repr(extractor)
+    if key not in _WORKER_EXTRACTORS:
+        _WORKER_EXTRACTORS[key] = extractor()
+    return _WORKER_EXTRACTORS[key]
 
 
 def _extract(batch: dict, extractor) -> dict:
@@ -190,7 +211,7 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
                     ("embed_batch_size", embed_batch_size), ("concurrency", concurrency)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}")
-    ext = _make_extractor(extractor)
+    ext_name = _check_extractor(extractor)
     if num_cpus is None:  # a local instance: room for every actor plus extraction tasks
         num_cpus = max(os.cpu_count() or 1, concurrency + 1)
     started = ensure_ray(ray_address, num_cpus)
@@ -227,12 +248,11 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
         out = ds.take_all()
         names = sorted({r["shard"] for r in out if r["shard"]})
         batches = [read_shard(Path(shard_dir) / n) for n in names]
-        rows = concat_batches(batches, int(local.dim))
-        if len(rows["pos"]) != sum(int(r["rows"]) for r in out):
+        if sum(len(b["pos"]) for b in batches) != sum(int(r["rows"]) for r in out):
             raise RuntimeError("the shards hold a different number of rows than the pipeline "
                                "produced; a worker failed midway - build again")
-        return reduce_batches(passages, [rows], local.name, int(local.dim), hnsw=hnsw,
-                              meta={"extractor": ext.name, "embedder_spec": spec_of(local)})
+        return reduce_batches(passages, batches, local.name, int(local.dim), hnsw=hnsw,
+                              meta={"extractor": ext_name, "embedder_spec": spec_of(local)})
     finally:
         ctx.enable_progress_bars = bars
         if tmp is not None:

@@ -31,14 +31,11 @@ import numpy as np
 
 __all__ = ["EvidenceEdge", "EvidenceGraph", "evireform_edges"]
 
-EDGE_KINDS = ("query", "entity", "dependency", "chain")
-
-
 @dataclass(frozen=True)
 class EvidenceEdge:
     src: int      # corpus position of the passage the step started from
     dst: int      # corpus position of the passage it reached
-    kind: str     # one of EDGE_KINDS
+    kind: str     # query | entity | dependency | chain
     via: str = ""  # the query, entity or sub-query on the edge
 
 

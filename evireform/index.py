@@ -397,7 +397,7 @@ def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None):
     out_s = np.zeros((len(Q), kk), np.float32)
     if kk == 0 or len(Q) == 0:
         return out_i, out_s
-    labels, _ = h.knn_query(Q, k=min(kk, h.get_current_count()), num_threads=1)
+    labels, _ = h.knn_query(Q, k=kk, num_threads=1)
     labels = labels.astype(np.int64)
     if label_ids is not None:
         labels = label_ids[labels]

@@ -777,6 +777,11 @@ class LLMReader(_LLMRole):
         return value, events
 
 
+def extractor_name(model: str) -> str:
+    """The name an LLM extractor records in the index manifest and cache keys."""
+    return f"llm-extract:{model}:{PROMPT_VERSION}"
+
+
 class LLMExtractor(_LLMRole):
     """Proposition and entity extraction (paper Listing 11) for index building.
 
@@ -794,7 +799,7 @@ class LLMExtractor(_LLMRole):
         from .extract import HeuristicExtractor
         super().__init__(client, fallback or HeuristicExtractor())
         self.max_workers = max(1, int(max_workers))
-        self.name = f"llm-extract:{client.config.model}:{PROMPT_VERSION}"
+        self.name = extractor_name(client.config.model)
         self.fallbacks = 0
 
     def extract(self, passage):

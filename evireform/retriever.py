@@ -21,12 +21,14 @@ came from the question's seed, from the residual seeds and from propagation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 
 from . import kernels as K
 from .embed import Embedder, encode_queries, spec_of
+from .explain import EvidenceGraph, evireform_edges
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
                     ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
@@ -173,7 +175,6 @@ class RetrievalResult:
     def evidence_graph(self, n: int | None = None):
         """The :class:`~evireform.explain.EvidenceGraph` of the top ``n`` passages (all when
         None): nodes in rank order, edges saying how each passage was reached."""
-        from .explain import EvidenceGraph
         edges = self.edges
         if edges is None:
             edges = self._explain() if self._explain is not None else []
@@ -534,8 +535,6 @@ class EviReform:
 
     def _explainer(self, st, ranked):
         """The evidence edges of one result, computed when asked for."""
-        from functools import partial
-        from .explain import evireform_edges
         cfg = self.config
         alpha = cfg.alpha if cfg.propagation else 1.0
         return partial(evireform_edges, self.index, st.text, ranked, st.trace, st.seed, alpha,

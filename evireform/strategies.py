@@ -171,7 +171,8 @@ def _fuse(lists, first=(), c: float = 60.0) -> list[int]:
             score[j] = score.get(j, 0.0) + 1.0 / (c + r + 1)
             seen.setdefault(j, len(seen))
     lead = list(dict.fromkeys(int(j) for j in first))
-    rest = sorted((j for j in score if j not in set(lead)), key=lambda j: (-score[j], seen[j]))
+    led = set(lead)
+    rest = sorted((j for j in score if j not in led), key=lambda j: (-score[j], seen[j]))
     return lead + rest
 
 
@@ -255,13 +256,18 @@ class BGR:
             chain.append(best[1])
         return chain, edges
 
-    def _backward(self, question, base_scores) -> tuple[list[int], list[EvidenceEdge]]:
-        idx = self.index
+    @staticmethod
+    def _last_hop(question: str) -> str:
+        """The question's words without its named constraints: what its last hop asks."""
         cons = _constraints(question)
         words = [w for w in _words(question) if w not in _QSTOP
                  and not any(w in c.split() for c in cons)]
-        last_hop = " ".join(words) or question
-        P, S = self.search.rank([last_hop], 50)[0]
+        return " ".join(words) or question
+
+    def _backward(self, question, last_P, base_scores) -> tuple[list[int], list[EvidenceEdge]]:
+        idx = self.index
+        cons = _constraints(question)
+        P = last_P[:50]
         start = next((int(j) for j in P if not _mentions(idx.passages[int(j)], cons)),
                      int(P[0]) if len(P) else None)
         if start is None:
@@ -301,11 +307,13 @@ class BGR:
     def _one(self, question: str, k: int) -> RetrievalResult:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question must be a non-empty string; got {question!r}")
-        base_P, base_S = self.search.rank([question], max(k, 200))[0]
+        # the question and its last hop in one embedding and search batch
+        (base_P, base_S), (last_P, _) = self.search.rank(
+            [question, self._last_hop(question)], max(k, 200))
         base_scores = {int(j): float(s) for j, s in zip(base_P, base_S)}
         events: list[str] = []
         fwd, f_edges = self._forward(question, base_P, events)
-        bwd, b_edges = self._backward(question, base_scores)
+        bwd, b_edges = self._backward(question, last_P, base_scores)
         both = {(e.src, e.dst) for e in f_edges} & {(e.src, e.dst) for e in b_edges}
         edges = [e for e in f_edges if (e.src, e.dst) in both]
         if self.merge == "union":
@@ -396,7 +404,6 @@ class HiQNode:
     answer: str | None = None
     passages: list[int] = field(default_factory=list)   # its own top passages
     children: list["HiQNode"] = field(default_factory=list)
-    dependent_template: str | None = None  # the dependent child's query before rewriting
 
     def leaves(self) -> list["HiQNode"]:
         if not self.children:
@@ -502,7 +509,7 @@ class HiQ:
         rewritten = second.replace("#1", answer) if answer else second.replace("#1", "")
         c2 = self._solve(" ".join(rewritten.split()), depth + 1, events)
         node.status, node.answer = "expanded", c2.answer
-        node.children, node.dependent_template = [c1, c2], second
+        node.children = [c1, c2]
         return node
 
     def _edges(self, node: HiQNode) -> list[EvidenceEdge]:

@@ -252,3 +252,16 @@ def test_saved_shards_load_checked_locally_and_in_ray_actors(ray_local, rng, tmp
                                    '"hnsw": null}, {"lo": 200, "hi": 600, "hnsw": null}]}')
     with pytest.raises(IndexFormatError, match="contiguous"):
         ShardedSearcher.load(d, idx)
+
+
+def test_llm_extractor_factory_names_itself_without_a_client(tmp_path):
+    from evireform.distributed import LLMExtractorFactory, _check_extractor
+    from evireform.llm import LLMConfig, extractor_name
+    cache = tmp_path / "replies.sqlite"
+    f = LLMExtractorFactory(LLMConfig(base_url="http://127.0.0.1:9/v1", model="m",
+                                      cache_path=str(cache)))
+    assert _check_extractor(f) == extractor_name("m") == "llm-extract:m:v1"
+    assert list(tmp_path.iterdir()) == []  # no client, no cache file on the driver
+    assert _check_extractor(None) == "heuristic-v1"
+    with pytest.raises(TypeError):
+        _check_extractor(42)

@@ -222,35 +222,39 @@ def test_hiq_depth_budget_and_bad_settings(toy):
         HiQ(idx, e).retrieve("  ")
 
 
-def test_hiq_llm_roles_and_their_fallbacks(toy):
+@pytest.fixture
+def scripted_llm():
+    """(LLMClient, Script) against the scripted HTTP endpoint of tests/scripted_server.py."""
     pytest.importorskip("openai")
     from evireform.llm import LLMClient, LLMConfig
     from scripted_server import Script, serve
-    idx, e = toy
     script = Script()
     srv, url = serve(script)
-    try:
-        client = LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0))
-        rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
-        script.replies[:] = [
-            rd("noanswer"),                                             # root: unresolved
-            {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
-                                    "Journal Zeta?", "dependent": "First president of #1?"})},
-            {"content": json.dumps({"covers": True})},
-            rd("Orvel Society"),                                        # first: resolved
-            rd("Marta Quill"),                                          # dependent: resolved
-        ]
-        res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
-        c1, c2 = res.trace.tree.children
-        assert c1.query == "Who publishes Journal Zeta?" and c1.answer == "Orvel Society"
-        assert c2.query == "First president of Orvel Society?" and c2.answer == "Marta Quill"
-        # every reply broken: the LLM-free operators answer and the trace says so
-        script.replies[:] = [{"content": "not json"}] * 40
-        res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
-        assert any("fallback" in ev for ev in res.trace.role_events)
-        assert res.trace.tree.status in ("expanded", "failed")
-    finally:
-        srv.shutdown()
+    yield LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0)), script
+    srv.shutdown()
+
+
+def test_hiq_llm_roles_and_their_fallbacks(toy, scripted_llm):
+    idx, e = toy
+    client, script = scripted_llm
+    rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
+    script.replies[:] = [
+        rd("noanswer"),                                             # root: unresolved
+        {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
+                                "Journal Zeta?", "dependent": "First president of #1?"})},
+        {"content": json.dumps({"covers": True})},
+        rd("Orvel Society"),                                        # first: resolved
+        rd("Marta Quill"),                                          # dependent: resolved
+    ]
+    res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
+    c1, c2 = res.trace.tree.children
+    assert c1.query == "Who publishes Journal Zeta?" and c1.answer == "Orvel Society"
+    assert c2.query == "First president of Orvel Society?" and c2.answer == "Marta Quill"
+    # every reply broken: the LLM-free operators answer and the trace says so
+    script.replies[:] = [{"content": "not json"}] * 40
+    res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
+    assert any("fallback" in ev for ev in res.trace.role_events)
+    assert res.trace.tree.status in ("expanded", "failed")
 
 
 def test_eval_runs_the_strategies_with_graph_metrics(tmp_path):
@@ -349,22 +353,14 @@ def test_propagation_that_only_echoes_its_own_seed_names_no_source(toy):
         [("orvel", "query", "Marta Quill psychologist")]
 
 
-def test_bgr_llm_reformulator_and_its_fallback(toy):
-    pytest.importorskip("openai")
-    from evireform.llm import LLMClient, LLMConfig, LLMReformulator
-    from scripted_server import Script, serve
+def test_bgr_llm_reformulator_and_its_fallback(toy, scripted_llm):
     idx, e = toy
-    script = Script()
-    srv, url = serve(script)
-    try:
-        client = LLMClient(LLMConfig(base_url=url, model="scripted", timeout=5, max_retries=0))
-        script.replies[:] = [{"content": json.dumps({"queries": ["Orvel Society president"]})}] \
-            + [{"content": "no json"}] * 10
-        res = make_strategy("bgr", idx, e, client).retrieve(Q, k=4)
-        assert [idx.passages[j].id for j in res.trace.forward[:2]] == ["zeta", "orvel"]
-        assert any(ev.startswith("reformulate:fallback") for ev in res.trace.role_events)
-    finally:
-        srv.shutdown()
+    client, script = scripted_llm
+    script.replies[:] = [{"content": json.dumps({"queries": ["Orvel Society president"]})}] \
+        + [{"content": "no json"}] * 10
+    res = make_strategy("bgr", idx, e, client).retrieve(Q, k=4)
+    assert [idx.passages[j].id for j in res.trace.forward[:2]] == ["zeta", "orvel"]
+    assert any(ev.startswith("reformulate:fallback") for ev in res.trace.role_events)
 
 
 def test_strategies_on_an_index_without_propositions_fill_to_k():
