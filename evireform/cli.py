@@ -1,8 +1,11 @@
 """The ``evireform`` command line."""
 from __future__ import annotations
 
+from ._checks import loads as _json_loads
+
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -134,6 +137,16 @@ def _cmd_index(args) -> int:
             extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
                                      batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
+        if extractor is not None:
+            fell_back = _extraction_fallbacks(extractor)
+            idx.meta["extraction_fallbacks"] = fell_back
+            if fell_back:
+                print(f"warning: {fell_back:,} of {len(passages):,} passages were extracted by "
+                      "the LLM-free extractor because the LLM failed (recorded in the "
+                      "manifest as meta.extraction_fallbacks)", file=sys.stderr)
+                if args.strict_llm:
+                    print("evireform index: --strict-llm: not saved", file=sys.stderr)
+                    return 3
     else:
         openie = Path(args.extractor)
         if not openie.is_file():
@@ -193,6 +206,9 @@ def _add_llm_args(p) -> None:
     g.add_argument("--llm-context", type=_positive_int, default=8192,
                    help="the model's context in tokens; prompts are cut to fit it (the trace "
                         "says how many candidates or passages were cut)")
+    g.add_argument("--strict-llm", action="store_true",
+                   help="exit 3 when any LLM role fell back to its LLM-free implementation "
+                        "(index/update: nothing is saved)")
     g.add_argument("--llm-rpm", type=_nonneg_int, default=0, help="requests per minute (0: no limit)")
     g.add_argument("--llm-tpm", type=_nonneg_int, default=0,
                    help="prompt tokens per minute (0: no limit)")
@@ -251,6 +267,9 @@ def _add_embedder_args(p, batch: bool = True) -> None:
                    help="minilm (all-MiniLM-L6-v2, the default), st:PATH_OR_NAME (a local "
                         "sentence-transformers model), openai:MODEL@BASE_URL (an "
                         "OpenAI-compatible embeddings endpoint) or hashing-DIM")
+    p.add_argument("--embed-deadline", type=_positive_float, default=None,
+                   help="openai: embedder: wall-clock seconds one embedding call may take, "
+                        "retries included (default 120)")
     p.add_argument("--device", default=None, help="sentence-transformers device, e.g. cuda")
     p.add_argument("--dtype", default=None, help="sentence-transformers dtype, e.g. float16")
     p.add_argument("--query-prompt", default=None,
@@ -265,43 +284,114 @@ def _embedder(args):
     from .embed import get_embedder
     return get_embedder(args.embedder, device=args.device, dtype=args.dtype,
                         batch_size=getattr(args, "batch_size", None),
-                        query_prompt=args.query_prompt, document_prompt=args.document_prompt)
+                        query_prompt=args.query_prompt, document_prompt=args.document_prompt,
+                        deadline=args.embed_deadline)
+
+
+def _index_embedder(args, idx):
+    """The embedder for a saved index: the user's ``--embedder`` if given (then it must embed
+    like the index's, which the retriever checks), else the one the index records, never a
+    remote one (:func:`evireform.embed.embedder_from_spec`)."""
+    if args.embedder:
+        return _embedder(args)
+    from .embed import embedder_from_spec
+    return embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
+                              device=args.device)
 
 
 def _cmd_update(args) -> int:
     """Add and/or delete passages of a saved index without rebuilding it, then save it back
-    atomically (the previous index stays until the new one is in place)."""
+    atomically (the previous index stays until the new one is in place).  The index's lock is
+    held from load to save, so concurrent updates queue instead of losing each other."""
     from .corpus import load_corpus
-    from .embed import embedder_from_spec
     from .index import PropositionIndex
+    from .store import index_lock
 
     if not args.add and not args.delete:
         raise ValueError("give --add FILE and/or --delete IDS_FILE")
     t0 = time.perf_counter()
-    idx = PropositionIndex.load(args.index_dir)
-    before = (idx.n_passages, idx.n_props)
+    ids = new = None  # read the inputs before taking the lock
     if args.delete:
-        ids = [l.strip() for l in Path(args.delete).read_text(encoding="utf-8").splitlines()
-               if l.strip()]
-        idx = idx.delete(ids)
+        try:
+            text = Path(args.delete).read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"--delete {args.delete}: not UTF-8 text ({exc})") from None
+        ids = [l.strip() for l in text.splitlines() if l.strip()]
     if args.add:
-        emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
-                                 device=args.device)
         new = load_corpus(args.add)
-        idx = idx.upsert(new, emb, show_progress=not args.quiet) if args.upsert else \
-            idx.add(new, emb, show_progress=not args.quiet)
-    idx.save(args.index_dir)
+    with index_lock(args.index_dir):
+        idx = PropositionIndex.load(args.index_dir)
+        before = (idx.n_passages, idx.n_props)
+        changes: dict = {}
+        if ids is not None:
+            idx = idx.delete(ids)
+            changes.update(idx.changes)
+        if new is not None:
+            emb = _index_embedder(args, idx)
+            extractor = _update_extractor(args, idx)
+            kw = dict(show_progress=not args.quiet, extractor=extractor)
+            idx = idx.upsert(new, emb, **kw) if args.upsert else idx.add(new, emb, **kw)
+            changes.update(idx.changes)
+            fell_back = _extraction_fallbacks(extractor)
+            if fell_back:
+                print(f"warning: {fell_back} of {len(new)} passages were extracted by the "
+                      "LLM-free extractor because the LLM failed", file=sys.stderr)
+                if args.strict_llm:
+                    print("evireform update: --strict-llm: not saved", file=sys.stderr)
+                    return 3
+        idx.save(args.index_dir)
+    parts = [f"{k} {len(v):,}" for k, v in changes.items() if v]
     print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
-          f"{before[1]:,} -> {idx.n_props:,} in {time.perf_counter() - t0:.2f} s")
+          f"{before[1]:,} -> {idx.n_props:,} in {time.perf_counter() - t0:.2f} s"
+          + (f" ({', '.join(parts)})" if parts else ""))
+    dups = changes.get("duplicates")
+    if dups:
+        print(f"{len(dups):,} passages were already in the index with the same content and "
+              "were skipped", file=sys.stderr)
     return 0
 
 
+def _update_extractor(args, idx):
+    """The extractor for ``update --add``: ``--extractor`` (heuristic or llm) when given,
+    else the heuristic one; an OpenIE-built index cannot grow (its triples came from a file)."""
+    built = idx.meta.get("extractor")
+    if isinstance(built, str) and built.startswith("openie:"):
+        raise ValueError(f"the index was built from an OpenIE file ({built}); passages cannot "
+                         "be added to it without their triples: rebuild it with the new "
+                         "passages' triples in the OpenIE file")
+    if args.extractor == "llm":
+        from .llm import LLMExtractor
+        args.llm = True
+        return LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
+    return None
+
+
+def _extraction_fallbacks(extractor) -> int:
+    """Passages an LLM extractor handed to its LLM-free fallback (0 for other extractors)."""
+    return int(getattr(extractor, "fallbacks", 0) or 0)
+
+
 def _cmd_llm_cache(args) -> int:
+    from ._io import Outputs
     from .llm import ReplyCache
-    cache = ReplyCache(args.cache)
+    cache_path = Path(args.cache)
     if args.action == "export":
-        print(f"exported {cache.export_jsonl(args.file)} replies to {args.file}")
+        if not cache_path.is_file():
+            raise FileNotFoundError(f"--cache {cache_path}: no such reply cache")
+        out = Path(args.file)
+        if out.exists() and out.is_file() and out.stat().st_size and not args.force:
+            raise ValueError(f"{out} exists; export will not overwrite it (it may be a cache "
+                             "or a replies file). Choose a new file, or pass --force")
+        cache = ReplyCache(str(cache_path))
+        with Outputs({"FILE": out}, inputs=[cache_path]) as files:
+            n = cache.export_jsonl(files["FILE"])
+        print(f"exported {n} replies to {args.file}")
     else:
+        if not Path(args.file).is_file():
+            raise FileNotFoundError(f"{args.file}: no such replies file")
+        if cache_path.exists() and os.path.samefile(cache_path, args.file):
+            raise ValueError(f"{args.file} is the cache itself")
+        cache = ReplyCache(str(cache_path))
         print(f"imported {cache.import_jsonl(args.file)} replies from {args.file}")
     return 0
 
@@ -400,10 +490,16 @@ def read_questions(path) -> list[tuple[str, str]]:
     list of such records (the MuSiQue/HotpotQA files), or a text file with one question per
     line; ids default to the line number."""
     out = []
-    text = Path(path).read_text(encoding="utf-8")
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--questions {path}: is a directory; give a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"questions file {path} is not UTF-8 text ({exc})") from None
     if text.lstrip().startswith("["):  # a JSON list (the MuSiQue / HotpotQA question files)
         try:
-            recs = json.loads(text)
+            recs = _json_loads(text, str(path))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
         for n, rec in enumerate(recs, 1):
@@ -413,23 +509,24 @@ def read_questions(path) -> list[tuple[str, str]]:
                 raise ValueError(f"{path}: record {n} has no 'question' string")
             qid = str(n) if isinstance(rec, str) else str(rec.get("id", rec.get("_id", n)))
             out.append((qid, q))
+        if not out:
+            raise ValueError(f"{path}: no questions")
         return out
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if line.startswith("{"):
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from None
-                q = rec.get("question")
-                if not isinstance(q, str) or not q.strip():
-                    raise ValueError(f"{path}:{n}: the record has no 'question' string")
-                out.append((str(rec.get("id", rec.get("_id", n))), q))
-            else:
-                out.append((str(n), line))
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                rec = _json_loads(line, f"{path}:{n}")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from None
+            q = rec.get("question") if isinstance(rec, dict) else None
+            if not isinstance(q, str) or not q.strip():
+                raise ValueError(f"{path}:{n}: the record has no 'question' string")
+            out.append((str(rec.get("id", rec.get("_id", n))), q))
+        else:
+            out.append((str(n), line))
     if not out:
         raise ValueError(f"{path}: no questions")
     return out
@@ -441,10 +538,10 @@ def _cmd_query(args) -> int:
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
+    if args.questions is not None:  # the questions first: a bad file fails before any load
+        qs = read_questions(args.questions)
     idx = PropositionIndex.load(args.index_dir)
-    from .embed import embedder_from_spec
-    emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
-                             device=args.device)
+    emb = _index_embedder(args, idx)
     roles = {}
     client = _llm_client(args)
     if client is not None:
@@ -457,14 +554,14 @@ def _cmd_query(args) -> int:
         from .strategies import make_strategy
         retriever = make_strategy(args.method, idx, emb, client)
     if args.questions is not None:
-        return _batch_query(args, retriever)
+        return _batch_query(args, retriever, qs)
     res = retriever.retrieve(args.question, args.k)
     summary = _replay_summary(client)
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
         print(json.dumps(_result_record(res, graph=args.graph), indent=1))
-        return 0
+        return _strict_status(args, [res])
     print(f"Q: {args.question}")
     for q in getattr(res.trace, "residual_queries", []):
         print(f"   residual query: {q}")
@@ -475,54 +572,82 @@ def _cmd_query(args) -> int:
     if args.graph:
         print("evidence graph (how each passage was reached):")
         print(res.evidence_graph().format())
+    return _strict_status(args, [res])
+
+
+def _fell_back(res) -> bool:
+    return any(":fallback" in e or e.endswith(":raised")
+               for e in getattr(res.trace, "role_events", []) or [])
+
+
+def _strict_status(args, results) -> int:
+    """3 when --strict-llm is set and an LLM role fell back for any of ``results``."""
+    n = sum(map(_fell_back, results))
+    if n and getattr(args, "strict_llm", False):
+        print(f"evireform query: --strict-llm: an LLM role fell back for {n} of "
+              f"{len(results)} questions (see role_events)", file=sys.stderr)
+        return 3
     return 0
 
 
-def _batch_query(args, retriever) -> int:
+def trec_docid(pid: str) -> str:
+    """A passage id as a TREC docid: whitespace, control characters and ``%`` are
+    percent-encoded, so the docid is one token and distinct ids stay distinct."""
+    from urllib.parse import quote
+    return quote(pid, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
+
+
+def _batch_query(args, retriever, qs) -> int:
     """Many questions in chunks of --batch (each chunk one retrieve_many): JSONL results to
-    --out (or stdout), a TREC run file with --trec, and a summary line on stderr."""
+    --out (or stdout), a TREC run file with --trec, and a summary line on stderr.  Both
+    outputs are checked and opened before the first question (never an input, never each
+    other) and put in place only when every question is done."""
     import numpy as np
-    qs = read_questions(args.questions)
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
-    trec = open(args.trec, "w", encoding="utf-8") if args.trec else None
+    from ._io import Outputs
     show = not args.quiet
     bar = None
-    if show:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(qs), desc="query", unit="question", file=sys.stderr)
-    if retriever.embedder is not None:  # load the model before the clock starts
-        from .embed import encode_queries
-        encode_queries(retriever.embedder, ["warm-up"])
-    lat: list[float] = []
-    t0 = time.perf_counter()
-    try:
-        for lo in range(0, len(qs), args.batch):
-            chunk = qs[lo:lo + args.batch]
-            t = time.perf_counter()
-            results = retriever.retrieve_many([q for _, q in chunk], args.k)
-            took = time.perf_counter() - t
-            lat += [took] * len(chunk)  # each question waits for its whole chunk
-            for (qid, _), res in zip(chunk, results):
-                out.write(json.dumps(_result_record(res, qid, graph=args.graph),
-                                     ensure_ascii=False) + "\n")
-                if trec is not None:
-                    for r, p in enumerate(res.passages, 1):
-                        trec.write(f"{qid} Q0 {p.id.replace(' ', '_')} {r} {p.score:.6f} "
-                                   f"{args.run_name}\n")
+    with Outputs({"--out": args.out, "--trec": args.trec},
+                 inputs=[args.questions, *Path(args.index_dir).glob("*")]) as files:
+        out = files.get("--out", sys.stdout)
+        trec = files.get("--trec")
+        if show:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(qs), desc="query", unit="question", file=sys.stderr)
+        if retriever.embedder is not None:  # load the model before the clock starts
+            from .embed import encode_queries
+            encode_queries(retriever.embedder, ["warm-up"])
+        lat: list[float] = []
+        fell_back = 0
+        t0 = time.perf_counter()
+        try:
+            for lo in range(0, len(qs), args.batch):
+                chunk = qs[lo:lo + args.batch]
+                t = time.perf_counter()
+                results = retriever.retrieve_many([q for _, q in chunk], args.k)
+                took = time.perf_counter() - t
+                lat += [took] * len(chunk)  # each question waits for its whole chunk
+                fell_back += sum(map(_fell_back, results))
+                for (qid, _), res in zip(chunk, results):
+                    out.write(json.dumps(_result_record(res, qid, graph=args.graph),
+                                         ensure_ascii=False) + "\n")
+                    if trec is not None:
+                        for r, p in enumerate(res.passages, 1):
+                            trec.write(f"{trec_docid(qid)} Q0 {trec_docid(p.id)} {r} "
+                                       f"{p.score:.6f} {args.run_name}\n")
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
             if bar is not None:
-                bar.update(len(chunk))
-    finally:
-        if bar is not None:
-            bar.close()
-        if args.out:
-            out.close()
-        if trec is not None:
-            trec.close()
+                bar.close()
     total = time.perf_counter() - t0
     p50, p95 = np.percentile(lat, [50, 95])
     print(f"{len(qs)} questions in {total:.2f} s: {len(qs) / total:.1f} questions/s; latency per "
           f"question p50 {p50 * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms (batches of {args.batch})",
           file=sys.stderr)
+    if fell_back and getattr(args, "strict_llm", False):
+        print(f"evireform query: --strict-llm: an LLM role fell back for {fell_back} of "
+              f"{len(qs)} questions (see role_events)", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -558,6 +683,17 @@ def _cmd_bench(args) -> int:
             print(f"CHECK FAILED: {b}", file=sys.stderr)
         return 1 if bad else 0
     return 0
+
+
+def _add_index_embedder_args(p) -> None:
+    p.add_argument("--embedder", default=None,
+                   help="the embedder, when not the one the index records; an index never "
+                        "chooses a remote endpoint by itself, so an index built with "
+                        "openai:MODEL@BASE_URL needs that spec here")
+    p.add_argument("--embed-deadline", type=_positive_float, default=None,
+                   help="openai: embedder: seconds one embedding call may take (default 120)")
+    for name in ("dtype", "query_prompt", "document_prompt"):
+        p.set_defaults(**{name: None})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -645,6 +781,7 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--device", default=None,
                     help="device for the index's sentence-transformers embedder (rebuilt from "
                          "the manifest), e.g. cuda")
+    _add_index_embedder_args(qu)
     _add_llm_args(qu)
     qu.set_defaults(func=_cmd_query)
 
@@ -655,7 +792,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--upsert", action="store_true",
                     help="--add replaces passages whose ids exist instead of refusing them")
     up.add_argument("--device", default=None, help="device for the index's embedder")
+    up.add_argument("--extractor", choices=("heuristic", "llm"), default="heuristic",
+                    help="the extractor for --add: the one the index was built with")
     up.add_argument("--quiet", action="store_true")
+    _add_index_embedder_args(up)
+    _add_llm_args(up)
     up.set_defaults(func=_cmd_update)
 
     an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
@@ -681,6 +822,8 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("action", choices=("export", "import"))
     lc.add_argument("file", help="JSONL file: {key, role, reply} or {key, content} per line")
     lc.add_argument("--cache", required=True, help="the SQLite reply cache (--llm-cache)")
+    lc.add_argument("--force", action="store_true",
+                    help="export: replace FILE when it exists")
     lc.set_defaults(func=_cmd_llm_cache)
 
     be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
@@ -718,11 +861,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from .kernels import BackendUnavailable
     args = build_parser().parse_args(argv)
+    import sqlite3
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, BackendUnavailable) as exc:
-        print(f"evireform {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, OSError, BackendUnavailable, sqlite3.Error) as exc:
+        print(f"evireform {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return 2
+    except KeyError as exc:  # an unknown passage id
+        print(f"evireform {args.command}: error: {exc.args[0] if exc.args else exc}",
+              file=sys.stderr)
+        return 2
+
+
+def _describe(exc) -> str:
+    """An exception as one line that names the file when the OS error has one."""
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and \
+            str(exc.filename) not in str(exc):
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and getattr(exc, "filename", None):
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    return str(exc) or type(exc).__name__
 
 
 if __name__ == "__main__":

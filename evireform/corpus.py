@@ -6,11 +6,20 @@
 * plain data: a JSON list of strings, or JSONL (``.jsonl``/``.ndjson``, or any file that is
   one JSON value per line) of ``{"id"?, "title"?, "text"}`` records or strings.
 
-Passage ids are the record's ``id`` (or ``idx``) when present, the title for title-keyed
-objects, and otherwise the position in the file (so ids given are kept).
+Passage ids are the record's ``id`` (or ``idx``) when present and the title for title-keyed
+objects.  A record without an id (a plain string, or a record with no ``id``/``idx``, the
+MuSiQue / 2Wiki / HippoRAG layout) gets an id derived from its content,
+:func:`content_id` (the first 16 hex digits of the sha256 of title and text), so the same
+passage has the same id in every file, build and update: adding a file twice is detected as a
+duplicate, and a new file never collides with, let alone replaces, another passage.  A record
+repeated within one file gets ``-2``, ``-3``, ... after its id.  Indexes saved with the older
+position ids keep loading and keep their ids.
 """
 from __future__ import annotations
 
+from ._checks import as_list, loads as _json_loads
+
+import hashlib
 import json
 from pathlib import Path
 
@@ -34,17 +43,29 @@ def _label(value, where: str, what: str) -> str:
     return str(value)
 
 
+def content_id(title: str, text: str) -> str:
+    """The id of a passage that came without one: 16 hex digits of sha256(title, text)."""
+    return hashlib.sha256(f"{title}\x1f{text}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def passages_from_json(obj) -> list[Passage]:
     """Convert a parsed corpus (list of records or title -> sentences object) to passages."""
     out: list[Passage] = []
+    seen: dict[str, int] = {}
+
+    def derived(title: str, text: str) -> str:
+        pid = content_id(title, text)
+        seen[pid] = seen.get(pid, 0) + 1
+        return pid if seen[pid] == 1 else f"{pid}-{seen[pid]}"
+
     if isinstance(obj, dict):
         for title, value in obj.items():
             out.append(Passage(id=str(title), title=str(title),
                                text=_text(value, f"corpus entry {title!r:.80}")))
     elif isinstance(obj, list):
         for pos, rec in enumerate(obj):
-            if isinstance(rec, str):  # plain texts: ids are positions, no title
-                out.append(Passage(id=str(pos), title="", text=rec.strip()))
+            if isinstance(rec, str):  # plain texts: ids from their content, no title
+                out.append(Passage(id=derived("", rec.strip()), title="", text=rec.strip()))
                 continue
             if not isinstance(rec, dict):
                 raise ValueError(f"corpus record {pos} is a {type(rec).__name__}, "
@@ -53,15 +74,19 @@ def passages_from_json(obj) -> list[Passage]:
             if text is None:
                 raise ValueError(f"corpus record {pos} has no 'text' field")
             where = f"corpus record {pos}"
-            pid = _label(rec.get("id", rec.get("idx", pos)), where, "its id")
             title = _label(rec.get("title", ""), where, "its title")
-            out.append(Passage(id=pid, title=title, text=_text(text, where)))
+            text = _text(text, where)
+            given = rec.get("id", rec.get("idx"))
+            pid = _label(given, where, "its id") if given is not None else derived(title, text)
+            out.append(Passage(id=pid, title=title, text=text))
     else:
         raise ValueError("a corpus must be a JSON list of {title, text} records or an object "
                          f"mapping titles to sentences; got {type(obj).__name__}")
     ids = [p.id for p in out]
     if len(set(ids)) != len(ids):
-        raise ValueError("passage ids in the corpus are not unique")
+        from collections import Counter
+        dup = Counter(ids).most_common(1)[0][0]
+        raise ValueError(f"passage ids in the corpus are not unique ({dup!r:.80} repeats)")
     return out
 
 
@@ -70,16 +95,17 @@ def _jsonl(text: str) -> list:
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                out.append(json.loads(line))
+                out.append(_json_loads(line))
             except json.JSONDecodeError as exc:
                 raise json.JSONDecodeError(f"line {n}: {exc.msg}", exc.doc, exc.pos) from None
     return out
 
 
-def as_passages(items) -> list[Passage]:
-    """Passages from what a user has at hand: :class:`Passage` objects, strings (ids are
-    positions), or ``{"id"?, "title"?, "text"}`` dicts; mixed lists are fine."""
-    items = list(items)
+def as_passages(items, what: str = "passages") -> list[Passage]:
+    """Passages from what a user has at hand: :class:`Passage` objects, strings (ids from
+    their content, :func:`content_id`), or ``{"id"?, "title"?, "text"}`` dicts; mixed lists
+    are fine.  A bare string is refused (it is not a list of passages)."""
+    items = as_list(items, what)
     if all(isinstance(p, Passage) for p in items):
         return items
     return passages_from_json([p if not isinstance(p, Passage) else
@@ -100,7 +126,7 @@ def load_corpus(path) -> list[Passage]:
             obj = _jsonl(text)
         else:
             try:
-                obj = json.loads(text)
+                obj = _json_loads(text, f"corpus {path}")
             except json.JSONDecodeError as exc:
                 if "Extra data" not in str(exc):
                     raise

@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -170,6 +171,10 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
         return super()._load()
 
 
+class EmbedderUnavailable(ConnectionError):
+    """A remote embedder could not be reached, refused, or gave nothing before its deadline."""
+
+
 class OpenAIEmbedder(BaseEmbedder):
     """Any OpenAI-compatible ``/v1/embeddings`` endpoint: batches of ``batch_size`` texts,
     the openai client's retries and timeout, and a SQLite cache keyed by model and text (like
@@ -179,8 +184,13 @@ class OpenAIEmbedder(BaseEmbedder):
                  api_key_env: str = "OPENAI_API_KEY", batch_size: int = 128,
                  timeout: float = 60.0, max_retries: int = 3, cache_path: str | None = None,
                  dim: int | None = None, query_prompt: str | None = None,
-                 document_prompt: str | None = None, client=None):
+                 document_prompt: str | None = None, client=None, deadline: float = 120.0):
         self.model, self.base_url = model, base_url
+        #: wall-clock seconds one ``encode`` call may take, retries included; past it
+        #: :class:`EmbedderUnavailable` is raised (a hung endpoint costs this, not
+        #: timeout x attempts)
+        self.deadline = float(deadline)
+        self.timeout, self.max_retries = float(timeout), int(max_retries)
         self.batch_size = int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
@@ -194,14 +204,18 @@ class OpenAIEmbedder(BaseEmbedder):
             import os
             client = openai.OpenAI(base_url=base_url,
                                    api_key=os.environ.get(api_key_env) or "not-needed",
-                                   timeout=timeout, max_retries=max_retries)
+                                   timeout=timeout, max_retries=0)
         self._client = client
         self._cache = None
         if cache_path:
             import sqlite3
-            self._cache = sqlite3.connect(cache_path, check_same_thread=False)
-            self._cache.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, "
-                                "vec BLOB)")
+            try:
+                self._cache = sqlite3.connect(cache_path, check_same_thread=False)
+                self._cache.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY "
+                                    "KEY, vec BLOB)")
+            except sqlite3.Error as exc:
+                raise ValueError(f"embedding cache {cache_path}: not a usable SQLite "
+                                 f"database ({exc})") from None
         self._lock = threading.Lock()
         self.requests = 0
 
@@ -228,11 +242,10 @@ class OpenAIEmbedder(BaseEmbedder):
                 vecs[i] = hit
             else:
                 todo.append(i)
+        until = time.monotonic() + self.deadline
         for lo in range(0, len(todo), self.batch_size):
             part = todo[lo:lo + self.batch_size]
-            resp = self._client.embeddings.create(model=self.model,
-                                                  input=[texts[i] for i in part])
-            self.requests += 1
+            resp = self._request([texts[i] for i in part], until)
             data = sorted(resp.data, key=lambda d: d.index)
             if len(data) != len(part):
                 raise ValueError(f"the endpoint returned {len(data)} embeddings for "
@@ -248,6 +261,30 @@ class OpenAIEmbedder(BaseEmbedder):
                 with self._lock:
                     self._cache.commit()
         return normalise_rows(np.stack([vecs[i] for i in range(len(texts))]))
+
+    def _request(self, batch: list[str], until: float):
+        """One embeddings request, retried with backoff while the deadline allows."""
+        where = self.base_url or "the OpenAI API"
+        last = None
+        for attempt in range(self.max_retries + 1):
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                resp = self._client.embeddings.create(
+                    model=self.model, input=batch, timeout=min(self.timeout, remaining))
+                self.requests += 1
+                return resp
+            except Exception as exc:  # connection refused, timeout, 5xx, 429
+                status = getattr(exc, "status_code", None)
+                if status is not None and 400 <= status < 500 and status not in (408, 429):
+                    raise EmbedderUnavailable(f"embeddings endpoint {where} refused the "
+                                              f"request: {exc}") from None
+                last = exc
+                time.sleep(min(0.5 * 2 ** attempt, max(0.0, until - time.monotonic())))
+        raise EmbedderUnavailable(f"embeddings endpoint {where} gave no embeddings within "
+                                  f"{self.deadline:g} s ({type(last).__name__ if last else 'deadline'}"
+                                  f"{': ' + str(last)[:200] if last else ''})")
 
     def _encode(self, texts, prompt):
         texts = [(prompt or "") + t for t in texts]
@@ -269,12 +306,19 @@ class OpenAIEmbedder(BaseEmbedder):
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: the largest embedding dimension accepted (a hashing-DIM spec, a recorded dim): far above
+#: any real model's (4,096 for the largest common ones), far below what exhausts memory
+MAX_DIM = 65_536
 
 
 class HashingEmbedder(BaseEmbedder):
     """Signed feature hashing of lower-cased words and word bigrams (no model, no torch)."""
 
     def __init__(self, dim: int = 256):
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) \
+                or not 1 <= int(dim) <= MAX_DIM:
+            raise ValueError(f"hashing embedder dimension must be an integer in [1, {MAX_DIM}]; "
+                             f"got {dim!r:.40}")
         self.dim = int(dim)
         self.name = f"hashing-{self.dim}"
 
@@ -297,7 +341,7 @@ class HashingEmbedder(BaseEmbedder):
 
 def get_embedder(spec: str, *, device: str | None = None, dtype: str | None = None,
                  batch_size: int | None = None, query_prompt: str | None = None,
-                 document_prompt: str | None = None) -> Embedder:
+                 document_prompt: str | None = None, deadline: float | None = None) -> Embedder:
     """Embedder from a spec string: ``minilm`` (= ``all-MiniLM-L6-v2``, the default),
     ``st:PATH_OR_NAME`` (any local sentence-transformers model), ``openai:MODEL@BASE_URL``
     (any OpenAI-compatible embeddings endpoint; ``@BASE_URL`` optional) or ``hashing-DIM``."""
@@ -312,25 +356,59 @@ def get_embedder(spec: str, *, device: str | None = None, dtype: str | None = No
     if spec.startswith("openai:") and len(spec) > 7:
         model, _, url = spec[7:].partition("@")
         return OpenAIEmbedder(model, url or None, batch_size=batch_size or 128,
-                              query_prompt=query_prompt, document_prompt=document_prompt)
+                              query_prompt=query_prompt, document_prompt=document_prompt,
+                              deadline=deadline or 120.0)
     m = re.fullmatch(r"hashing-(\d+)", spec)
     if m:
         return HashingEmbedder(int(m.group(1)))
+    if spec.startswith("hashing-"):
+        raise ValueError(f"embedder {spec!r:.80}: hashing-DIM needs a whole number DIM in "
+                         f"[1, {MAX_DIM}]")
     raise ValueError(f"unknown embedder {spec!r}; use minilm, st:PATH_OR_NAME, "
                      "openai:MODEL@BASE_URL or hashing-DIM")
 
 
-def embedder_from_spec(spec, *, device: str | None = None) -> Embedder:
+class RemoteEmbedderRefused(ValueError):
+    """An index names a remote embedder; only the user may choose to send text (and an API
+    key) to an endpoint."""
+
+
+def embedder_from_spec(spec, *, device: str | None = None,
+                       allow_remote: bool = False) -> Embedder:
     """Rebuild the embedder an index recorded (its manifest's ``meta.embedder_spec``, or just
-    the embedder name for older indexes)."""
+    the embedder name for older indexes).
+
+    An index file never chooses where questions and the user's API key go: a remote
+    (``openai:``) spec raises :class:`RemoteEmbedderRefused` unless ``allow_remote=True``,
+    which callers set only when the user named that embedder themselves (CLI:
+    ``--embedder openai:MODEL@URL``)."""
+    if isinstance(spec, dict):
+        name = spec.get("spec")
+        bad = [k for k in ("query_prompt", "document_prompt")
+               if spec.get(k) is not None and not isinstance(spec.get(k), str)]
+        dim = spec.get("dim")
+        if not isinstance(name, str) or bad or (dim is not None and (
+                isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM)):
+            raise ValueError(f"the index's embedder spec is malformed: {spec!r:.200}")
+    elif isinstance(spec, str):
+        name = spec
+    else:
+        raise ValueError(f"the index's embedder spec is malformed: {spec!r:.200}")
+    if name.startswith("openai:") and not allow_remote:
+        raise RemoteEmbedderRefused(
+            f"the index names a remote embedder ({name!r:.200}); an index file cannot choose "
+            "where your questions and API key go. To use it, name it yourself: CLI --embedder "
+            f"{name!r:.200}, Python embedder=evireform.embed.get_embedder(...)")
     if isinstance(spec, str):
         return get_embedder(spec, device=device)
-    emb = get_embedder(spec["spec"], device=device, query_prompt=spec.get("query_prompt"),
+    emb = get_embedder(name, device=device, query_prompt=spec.get("query_prompt"),
                        document_prompt=spec.get("document_prompt"))
     if getattr(emb, "_dim", None) is None and spec.get("dim"):
         emb._dim = int(spec["dim"])
-    if spec.get("max_seq_length") and hasattr(emb, "max_seq_length"):
-        emb.max_seq_length = spec["max_seq_length"]
+    msl = spec.get("max_seq_length")
+    if msl and hasattr(emb, "max_seq_length") and isinstance(msl, int) \
+            and not isinstance(msl, bool) and 0 < msl <= 1 << 16:
+        emb.max_seq_length = msl
     return emb
 
 

@@ -10,6 +10,8 @@ its entities).
 """
 from __future__ import annotations
 
+from ._checks import loads as _json_loads
+
 import json
 import re
 from pathlib import Path
@@ -177,7 +179,7 @@ def read_openie(path, passages: Sequence[Passage]) -> tuple[list[Proposition], i
     """
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = _json_loads(path.read_text(encoding="utf-8"), str(path))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read OpenIE file {path}: {exc}") from None
     docs = obj.get("docs") if isinstance(obj, dict) else None

@@ -29,6 +29,7 @@ from .extract import Extractor, HeuristicExtractor, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_scores, cosine_topk, \
     cosine_topk_batch
 from .kernels import w_nnz as _w_nnz
+from ._checks import as_list
 from .kernels.graph import append_rows, remove_rows
 from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
     save_index
@@ -52,6 +53,9 @@ class PropositionIndex:
     #: HNSW label -> proposition id (-1: deleted), once deletions have renumbered the
     #: propositions; None while labels are proposition ids
     hnsw_ids: np.ndarray | None = None
+    #: what the update that made this index did ({"added", "duplicates", "replaced",
+    #: "deleted"}: passage ids); empty for a built or loaded index
+    changes: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -251,29 +255,50 @@ class PropositionIndex:
         incidence in one vectorised pass (no re-embedding).  HNSW, if built, gets the new
         items.  Only what the new propositions touch is recomputed: the degree terms of their
         entities and diag / 1/w of the propositions mentioning those
-        (:func:`~evireform.kernels.graph.append_rows`).  Passage ids must be new (see
-        :meth:`upsert`).  This index is not changed, so
-        retrievers using it keep working; save the result with :meth:`save`."""
+        (:func:`~evireform.kernels.graph.append_rows`).
+
+        A passage whose id is already in the index with the same title and text is a
+        duplicate and is skipped (listed in ``result.changes["duplicates"]``); one whose id is
+        taken by a *different* passage is refused (see :meth:`upsert`).  Passages without an
+        id get one from their content (:func:`evireform.corpus.content_id`), so adding the
+        same file twice adds nothing and never replaces another passage.  The embedder must
+        return one unit row of the index's dimension per proposition; nothing is kept
+        otherwise.  This index is not changed, so retrievers using it keep working; save the
+        result with :meth:`save`."""
         from .corpus import as_passages
         from .retriever import check_embedder
         new = as_passages(passages)
-        clash = [p.id for p in new if p.id in self._pos]
-        if clash:
-            raise ValueError(f"passage ids already in the index: {clash[:5]}; use upsert() to "
-                             "replace passages")
         if len({p.id for p in new}) != len(new):
             raise ValueError("duplicate passage ids among the passages to add")
+        dups, clash = [], []
+        for p in new:
+            j = self._pos.get(p.id)
+            if j is not None:
+                old = self.passages[j]
+                (dups if (old.title, old.text) == (p.title, p.text) else clash).append(p.id)
+        if clash:
+            raise ValueError(f"passage ids already in the index with other content: "
+                             f"{clash[:5]}; use upsert() (CLI: --upsert) to replace them")
+        if dups:
+            skip = set(dups)
+            new = [p for p in new if p.id not in skip]
         check_embedder(self, embedder)
         extractor = extractor or HeuristicExtractor()
         if self.meta.get("extractor") not in (None, extractor.name):
             raise ValueError(f"the index was built with extractor {self.meta['extractor']!r}; "
-                             f"pass that extractor (got {extractor.name!r})")
+                             f"pass that extractor (got {extractor.name!r}; CLI: update "
+                             "--extractor)")
         props: list[Proposition] = []
         for found in extractor.extract_many(new, show_progress=show_progress):
             props.extend(found)
         emb = embedder.encode([p.text for p in props], batch_size=batch_size,
                               show_progress=show_progress) if props else \
             np.zeros((0, self.dim), np.float32)
+        emb = np.asarray(emb)
+        if emb.ndim != 2 or emb.shape != (len(props), self.dim):
+            raise ValueError(f"embedder {getattr(embedder, 'name', embedder)!r} returned "
+                             f"embeddings of shape {emb.shape} for {len(props)} propositions; "
+                             f"the index needs ({len(props)}, {self.dim}); nothing was added")
         emb = normalise_rows(emb, "proposition embeddings") if len(props) else emb
         names = list(self.entity_names)
         ent_id = {n: i for i, n in enumerate(names)}
@@ -292,6 +317,7 @@ class PropositionIndex:
             rows.append(np.unique(np.asarray(row, dtype=np.int64)))
         out = PropositionIndex(
             passages=self.passages + new, prop_texts=self.prop_texts + [p.text for p in props],
+            changes={"added": [p.id for p in new], "duplicates": dups},
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
@@ -316,9 +342,18 @@ class PropositionIndex:
         they touched is recomputed (no re-embedding).  Entities keep their relative order.
         An HNSW graph marks the removed items deleted instead of being rebuilt; its labels
         are mapped to the renumbered propositions (``hnsw_ids``, saved with the index)."""
-        drop = {self.passage_index(str(pid)) for pid in passage_ids}
+        passage_ids = as_list(passage_ids, "passage_ids")
+        bad = [p for p in passage_ids if not isinstance(p, str)]
+        if bad:
+            raise TypeError(f"passage ids are strings; got {bad[0]!r:.60}")
+        unknown = [p for p in passage_ids if p not in self._pos]
+        if unknown:
+            raise KeyError(f"unknown passage ids: {unknown[:5]!r:.300}"
+                           + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
+        drop = {self._pos[pid] for pid in passage_ids}
         keep = [j for j in range(self.n_passages) if j not in drop]
         out = subset_index(self, keep)
+        out.changes = {"deleted": list(dict.fromkeys(passage_ids))}
         if self.hnsw is not None:
             kept = np.zeros(self.n_passages, dtype=bool)
             kept[keep] = True
@@ -327,6 +362,9 @@ class PropositionIndex:
             labels_to_old = self.hnsw_ids if self.hnsw_ids is not None else \
                 np.arange(self.n_props)
             ids = np.where(labels_to_old >= 0, remap[np.maximum(labels_to_old, 0)], -1)
+            if ids.size and np.mean(ids < 0) > kconfig.HNSW_MAX_DELETED_SHARE:
+                out.build_hnsw()  # compaction: a graph over the live items only
+                return out
             h = _copy_hnsw(self.hnsw)
             for label in np.flatnonzero((ids < 0) & (labels_to_old >= 0)):
                 h.mark_deleted(int(label))
@@ -334,12 +372,17 @@ class PropositionIndex:
         return out
 
     def upsert(self, passages, embedder, **kw) -> "PropositionIndex":
-        """Replace the passages whose ids exist (delete, then add) and add the new ones."""
+        """Replace the passages whose ids exist (delete, then add) and add the new ones.
+        Only passages with the same id are replaced; a passage without an id gets one from
+        its content, so it replaces nothing but itself."""
         from .corpus import as_passages
         new = as_passages(passages)
         known = [p.id for p in new if p.id in self._pos]
         base = self.delete(known) if known else self
-        return base.add(new, embedder, **kw)
+        out = base.add(new, embedder, **kw)
+        out.changes = {"added": [p.id for p in new if p.id not in self._pos],
+                       "replaced": known, "duplicates": []}
+        return out
 
     def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None):
         """The index resident on the GPU (once: later calls return the same object):

@@ -18,14 +18,21 @@ an offline mode that answers from the reply cache and collects misses for later 
 """
 from __future__ import annotations
 
+from ._checks import loads as _json_loads
+
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
+import sys
 import re
 import sqlite3
 import threading
 import time
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .roles import (BridgeReformulator, ObservationController, RoleResult, TopScoreSelector,
@@ -52,6 +59,11 @@ class ContextOverflow(ValueError):
 
 class OfflineMiss(RuntimeError):
     """Offline mode and no cached reply: the request was written to the pending file."""
+
+
+class CircuitOpen(RuntimeError):
+    """The endpoint failed ``LLMConfig.breaker_failures`` times in a row: calls are skipped
+    (the LLM-free role answers at once) until ``breaker_cooldown`` seconds have passed."""
 
 
 @dataclass
@@ -89,6 +101,11 @@ class LLMConfig:
     #: recorded replies ({key, role, messages, reply} JSONL) answering requests offline: by
     #: key, else by content (:class:`ReplayIndex`)
     replay_paths: tuple = ()
+    #: circuit breaker: after this many consecutive failed calls (errors or deadlines) the
+    #: endpoint is skipped for ``breaker_cooldown`` seconds and the LLM-free roles answer at
+    #: once (traced as ``ROLE:fallback:CircuitOpen``); then one call probes it again
+    breaker_failures: int = 3
+    breaker_cooldown: float = 30.0
 
     @classmethod
     def from_env(cls, **over) -> "LLMConfig":
@@ -102,44 +119,97 @@ class LLMConfig:
 
 class ReplyCache:
     """Validated replies in SQLite, keyed by a hash of model, prompt version, messages and
-    parameters.  Safe to share between threads."""
+    parameters.  Safe to share between threads.
+
+    Opening refuses (``ValueError`` naming the file) a directory, a missing directory, a file
+    that is not SQLite, and a ``replies`` table of another shape.  A cache that cannot be
+    written (read-only, locked) still serves reads: :meth:`put` then reports the failure once
+    on stderr (``write_error``) and the caller keeps the reply it paid for."""
+
+    COLUMNS = ("key", "role", "reply")
 
     def __init__(self, path: str):
+        self.path = str(path)
+        p = Path(path)
+        if p.is_dir():
+            raise ValueError(f"reply cache {path}: is a directory; give a file")
+        if not p.parent.is_dir():
+            raise ValueError(f"reply cache {path}: the directory {p.parent} does not exist")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False)
-        with self._lock:
-            self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, "
-                             "role TEXT, reply TEXT)")
-            self._db.commit()
+        self.write_error: str | None = None
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=5)
+            with self._lock:
+                have = [r[1] for r in self._db.execute("PRAGMA table_info(replies)")]
+                if not have:
+                    self._db.execute("CREATE TABLE replies (key TEXT PRIMARY KEY, role TEXT, "
+                                     "reply TEXT)")
+                    self._db.commit()
+                elif tuple(have) != self.COLUMNS:
+                    raise ValueError(f"reply cache {path}: its 'replies' table has columns "
+                                     f"{have}, expected {list(self.COLUMNS)}; not an "
+                                     "evireform reply cache")
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as exc:
+            raise ValueError(f"reply cache {path}: not a usable SQLite database "
+                             f"({exc})") from None
 
     def get(self, key: str):
-        with self._lock:
-            row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT reply FROM replies WHERE key = ?",
+                                       (key,)).fetchone()
+            return None if row is None else json.loads(row[0])
+        except (sqlite3.Error, ValueError) as exc:
+            self._report(f"read failed ({exc})")
+            return None
 
-    def put(self, key: str, role: str, reply) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)",
-                             (key, role, json.dumps(reply)))
-            self._db.commit()
+    def _report(self, what: str) -> None:
+        if self.write_error is None:
+            self.write_error = what
+            print(f"evireform: reply cache {self.path}: {what}; replies are used but not "
+                  "cached", file=sys.stderr)
 
-    def export_jsonl(self, path) -> int:
-        """Write every cached reply as one JSON line {"key", "role", "reply"}; returns count."""
+    def put(self, key: str, role: str, reply) -> bool:
+        """Store one reply; False (reported once) when the cache cannot be written."""
+        return self.put_many([(key, role, reply)]) == 1
+
+    def put_many(self, rows) -> int:
+        """Store ``(key, role, reply)`` rows in one transaction; returns how many were
+        written (0 when the cache cannot be written, reported once)."""
+        rows = [(str(k), str(r), json.dumps(v)) for k, r, v in rows]
+        try:
+            with self._lock:
+                with self._db:
+                    self._db.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", rows)
+            return len(rows)
+        except sqlite3.Error as exc:
+            self._report(f"write failed ({exc})")
+            return 0
+
+    def export_jsonl(self, out) -> int:
+        """Write every cached reply as one JSON line {"key", "role", "reply"} to ``out`` (a
+        path or an open text file); returns the count."""
         with self._lock:
             rows = self._db.execute("SELECT key, role, reply FROM replies ORDER BY key").fetchall()
-        with open(path, "w", encoding="utf-8") as fh:
+        fh = open(out, "w", encoding="utf-8") if isinstance(out, (str, os.PathLike)) else out
+        try:
             for key, role, reply in rows:
                 fh.write(json.dumps({"key": key, "role": role, "reply": json.loads(reply)}) + "\n")
+        finally:
+            if fh is not out:
+                fh.close()
         return len(rows)
 
     def import_jsonl(self, path) -> int:
-        """Load replies from JSON lines (:func:`read_reply_records`).  Replies are validated
-        when used, not here."""
-        n = 0
-        for rec in read_reply_records(path):
-            self.put(rec["key"], str(rec.get("role", "")), rec["reply"])
-            n += 1
-        return n
+        """Load replies from JSON lines (:func:`read_reply_records`) in one transaction.
+        Replies are validated when used, not here."""
+        rows = [(rec["key"], str(rec.get("role", "")), rec["reply"])
+                for rec in read_reply_records(path)]
+        if rows and self.put_many(rows) != len(rows):
+            raise ValueError(f"reply cache {self.path}: cannot be written ({self.write_error})")
+        return len(rows)
 
 
 def read_reply_records(path):
@@ -152,10 +222,24 @@ def read_reply_records(path):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = _json_loads(line)
+                if not isinstance(rec, dict):
+                    raise TypeError(f"a {type(rec).__name__}, not an object")
                 if "reply" not in rec:
+                    if not isinstance(rec.get("content"), str):
+                        raise TypeError("'content' must be a string")
                     rec["reply"] = parse_json(rec["content"])
+                if not isinstance(rec["key"], (str, int)) or isinstance(rec["key"], bool):
+                    raise TypeError("'key' must be a string")
                 rec["key"] = str(rec["key"])
+                msgs = rec.get("messages")
+                if msgs is not None and not (isinstance(msgs, list) and all(
+                        isinstance(m, dict) and isinstance(m.get("role"), str)
+                        and isinstance(m.get("content"), str) for m in msgs)):
+                    raise TypeError("'messages' must be a list of {role, content} strings")
+                for k in ("role", "model"):
+                    if rec.get(k) is not None and not isinstance(rec[k], str):
+                        raise TypeError(f"'{k}' must be a string")
             except (KeyError, TypeError, ValueError, ContractError) as exc:
                 raise ValueError(f"{path}:{n}: not a reply record ({exc})") from None
             yield rec
@@ -247,13 +331,13 @@ def parse_json(text: str):
     text = (text or "").strip()
     for candidate in (text, re.sub(r"^```(?:json)?|```$", "", text, flags=re.M).strip()):
         try:
-            return json.loads(candidate)
+            return _json_loads(candidate)
         except (json.JSONDecodeError, TypeError):
             pass
     m = _JSON_BLOCK.search(text)
     if m:
         try:
-            return json.loads(m.group(0))
+            return _json_loads(m.group(0))
         except json.JSONDecodeError:
             pass
     raise ContractError("the reply is not JSON")
@@ -271,6 +355,8 @@ class Usage:
     #: malformed JSON fixed locally (json-repair) instead of spending a repair turn
     local_repairs: int = 0
     failures: int = 0
+    #: calls skipped because the circuit breaker was open
+    breaker_skips: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
 
@@ -363,6 +449,10 @@ class LLMClient:
         self.config = config or LLMConfig.from_env()
         self.replay = ReplayIndex.from_files(self.config.replay_paths) \
             if self.config.replay_paths else None
+        if self.config.offline and self.config.replay_paths and not len(self.replay) \
+                and not self.config.cache_path:
+            raise ValueError(f"the recorded replies {', '.join(map(str, self.config.replay_paths))} "
+                             "hold no records: nothing to replay")
         if self.config.offline and not (self.config.cache_path or self.replay):
             raise ValueError("offline mode answers from the reply cache or recorded replies: "
                              "set cache_path or replay_paths")
@@ -373,10 +463,15 @@ class LLMClient:
                 raise ImportError("the LLM roles need the 'llm' extra: "
                                   "pip install 'evireform[llm]'") from exc
             key = os.environ.get(self.config.api_key_env) or "not-needed"
-            client = openai.OpenAI(base_url=self.config.base_url, api_key=key,
-                                   timeout=self.config.timeout,
-                                   max_retries=self.config.max_retries)
+            # the async client, so that a deadline cancels the request (and closes its socket)
+            # instead of abandoning a thread that waits on it
+            client = openai.AsyncOpenAI(base_url=self.config.base_url, api_key=key,
+                                        timeout=self.config.timeout,
+                                        max_retries=self.config.max_retries)
         self._client = client
+        self._aloop = None
+        #: consecutive failed calls, and the monotonic time until which calls are skipped
+        self._failures, self._open_until = 0, 0.0
         self.cache = ReplyCache(self.config.cache_path) if self.config.cache_path else None
         self._lock = threading.Lock()
         self.usage: dict[str, Usage] = {}
@@ -431,7 +526,7 @@ class LLMClient:
                 seen = set()
                 if os.path.exists(self.config.pending_path):
                     with open(self.config.pending_path, encoding="utf-8") as fh:
-                        seen = {json.loads(l)["key"] for l in fh if l.strip()}
+                        seen = {_json_loads(l)["key"] for l in fh if l.strip()}
                 self._pending_keys = seen
             if key in seen:
                 return
@@ -445,40 +540,56 @@ class LLMClient:
         d = self.config.deadline
         return DEFAULT_DEADLINE if d is None else float(d)
 
+    def close(self) -> None:
+        """Stop this client's event loop (also done when the client is garbage-collected)."""
+        with self._lock:
+            loop, self._aloop = self._aloop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
     def _call(self, role: str, messages, until: float) -> str:
         self.limiter.wait(sum(estimate_tokens(m["content"]) for m in messages), until)
         return self._call_once(role, messages, until)
 
+    def _loop(self):
+        """This client's event loop, on one daemon thread started on first use and stopped
+        when the client is garbage-collected: every request of every role runs on it."""
+        with self._lock:
+            if self._aloop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, daemon=True,
+                                 name="evireform-llm-loop").start()
+                weakref.finalize(self, loop.call_soon_threadsafe, loop.stop)
+                self._aloop = loop
+            return self._aloop
+
     def _call_once(self, role: str, messages, until: float) -> str:
-        """One request (the client's own retries included) on a daemon thread, abandoned
-        when the monotonic clock passes ``until``: httpx's timeouts bound each read, not a
-        body that trickles in, so only a thread we stop waiting for gives a real deadline."""
+        """One request (the client's own retries included), cancelled when the monotonic
+        clock passes ``until``: the request runs as a task on this client's event loop and
+        ``asyncio.wait_for`` cancels it at the deadline, which closes its connection; no
+        thread or socket outlives the call."""
         remaining = until - time.monotonic()
         if remaining <= 0:
             raise DeadlineExceeded(f"{role}: no usable reply within {self.deadline:g} s")
-        box: dict = {}
-        done = threading.Event()
 
-        def work():
+        async def bounded():
             try:
-                box["reply"] = self._request(role, messages)
-            except BaseException as exc:  # handed to the waiting thread
-                box["error"] = exc
-            finally:
-                done.set()
+                return await asyncio.wait_for(self._request(role, messages), remaining)
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(f"{role}: no usable reply within {self.deadline:g} s "
+                                       "(the request was cancelled)") from None
 
-        threading.Thread(target=work, daemon=True, name=f"evireform-llm-{role}").start()
-        if not done.wait(remaining):
+        fut = asyncio.run_coroutine_threadsafe(bounded(), self._loop())
+        try:
+            return fut.result()
+        except DeadlineExceeded:
             self._count(role, calls=1)
-            raise DeadlineExceeded(f"{role}: no usable reply within {self.deadline:g} s "
-                                   "(the request is abandoned)")
-        if "error" in box:
-            raise box["error"]
-        return box["reply"]
+            raise
 
-    def _request(self, role: str, messages) -> str:
+    async def _request(self, role: str, messages) -> str:
         kw = dict(model=self.config.model, messages=messages, temperature=0,
                   max_tokens=self.config.max_tokens)
+        create = self._client.chat.completions.create
         while True:
             fmt = self.response_format
             if fmt == "json_schema" and role in SCHEMAS:
@@ -489,7 +600,10 @@ class LLMClient:
             else:
                 kw.pop("response_format", None)
             try:
-                resp = self._client.chat.completions.create(**kw)
+                if hasattr(self._client, "__aenter__"):  # openai.AsyncOpenAI
+                    resp = await create(**kw)
+                else:  # an injected synchronous client: run it off the loop
+                    resp = await asyncio.to_thread(create, **kw)
                 break
             except Exception as exc:
                 if self._learn_overflow(exc, messages):
@@ -504,6 +618,34 @@ class LLMClient:
         self._count(role, calls=1, tokens_in=getattr(u, "prompt_tokens", 0) or 0,
                     tokens_out=getattr(u, "completion_tokens", 0) or 0)
         return resp.choices[0].message.content or ""
+
+    def _guarded_call(self, role: str, messages, until: float) -> str:
+        """:meth:`_call` behind the circuit breaker: skipped (:class:`CircuitOpen`) while it
+        is open; consecutive failures counted, success resets them."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._open_until:
+                skipped = True
+            else:
+                skipped = False
+        if skipped:
+            self._count(role, breaker_skips=1)
+            raise CircuitOpen(f"{role}: endpoint skipped after {self._failures} consecutive "
+                              f"failures (cool-down {self.config.breaker_cooldown:g} s)")
+        try:
+            text = self._call(role, messages, until)
+        except ContextOverflow:
+            raise
+        except Exception:
+            with self._lock:
+                self._failures += 1
+                if self.config.breaker_failures and \
+                        self._failures >= self.config.breaker_failures:
+                    self._open_until = time.monotonic() + self.config.breaker_cooldown
+            raise
+        with self._lock:
+            self._failures, self._open_until = 0, 0.0
+        return text
 
     def ask(self, role: str, messages: list[dict], validate: Callable):
         """Validated reply for ``messages``, or raise.  Returns (value, repaired: bool).
@@ -528,7 +670,7 @@ class LLMClient:
             self._count(role, misses=1)
             self._write_pending(key, role, messages)
             raise OfflineMiss(f"no cached reply for this {role} request (offline)")
-        text = self._call(role, messages, until)
+        text = self._guarded_call(role, messages, until)
         repaired = False
         try:
             try:
@@ -546,7 +688,7 @@ class LLMClient:
                               {"role": "user", "content": f"Your reply broke the contract "
                                f"({err}). Reply again with only the JSON object described."}]
             try:
-                obj = parse_json(self._call(role, fix, until))
+                obj = parse_json(self._guarded_call(role, fix, until))
                 value = validate(obj)
             except ContractError as again:
                 again.after_repair = True

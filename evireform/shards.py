@@ -15,6 +15,8 @@ retriever takes either: ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
+from ._checks import loads as _json_loads
+
 import json
 import os
 import shutil
@@ -223,7 +225,7 @@ def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
     from .store import IndexFormatError
     f = Path(path) / "shards.json"
     try:
-        man = json.loads(f.read_text())
+        man = _json_loads(f.read_text())
     except (OSError, ValueError) as exc:
         raise IndexFormatError(f"{f}: cannot read the shard manifest ({exc})") from None
     if not isinstance(man, dict) or man.get("format") != SHARDS_FORMAT \

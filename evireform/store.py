@@ -31,6 +31,8 @@ input file can crash the process.
 """
 from __future__ import annotations
 
+from ._checks import loads as _json_loads
+
 import contextlib
 import datetime as _dt
 import hashlib
@@ -38,6 +40,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,23 +136,56 @@ def _replace(src: Path, dst: Path) -> None:
     os.replace(src, dst)
 
 
+_LOCKS: dict = {}
+_LOCKS_GUARD = threading.Lock()
+
+
 @contextlib.contextmanager
 def _dir_lock(parent: Path):
-    """Advisory exclusive lock on ``parent`` (flock on the directory itself, so no lock file is
-    left behind); a no-op where flock is unavailable."""
+    """Exclusive lock on ``parent``: a per-process re-entrant lock plus an advisory flock on the
+    directory itself (so no lock file is left behind; a no-op where flock is unavailable).
+    Re-entrant within a thread, so :func:`index_lock` can hold it across load -> modify ->
+    save while the save takes it again."""
+    key = os.path.realpath(parent)
+    with _LOCKS_GUARD:
+        entry = _LOCKS.setdefault(key, [threading.RLock(), 0, None])
+    entry[0].acquire()
     try:
-        import fcntl
-        fd = os.open(parent, os.O_RDONLY)
-    except (ImportError, OSError):
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        if entry[1] == 0:
+            try:
+                import fcntl
+                fd = os.open(parent, os.O_RDONLY)
+            except (ImportError, OSError):
+                fd = None
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except OSError:
+                    os.close(fd)
+                    fd = None
+            entry[2] = fd
+        entry[1] += 1
+        try:
+            yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and entry[2] is not None:
+                import fcntl
+                with contextlib.suppress(OSError):
+                    fcntl.flock(entry[2], fcntl.LOCK_UN)
+                os.close(entry[2])
+                entry[2] = None
     finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        entry[0].release()
+
+
+def index_lock(path):
+    """The lock a read-modify-write of the index at ``path`` holds from load to save
+    (``evireform update``, the service's updates): concurrent updaters queue instead of
+    losing each other's changes.  Saving takes the same lock, re-entrantly."""
+    p = Path(path).absolute()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return _dir_lock(p.parent)
 
 
 def _siblings(path: Path, kind: str) -> list[Path]:
@@ -160,7 +196,7 @@ def _siblings(path: Path, kind: str) -> list[Path]:
 
 def _looks_like_index(path: Path) -> bool:
     try:
-        man = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        man = _json_loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(man, dict) and man.get("format") == FORMAT
@@ -193,7 +229,7 @@ def _clean_leftovers(path: Path) -> None:
 def index_files(path: Path) -> set[str] | None:
     """The files an evireform index directory at ``path`` consists of, or None if it is not one."""
     try:
-        man = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        man = _json_loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(man, dict) or man.get("format") != FORMAT \
@@ -455,7 +491,7 @@ def _check_arrays(path: Path, arr: dict, sizes: dict) -> tuple[EntityGraph, Pass
 def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list:
     f = path / name
     try:
-        obj = json.loads(f.read_text(encoding="utf-8"))
+        obj = _json_loads(f.read_text(encoding="utf-8"), str(f))
     except (ValueError, OSError) as exc:
         _fail(f, f"unreadable ({exc})")
     if not isinstance(obj, list):
@@ -479,10 +515,36 @@ def _passages_ok(xs: list) -> bool:
     return all(_strings_ok([x.get(k) for x in xs]) for k in ("id", "title", "text"))
 
 
+def _identity(path: Path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
     """Read and check an index directory (see the module docstring); raises
-    :class:`IndexFormatError` naming the file and the value for any problem."""
+    :class:`IndexFormatError` naming the file and the value for any problem.
+
+    A read sees one version: saves swap whole directories, so when the directory at ``path``
+    is replaced while it is being read (a concurrent ``update``), the read starts again on the
+    new one (a few times at most) instead of mixing the two."""
     path = Path(path)
+    for attempt in range(5):
+        before = _identity(path)
+        try:
+            got = _load_once(path, mmap, verify)
+        except IndexFormatError:
+            if before is None or _identity(path) == before or attempt == 4:
+                raise
+            continue
+        if _identity(path) == before:
+            return got
+    return got
+
+
+def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
     if not path.exists():
         with _dir_lock(path.parent) if path.parent.is_dir() else contextlib.nullcontext():
             recover(path)
@@ -490,7 +552,7 @@ def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
     if not mpath.is_file():
         raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
     try:
-        man = json.loads(mpath.read_text(encoding="utf-8"))
+        man = _json_loads(mpath.read_text(encoding="utf-8"), str(mpath))
     except (ValueError, OSError) as exc:
         raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
     counts, files = _check_manifest(mpath, man)

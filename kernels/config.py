@@ -30,6 +30,10 @@ HNSW_SEED = 100
 #: Threads used to insert into HNSW.  One thread makes the graph, and so its results, identical
 #: from one build to the next; more threads build faster but not reproducibly.
 HNSW_BUILD_THREADS = 1
+#: Deleting passages marks their HNSW items deleted (tombstones) rather than rebuilding; when
+#: more than this share of the graph's items are tombstones, the graph is rebuilt over the live
+#: embeddings instead, so repeated upserts keep the graph (and ``hnsw.bin``) at the live size.
+HNSW_MAX_DELETED_SHARE = 0.25
 
 #: A row of W with a degree sum (w_i) below this counts as zero (pseudo-inverse).
 DEGREE_EPS = 1e-12

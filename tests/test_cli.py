@@ -96,7 +96,7 @@ def test_batch_query_jsonl_and_trec(tmp_path, capsys):
         recs = [json.loads(l) for l in out.read_text().splitlines()]
         assert [r["id"] for r in recs] == ids and all(len(r["passages"]) == 3 for r in recs)
         lines = trec.read_text().splitlines()
-        assert len(lines) == 6 and lines[0].split()[:4] == [ids[0], "Q0", "p_3", "1"]
+        assert len(lines) == 6 and lines[0].split()[:4] == [ids[0], "Q0", "p%203", "1"]
         assert "questions/s" in capsys.readouterr().err
     single = main(["query", str(tmp_path / "ix"), "Whom did Alpha 3 meet?", "--json"])
     assert single == 0 and json.loads(capsys.readouterr().out)["passages"][0]["id"] == "p 3"

@@ -44,7 +44,8 @@ def test_heuristic_extractor_title_prefix_and_entity():
 def test_load_corpus_formats(tmp_path):
     a = tmp_path / "a.json"
     a.write_text(json.dumps([{"title": "T", "text": "x"}, {"title": "T", "text": "y"}]))
-    assert [p.id for p in load_corpus(a)] == ["0", "1"]
+    from evireform.corpus import content_id
+    assert [p.id for p in load_corpus(a)] == [content_id("T", "x"), content_id("T", "y")]
     b = tmp_path / "b.json"
     b.write_text(json.dumps({"T1": ["One.", " Two."], "T2": ["Three."]}))
     assert load_corpus(b)[0] == Passage("T1", "T1", "One. Two.")
@@ -93,7 +94,9 @@ def test_plain_corpora(tmp_path):
     f.write_text('{"id": "x1", "title": "Alpha", "text": "Alpha met Beta."}\n\n'
                  '{"text": "No id or title."}\n"just a string"\n')
     ps = load_corpus(f)
-    assert [(p.id, p.title) for p in ps] == [("x1", "Alpha"), ("1", ""), ("2", "")]
+    from evireform.corpus import content_id
+    assert [(p.id, p.title) for p in ps] == [("x1", "Alpha"), (content_id("", "No id or title."), ""),
+                                             (content_id("", "just a string"), "")]
     g = tmp_path / "c.json"
     g.write_text('["First text.", "Second text."]')
     assert [p.text for p in load_corpus(g)] == ["First text.", "Second text."]
@@ -107,5 +110,7 @@ def test_plain_corpora(tmp_path):
         load_corpus(bad)
     idx = PropositionIndex.build(["Alice lives in Paris.", "Paris is in France."],
                                  HashingEmbedder(16), show_progress=False)
-    assert [p.id for p in idx.passages] == ["0", "1"] and idx.n_props >= 2
+    assert [p.id for p in idx.passages] == [content_id("", "Alice lives in Paris."),
+                                            content_id("", "Paris is in France.")]
+    assert idx.n_props >= 2
     assert as_passages([{"id": "k", "text": "t"}])[0].id == "k"

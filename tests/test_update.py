@@ -64,8 +64,10 @@ def test_add_keeps_entity_ids_of_a_fresh_build_and_the_old_index():
     from evireform.index import arrays_equal
     assert arrays_equal(grown, fresh)  # appending keeps a build's numbering exactly
     np.testing.assert_array_equal(base.graph.a_indices, before)  # the old index is untouched
-    with pytest.raises(ValueError, match="already in the index"):
-        grown.add(ps[:1], EMB)
+    again = grown.add(ps[:1], EMB)  # the same passage again: a duplicate, skipped
+    assert again.changes == {"added": [], "duplicates": ["p0"]} and arrays_equal(again, grown)
+    with pytest.raises(ValueError, match="already in the index with other content"):
+        grown.add([Passage("p0", "Other", "Other text about Zed.")], EMB)
     with pytest.raises(KeyError, match="unknown passage id"):
         grown.delete(["nope"])
     with pytest.raises(ValueError, match="differs"):
@@ -111,7 +113,7 @@ def test_cli_update(tmp_path):
 def test_delete_marks_hnsw_items_and_keeps_the_old_index(tmp_path):
     ps = [_passage(i, (i % 7, (i * 5) % 7)) for i in range(30)]
     idx = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=True)
-    small = idx.delete([f"p{i}" for i in range(0, 30, 3)])
+    small = idx.delete([f"p{i}" for i in range(0, 30, 6)])  # 5 of 30: tombstones
     assert small.hnsw_ids is not None and (small.hnsw_ids >= 0).sum() == small.n_props
     grown = small.add([Passage("x1", "Rome", "Rome met Paris in 1999.")], EMB)
     Q = EMB.encode(["Carol King met Rome", "Alice Smith liked Paris", "Rome met Paris"])
@@ -138,3 +140,23 @@ def test_delete_marks_hnsw_items_and_keeps_the_old_index(tmp_path):
     m.write_text(json.dumps(man))
     with pytest.raises(IndexFormatError, match="hnsw_ids.npy: must map"):
         PropositionIndex.load(tmp_path / "ix")
+
+
+def test_repeated_upserts_compact_hnsw_tombstones(tmp_path):
+    """Past kernels.config.HNSW_MAX_DELETED_SHARE tombstones the graph is rebuilt over the
+    live items, so ten upserts leave hnsw.bin at the size of a fresh build."""
+    from evireform.kernels import config as kconfig
+    ps = [_passage(i, (i % 7, (i * 5) % 7)) for i in range(40)]
+    idx = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=True)
+    idx.save(tmp_path / "fresh")
+    size0 = (tmp_path / "fresh" / "hnsw.bin").stat().st_size
+    for r in range(10):
+        idx = idx.upsert(ps[(r * 4) % 40:(r * 4) % 40 + 4], EMB)
+        share = 0 if idx.hnsw_ids is None else float(np.mean(idx.hnsw_ids < 0))
+        assert share <= kconfig.HNSW_MAX_DELETED_SHARE
+    idx.save(tmp_path / "after")
+    assert (tmp_path / "after" / "hnsw.bin").stat().st_size <= 1.35 * size0
+    Q = EMB.encode(["Carol King met Rome", "Alice Smith liked Paris"])
+    # the same scores as exact search (ids may differ among tied, identical propositions)
+    np.testing.assert_allclose(idx.search_batch(Q, 5)[1], idx.search_batch(Q, 5, exact=True)[1],
+                               atol=1e-6)

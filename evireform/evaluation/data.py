@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+from .._checks import loads as _json_loads
+
 import json
 import re
 from dataclasses import dataclass
@@ -46,7 +48,7 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
     A gold passage missing from the corpus raises ``ValueError`` naming the question.
     """
     try:
-        recs = json.loads(Path(path).read_text(encoding="utf-8"))
+        recs = _json_loads(Path(path).read_text(encoding="utf-8"), str(path))
     except UnicodeDecodeError as exc:
         raise ValueError(f"questions file {path} is not UTF-8 text ({exc})") from None
     except json.JSONDecodeError as exc:

@@ -12,6 +12,8 @@ Each node is a ``TextNode`` with the passage text, ``id_`` the passage id, and m
 """
 from __future__ import annotations
 
+from .._checks import loads as _json_loads
+
 import dataclasses
 import json
 from pathlib import Path
@@ -79,7 +81,7 @@ class EviReformRetriever(BaseRetriever):
         """Load what :meth:`persist` saved (LLM roles, if any, are passed again here)."""
         from ..retriever import EviReformConfig
         path = Path(path)
-        settings = json.loads((path / _SETTINGS).read_text())
+        settings = _json_loads((path / _SETTINGS).read_text())
         return cls.from_defaults(index_dir=path / "index", embedder=embedder,
                                  similarity_top_k=settings["similarity_top_k"],
                                  config=EviReformConfig(**settings["config"]), **roles)

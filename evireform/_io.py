@@ -1,0 +1,106 @@
+"""Output files that never overwrite an input or each other, opened before the work starts
+and put in place atomically when it succeeds."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+class Outputs:
+    """Named output files, checked and opened together before any work::
+
+        with Outputs({"--out": out, "--trec": trec}, inputs=[questions]) as files:
+            files["--out"].write(...)
+
+    Refused up front (``ValueError`` naming the option): an output that is a directory, the
+    same file as an input or as another output, or whose directory does not exist; and
+    (``OSError``) one that cannot be created.  Regular files are written to a temporary
+    sibling and renamed over the target only when the block ends without an exception, so
+    a failure leaves every previous file as it was; special files (``/dev/stdout``) are
+    written directly.  ``None`` paths are skipped."""
+
+    def __init__(self, outputs: dict, inputs=(), *, encoding: str = "utf-8"):
+        self.paths = {k: Path(v) for k, v in outputs.items() if v is not None}
+        self.inputs = [Path(p) for p in inputs if p is not None]
+        self.encoding = encoding
+        self.files: dict = {}
+        self._tmp: dict = {}
+
+    def _check(self) -> None:
+        names = list(self.paths)
+        for i, name in enumerate(names):
+            p = self.paths[name]
+            if p.is_dir():
+                raise ValueError(f"{name} {p}: is a directory; give a file name")
+            if not p.parent.is_dir():
+                raise ValueError(f"{name} {p}: the directory {p.parent} does not exist")
+            for src in self.inputs:
+                if _same(p, src) or p.absolute() == src.absolute():
+                    raise ValueError(f"{name} {p} is the input file {src}; writing it would "
+                                     "destroy the input. Choose another output file")
+            for other in names[:i]:
+                q = self.paths[other]
+                if _same(p, q) or p.absolute() == q.absolute():
+                    raise ValueError(f"{name} and {other} are the same file {p}; give each "
+                                     "output its own file")
+
+    def __enter__(self) -> dict:
+        self._check()
+        try:
+            for name, p in self.paths.items():
+                if p.exists() and not p.is_file():  # /dev/stdout, a FIFO: write directly
+                    self.files[name] = open(p, "w", encoding=self.encoding)
+                    continue
+                fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".part", dir=p.parent)
+                self._tmp[name] = Path(tmp)
+                os.chmod(tmp, 0o666 & ~_umask())
+                self.files[name] = os.fdopen(fd, "w", encoding=self.encoding)
+        except BaseException:
+            self._discard()
+            raise
+        return self.files
+
+    def _discard(self) -> None:
+        for fh in self.files.values():
+            with contextlib.suppress(OSError):
+                fh.close()
+        for tmp in self._tmp.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self._discard()
+            return
+        try:
+            for name, fh in self.files.items():
+                fh.flush()
+                if name in self._tmp:
+                    os.fsync(fh.fileno())
+                fh.close()
+            for name, tmp in self._tmp.items():
+                os.replace(tmp, self.paths[name])
+        except BaseException:
+            self._discard()
+            raise
+
+
+def write_atomic(path, text: str, *, inputs=(), name: str = "output") -> None:
+    """Write ``text`` to ``path`` through :class:`Outputs` (checked against ``inputs``)."""
+    with Outputs({name: path}, inputs) as files:
+        files[name].write(text)
