@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,7 @@ def _extract(batch: dict, extractor) -> dict:
 
 class _EmbedWriter:
     def __init__(self, embedder_spec, shard_dir: str, batch_size: int, device: str | None):
-        self.embedder = embedder_from_spec(embedder_spec, device=device)
+        self.embedder = embedder_from_spec(embedder_spec, device=device, allow_remote=True)
         self.shard_dir, self.batch_size = shard_dir, batch_size
 
     def __call__(self, batch: dict) -> dict:
@@ -206,15 +207,26 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
     if not passages:
         raise ValueError("passages is empty: an index needs at least one passage")
     spec = embedder if isinstance(embedder, (str, dict)) else spec_of(embedder)
-    local = embedder_from_spec(spec)  # validates the spec and gives name/dim on the driver
+    # validates the spec and gives name/dim on the driver; the caller named this embedder
+    local = embedder_from_spec(spec, allow_remote=True)
     for name, v in (("passages_per_batch", passages_per_batch),
                     ("embed_batch_size", embed_batch_size), ("concurrency", concurrency)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}")
     ext_name = _check_extractor(extractor)
+    cpus = os.cpu_count() or 1
+    if ray_address is None and num_cpus is None and not num_gpus and concurrency > cpus:
+        warnings.warn(f"{concurrency} embedding actors on a machine with {cpus} CPUs: capped "
+                      f"at {cpus} (each actor holds its own model)", stacklevel=2)
+        concurrency = cpus
     if num_cpus is None:  # a local instance: room for every actor plus extraction tasks
-        num_cpus = max(os.cpu_count() or 1, concurrency + 1)
+        num_cpus = max(cpus, concurrency + 1)
     started = ensure_ray(ray_address, num_cpus)
+    total = int(ray.cluster_resources().get("CPU", 0))
+    if not num_gpus and total and concurrency > total:
+        warnings.warn(f"{concurrency} embedding actors on a Ray cluster with {total} CPUs: "
+                      f"capped at {total}", stacklevel=2)
+        concurrency = total
     have = ray.cluster_resources().get("GPU", 0)
     if num_gpus and have < num_gpus * concurrency:
         if started:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .roles import (BridgeReformulator, ObservationController, RoleResult, TopScoreSelector,
-                    clean_queries)
+from .roles import (MAX_QUERY_CHARS, BridgeReformulator, ObservationController, RoleResult,
+                    TopScoreSelector, clean_queries)
 
 PROMPT_VERSION = "v1"
 
@@ -217,32 +217,37 @@ def read_reply_records(path):
     ``reply`` (the JSON object) or ``content`` (the model's text, parsed here); ``role``,
     ``model`` and ``messages`` are kept when present.  A malformed line raises ``ValueError``
     naming it."""
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = _json_loads(line)
-                if not isinstance(rec, dict):
-                    raise TypeError(f"a {type(rec).__name__}, not an object")
-                if "reply" not in rec:
-                    if not isinstance(rec.get("content"), str):
-                        raise TypeError("'content' must be a string")
-                    rec["reply"] = parse_json(rec["content"])
-                if not isinstance(rec["key"], (str, int)) or isinstance(rec["key"], bool):
-                    raise TypeError("'key' must be a string")
-                rec["key"] = str(rec["key"])
-                msgs = rec.get("messages")
-                if msgs is not None and not (isinstance(msgs, list) and all(
-                        isinstance(m, dict) and isinstance(m.get("role"), str)
-                        and isinstance(m.get("content"), str) for m in msgs)):
-                    raise TypeError("'messages' must be a list of {role, content} strings")
-                for k in ("role", "model"):
-                    if rec.get(k) is not None and not isinstance(rec[k], str):
-                        raise TypeError(f"'{k}' must be a string")
-            except (KeyError, TypeError, ValueError, ContractError) as exc:
-                raise ValueError(f"{path}:{n}: not a reply record ({exc})") from None
-            yield rec
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc})") from None
+    if Path(path).is_file() and not text.strip():
+        raise ValueError(f"{path}: holds no reply records (an empty file)")
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = _json_loads(line)
+            if not isinstance(rec, dict):
+                raise TypeError(f"a {type(rec).__name__}, not an object")
+            if "reply" not in rec:
+                if not isinstance(rec.get("content"), str):
+                    raise TypeError("'content' must be a string")
+                rec["reply"] = parse_json(rec["content"])
+            if not isinstance(rec["key"], (str, int)) or isinstance(rec["key"], bool):
+                raise TypeError("'key' must be a string")
+            rec["key"] = str(rec["key"])
+            msgs = rec.get("messages")
+            if msgs is not None and not (isinstance(msgs, list) and all(
+                    isinstance(m, dict) and isinstance(m.get("role"), str)
+                    and isinstance(m.get("content"), str) for m in msgs)):
+                raise TypeError("'messages' must be a list of {role, content} strings")
+            for k in ("role", "model"):
+                if rec.get(k) is not None and not isinstance(rec[k], str):
+                    raise TypeError(f"'{k}' must be a string")
+        except (KeyError, TypeError, ValueError, ContractError) as exc:
+            raise ValueError(f"{path}:{n}: not a reply record ({exc})") from None
+        yield rec
 
 
 _DATA = re.compile(r"<data>(.*?)</data>", re.DOTALL)
@@ -1024,6 +1029,8 @@ class LLMSplitter(_LLMRole):
             if not isinstance(a, str) or not isinstance(b, str) or not a.strip() \
                     or "#1" not in b:
                 raise ContractError("'independent' and 'dependent' (with #1) must be strings")
+            if max(len(a), len(b)) > MAX_QUERY_CHARS:
+                raise ContractError(f"sub-questions must be at most {MAX_QUERY_CHARS} characters")
             return [(a.strip(), b.strip())]
 
         def fallback():

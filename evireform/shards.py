@@ -255,12 +255,12 @@ def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
 def load_shard(path, entry: dict, embeddings) -> Shard:
     """One shard of a saved shard directory over the index's ``embeddings`` (a view of its
     rows); its HNSW file is checked (digest, header, links, labels) before hnswlib reads it."""
-    from .store import IndexFormatError, _load_hnsw, file_sha256
+    from .store import IndexFormatError, file_sha256, load_hnsw
     lo, hi = entry["lo"], entry["hi"]
     h = None
     if entry.get("hnsw"):
         f = Path(path) / entry["hnsw"]["file"]
         if not f.is_file() or file_sha256(f) != entry["hnsw"]["sha256"]:
             raise IndexFormatError(f"{f}: missing, or its SHA-256 differs from shards.json")
-        h = _load_hnsw(f, hi - lo, int(embeddings.shape[1]))
+        h = load_hnsw(f, hi - lo, int(embeddings.shape[1]), embeddings[lo:hi])
     return Shard(embeddings[lo:hi], lo, h)

@@ -460,6 +460,28 @@ def _check_range(f: Path, a: np.ndarray, hi: int, what: str) -> None:
         _fail(f, f"entry {i} is {bad}, outside the {what} range [0, {hi})")
 
 
+#: stored embedding rows are unit vectors: a row whose L2 norm is further than this from 1 is
+#: refused at load (a scaled row would outrank every other passage)
+NORM_TOLERANCE = 1e-3
+
+
+def _check_unit_rows(f: Path, emb) -> None:
+    """Every row finite and of unit L2 norm within :data:`NORM_TOLERANCE` (blocks of 64 MiB,
+    so a memory-mapped file is streamed, not copied)."""
+    step = max(1, (64 << 20) // max(1, 4 * (emb.shape[1] if emb.ndim == 2 else 1)))
+    for lo in range(0, len(emb), step):
+        block = np.asarray(emb[lo:lo + step], dtype=np.float32)
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            _fail(f, f"row {lo + int(np.argmin(finite))} holds NaN or inf")
+        norm = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
+        bad = np.abs(norm - 1.0) > NORM_TOLERANCE
+        if bad.any():
+            i = int(np.argmax(bad))
+            _fail(f, f"row {lo + i} has L2 norm {norm[i]:.6g}; stored embeddings are unit "
+                     f"vectors (tolerance {NORM_TOLERANCE:g})")
+
+
 def _check_arrays(path: Path, arr: dict, sizes: dict) -> tuple[EntityGraph, PassageMap]:
     M, E, N = sizes["M"], sizes["E"], sizes["N"]
     _check_ptr(path / "a_indptr.npy", arr["a_indptr"], sizes["nnz"])
@@ -467,10 +489,7 @@ def _check_arrays(path: Path, arr: dict, sizes: dict) -> tuple[EntityGraph, Pass
     _check_range(path / "a_indices.npy", arr["a_indices"], E, "entity id")
     _check_range(path / "at_indices.npy", arr["at_indices"], M, "proposition id")
     _check_range(path / "owner.npy", arr["owner"], N, "passage")
-    emb = arr["embeddings"]
-    finite = np.isfinite(emb).all(axis=1) if emb.size else np.ones(len(emb), bool)
-    if not finite.all():
-        _fail(path / "embeddings.npy", f"row {int(np.argmin(finite))} holds NaN or inf")
+    _check_unit_rows(path / "embeddings.npy", arr["embeddings"])
     # the degree terms and the transpose are derived data: they must equal a recomputation,
     # or propagation would silently use edited values
     want_g = EntityGraph.from_csr(arr["a_indptr"], arr["a_indices"], E)
@@ -577,7 +596,8 @@ def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
         if HNSW_IDS_FILE in files:
             hnsw_ids = _load_hnsw_ids(path / HNSW_IDS_FILE, sizes["M"])
             n_labels = len(hnsw_ids)
-        hnsw = _load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"])
+        hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"], arr["embeddings"],
+                         hnsw_ids)
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids)
 
 
@@ -608,10 +628,16 @@ _HNSW_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("co
                          ("ef_construction", "<u8")])
 
 
-def check_hnsw_file(f: Path, n: int, dim: int) -> None:
+def check_hnsw_file(f: Path, n: int, dim: int, embeddings=None, label_ids=None) -> None:
     """Check an hnswlib index file for everything its loader and search trust: the header
     against ``n`` elements of ``dim`` floats, every neighbour id and list length, every
-    element's level and the entry point, and labels in [0, n).  Raises IndexFormatError."""
+    element's level and the entry point; labels unique and in [0, n); a non-empty level-0
+    neighbour list for every element of a graph of two or more.  With ``embeddings`` (the
+    rows the graph indexes; ``label_ids`` maps labels to rows, -1 = deleted, as saved in
+    ``hnsw_ids.npy``): every item's delete flag agrees with the label map (deleted exactly
+    when it maps to -1) and every live item's stored vector equals its row bit for bit (all
+    rows, read in blocks: a crafted graph cannot rank with vectors of its own).
+    Raises IndexFormatError."""
     raw = np.memmap(f, dtype=np.uint8, mode="r") if f.stat().st_size else np.zeros(0, np.uint8)
     h = _HNSW_HEADER.itemsize
     if len(raw) < h:
@@ -642,6 +668,13 @@ def check_hnsw_file(f: Path, n: int, dim: int) -> None:
     labels = lvl0[:, links0 + 4 * dim:].copy().view("<u8")[:, 0]
     if np.any(labels >= n):
         _fail(f, f"a label is outside [0, {n})")
+    if np.any(np.bincount(labels.astype(np.int64), minlength=n) != 1):
+        _fail(f, "labels are not unique: two items carry the same label")
+    if count > 1 and np.any(head0 == 0):
+        _fail(f, f"item {int(np.argmax(head0 == 0))} has no level-0 neighbours "
+                 "(the graph is cut)")
+    if embeddings is not None:
+        _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings, label_ids)
     # upper levels: per element a uint32 byte size then that many bytes of link lists
     maxlevel, entry = int(hd["maxlevel"]), int(hd["entry"])
     levels = np.zeros(count, np.int64)
@@ -655,6 +688,28 @@ def check_hnsw_file(f: Path, n: int, dim: int) -> None:
         _fail(f, f"element {where}: {messages[code]}" if code != 5 else messages[code])
     if entry >= count or levels[entry] != maxlevel or int(levels.max()) != maxlevel:
         _fail(f, "the entry point or the top level is inconsistent")
+
+
+def _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings, label_ids) -> None:
+    """Delete flags against the label map and stored vectors against the embeddings."""
+    rows = labels.astype(np.int64) if label_ids is None else np.asarray(label_ids)[labels]
+    deleted = (lvl0[:, 2] & 1).astype(bool)  # hnswlib's DELETE_MARK: bit 0 of byte 2
+    if np.any(deleted != (rows < 0)):
+        i = int(np.argmax(deleted != (rows < 0)))
+        _fail(f, f"item {i}: its delete flag ({bool(deleted[i])}) disagrees with the label "
+                 "map (deleted items are exactly the labels hnsw_ids maps to -1)")
+    step = max(1, (64 << 20) // max(1, 4 * dim))
+    for lo in range(0, len(rows), step):
+        r = rows[lo:lo + step]
+        live = r >= 0
+        if not live.any():
+            continue
+        vec = lvl0[lo:lo + step, links0:links0 + 4 * dim].copy().view("<f4")[live]
+        want = np.asarray(embeddings[r[live]], dtype=np.float32)
+        if not np.array_equal(vec, want):
+            bad = int(np.flatnonzero(live)[np.argmax(np.any(vec != want, axis=1))]) + lo
+            _fail(f, f"item {bad}: its stored vector differs from embeddings row "
+                     f"{int(rows[bad])} (the graph does not index these embeddings)")
 
 
 def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
@@ -700,8 +755,10 @@ def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
 _HNSW_UPPER = None
 
 
-def _load_hnsw(f: Path, n: int, dim: int):
-    check_hnsw_file(f, n, dim)
+def load_hnsw(f: Path, n: int, dim: int, embeddings=None, label_ids=None):
+    """An hnswlib graph from ``f`` after :func:`check_hnsw_file` (with ``embeddings`` and
+    ``label_ids`` when given); raises IndexFormatError."""
+    check_hnsw_file(f, n, dim, embeddings, label_ids)
     import hnswlib
     h = hnswlib.Index(space="ip", dim=dim)
     try:

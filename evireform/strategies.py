@@ -53,7 +53,8 @@ from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .extract import name_spans
 from .retriever import RankedPassage, RetrievalResult, check_embedder
-from .roles import BridgeReformulator, RoleResult, _QSTOP, _words
+from ._checks import as_list, positive_int
+from .roles import MAX_QUERY_CHARS, BridgeReformulator, RoleResult, _QSTOP, _words, clean_queries
 
 __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
            "split_query", "covers"]
@@ -225,6 +226,8 @@ class BGR:
         return self.retrieve_many([question], k)[0]
 
     def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+        questions = as_list(questions, "questions")
+        k = positive_int(k, "k")
         return [self._one(q, k) for q in questions]
 
     def _forward(self, question, base, events) -> tuple[list[int], list[EvidenceEdge]]:
@@ -240,7 +243,9 @@ class BGR:
             except Exception:
                 events.append("reformulate:raised")
                 queries = []
-            queries = [q for q in queries if isinstance(q, str) and q.strip()]
+            queries, dropped = clean_queries(queries, 2)  # as EviReform cleans its queries
+            if dropped:
+                events.append(f"reformulate:dropped:{dropped}")
             if not queries:
                 break
             best = None
@@ -327,6 +332,8 @@ class BGR:
 
 
 # --------------------------------------------------------------------------- Hi-Q
+#: a reader answer longer than this is not an answer (it would be rewritten into a query)
+MAX_ANSWER_CHARS = 200
 _MARKERS = {"which", "that", "who", "whose", "whom", "where", "when", "of"}
 _HEAD_STOP = {"the", "a", "an", "of", "in", "by", "for", "to", "from", "at", "on", "with",
               "which", "that", "who", "whose", "whom", "where", "when", "is", "was", "are",
@@ -450,6 +457,8 @@ class HiQ:
         return self.retrieve_many([question], k)[0]
 
     def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+        questions = as_list(questions, "questions")
+        k = positive_int(k, "k")
         return [self._one(q, k) for q in questions]
 
     # -- the operators
@@ -462,7 +471,8 @@ class HiQ:
         if self.reader is not None:
             ans, ev = self.reader.answer(node.query, top)
             events.extend(ev)
-            if ans and ans.strip().lower() not in ("noanswer", "no answer", "unknown"):
+            if ans and ans.strip().lower() not in ("noanswer", "no answer", "unknown") \
+                    and len(ans.strip()) <= MAX_ANSWER_CHARS:
                 node.answer = ans.strip()
                 return True
             node.answer = self._guess(node.query, top)
@@ -507,7 +517,7 @@ class HiQ:
         c1 = self._solve(first, depth + 1, events)
         answer = c1.answer or ""
         rewritten = second.replace("#1", answer) if answer else second.replace("#1", "")
-        c2 = self._solve(" ".join(rewritten.split()), depth + 1, events)
+        c2 = self._solve(" ".join(rewritten.split())[:MAX_QUERY_CHARS], depth + 1, events)
         node.status, node.answer = "expanded", c2.answer
         node.children = [c1, c2]
         return node

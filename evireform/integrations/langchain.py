@@ -17,11 +17,12 @@ try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
-    from pydantic import ConfigDict
+    from pydantic import ConfigDict, field_validator
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError("evireform.integrations.langchain needs LangChain: "
                       "pip install 'evireform[langchain]'") from exc
 
+from .._checks import positive_int
 from ._common import make_retriever, passage_metadata, passage_text
 
 
@@ -35,6 +36,11 @@ class EviReformRetriever(BaseRetriever):
     retriever: Any
     #: passages returned per question
     k: int = 10
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _check_k(cls, v):
+        return positive_int(v, "k")
 
     @classmethod
     def from_index(cls, index, embedder=None, *, k: int = 10, config=None, **roles

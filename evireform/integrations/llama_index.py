@@ -12,7 +12,7 @@ Each node is a ``TextNode`` with the passage text, ``id_`` the passage id, and m
 """
 from __future__ import annotations
 
-from .._checks import loads as _json_loads
+from .._checks import loads as _json_loads, positive_int
 
 import dataclasses
 import json
@@ -39,7 +39,7 @@ class EviReformRetriever(BaseRetriever):
     def __init__(self, retriever, similarity_top_k: int = 10,
                  callback_manager: CallbackManager | None = None, verbose: bool = False):
         self._evireform = retriever
-        self.similarity_top_k = int(similarity_top_k)
+        self.similarity_top_k = positive_int(similarity_top_k, "similarity_top_k")
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -81,7 +81,17 @@ class EviReformRetriever(BaseRetriever):
         """Load what :meth:`persist` saved (LLM roles, if any, are passed again here)."""
         from ..retriever import EviReformConfig
         path = Path(path)
-        settings = _json_loads((path / _SETTINGS).read_text())
+        f = path / _SETTINGS
+        try:
+            settings = _json_loads(f.read_text(encoding="utf-8"), str(f))
+            if not isinstance(settings, dict) or not isinstance(settings.get("config"), dict):
+                raise ValueError("expected {\"similarity_top_k\": int, \"config\": {...}}")
+            top_k = positive_int(settings.get("similarity_top_k"), "similarity_top_k")
+            config = EviReformConfig(**settings["config"])
+        except OSError as exc:
+            raise ValueError(f"{f}: cannot read the retriever settings ({exc.strerror or exc})"
+                             ) from None
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{f}: damaged retriever settings ({exc})") from None
         return cls.from_defaults(index_dir=path / "index", embedder=embedder,
-                                 similarity_top_k=settings["similarity_top_k"],
-                                 config=EviReformConfig(**settings["config"]), **roles)
+                                 similarity_top_k=top_k, config=config, **roles)
