@@ -554,9 +554,12 @@ def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
         before = _identity(path)
         try:
             got = _load_once(path, mmap, verify)
-        except IndexFormatError:
+        except (IndexFormatError, OSError) as exc:
             if before is None or _identity(path) == before or attempt == 4:
-                raise
+                if isinstance(exc, IndexFormatError):
+                    raise
+                raise IndexFormatError(f"{exc.filename or path}: cannot be read "
+                                       f"({exc.strerror or exc})") from None
             continue
         if _identity(path) == before:
             return got

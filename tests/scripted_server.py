@@ -62,6 +62,8 @@ def serve(script: Script):
 
         def _embeddings(self, body):
             """Deterministic vectors (script.embed(text)); script.fail_next > 0 answers 500."""
+            if getattr(script, "embed_delay", 0):  # a hung embeddings endpoint
+                time.sleep(script.embed_delay)
             with script.lock:
                 script.requests.append(body)
                 fail = getattr(script, "fail_next", 0)
@@ -76,11 +78,14 @@ def serve(script: Script):
                                                         "embedding": script.embed(t)}
                                                        for i, t in enumerate(texts)],
                                               "usage": {"prompt_tokens": 1, "total_tokens": 1}}), 200
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload.encode())
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload.encode())
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
