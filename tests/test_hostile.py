@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from evireform import IndexFormatError, Passage, PropositionIndex
-from evireform.cli import main, trec_docid
-from evireform.corpus import content_id, load_corpus
+from evireform.cli import main
+from evireform.corpus import load_corpus
 from evireform.embed import HashingEmbedder, get_embedder
 from evireform.store import _HNSW_HEADER
 
@@ -25,6 +25,11 @@ from test_fuzz import refresh_manifest, small_index
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMB = HashingEmbedder(16)
+
+
+def content_id(title, text):
+    from evireform.corpus import content_id as cid
+    return cid(title, text)
 
 
 def _write(path, obj):
@@ -219,6 +224,7 @@ def test_6_an_index_cannot_send_the_key_to_a_host_it_names(tmp_path, monkeypatch
         m = ix / "manifest.json"
         man = json.loads(m.read_text())
         man["meta"]["embedder_spec"] = {"spec": f"openai:m@{url}", "dim": 16}
+        man["embedder"] = f"openai:m@{url}"
         m.write_text(json.dumps(man))
         monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
         r = _run("query", ix, "Who met Gamma Ray?")
@@ -425,6 +431,7 @@ def test_11_bgr_and_hiq_clean_llm_queries(server):
 
 
 def test_12_trec_docids_are_single_distinct_tokens():
+    from evireform.cli import trec_docid
     ids = ["a b", "a_b", "a\nb", "a%20b", "plain"]
     docs = [trec_docid(i) for i in ids]
     assert len(set(docs)) == len(ids) and all(len(d.split()) == 1 for d in docs)
