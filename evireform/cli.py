@@ -270,6 +270,7 @@ def _add_embedder_args(p, batch: bool = True) -> None:
     p.add_argument("--embed-deadline", type=_positive_float, default=None,
                    help="openai: embedder: wall-clock seconds one embedding call may take, "
                         "retries included (default 120)")
+    _add_encoder_arg(p)
     p.add_argument("--device", default=None, help="sentence-transformers device, e.g. cuda")
     p.add_argument("--dtype", default=None, help="sentence-transformers dtype, e.g. float16")
     p.add_argument("--query-prompt", default=None,
@@ -285,18 +286,21 @@ def _embedder(args):
     return get_embedder(args.embedder, device=args.device, dtype=args.dtype,
                         batch_size=getattr(args, "batch_size", None),
                         query_prompt=args.query_prompt, document_prompt=args.document_prompt,
-                        deadline=args.embed_deadline)
+                        deadline=args.embed_deadline, encoder=getattr(args, "encoder", "auto"))
 
 
 def _index_embedder(args, idx):
     """The embedder for a saved index: the user's ``--embedder`` if given (then it must embed
     like the index's, which the retriever checks), else the one the index records, never a
     remote one (:func:`evireform.embed.embedder_from_spec`)."""
-    if args.embedder:
-        return _embedder(args)
     from .embed import embedder_from_spec
-    return embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
-                              device=args.device)
+    spec = idx.meta.get("embedder_spec") or idx.embedder_name
+    named = spec.get("spec") if isinstance(spec, dict) else spec
+    if args.embedder and args.embedder != named:
+        return _embedder(args)
+    # the index's own embedder (with its prompts); remote only when the user named it
+    return embedder_from_spec(spec, device=args.device, allow_remote=bool(args.embedder),
+                              encoder=getattr(args, "encoder", "auto"))
 
 
 def _cmd_update(args) -> int:
@@ -470,6 +474,13 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def passage_record(p) -> dict:
+    """One ranked passage as JSON (the CLI's --json, batch output and the service)."""
+    return {"id": p.id, "title": p.title, "text": p.text, "score": p.score,
+            "from_question": p.from_question, "from_residual": p.from_residual,
+            "from_propagation": p.from_propagation}
+
+
 def _result_record(res, qid=None, graph: bool = False) -> dict:
     out = {"question": res.question}
     if qid is not None:
@@ -477,9 +488,7 @@ def _result_record(res, qid=None, graph: bool = False) -> dict:
     out.update({
         "residual_queries": getattr(res.trace, "residual_queries", []),
         "role_events": res.trace.role_events,
-        "passages": [{"id": p.id, "title": p.title, "score": p.score,
-                      "from_question": p.from_question, "from_residual": p.from_residual,
-                      "from_propagation": p.from_propagation} for p in res.passages]})
+        "passages": [passage_record(p) for p in res.passages]})
     if graph:
         out["graph"] = res.evidence_graph().to_json()
     return out
@@ -651,6 +660,38 @@ def _batch_query(args, retriever, qs) -> int:
     return 0
 
 
+def _cmd_serve(args) -> int:
+    """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
+    HTTP (:mod:`evireform.service`)."""
+    from .index import PropositionIndex
+    from .service import RetrievalService, serve
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ValueError(f"--api-key-env {args.api_key_env}: the variable is not set or "
+                             "empty")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
+        print(f"warning: serving on {args.host} without --api-key-env: anyone who can reach "
+              "it can query and update the index", file=sys.stderr)
+    idx = PropositionIndex.load(args.index_dir)
+    emb = _index_embedder(args, idx)
+    client = _llm_client(args)
+    roles = {}
+    if client is not None:
+        from .llm import LLMController, LLMReformulator, LLMSelector
+        roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
+                     controller=LLMController(client))
+    del idx  # the service loads its own generation
+    svc = RetrievalService(args.index_dir, emb, roles=roles, llm=client,
+                           max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
+                           max_queue=args.max_queue)
+    print(f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
+          f"(docs at /docs)", file=sys.stderr)
+    serve(svc, host=args.host, port=args.port, api_key=key)
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from . import bench
 
@@ -685,6 +726,13 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _add_encoder_arg(p) -> None:
+    p.add_argument("--encoder", choices=("auto", "onnx", "torch"), default="auto",
+                   help="how sentence-transformers embedders embed questions: onnx (ONNX "
+                        "Runtime, exported once and cached; no torch on the query path), "
+                        "torch, or auto = onnx when onnxruntime is installed")
+
+
 def _add_index_embedder_args(p) -> None:
     p.add_argument("--embedder", default=None,
                    help="the embedder, when not the one the index records; an index never "
@@ -692,6 +740,7 @@ def _add_index_embedder_args(p) -> None:
                         "openai:MODEL@BASE_URL needs that spec here")
     p.add_argument("--embed-deadline", type=_positive_float, default=None,
                    help="openai: embedder: seconds one embedding call may take (default 120)")
+    _add_encoder_arg(p)
     for name in ("dtype", "query_prompt", "document_prompt"):
         p.set_defaults(**{name: None})
 
@@ -825,6 +874,25 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--force", action="store_true",
                     help="export: replace FILE when it exists")
     lc.set_defaults(func=_cmd_llm_cache)
+
+    sv = sub.add_parser("serve", help="a resident HTTP retrieval service over a saved index "
+                                      "(extra 'serve': FastAPI + uvicorn)")
+    sv.add_argument("index_dir")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default localhost only)")
+    sv.add_argument("--port", type=_positive_int, default=8000)
+    sv.add_argument("--api-key-env", metavar="VAR",
+                    help="require 'Authorization: Bearer $VAR' on every endpoint but /health")
+    sv.add_argument("--max-batch", type=_positive_int, default=32,
+                    help="questions per micro-batch (one retrieve_many)")
+    sv.add_argument("--max-wait-ms", type=_nonneg_float, default=2.0,
+                    help="under load, how long a micro-batch waits for company")
+    sv.add_argument("--max-queue", type=_positive_int, default=256,
+                    help="questions waiting at most; beyond, 503 with Retry-After")
+    sv.add_argument("--device", default=None, help="device for the index's embedder")
+    _add_index_embedder_args(sv)
+    _add_llm_args(sv)
+    sv.set_defaults(func=_cmd_serve)
 
     be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
     be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")

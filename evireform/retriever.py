@@ -134,6 +134,8 @@ class RankedPassage:
     from_question: float = 0.0
     from_residual: float = 0.0
     from_propagation: float = 0.0
+    #: the passage's text (a reference to the index's string, not a copy)
+    text: str = field(default="", repr=False)
 
 
 @dataclass
@@ -408,7 +410,7 @@ class EviReform:
                 fr = float(parts[1].get(j, 0.0) * inv[j])
                 p = idx.passages[j]
                 ranked.append(RankedPassage(j, p.id, p.title, float(sc), fq, fr,
-                                            max(0.0, float(sc) - fq - fr)))
+                                            max(0.0, float(sc) - fq - fr), p.text))
             out.append(ranked)
         return out
 

@@ -148,16 +148,17 @@ def _result(index, question, order: list[int], k: int, edges, trace) -> Retrieva
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
     scale), filled to ``k`` with the other passages in stored order at score 0 (as
     EviReform's ranking is)."""
-    ranked = [RankedPassage(j, index.passages[j].id, index.passages[j].title, 1.0 / (1 + r))
-              for r, j in enumerate(order[:k])]
+    def ranked_passage(j, score):
+        p = index.passages[j]
+        return RankedPassage(j, p.id, p.title, score, text=p.text)
+    ranked = [ranked_passage(j, 1.0 / (1 + r)) for r, j in enumerate(order[:k])]
     if len(ranked) < min(k, index.n_passages):
         taken = set(order[:k])
         for j in range(index.n_passages):
             if len(ranked) >= k:
                 break
             if j not in taken:
-                ranked.append(RankedPassage(j, index.passages[j].id, index.passages[j].title,
-                                            0.0))
+                ranked.append(ranked_passage(j, 0.0))
     return RetrievalResult(question, ranked, trace, edges=list(edges))
 
 

@@ -1,0 +1,416 @@
+"""A resident retrieval service: the index and the embedder loaded once, concurrent questions
+gathered into micro-batches, updates swapped in atomically (``evireform serve``).
+
+:class:`RetrievalService` is the engine (no web framework): a bounded queue of single
+questions that a batcher task drains into one :meth:`EviReform.retrieve_many` call per batch
+(up to ``max_batch`` questions; under load, when the previous batch had more than one
+question, it waits at most ``max_wait`` seconds for company, so a lone client pays no
+batching delay), and
+serialised updates that write a new index generation with the same atomic save and lock as
+``evireform update`` and swap it in; questions already in a batch finish on the generation they
+started on.  :func:`create_app` puts it behind FastAPI (extra ``serve``):
+
+========================  ==================================================================
+``GET /health``           ``{"status": "ok", "index": {passages, propositions, embedder,
+                          generation}}``
+``POST /query``           ``{"question", "k": 10, "method": "evireform", "graph": false}``
+``POST /query_batch``     ``{"questions": [...], "k": 10, "method", "graph"}``
+``POST /update``          ``{"add": [passages], "upsert": false, "delete": [ids]}``
+``GET /metrics``          Prometheus text: requests, errors, latency, queue depth, batch
+                          sizes, index generation
+========================  ==================================================================
+
+Errors are JSON ``{"error": message}`` with a 4xx/5xx status, never a traceback; a full
+queue answers 503 with ``Retry-After``; with an API key every endpoint but ``/health`` needs
+``Authorization: Bearer <key>``.
+"""
+
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: methods the service answers (evireform.strategies for the others)
+METHODS = ("evireform", "bgr", "bgr_union", "hiq")
+
+
+class Overloaded(RuntimeError):
+    """The request queue is full: retry later (HTTP 503)."""
+
+
+@dataclass
+class Generation:
+    """One index version with the retrievers over it."""
+
+    number: int
+    index: object
+    retriever: object
+    strategies: dict = field(default_factory=dict)
+
+
+class RetrievalService:
+    """See the module docstring.  ``embedder`` is the index's (or the user's); ``roles``
+    (selector / reformulator / controller) and ``llm`` (an LLMClient, for the strategies)
+    are optional LLM roles."""
+
+    def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
+                 max_batch: int = 32, max_wait: float = 0.002, max_queue: int = 256):
+        from ._checks import positive_int
+        from .index import PropositionIndex
+        self.index_dir = Path(index_dir)
+        self.embedder, self.config = embedder, config
+        self.roles, self.llm = dict(roles or {}), llm
+        self.max_batch = positive_int(max_batch, "max_batch")
+        self.max_queue = positive_int(max_queue, "max_queue")
+        if not 0 <= float(max_wait) <= 1:
+            raise ValueError(f"max_wait must be in [0, 1] seconds; got {max_wait}")
+        self.max_wait = float(max_wait)
+        self.gen = self._generation(PropositionIndex.load(self.index_dir), 0)
+        self._queue: asyncio.Queue | None = None
+        self._batcher: asyncio.Task | None = None
+        # one thread runs retrieval (the kernels and the encoder are multi-threaded inside);
+        # updates get their own so that queries go on while a new generation is built
+        self._work = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evireform-q")
+        self._upd = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evireform-u")
+        self._update_lock = threading.Lock()
+        self.metrics = Metrics()
+        self.metrics.generation.set(0)
+
+    # ------------------------------------------------------------------ generations
+    def _generation(self, index, number: int) -> Generation:
+        from .retriever import EviReform
+        r = EviReform(index, self.config, embedder=self.embedder, **self.roles)
+        return Generation(number, index, r)
+
+    def strategy(self, gen: Generation, method: str):
+        if method == "evireform":
+            return gen.retriever
+        if method not in gen.strategies:
+            from .strategies import make_strategy
+            gen.strategies[method] = make_strategy(method, gen.index, self.embedder, self.llm)
+        return gen.strategies[method]
+
+    def health(self) -> dict:
+        g = self.gen
+        return {"status": "ok", "index": {"passages": g.index.n_passages,
+                                          "propositions": g.index.n_props,
+                                          "embedder": g.index.embedder_name,
+                                          "generation": g.number}}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Warm the embedder (so the first question does not pay the model load) and start
+        the batcher."""
+        from .embed import encode_queries
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._work, encode_queries, self.embedder, ["warm-up"])
+        await loop.run_in_executor(self._work, self.gen.retriever.retrieve, "warm-up", 1)
+        self._queue = asyncio.Queue(maxsize=self.max_queue)
+        self._batcher = asyncio.create_task(self._batch_loop())
+
+    async def stop(self) -> None:
+        if self._batcher is not None:
+            self._batcher.cancel()
+            try:
+                await self._batcher
+            except asyncio.CancelledError:
+                pass
+        self._work.shutdown(wait=False, cancel_futures=True)
+        self._upd.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ queries
+    async def query(self, question: str, k: int = 10, method: str = "evireform"):
+        """``(RetrievalResult, generation number)`` for one question.  EviReform questions
+        join a micro-batch; the strategies run one at a time."""
+        if method != "evireform":
+            gen = self.gen
+            r = self.strategy(gen, method)
+            res = await asyncio.get_running_loop().run_in_executor(self._work, r.retrieve,
+                                                                   question, k)
+            return res, gen.number
+        fut = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait((question, int(k), fut))
+        except asyncio.QueueFull:
+            self.metrics.rejected.inc()
+            raise Overloaded(f"{self.max_queue} questions are waiting; retry shortly") from None
+        self.metrics.queue_depth.set(self._queue.qsize())
+        return await fut
+
+    async def query_batch(self, questions, k: int = 10, method: str = "evireform"):
+        """``(results, generation number)`` for a list of questions: one ``retrieve_many``."""
+        gen = self.gen
+        r = self.strategy(gen, method)
+        res = await asyncio.get_running_loop().run_in_executor(self._work, r.retrieve_many,
+                                                               list(questions), k)
+        return res, gen.number
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        q = self._queue
+        last = 1
+        while True:
+            items = [await q.get()]
+            # wait for company only under load (the last batch had company): a lone client
+            # pays no batching delay, concurrent ones share a retrieve_many
+            until = loop.time() + (self.max_wait if last > 1 else 0.0)
+            while len(items) < self.max_batch:
+                try:
+                    items.append(q.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                left = until - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    items.append(await asyncio.wait_for(q.get(), left))
+                except asyncio.TimeoutError:
+                    break
+            self.metrics.queue_depth.set(q.qsize())
+            last = len(items)
+            items = [it for it in items if not it[2].done()]  # a client that went away
+            by_k: dict[int, list] = {}
+            for it in items:
+                by_k.setdefault(it[1], []).append(it)
+            gen = self.gen  # the whole batch runs on one generation
+            for k, group in by_k.items():
+                self.metrics.batch_size.observe(len(group))
+                try:
+                    results = await loop.run_in_executor(
+                        self._work, gen.retriever.retrieve_many, [g[0] for g in group], k)
+                except Exception as exc:  # handed to each waiting request
+                    for g in group:
+                        if not g[2].done():
+                            g[2].set_exception(exc)
+                    continue
+                for g, res in zip(group, results):
+                    if not g[2].done():
+                        g[2].set_result((res, gen.number))
+
+    # ------------------------------------------------------------------ updates
+    async def update(self, add=None, upsert: bool = False, delete=None) -> dict:
+        """Apply deletions then additions to the saved index under its lock, save the new
+        generation atomically and swap it in; serialised."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._upd, self._update_sync, add, upsert, delete)
+
+    def _update_sync(self, add, upsert, delete) -> dict:
+        from .index import PropositionIndex
+        from .store import index_lock
+        if not add and not delete:
+            raise ValueError("give 'add' passages and/or 'delete' ids")
+        with self._update_lock, index_lock(self.index_dir):
+            idx = PropositionIndex.load(self.index_dir)
+            changes: dict = {}
+            if delete:
+                idx = idx.delete(list(delete))
+                changes.update(idx.changes)
+            if add:
+                idx = idx.upsert(add, self.embedder) if upsert else idx.add(add, self.embedder)
+                changes.update(idx.changes)
+            idx.save(self.index_dir)
+            new = self._generation(PropositionIndex.load(self.index_dir), self.gen.number + 1)
+            self.gen = new
+        self.metrics.generation.set(new.number)
+        return {"generation": new.number, "passages": new.index.n_passages,
+                "propositions": new.index.n_props,
+                "changes": {k: len(v) for k, v in changes.items()}}
+
+
+class Metrics:
+    """Prometheus metrics of one service (its own registry)."""
+
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("evireform_requests", "HTTP requests", ["endpoint", "status"],
+                                registry=r)
+        self.errors = Counter("evireform_errors", "requests answered with an error",
+                              ["endpoint", "status"], registry=r)
+        self.latency = Histogram("evireform_request_seconds", "request latency", ["endpoint"],
+                                 registry=r, buckets=(.001, .0025, .005, .0075, .01, .015, .02,
+                                                      .03, .05, .075, .1, .25, .5, 1, 2.5, 5))
+        self.queue_depth = Gauge("evireform_queue_depth", "questions waiting for a batch",
+                                 registry=r)
+        self.batch_size = Histogram("evireform_batch_size", "questions per retrieve_many",
+                                    registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+        self.rejected = Counter("evireform_rejected", "questions refused: queue full",
+                                registry=r)
+        self.generation = Gauge("evireform_index_generation", "index generation served",
+                                registry=r)
+
+    def text(self) -> bytes:
+        from prometheus_client import generate_latest
+        return generate_latest(self.registry)
+
+
+# =========================================================================== HTTP
+def create_app(service: RetrievalService, *, api_key: str | None = None,
+               max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256):
+    """The FastAPI application over ``service`` (see the module docstring)."""
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.exceptions import RequestValidationError
+        from fastapi.responses import JSONResponse, Response
+        from starlette.exceptions import HTTPException as StarletteHTTPException
+        from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+    except ImportError as exc:
+        raise ImportError("the service needs the 'serve' extra: "
+                          "pip install 'evireform[serve]'") from exc
+    from contextlib import asynccontextmanager
+    from typing import Literal
+
+    from .cli import passage_record
+
+    Method = Literal["evireform", "bgr", "bgr_union", "hiq"]
+
+    class QueryIn(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        question: StrictStr = Field(min_length=1, max_length=4000)
+        k: StrictInt = Field(10, ge=1, le=max_k)
+        method: Method = "evireform"
+        graph: StrictBool = False
+
+    class BatchIn(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        questions: list[StrictStr] = Field(min_length=1, max_length=max_questions)
+        k: StrictInt = Field(10, ge=1, le=max_k)
+        method: Method = "evireform"
+        graph: StrictBool = False
+
+    class PassageIn(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        id: StrictStr | None = Field(None, min_length=1, max_length=1000)
+        title: StrictStr = Field("", max_length=10_000)
+        text: StrictStr = Field(min_length=1, max_length=200_000)
+
+    class UpdateIn(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        add: list[PassageIn] = Field(default_factory=list, max_length=10_000)
+        upsert: StrictBool = False
+        delete: list[StrictStr] = Field(default_factory=list, max_length=100_000)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await service.start()
+        yield
+        await service.stop()
+
+    app = FastAPI(title="evireform", lifespan=lifespan,
+                  description="EviReform multi-hop retrieval over one index")
+    m = service.metrics
+
+    def error(status: int, message: str, headers=None):
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        t0 = time.perf_counter()
+        path = request.url.path
+        endpoint = path if path in ("/health", "/query", "/query_batch", "/update",
+                                    "/metrics") else "other"
+        if api_key is not None and path != "/health":
+            if request.headers.get("authorization", "") != f"Bearer {api_key}":
+                resp = error(401, "missing or wrong bearer token",
+                             {"WWW-Authenticate": "Bearer"})
+                return _count(m, endpoint, resp, t0)
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > max_body):
+            return _count(m, endpoint, error(413, f"request body over {max_body} bytes"), t0)
+        try:
+            resp = await call_next(request)
+        except Exception:  # never a traceback in a response
+            resp = error(500, "internal error")
+        return _count(m, endpoint, resp, t0)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, exc):
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return error(422, f"{where or 'body'}: {first.get('msg', 'invalid request')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def crashed(request, exc):
+        return error(500, "internal error")
+
+    def answer(res, gen: int, graph: bool, took: float) -> dict:
+        trace = res.trace
+        out = {"passages": [passage_record(p) for p in res.passages],
+               "trace": {"residual_queries": list(getattr(trace, "residual_queries", []) or []),
+                         "role_events": list(getattr(trace, "role_events", []) or [])},
+               "generation": gen, "took_ms": round(took * 1e3, 3)}
+        if graph:
+            out["graph"] = res.evidence_graph().to_json()
+        return out
+
+    @app.get("/health")
+    async def health():
+        return service.health()
+
+    @app.post("/query")
+    async def query(body: QueryIn):
+        t0 = time.perf_counter()
+        try:
+            res, gen = await service.query(body.question, body.k, body.method)
+        except Overloaded as exc:
+            return error(503, str(exc), {"Retry-After": "1"})
+        except ValueError as exc:
+            return error(400, str(exc))
+        return answer(res, gen, body.graph, time.perf_counter() - t0)
+
+    @app.post("/query_batch")
+    async def query_batch(body: BatchIn):
+        t0 = time.perf_counter()
+        try:
+            results, gen = await service.query_batch(body.questions, body.k, body.method)
+        except ValueError as exc:
+            return error(400, str(exc))
+        took = time.perf_counter() - t0
+        return {"results": [answer(r, gen, body.graph, took) for r in results],
+                "generation": gen, "took_ms": round(took * 1e3, 3)}
+
+    @app.post("/update")
+    async def update(body: UpdateIn):
+        add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
+        try:
+            return await service.update(add, body.upsert, body.delete)
+        except KeyError as exc:
+            return error(404, str(exc.args[0] if exc.args else exc))
+        except (ValueError, TypeError) as exc:
+            return error(400, str(exc))
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(m.text(), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def _count(m: Metrics, endpoint: str, resp, t0: float):
+    status = str(resp.status_code)
+    m.requests.labels(endpoint, status).inc()
+    if resp.status_code >= 400:
+        m.errors.labels(endpoint, status).inc()
+    m.latency.labels(endpoint).observe(time.perf_counter() - t0)
+    return resp
+
+
+def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 8000,
+          api_key: str | None = None, log_level: str = "warning") -> None:
+    """Run the service with uvicorn until interrupted."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError("the service needs the 'serve' extra: "
+                          "pip install 'evireform[serve]'") from exc
+    app = create_app(service, api_key=api_key)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

@@ -1,0 +1,271 @@
+"""The resident service (evireform.service): real uvicorn in a subprocess for the HTTP
+contract, the engine in-process for what must be deterministic (micro-batches, overload)."""
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx")
+
+from evireform import PropositionIndex
+from evireform.embed import HashingEmbedder
+from evireform.retriever import EviReform
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMB = HashingEmbedder(64)
+QUESTIONS = ["Who did Alpha 3 meet?", "When did Beta 7 meet Gamma Ray?",
+             "Which city did Delta 2 visit?", "Who met Gamma Ray in 1905?",
+             "What did Alpha 1 like?", "Where was Beta 4 born?"]
+
+
+def _records(n, start=0):
+    names = ["Alpha", "Beta", "Delta", "Gamma Ray", "Omega"]
+    return [{"title": f"{names[i % 4]} {i}",
+             "text": f"{names[i % 4]} {i} met {names[(i + 1) % 5]} in {1900 + i}. "
+                     f"{names[(i + 2) % 5]} liked {names[(i + 3) % 5]} {i % 7}."}
+            for i in range(start, start + n)]
+
+
+@pytest.fixture
+def index_dir(tmp_path):
+    idx = PropositionIndex.build(_records(40), EMB, show_progress=False)
+    return idx.save(tmp_path / "ix")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One server for the tests that only read (an index of its own)."""
+    d = tmp_path_factory.mktemp("shared")
+    ix = PropositionIndex.build(_records(40), EMB, show_progress=False).save(d / "ix")
+    s = Server(ix)
+    yield s, ix
+    s.close()
+
+
+def _port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Server:
+    def __init__(self, index_dir, *extra, env=None):
+        self.port = _port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "evireform", "serve", str(index_dir), "--port",
+             str(self.port), "--embedder", "hashing-64", *extra], cwd=REPO,
+            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stderr.read().decode())
+            if time.monotonic() - self.t0 > 60:
+                raise RuntimeError("the service did not start")
+            time.sleep(0.05)
+        self.ready_s = time.monotonic() - self.t0
+
+    def close(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def server(index_dir):
+    s = Server(index_dir)
+    yield s
+    s.close()
+
+
+def _same(body, res):
+    got = [(p["id"], round(p["score"], 5)) for p in body["passages"]]
+    want = [(p.id, round(p.score, 5)) for p in res.passages]
+    return got == want
+
+
+def test_query_equals_in_process_retrieve(shared):
+    server, index_dir = shared
+    r = EviReform(PropositionIndex.load(index_dir), embedder=EMB)
+    for q in QUESTIONS:
+        body = httpx.post(server.url + "/query", json={"question": q, "k": 5}).json()
+        assert _same(body, r.retrieve(q, 5)), q
+        assert body["generation"] == 0 and body["took_ms"] > 0
+        assert all(p["text"] for p in body["passages"])
+    batch = httpx.post(server.url + "/query_batch", json={"questions": QUESTIONS, "k": 3}).json()
+    assert all(_same(b, res) for b, res in zip(batch["results"], r.retrieve_many(QUESTIONS, 3)))
+    g = httpx.post(server.url + "/query", json={"question": QUESTIONS[0], "graph": True}).json()
+    assert "nodes" in g["graph"]
+    h = httpx.get(server.url + "/health").json()
+    assert h == {"status": "ok", "index": {"passages": 40, "propositions": r.index.n_props,
+                                           "embedder": "hashing-64", "generation": 0}}
+    text = httpx.get(server.url + "/metrics").text
+    assert "evireform_requests_total" in text and "evireform_batch_size_bucket" in text
+
+
+@pytest.mark.parametrize("body,status", [
+    (b"{not json", 422), (b'{"question": ""}', 422), (b'{"question": "q", "k": 2.5}', 422),
+    (b'{"question": "q", "k": true}', 422), (b'{"question": "q", "k": 100000}', 422),
+    (b'{"question": "q", "method": "magic"}', 422), (b'{"question": "q", "extra": 1}', 422),
+    (b'[' * 5000, 400)])
+def test_bad_requests_get_json_errors(shared, body, status):
+    server = shared[0]
+    r = httpx.post(server.url + "/query", content=body,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == status
+    assert "error" in r.json() and "Traceback" not in r.text
+
+
+def test_body_size_and_unknown_ids(shared):
+    server = shared[0]
+    r = httpx.post(server.url + "/query", content=b'{"question": "' + b"x" * (2 << 20) + b'"}',
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and "error" in r.json()
+    r = httpx.post(server.url + "/update", json={"delete": ["nope"]})
+    assert r.status_code == 404 and "nope" in r.json()["error"]
+
+
+def test_auth_is_required_when_configured(index_dir):
+    s = Server(index_dir, "--api-key-env", "EVI_TEST_KEY", env={"EVI_TEST_KEY": "s3cret"})
+    try:
+        assert httpx.get(s.url + "/health").status_code == 200  # liveness stays open
+        r = httpx.post(s.url + "/query", json={"question": "Who met Alpha?"})
+        assert r.status_code == 401 and "error" in r.json()
+        r = httpx.post(s.url + "/query", json={"question": "Who met Alpha?"},
+                       headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401
+        r = httpx.post(s.url + "/query", json={"question": "Who met Alpha?"},
+                       headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 200
+    finally:
+        s.close()
+
+
+def test_hot_swap_under_concurrent_queries(server, index_dir):
+    """20 updates while 8 clients query: no failed request, each response equal to
+    in-process retrieval on the generation it names."""
+    gens = [PropositionIndex.load(index_dir)]
+    adds = [_records(2, start=100 + 2 * u) for u in range(20)]
+    for a in adds:
+        gens.append(gens[-1].add(a, EMB))
+    seen, failures = [], []
+    stop = threading.Event()
+
+    def client(n):
+        with httpx.Client(timeout=30) as c:
+            i = 0
+            while not stop.is_set():
+                q = QUESTIONS[(n + i) % len(QUESTIONS)]
+                r = c.post(server.url + "/query", json={"question": q, "k": 5})
+                if r.status_code != 200:
+                    failures.append(r.text)
+                else:
+                    seen.append((q, r.json()))
+                i += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        for u, a in enumerate(adds, 1):
+            r = httpx.post(server.url + "/update", json={"add": a}, timeout=60)
+            assert r.status_code == 200 and r.json()["generation"] == u, r.text
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not failures, failures[:3]
+    used = {b["generation"] for _, b in seen}
+    assert len(used) >= 2
+    retrievers = {g: EviReform(gens[g], embedder=EMB) for g in used}
+    for q, body in seen:
+        assert _same(body, retrievers[body["generation"]].retrieve(q, 5)), (q, body["generation"])
+    assert PropositionIndex.load(index_dir).n_passages == 40 + 40
+
+
+# --------------------------------------------------------------------------- in-process engine
+def _service(index_dir, **kw):
+    from evireform.service import RetrievalService
+    return RetrievalService(index_dir, EMB, **kw)
+
+
+def test_a_micro_batch_equals_single_calls(index_dir):
+    svc = _service(index_dir, max_batch=32)
+    r = EviReform(PropositionIndex.load(index_dir), embedder=EMB)
+
+    async def run():
+        await svc.start()
+        try:
+            # queued before the batcher runs: one batch
+            return await asyncio.gather(*(svc.query(q, 4) for q in QUESTIONS * 2))
+        finally:
+            await svc.stop()
+    out = asyncio.run(run())
+    for q, (res, gen) in zip(QUESTIONS * 2, out):
+        want = r.retrieve(q, 4)
+        assert res.ids == want.ids and gen == 0
+        np.testing.assert_allclose([p.score for p in res.passages],
+                                   [p.score for p in want.passages], rtol=1e-6)
+    text = svc.metrics.text().decode()
+    assert "evireform_batch_size_count 1.0" in text  # all twelve in one retrieve_many
+
+
+def test_a_full_queue_answers_503(index_dir):
+    from evireform.service import create_app
+    svc = _service(index_dir, max_queue=1)
+    app = create_app(svc)
+
+    async def run():
+        svc._queue = asyncio.Queue(maxsize=1)  # no batcher: the queue stays full
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            first = asyncio.create_task(c.post("/query", json={"question": "Who met Alpha?"}))
+            await asyncio.sleep(0.05)
+            r = await c.post("/query", json={"question": "Who met Beta?"})
+            first.cancel()
+            return r
+    r = asyncio.run(run())
+    assert r.status_code == 503 and r.headers["retry-after"] == "1" and "error" in r.json()
+
+
+# --------------------------------------------------------------------------- ONNX encoder
+def test_onnx_query_encoder_equals_torch_and_needs_no_torch(tmp_path, data_dir):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    pytest.importorskip("sentence_transformers")
+    from evireform.embed import MiniLMEmbedder
+    os.environ["EVIREFORM_CACHE"] = str(tmp_path)
+    try:
+        qs = [q["question"] for q in json.loads(
+            (data_dir / "musique" / "musique.json").read_text())[:40]]
+        qs += ["", "x" * 3000, "naïve café – 東京"]
+        onnx = MiniLMEmbedder(encoder="onnx").encode_queries(qs)
+        torch_ = MiniLMEmbedder(encoder="torch").encode_queries(qs)
+        assert np.abs(onnx - torch_).max() <= 1e-5
+        code = ("import sys; from evireform.embed import get_embedder\n"
+                "e = get_embedder('minilm', encoder='onnx')\n"
+                "e.encode_queries(['Who wrote Hamlet?'])\n"
+                "print('torch' in sys.modules)")
+        r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                           text=True, env={**os.environ, "EVIREFORM_CACHE": str(tmp_path)})
+        assert r.stdout.strip() == "False", r.stderr
+    finally:
+        del os.environ["EVIREFORM_CACHE"]
