@@ -547,6 +547,10 @@ def _cmd_query(args) -> int:
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
+    import threading
+    from .kernels import warm_up
+    # the kernels load (numba, about a second cold) while the index and the encoder load
+    threading.Thread(target=warm_up, daemon=True, name="evireform-warm-up").start()
     if args.questions is not None:  # the questions first: a bad file fails before any load
         qs = read_questions(args.questions)
     idx = PropositionIndex.load(args.index_dir)
@@ -696,6 +700,22 @@ def _cmd_bench(args) -> int:
     from . import bench
 
     log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
+    if args.serve:
+        from .bench import serve as serve_bench
+        data = _data_dir(args.data)
+        index_dir = args.serve_index
+        if index_dir is None:  # the MuSiQue index with the default embedder, built once
+            from .cache import cached_index
+            from .embed import get_embedder
+            _, index_dir, _ = cached_index(data / "musique" / "musique_corpus.json",
+                                           get_embedder("minilm"), show_progress=False)
+        rep = serve_bench.run(index_dir, data / "musique" / "musique.json", n=args.serve_n,
+                              log=log)
+        print(serve_bench.table(rep))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"serve": rep}, indent=1))
+            print(f"wrote {args.json}")
+        return 0
     if args.scale:
         from .bench.scale import run_scale, scale_table
         rows = run_scale(args.scale_sizes, args.scale_dir, n_queries=args.scale_queries,
@@ -921,6 +941,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where --scale writes its indexes (default: the temp directory)")
     be.add_argument("--scale-queries", type=_positive_int, default=20,
                     help="questions timed per size")
+    be.add_argument("--serve", action="store_true",
+                    help="the service against in-process retrieval: latency and throughput at "
+                         "concurrency 1, 8 and 32 for each query encoder, ready time, cold "
+                         "`evireform query` wall time (evireform.bench.serve)")
+    be.add_argument("--serve-index", default=None,
+                    help="--serve: the index (default: MuSiQue with the default embedder, "
+                         "built once into the cache)")
+    be.add_argument("--serve-n", type=_positive_int, default=200,
+                    help="--serve: MuSiQue questions used")
     be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     be.set_defaults(func=_cmd_bench)
     return p

@@ -438,3 +438,21 @@ def w_nnz(graph: EntityGraph) -> int:
     n_chunks = max(1, min(g.n_props, 2 * _n_threads()))
     return int(_kernels().w_row_nnz(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices,
                                 n_chunks).sum())
+
+
+def warm_up() -> None:
+    """Load every CPU kernel the retriever calls (numba's target initialisation and the
+    cached machine code, about a second in a fresh process) on tiny inputs of the real
+    dtypes.  Run it on a thread at process start, beside loading the index and the encoder,
+    so a one-shot command does not pay the two one after the other."""
+    H = np.eye(4, 8, dtype=np.float32)
+    Q = np.ones((1, 8), np.float32)
+    cosine_topk_batch(H, Q, 2)
+    cosine_topk(H, Q[0], 2)
+    g = EntityGraph.from_lists([[0], [0, 1], [1], []], n_entities=2)
+    pm = PassageMap.from_owner(np.array([0, 0, 1, 1], np.int32), 2)
+    z_ids, z_vals = propagate(g, np.array([0], np.int64), np.array([1.0], np.float32))
+    readout_topk(pm, z_ids, z_vals, 2)
+    zp, zi, zv = propagate_batch(g, np.array([0, 1], np.int64), np.array([0], np.int64),
+                                 np.array([1.0], np.float32))
+    readout_topk_batch(pm, zp, zi, zv, 2)

@@ -1,0 +1,177 @@
+"""``evireform bench --serve``: the service against in-process retrieval, side by side.
+
+For each query encoder (ONNX Runtime and torch): in-process ``retrieve()`` latency and
+``retrieve_many`` cost per question on the same questions, then ``evireform serve`` started
+in a subprocess (time until ``/health`` answers) and driven by an asyncio httpx client at
+each concurrency (every client sends its next question when the last one returns), with
+p50/p95/p99 latency and throughput.  The client runs on the same machine as the service, so
+on a small machine it takes CPU from it; the in-process figures are measured in this process
+before the service starts.
+"""
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def _pct(lat) -> dict:
+    a = np.asarray(lat) * 1e3
+    return {"p50_ms": round(float(np.percentile(a, 50)), 2),
+            "p95_ms": round(float(np.percentile(a, 95)), 2),
+            "p99_ms": round(float(np.percentile(a, 99)), 2)}
+
+
+def in_process(index_dir, questions, encoder: str, k: int = 10, batch: int = 64) -> dict:
+    """p50 of ``retrieve()`` one question at a time, and ``retrieve_many`` ms per question in
+    batches of ``batch``, with the index's own embedder on ``encoder``."""
+    from ..embed import embedder_from_spec
+    from ..index import PropositionIndex
+    from ..retriever import EviReform
+    idx = PropositionIndex.load(index_dir)
+    emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
+                             encoder=encoder)
+    r = EviReform(idx, embedder=emb)
+    r.retrieve_many(questions[:8], k)  # warm: model load, kernels compiled
+    lat = []
+    for q in questions:
+        t = time.perf_counter()
+        r.retrieve(q, k)
+        lat.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    for lo in range(0, len(questions), batch):
+        r.retrieve_many(questions[lo:lo + batch], k)
+    many = (time.perf_counter() - t) / len(questions)
+    enc = getattr(emb, "query_encoder", lambda: None)()
+    return {"encoder": "onnx" if enc is not None else "torch", "retrieve": _pct(lat),
+            "retrieve_many_ms_per_question": round(many * 1e3, 2),
+            "throughput_retrieve_many_qps": round(1 / many, 1)}
+
+
+async def _drive(url: str, questions, concurrency: int, per_client: int, k: int):
+    import httpx
+    lat, failed = [], 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+        async def client(n):
+            nonlocal failed
+            for i in range(per_client):
+                q = questions[(n * per_client + i) % len(questions)]
+                t = time.perf_counter()
+                r = await c.post("/query", json={"question": q, "k": k})
+                lat.append(time.perf_counter() - t)
+                failed += r.status_code != 200
+        await asyncio.gather(*(client(n) for n in range(2)))  # warm the connections
+        lat.clear()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(n) for n in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return lat, failed, wall
+
+
+def service(index_dir, questions, encoder: str, concurrencies=(1, 8, 32), k: int = 10,
+            requests: int = 256) -> dict:
+    """Start ``evireform serve`` on ``encoder``; ready time, then each concurrency."""
+    import httpx
+    port = _port()
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "evireform", "serve", str(index_dir),
+                             "--port", str(port), "--encoder", encoder],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"evireform serve failed: {proc.stderr.read().decode()}")
+            time.sleep(0.02)
+        ready = time.monotonic() - t0
+        out = {"ready_s": round(ready, 2), "by_concurrency": {}}
+        for c in concurrencies:
+            per = max(2, requests // c)
+            lat, failed, wall = asyncio.run(_drive(url, questions, c, per, k))
+            out["by_concurrency"][str(c)] = {**_pct(lat), "requests": len(lat),
+                                             "failed": failed,
+                                             "throughput_qps": round(len(lat) / wall, 1)}
+        return out
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cold_query(index_dir, question: str, encoder: str, repeats: int = 3) -> float:
+    """Median wall seconds of ``evireform query INDEX QUESTION`` as a fresh process."""
+    walls = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "evireform", "query", str(index_dir),
+                            question, "--encoder", encoder], capture_output=True, text=True)
+        walls.append(time.perf_counter() - t)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr)
+    return round(float(np.median(walls)), 2)
+
+
+def run(index_dir, questions_file, *, n: int = 200, encoders=("onnx", "torch"),
+        concurrencies=(1, 8, 32), log=print) -> dict:
+    qs = [q["question"] for q in json.loads(Path(questions_file).read_text())][:n]
+    report = {"index": str(index_dir), "questions": len(qs), "cpus": os.cpu_count(),
+              "encoders": {}}
+    for enc in encoders:
+        log(f"[{enc}] in-process")
+        ip = in_process(index_dir, qs, enc)
+        log(f"[{enc}] service")
+        sv = service(index_dir, qs, enc, concurrencies)
+        log(f"[{enc}] cold query")
+        report["encoders"][enc] = {"in_process": ip, "service": sv,
+                                   "cold_query_s": cold_query(index_dir, qs[0], enc)}
+    return report
+
+
+def table(report) -> str:
+    rows = ["| encoder | path | concurrency | p50 ms | p95 ms | p99 ms | questions/s |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    for enc, r in report["encoders"].items():
+        ip = r["in_process"]
+        rows.append(f"| {enc} | in-process retrieve() | 1 | {ip['retrieve']['p50_ms']} | "
+                    f"{ip['retrieve']['p95_ms']} | {ip['retrieve']['p99_ms']} | "
+                    f"{round(1e3 / ip['retrieve']['p50_ms'], 1)} |")
+        rows.append(f"| {enc} | in-process retrieve_many (64) | - | "
+                    f"{ip['retrieve_many_ms_per_question']} / question | | | "
+                    f"{ip['throughput_retrieve_many_qps']} |")
+        for c, s in r["service"]["by_concurrency"].items():
+            rows.append(f"| {enc} | service | {c} | {s['p50_ms']} | {s['p95_ms']} | "
+                        f"{s['p99_ms']} | {s['throughput_qps']} |")
+    lines = ["\n".join(rows), ""]
+    for enc, r in report["encoders"].items():
+        ip, sv = r["in_process"], r["service"]
+        c1, c32 = sv["by_concurrency"].get("1"), sv["by_concurrency"].get("32")
+        ratio1 = c1["p50_ms"] / ip["retrieve"]["p50_ms"] if c1 else float("nan")
+        ratio32 = c32["throughput_qps"] / ip["throughput_retrieve_many_qps"] if c32 \
+            else float("nan")
+        fails = sum(s["failed"] for s in sv["by_concurrency"].values())
+        lines.append(f"{enc}: ready {sv['ready_s']} s after start; service p50 at "
+                     f"concurrency 1 = {ratio1:.2f}x in-process retrieve(); throughput at 32 "
+                     f"= {ratio32:.2f}x in-process retrieve_many; failed requests {fails}; "
+                     f"cold `evireform query` {r['cold_query_s']} s")
+    return "\n".join(lines)
