@@ -160,6 +160,9 @@ def _session(path: Path, threads: int):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # no busy-waiting between runs: the numba kernels run on the same cores between two
+    # encoder calls of one question, and spinning threads would take their time
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
     if opt.is_file():
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -217,12 +220,18 @@ class OnnxEncoder:
         self.dim = int(self._sess.get_outputs()[0].shape[1] or 0) or None
         self._lock = threading.Lock()
 
-    def encode(self, texts, *, batch_size: int = 64) -> np.ndarray:
+    #: texts per run: sorted by length, small batches pad least (all-MiniLM-L6-v2 on 2 CPU
+    #: cores, 256 MuSiQue questions: 7.3 ms a question one at a time, 4.9 in batches of 8,
+    #: 7.2 in batches of 64)
+    batch_size = 8
+
+    def encode(self, texts, *, batch_size: int | None = None) -> np.ndarray:
         """Unit-norm float32 rows, one per text, in order (batches sorted by length, as
         sentence-transformers does, to pad less)."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim or 0), np.float32)
+        batch_size = int(batch_size or self.batch_size)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = [None] * len(texts)
         for lo in range(0, len(texts), batch_size):
