@@ -904,7 +904,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=_positive_int, default=8000)
     sv.add_argument("--api-key-env", metavar="VAR",
                     help="require 'Authorization: Bearer $VAR' on every endpoint but /health")
-    sv.add_argument("--max-batch", type=_positive_int, default=32,
+    sv.add_argument("--max-batch", type=_positive_int, default=64,
                     help="questions per micro-batch (one retrieve_many)")
     sv.add_argument("--max-wait-ms", type=_nonneg_float, default=2.0,
                     help="under load, how long a micro-batch waits for company")

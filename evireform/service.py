@@ -57,7 +57,7 @@ class RetrievalService:
     are optional LLM roles."""
 
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
-                 max_batch: int = 32, max_wait: float = 0.002, max_queue: int = 256):
+                 max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256):
         from ._checks import positive_int
         from .index import PropositionIndex
         self.index_dir = Path(index_dir)
@@ -307,26 +307,6 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     def error(status: int, message: str, headers=None):
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        t0 = time.perf_counter()
-        path = request.url.path
-        endpoint = path if path in ("/health", "/query", "/query_batch", "/update",
-                                    "/metrics") else "other"
-        if api_key is not None and path != "/health":
-            if request.headers.get("authorization", "") != f"Bearer {api_key}":
-                resp = error(401, "missing or wrong bearer token",
-                             {"WWW-Authenticate": "Bearer"})
-                return _count(m, endpoint, resp, t0)
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > max_body):
-            return _count(m, endpoint, error(413, f"request body over {max_body} bytes"), t0)
-        try:
-            resp = await call_next(request)
-        except Exception:  # never a traceback in a response
-            resp = error(500, "internal error")
-        return _count(m, endpoint, resp, t0)
-
     @app.exception_handler(RequestValidationError)
     async def invalid(request, exc):
         errs = exc.errors()
@@ -342,7 +322,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def crashed(request, exc):
         return error(500, "internal error")
 
-    def answer(res, gen: int, graph: bool, took: float) -> dict:
+    def answer(res, gen: int, graph: bool, took: float) -> dict:  # plain JSON types only
         trace = res.trace
         out = {"passages": [passage_record(p) for p in res.passages],
                "trace": {"residual_queries": list(getattr(trace, "residual_queries", []) or []),
@@ -354,7 +334,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     @app.get("/health")
     async def health():
-        return service.health()
+        return JSONResponse(service.health())
 
     @app.post("/query")
     async def query(body: QueryIn):
@@ -365,7 +345,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             return error(503, str(exc), {"Retry-After": "1"})
         except ValueError as exc:
             return error(400, str(exc))
-        return answer(res, gen, body.graph, time.perf_counter() - t0)
+        # a JSONResponse of plain types: FastAPI's encoder walk is skipped
+        return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
 
     @app.post("/query_batch")
     async def query_batch(body: BatchIn):
@@ -375,14 +356,14 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         except ValueError as exc:
             return error(400, str(exc))
         took = time.perf_counter() - t0
-        return {"results": [answer(r, gen, body.graph, took) for r in results],
-                "generation": gen, "took_ms": round(took * 1e3, 3)}
+        return JSONResponse({"results": [answer(r, gen, body.graph, took) for r in results],
+                             "generation": gen, "took_ms": round(took * 1e3, 3)})
 
     @app.post("/update")
     async def update(body: UpdateIn):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
         try:
-            return await service.update(add, body.upsert, body.delete)
+            return JSONResponse(await service.update(add, body.upsert, body.delete))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
         except (ValueError, TypeError) as exc:
@@ -392,16 +373,63 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def metrics():
         return Response(m.text(), media_type="text/plain; version=0.0.4")
 
-    return app
+    return _Guard(app, m, api_key, max_body)
 
 
-def _count(m: Metrics, endpoint: str, resp, t0: float):
-    status = str(resp.status_code)
-    m.requests.labels(endpoint, status).inc()
-    if resp.status_code >= 400:
-        m.errors.labels(endpoint, status).inc()
-    m.latency.labels(endpoint).observe(time.perf_counter() - t0)
-    return resp
+class _Guard:
+    """Pure ASGI middleware (cheaper than Starlette's BaseHTTPMiddleware): bearer token,
+    body-size limit, metrics per endpoint and status, and a JSON 500 for anything that
+    escapes the application (never a traceback)."""
+
+    ENDPOINTS = ("/health", "/query", "/query_batch", "/update", "/metrics")
+
+    def __init__(self, app, metrics: Metrics, api_key, max_body: int):
+        self.app, self.m, self.api_key, self.max_body = app, metrics, api_key, max_body
+        self.expected = f"Bearer {api_key}".encode() if api_key is not None else None
+
+    async def _send_json(self, send, status: int, message: str, headers=()):
+        import json
+        body = json.dumps({"error": message}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        path = scope.get("path", "")
+        endpoint = path if path in self.ENDPOINTS else "other"
+        status = [500]
+
+        async def counting_send(msg):
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+        try:
+            headers = dict(scope.get("headers") or ())
+            if self.expected is not None and path != "/health" \
+                    and headers.get(b"authorization") != self.expected:
+                await self._send_json(counting_send, 401, "missing or wrong bearer token",
+                                      [(b"www-authenticate", b"Bearer")])
+                return
+            size = headers.get(b"content-length")
+            if size is not None and (not size.isdigit() or int(size) > self.max_body):
+                await self._send_json(counting_send, 413,
+                                      f"request body over {self.max_body} bytes")
+                return
+            try:
+                await self.app(scope, receive, counting_send)
+            except Exception:
+                if status[0] == 500:
+                    await self._send_json(counting_send, 500, "internal error")
+        finally:
+            code = str(status[0])
+            self.m.requests.labels(endpoint, code).inc()
+            if status[0] >= 400:
+                self.m.errors.labels(endpoint, code).inc()
+            self.m.latency.labels(endpoint).observe(time.perf_counter() - t0)
 
 
 def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 8000,
@@ -413,4 +441,5 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
     app = create_app(service, api_key=api_key)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                lifespan="on")
