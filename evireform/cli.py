@@ -474,13 +474,6 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
-def passage_record(p) -> dict:
-    """One ranked passage as JSON (the CLI's --json, batch output and the service)."""
-    return {"id": p.id, "title": p.title, "text": p.text, "score": p.score,
-            "from_question": p.from_question, "from_residual": p.from_residual,
-            "from_propagation": p.from_propagation}
-
-
 def _result_record(res, qid=None, graph: bool = False) -> dict:
     out = {"question": res.question}
     if qid is not None:
@@ -488,7 +481,7 @@ def _result_record(res, qid=None, graph: bool = False) -> dict:
     out.update({
         "residual_queries": getattr(res.trace, "residual_queries", []),
         "role_events": res.trace.role_events,
-        "passages": [passage_record(p) for p in res.passages]})
+        "passages": [p.to_dict() for p in res.passages]})
     if graph:
         out["graph"] = res.evidence_graph().to_json()
     return out

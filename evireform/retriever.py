@@ -137,6 +137,12 @@ class RankedPassage:
     #: the passage's text (a reference to the index's string, not a copy)
     text: str = field(default="", repr=False)
 
+    def to_dict(self) -> dict:
+        """JSON form (the CLI's --json and batch output, the service)."""
+        return {"id": self.id, "title": self.title, "text": self.text, "score": self.score,
+                "from_question": self.from_question, "from_residual": self.from_residual,
+                "from_propagation": self.from_propagation}
+
 
 @dataclass
 class Trace:

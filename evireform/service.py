@@ -264,8 +264,6 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     from contextlib import asynccontextmanager
     from typing import Literal
 
-    from .cli import passage_record
-
     Method = Literal["evireform", "bgr", "bgr_union", "hiq"]
 
     class QueryIn(BaseModel):
@@ -324,7 +322,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     def answer(res, gen: int, graph: bool, took: float) -> dict:  # plain JSON types only
         trace = res.trace
-        out = {"passages": [passage_record(p) for p in res.passages],
+        out = {"passages": [p.to_dict() for p in res.passages],
                "trace": {"residual_queries": list(getattr(trace, "residual_queries", []) or []),
                          "role_events": list(getattr(trace, "role_events", []) or [])},
                "generation": gen, "took_ms": round(took * 1e3, 3)}

@@ -205,6 +205,15 @@ def test_scale_curve_runs_small_sizes_and_skips_what_does_not_fit(tmp_path):
     assert not (tmp_path / "evireform-scale" / "synthetic-3000").exists()  # removed after
 
 
+def test_ray_build_caps_actors_at_the_cpus(ray_local):
+    """--ray-workers 12 on a small machine: capped at the CPUs with a warning, same index."""
+    from evireform.distributed import build_ray
+    with pytest.warns(UserWarning, match="capped at"):
+        idx = build_ray(_passages(12), "hashing-16", concurrency=12, show_progress=False)
+    local = PropositionIndex.build(_passages(12), HashingEmbedder(16), show_progress=False)
+    assert arrays_equal(local, idx)
+
+
 def test_ray_build_refuses_gpus_the_cluster_lacks(ray_local):
     from evireform.distributed import build_ray
     if ray_local.cluster_resources().get("GPU", 0):

@@ -21,7 +21,7 @@ from evireform.corpus import load_corpus
 from evireform.embed import HashingEmbedder, get_embedder
 from evireform.store import _HNSW_HEADER
 
-from test_fuzz import refresh_manifest, small_index
+from test_fuzz import refresh_manifest, server, small_index  # noqa: F401 (a fixture)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMB = HashingEmbedder(16)
@@ -354,16 +354,6 @@ def test_9_llm_extraction_fallbacks_are_counted_and_strict_fails(tmp_path, capsy
     assert main(args) == 0
     assert "3 of 3 passages were extracted by the LLM-free extractor" in capsys.readouterr().err
     assert PropositionIndex.load(tmp_path / "ix").meta["extraction_fallbacks"] == 3
-
-
-@pytest.fixture
-def server():
-    pytest.importorskip("openai")
-    from scripted_server import Script, serve
-    script = Script()
-    srv, url = serve(script)
-    yield script, url
-    srv.shutdown()
 
 
 def test_10_a_cache_that_cannot_be_written_keeps_the_paid_reply(server, tmp_path, capsys):
