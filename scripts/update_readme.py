@@ -31,6 +31,9 @@ BLOCKS["selector-study"] = EV + ["analyze", "selector", "--quiet"]
 BLOCKS["graphs-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
                                  "dense,hipporag_ppr,evireform,bgr,bgr_union,hiq", "--graph-metrics",
                                  "--markdown", "--quiet"]
+# the service beside in-process retrieval, both query encoders (about 5 minutes)
+BLOCKS["serve"] = EV + ["bench", "--serve", "--json-only", "--json",
+                        "benchmarks/results/serve-cpu.json"]
 for _ds in ("hotpotqa", "musique"):
     BLOCKS[f"replay-{_ds}"] = EV + ["eval", "--dataset", _ds, "--methods", REPLAY_METHODS,
                                     "--llm-replay", f"../shared/llm-replies/{_ds}.jsonl",
