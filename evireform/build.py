@@ -8,7 +8,7 @@ lists or numpy arrays) to a batch, so that one process, a thread pool or a Ray D
    ``{pos, ord, text, entities}`` (``pos``: the passage's position in the corpus, ``ord``: the
    proposition's position within its passage, ``entities``: a JSON list of mentions per row);
 2. :func:`embed_batch` - adds ``embedding``, float32 rows, one per proposition;
-3. :func:`reduce_batches` - on one machine: sorts the rows by ``(pos, ord)``, folds entity
+3. :func:`reduce_records` - on one machine: sorts the rows by ``(pos, ord)``, folds entity
    mentions to canonical entities and builds the incidence, degrees, passage map and
    (optionally) HNSW with :meth:`PropositionIndex.from_propositions`.
 
@@ -26,7 +26,7 @@ import numpy as np
 from .types import Passage, Proposition
 
 __all__ = ["PASSAGE_COLUMNS", "PROPOSITION_COLUMNS", "passage_batch", "extract_batch",
-           "embed_batch", "concat_batches", "reduce_batches"]
+           "embed_batch", "concat_batches", "reduce_records"]
 
 PASSAGE_COLUMNS = ("pos", "id", "title", "text")
 PROPOSITION_COLUMNS = ("pos", "ord", "text", "entities")
@@ -109,11 +109,11 @@ def concat_batches(batches: Iterable[dict], dim: int) -> dict:
             "entities": [ents[i] for i in o], "embedding": emb[o]}
 
 
-def reduce_batches(passages: Sequence[Passage], batches: Iterable[dict], embedder_name: str,
-                   dim: int, *, meta: dict | None = None, hnsw: bool | None = None):
-    """The reduce step: a :class:`~evireform.index.PropositionIndex` from embedded
-    proposition batches (any order, any cut) over ``passages``."""
-    from .index import PropositionIndex
+def reduce_records(passages: Sequence[Passage], batches: Iterable[dict], dim: int):
+    """The reduce step as plain records: ``(propositions, embeddings)`` from embedded
+    proposition batches (any order, any cut) over ``passages``, sorted by (passage position,
+    order in the passage) as one extraction pass would give them.
+    :meth:`evireform.index.PropositionIndex.from_batches` makes the index of them."""
     rows = concat_batches(batches, dim)
     n = len(passages)
     if len(rows["pos"]) and (rows["pos"].min() < 0 or rows["pos"].max() >= n):
@@ -121,5 +121,4 @@ def reduce_batches(passages: Sequence[Passage], batches: Iterable[dict], embedde
                          f"outside the {n} passages")
     props = [Proposition(t, passages[int(p)].id, tuple(json.loads(e)))
              for p, t, e in zip(rows["pos"], rows["text"], rows["entities"])]
-    return PropositionIndex.from_propositions(passages, props, rows["embedding"],
-                                              embedder_name, meta=meta, hnsw=hnsw)
+    return props, rows["embedding"]

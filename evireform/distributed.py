@@ -6,7 +6,7 @@ in a Ray Data pipeline::
     read passages -> map_batches(extract)                  (tasks, CPUs)
                   -> map_batches(_EmbedWriter)             (an actor pool; num_gpus per actor)
                   -> content-addressed shards on disk      (props-<sha256>.npz, one per batch)
-    driver: read the shards -> reduce_batches -> save
+    driver: read the shards -> PropositionIndex.from_batches -> save
 
 Each shard is named by the SHA-256 of its rows and embeddings, written atomically, and read
 back without pickle.  The reduce orders rows by (passage position, proposition position), so
@@ -32,13 +32,13 @@ import warnings
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from .build import embed_batch, extract_batch, reduce_batches
+from .build import embed_batch, extract_batch
 from .embed import embedder_from_spec, spec_of
-from .shards import check_queries, merge_topk, shard_bounds
+from .search import check_queries, merge_topk
+from .shards import shard_bounds
 
 __all__ = ["build_ray", "build_index_ray", "LLMExtractorFactory", "RayShardedSearcher",
            "read_shard", "write_shard", "ensure_ray"]
@@ -263,8 +263,10 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
         if sum(len(b["pos"]) for b in batches) != sum(int(r["rows"]) for r in out):
             raise RuntimeError("the shards hold a different number of rows than the pipeline "
                                "produced; a worker failed midway - build again")
-        return reduce_batches(passages, batches, local.name, int(local.dim), hnsw=hnsw,
-                              meta={"extractor": ext_name, "embedder_spec": spec_of(local)})
+        from .index import PropositionIndex
+        return PropositionIndex.from_batches(
+            passages, batches, local.name, int(local.dim), hnsw=hnsw,
+            meta={"extractor": ext_name, "embedder_spec": spec_of(local)})
     finally:
         ctx.enable_progress_bars = bars
         if tmp is not None:

@@ -23,16 +23,17 @@ from typing import Sequence
 
 import numpy as np
 
+from .build import embed_batch, extract_batch, passage_batch, reduce_records
 from .embed import Embedder, normalise_rows, spec_of
 from .entities import canonical_entity
 from .extract import Extractor, HeuristicExtractor, read_openie
-from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_scores, cosine_topk, \
-    cosine_topk_batch
+from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
 from .kernels import w_nnz as _w_nnz
 from ._checks import as_list
 from .kernels.graph import append_rows, remove_rows
 from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
     save_index
+from .search import build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch
 from .types import Passage, Proposition
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
@@ -100,6 +101,25 @@ class PropositionIndex:
             self.__dict__["_by_passage"] = csr
         indptr, order = csr
         return order[indptr[j]:indptr[j + 1]]
+
+    def check_embedder(self, embedder) -> None:
+        """Raise ``ValueError`` unless ``embedder`` embeds like the one this index was built
+        with: the same name and dimension, and the same prompts where the index recorded
+        them."""
+        if self.embedder_name and embedder.name != self.embedder_name:
+            raise ValueError(f"embedder {embedder.name!r} differs from the index's "
+                             f"{self.embedder_name!r}; questions must be embedded alike")
+        rec = self.meta.get("embedder_spec")
+        if isinstance(rec, dict):
+            mine = spec_of(embedder)
+            for key in ("dim", "query_prompt", "document_prompt"):
+                if key in rec and key in mine and rec[key] != mine[key]:
+                    raise ValueError(f"embedder {key} {mine[key]!r} differs from the index's "
+                                     f"{rec[key]!r} ({embedder.name}); questions must be "
+                                     "embedded as the index expects")
+        if self.n_props and int(embedder.dim) != self.dim:
+            raise ValueError(f"embedder dimension {embedder.dim} differs from the index's "
+                             f"{self.dim}")
 
     def stats(self, with_w: bool = True) -> dict:
         """Counts: passages, propositions, entities, incidence nonzeros and W's nonzeros."""
@@ -190,12 +210,21 @@ class PropositionIndex:
             raise TypeError(f"{type(extractor).__name__} lacks extract_many; subclass "
                             "evireform.extract.Extractor to inherit it from extract")
         # the same three batch steps as the distributed build (evireform.distributed)
-        from .build import embed_batch, extract_batch, passage_batch, reduce_batches
         props = extract_batch(passage_batch(passages), extractor, show_progress=show_progress)
         rows = embed_batch(props, embedder, batch_size=batch_size, show_progress=show_progress)
-        return reduce_batches(passages, [rows], embedder.name, int(embedder.dim), hnsw=hnsw,
-                              meta={"extractor": extractor.name,
-                                    "embedder_spec": spec_of(embedder)})
+        return cls.from_batches(passages, [rows], embedder.name, int(embedder.dim), hnsw=hnsw,
+                                meta={"extractor": extractor.name,
+                                      "embedder_spec": spec_of(embedder)})
+
+    @classmethod
+    def from_batches(cls, passages: Sequence[Passage], batches, embedder_name: str, dim: int,
+                     *, meta: dict | None = None, hnsw: bool | None = None
+                     ) -> "PropositionIndex":
+        """The index of embedded proposition batches (the columnar batches of
+        :mod:`evireform.build`, any order, any cut) over ``passages``: the reduce step of
+        the local and the distributed build."""
+        props, emb = reduce_records(passages, batches, dim)
+        return cls.from_propositions(passages, props, emb, embedder_name, meta=meta, hnsw=hnsw)
 
     @classmethod
     def from_openie(cls, openie_path, passages: Sequence[Passage], embedder: Embedder, *,
@@ -217,17 +246,8 @@ class PropositionIndex:
     def build_hnsw(self, *, M: int | None = None, ef_construction: int | None = None,
                    threads: int | None = None) -> None:
         """Build the HNSW graph over the proposition embeddings (inner product space)."""
-        import hnswlib
-        n = self.n_props
-        h = hnswlib.Index(space="ip", dim=self.dim)
-        h.init_index(max_elements=max(n, 1), M=M or kconfig.HNSW_M,
-                     ef_construction=ef_construction or kconfig.HNSW_EF_CONSTRUCTION,
-                     random_seed=kconfig.HNSW_SEED)
-        if n:
-            h.add_items(np.asarray(self.embeddings), np.arange(n),
-                        num_threads=threads or kconfig.HNSW_BUILD_THREADS)
-        h.set_ef(kconfig.HNSW_EF_SEARCH)
-        self.hnsw = h
+        self.hnsw = _build_hnsw(self.embeddings, M=M, ef_construction=ef_construction,
+                                threads=threads)
         self.hnsw_ids = None
 
     def search(self, q, k: int, *, exact: bool | None = None):
@@ -266,7 +286,6 @@ class PropositionIndex:
         otherwise.  This index is not changed, so retrievers using it keep working; save the
         result with :meth:`save`."""
         from .corpus import as_passages
-        from .retriever import check_embedder
         new = as_passages(passages)
         if len({p.id for p in new}) != len(new):
             raise ValueError("duplicate passage ids among the passages to add")
@@ -282,7 +301,7 @@ class PropositionIndex:
         if dups:
             skip = set(dups)
             new = [p for p in new if p.id not in skip]
-        check_embedder(self, embedder)
+        self.check_embedder(embedder)
         extractor = extractor or HeuristicExtractor()
         if self.meta.get("extractor") not in (None, extractor.name):
             raise ValueError(f"the index was built with extractor {self.meta['extractor']!r}; "
@@ -426,39 +445,6 @@ class PropositionIndex:
         idx.hnsw = got.hnsw
         idx.hnsw_ids = got.hnsw_ids
         return idx
-
-
-def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None):
-    """HNSW candidates of ``h`` over ``embeddings``, re-scored with the exact kernel so that
-    scores and tie order match exact search: ``(ids, scores)`` of shape
-    (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
-    HNSW labels to rows (after deletions); None when labels are rows."""
-    from .shards import check_queries
-    Q, k = check_queries(Q, k, int(embeddings.shape[1]))
-    kk = min(k, int(embeddings.shape[0]))
-    out_i = np.full((len(Q), kk), -1, np.int64)
-    out_s = np.zeros((len(Q), kk), np.float32)
-    if kk == 0 or len(Q) == 0:
-        return out_i, out_s
-    labels, _ = h.knn_query(Q, k=kk, num_threads=1)
-    labels = labels.astype(np.int64)
-    if label_ids is not None:
-        labels = label_ids[labels]
-    for b in range(len(Q)):
-        lab = labels[b][labels[b] >= 0]
-        sc = cosine_scores(embeddings[lab], Q[b:b + 1])[0]
-        keep = sc > 0
-        ids, sc = lab[keep], sc[keep]
-        o = np.lexsort((ids, -sc.astype(np.float64)))
-        out_i[b, :len(o)] = ids[o]
-        out_s[b, :len(o)] = sc[o]
-    return out_i, out_s
-
-
-def _copy_hnsw(h):
-    """An independent copy of an hnswlib index (hnswlib indexes pickle)."""
-    import pickle
-    return pickle.loads(pickle.dumps(h))
 
 
 def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:

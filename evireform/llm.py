@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .roles import (MAX_QUERY_CHARS, BridgeReformulator, ObservationController, RoleResult,
-                    TopScoreSelector, clean_queries)
+from .roles import (MAX_QUERY_CHARS, BridgeReformulator, HeuristicSplitter,
+                    ObservationController, RoleResult, TopScoreSelector, clean_queries)
 
 PROMPT_VERSION = "v1"
 
@@ -1007,11 +1007,10 @@ class LLMSplitter(_LLMRole):
 
     name = "llm-hiq"
 
-    def __init__(self, client: LLMClient):
-        super().__init__(client, None)
+    def __init__(self, client: LLMClient, fallback=None):
+        super().__init__(client, fallback or HeuristicSplitter())
 
     def split(self, query: str) -> RoleResult:
-        from .strategies import split_query
         messages = [
             {"role": "system", "content": "Split a multi-hop question into two sub-questions: "
              "an independent one, answerable on its own, and a dependent one that refers to "
@@ -1033,15 +1032,11 @@ class LLMSplitter(_LLMRole):
                 raise ContractError(f"sub-questions must be at most {MAX_QUERY_CHARS} characters")
             return [(a.strip(), b.strip())]
 
-        def fallback():
-            s = split_query(query)
-            return [s] if s else []
-
-        value, repaired, why = self._run("hiq-split", messages, validate, fallback)
+        value, repaired, why = self._run("hiq-split", messages, validate,
+                                         lambda: list(self.fallback.split(query)))
         return RoleResult(value, role="hiq-split", repaired=repaired, fallback=why)
 
     def verify(self, query: str, first: str, second: str) -> bool:
-        from .strategies import covers
         messages = [
             {"role": "system", "content": "Decide whether two sub-questions together ask "
              "everything the question asks, the second using the first one's answer (#1). "
@@ -1055,5 +1050,5 @@ class LLMSplitter(_LLMRole):
             return obj["covers"]
 
         value, _, _ = self._run("hiq-verify", messages, validate,
-                                lambda: covers(query, first, second))
+                                lambda: self.fallback.verify(query, first, second))
         return bool(value)

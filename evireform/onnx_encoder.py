@@ -193,7 +193,6 @@ class OnnxEncoder:
         if not available():
             raise OnnxUnsupported("ONNX encoding needs onnxruntime and tokenizers: "
                                   "pip install 'evireform[onnx]'")
-        import onnxruntime as ort
         from tokenizers import Tokenizer
         self.model_dir = Path(model_dir)
         layout = model_layout(self.model_dir)

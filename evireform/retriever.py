@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from . import kernels as K
-from .embed import Embedder, encode_queries, spec_of
+from .embed import Embedder, encode_queries
 from .explain import EvidenceGraph, evireform_edges
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
@@ -192,22 +192,8 @@ class RetrievalResult:
 
 
 def check_embedder(index: PropositionIndex, embedder) -> None:
-    """Raise ``ValueError`` unless ``embedder`` embeds like the one the index was built with:
-    the same name and dimension, and the same prompts where the index recorded them."""
-    if index.embedder_name and embedder.name != index.embedder_name:
-        raise ValueError(f"embedder {embedder.name!r} differs from the index's "
-                         f"{index.embedder_name!r}; questions must be embedded alike")
-    rec = index.meta.get("embedder_spec")
-    if isinstance(rec, dict):
-        mine = spec_of(embedder)
-        for key in ("dim", "query_prompt", "document_prompt"):
-            if key in rec and key in mine and rec[key] != mine[key]:
-                raise ValueError(f"embedder {key} {mine[key]!r} differs from the index's "
-                                 f"{rec[key]!r} ({embedder.name}); questions must be "
-                                 "embedded as the index expects")
-    if index.n_props and int(embedder.dim) != index.dim:
-        raise ValueError(f"embedder dimension {embedder.dim} differs from the index's "
-                         f"{index.dim}")
+    """:meth:`PropositionIndex.check_embedder` (kept as a function for callers)."""
+    index.check_embedder(embedder)
 
 
 class EviReform:

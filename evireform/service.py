@@ -253,7 +253,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256):
     """The FastAPI application over ``service`` (see the module docstring)."""
     try:
-        from fastapi import FastAPI, Request
+        from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
         from fastapi.responses import JSONResponse, Response
         from starlette.exceptions import HTTPException as StarletteHTTPException

@@ -27,22 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from .kernels import cosine_topk_batch
+from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk
 
 __all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
            "save_shards", "read_shard_manifest", "load_shard"]
 
 SHARDS_FORMAT = "evireform-shards"
 SHARDS_VERSION = 1
-
-
-def check_queries(Q, k, dim: int):
-    """``(Q as contiguous float32 (batch, dim), k as int)``, or ``ValueError``."""
-    Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
-    if Q.ndim != 2 or Q.shape[1] != dim:
-        raise ValueError(f"queries must have shape (batch, {dim}); got {Q.shape}")
-    if isinstance(k, bool) or int(k) != k or k <= 0:
-        raise ValueError(f"k must be a positive integer; got {k!r}")
-    return Q, int(k)
 
 
 def shard_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
@@ -53,27 +44,6 @@ def shard_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
         raise ValueError(f"n_shards must be a positive integer; got {n_shards!r}")
     cuts = [(n * s) // n_shards for s in range(n_shards + 1)]
     return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
-
-
-def merge_topk(parts, k: int, n_queries: int):
-    """Merge per-shard ``(ids, scores)`` pairs (global ids, shape (batch, k_s), padded with
-    -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
-    padded with -1 / 0."""
-    out_i = np.full((n_queries, k), -1, np.int64)
-    out_s = np.zeros((n_queries, k), np.float32)
-    parts = [(np.asarray(i, np.int64), np.asarray(s, np.float32)) for i, s in parts
-             if np.asarray(i).size]
-    if not parts or k == 0:
-        return out_i, out_s
-    ids = np.concatenate([p[0] for p in parts], axis=1)
-    sc = np.concatenate([p[1] for p in parts], axis=1)
-    for b in range(n_queries):
-        keep = ids[b] >= 0
-        i, s = ids[b][keep], sc[b][keep]
-        o = np.lexsort((i, -s.astype(np.float64)))[:k]
-        out_i[b, :len(o)] = i[o]
-        out_s[b, :len(o)] = s[o]
-    return out_i, out_s
 
 
 @dataclass
@@ -93,7 +63,6 @@ class Shard:
         if self.hnsw is None:
             ids, sc = cosine_topk_batch(self.embeddings, Q, k)
         else:
-            from .index import hnsw_topk_batch
             ids, sc = hnsw_topk_batch(self.hnsw, self.embeddings, Q, k)
         return np.where(ids >= 0, ids + self.offset, -1), sc
 
@@ -102,17 +71,8 @@ class Shard:
               ef_construction: int | None = None, ef: int | None = None,
               threads: int | None = None) -> "Shard":
         """A shard over ``embeddings`` (a view is kept, not a copy), with HNSW if asked."""
-        h = None
-        if hnsw and len(embeddings):
-            import hnswlib
-            from .kernels import config as kc
-            h = hnswlib.Index(space="ip", dim=int(embeddings.shape[1]))
-            h.init_index(max_elements=len(embeddings), M=M or kc.HNSW_M,
-                         ef_construction=ef_construction or kc.HNSW_EF_CONSTRUCTION,
-                         random_seed=kc.HNSW_SEED)
-            h.add_items(np.asarray(embeddings), np.arange(len(embeddings)),
-                        num_threads=threads or kc.HNSW_BUILD_THREADS)
-            h.set_ef(ef or kc.HNSW_EF_SEARCH)
+        h = build_hnsw(embeddings, M=M, ef_construction=ef_construction, ef=ef,
+                       threads=threads) if hnsw and len(embeddings) else None
         return cls(embeddings, int(offset), h)
 
 

@@ -41,7 +41,6 @@ with that answer (``dependency`` edges).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -51,10 +50,10 @@ from . import kernels as K
 from .embed import encode_queries
 from .entities import canonical_entity
 from .explain import EvidenceEdge
-from .extract import name_spans
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, positive_int
-from .roles import MAX_QUERY_CHARS, BridgeReformulator, RoleResult, _QSTOP, _words, clean_queries
+from .roles import (MAX_QUERY_CHARS, BridgeReformulator, HeuristicSplitter, RoleResult, _QSTOP,
+                    _words, clean_queries, constraints as _constraints, covers, split_query)
 
 __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
            "split_query", "covers"]
@@ -187,10 +186,6 @@ def _fill(order: list[int], *lists) -> list[int]:
                 seen.add(j)
                 order.append(j)
     return order
-
-
-def _constraints(text: str) -> list[str]:
-    return [c for c in (canonical_entity(s) for s in name_spans(text)) if c]
 
 
 def _mentions(passage, constraints) -> bool:
@@ -335,73 +330,6 @@ class BGR:
 # --------------------------------------------------------------------------- Hi-Q
 #: a reader answer longer than this is not an answer (it would be rewritten into a query)
 MAX_ANSWER_CHARS = 200
-_MARKERS = {"which", "that", "who", "whose", "whom", "where", "when", "of"}
-_HEAD_STOP = {"the", "a", "an", "of", "in", "by", "for", "to", "from", "at", "on", "with",
-              "which", "that", "who", "whose", "whom", "where", "when", "is", "was", "are",
-              "were", "did", "does", "do", "what", "how", "many", "much"}
-_CONNECT_OF = {"of", "and", "the", "&", ",", "-", "de", "la", "von", "van", "der", "du"}
-_TOK = re.compile(r"#\d+|[\w'’.-]+|[^\w\s]")
-
-
-def split_query(query: str) -> tuple[str, str] | None:
-    """The LLM-free dependency-preserving split (see the module docstring): ``(independent,
-    dependent with #1)`` or None when the query has no such split."""
-    toks = _TOK.findall(query.strip().rstrip("?").strip())
-    cons = _constraints(query)
-    if not cons:
-        return None
-    for m in range(len(toks) - 1, 0, -1):
-        if toks[m].lower() not in _MARKERS:
-            continue
-        clause = " ".join(toks[m:])
-        if not any(c in canonical_entity(clause) for c in cons):
-            continue
-        h = m
-        while h > 0 and toks[h - 1].lower() not in _HEAD_STOP and toks[h - 1] not in ",;:":
-            h -= 1
-        if h == m and toks[m].lower() != "of":
-            continue  # a clause without a head noun (e.g. "when he died"): not a split point
-        # where the independent phrase ends: after the name an "of" introduces, or at the
-        # clause's comma; what follows stays with the dependent side
-        end = m + 1
-        if toks[m].lower() == "of":
-            while end < len(toks) and toks[end].lower() in ("the", "a", "an"):
-                end += 1
-            start = end
-            while end < len(toks) and (toks[end][:1].isupper() or toks[end][:1].isdigit()
-                                       or (end > start and toks[end].lower() in _CONNECT_OF)):
-                end += 1
-            while end > start and toks[end - 1].lower() in _CONNECT_OF:
-                end -= 1
-            if end == start:
-                continue  # "of" without a name after it
-        else:
-            end = next((i for i in range(m + 1, len(toks)) if toks[i] in ",;"), len(toks))
-        lo = h if h < m else m + 1
-        first = " ".join(toks[lo:end])
-        rest = toks[:h] if h < m else toks[:m + 1]
-        while rest and rest[-1].lower() in ("the", "a", "an"):
-            rest = rest[:-1]
-        second = " ".join(rest + ["#1"] + toks[end:])
-        if not [w for w in _words(" ".join(rest + toks[end:])) if w not in _QSTOP]:
-            continue  # nothing left to ask of the answer
-        if len(first) >= len(query.strip()) or not first:
-            continue
-        return first, second
-    return None
-
-
-def covers(query: str, first: str, second: str) -> bool:
-    """LLM-free coverage verification: the two sides keep every content word and named
-    constraint of ``query`` and the dependent side refers to the independent one (#1)."""
-    if "#1" not in second or not first.strip():
-        return False
-    both = set(_words(first + " " + second.replace("#1", " ")))
-    need = {w for w in _words(query) if w not in _QSTOP}
-    cons_text = canonical_entity(first + " " + second)
-    return need <= both and all(c in cons_text for c in _constraints(query))
-
-
 @dataclass
 class HiQNode:
     """One node of the query tree."""
@@ -431,16 +359,18 @@ class HiQ:
     """Hierarchical evidence-guided query refinement (see the module docstring).
 
     ``max_depth``: the depth budget (the root has depth 0); ``k_node``: passages each node
-    retrieves; ``k_check`` and ``coverage``: the LLM-free resolution test.  With ``llm`` (an
-    :class:`~evireform.llm.LLMClient`) the reader resolves nodes and the LLM splits and
-    verifies (LLM-free fallbacks on any failure, recorded in the trace's role events).
+    retrieves; ``k_check`` and ``coverage``: the LLM-free resolution test.  ``splitter``
+    splits and verifies (default :class:`~evireform.roles.HeuristicSplitter`), ``reader``
+    resolves nodes (default: the LLM-free test).  ``llm`` (an
+    :class:`~evireform.llm.LLMClient`) is a shortcut for the LLM reader and splitter
+    (LLM-free fallbacks on any failure, recorded in the trace's role events).
     """
 
     name = "hiq"
 
     def __init__(self, index, embedder=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
-                 llm=None, backend: str = "auto"):
+                 llm=None, splitter=None, reader=None, backend: str = "auto"):
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
             raise ValueError(f"max_depth must be an integer >= 0; got {max_depth!r}")
         if not 0.0 <= float(coverage) <= 1.0:
@@ -449,10 +379,11 @@ class HiQ:
         self.index, self.embedder, self.max_depth = index, embedder, max_depth
         self.k_node, self.k_check, self.coverage = k_node, k_check, float(coverage)
         self.bridges = BridgeReformulator()
-        self.reader = self.splitter = None
         if llm is not None:
             from .llm import LLMReader, LLMSplitter
-            self.reader, self.splitter = LLMReader(llm), LLMSplitter(llm)
+            reader, splitter = reader or LLMReader(llm), splitter or LLMSplitter(llm)
+        self.reader = reader
+        self.splitter = splitter or HeuristicSplitter()
 
     def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
         return self.retrieve_many([question], k)[0]
@@ -493,14 +424,15 @@ class HiQ:
         return b[0][1] if b else None
 
     def _split(self, query: str, events: list) -> tuple[str, str] | None:
-        if self.splitter is not None:
-            parts = self.splitter.split(query)
-            events.extend(parts.events())
-            if parts and self.splitter.verify(query, *parts[0]):
-                return parts[0]
-            if parts:
-                events.append("hiq:verify:rejected")
-        parts = split_query(query)
+        parts = self.splitter.split(query)
+        events.extend(parts.events() if isinstance(parts, RoleResult) else [])
+        if parts and self.splitter.verify(query, *parts[0]):
+            return parts[0]
+        if isinstance(self.splitter, HeuristicSplitter):
+            return None
+        if parts:
+            events.append("hiq:verify:rejected")
+        parts = split_query(query)  # the LLM's split failed or was rejected
         if parts and covers(query, *parts):
             return parts
         return None

@@ -65,7 +65,6 @@ def test_check_fails_on_a_floor_with_no_declared_label():
 def test_a_case_writing_an_undeclared_label_is_refused(monkeypatch):
     import pytest
     from evireform.bench import harness
-    harness._load_cases()
 
     @harness.case("limit/declared")
     def case_limit(inp, out):  # replaces the real 'limit' case for this test

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from evireform import EviReform
-from evireform.build import (concat_batches, embed_batch, extract_batch, passage_batch,
-                             reduce_batches)
+from evireform.build import concat_batches, embed_batch, extract_batch, passage_batch
 from evireform.corpus import load_corpus
 from evireform.embed import HashingEmbedder, get_embedder
 from evireform.extract import HeuristicExtractor
 from evireform.index import PropositionIndex, arrays_equal
-from evireform.shards import Shard, ShardedSearcher, merge_topk, shard_bounds
+from evireform.search import merge_topk
+from evireform.shards import Shard, ShardedSearcher, shard_bounds
 from evireform.types import Passage, Proposition
 
 
@@ -38,8 +38,7 @@ def test_steps_in_any_cut_and_order_give_the_local_build(rng):
     batches = [embed_batch(extract_batch(passage_batch(ps[lo:hi], lo), HeuristicExtractor()),
                            e) for lo, hi in bounds]
     rng.shuffle(batches)
-    again = reduce_batches(ps, batches, e.name, e.dim,
-                           meta=local.meta)
+    again = PropositionIndex.from_batches(ps, batches, e.name, e.dim, meta=local.meta)
     assert arrays_equal(local, again)
     assert again.prop_texts == local.prop_texts
 

@@ -1,7 +1,6 @@
 """Loaders, the paper's metrics (checked by hand), and the eval / query / demo commands."""
 import json
 
-import numpy as np
 import pytest
 
 from evireform import Passage

@@ -1,6 +1,5 @@
 """Index construction, search, persistence and bad input."""
 import json
-import os
 import threading
 
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 import evireform
 import evireform.store
 from evireform import IndexFormatError, Passage, Proposition, PropositionIndex
-from evireform.embed import HashingEmbedder, normalise_rows
+from evireform.embed import HashingEmbedder
 from evireform.index import arrays_equal
 from evireform.kernels import config as kconfig
 

@@ -26,3 +26,69 @@ def test_packages_import_from_anywhere(tmp_path):
                         "evireform.bench; print(evireform.EviReform.__name__)"],
                        cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "EviReform", r.stderr
+
+
+def _import_graph():
+    """module -> modules it imports (module level and inside functions), over the package as
+    it is laid out on disk (evireform/ and kernels/ as evireform.kernels).  An import of a
+    package's own submodule points at the submodule; a module's ancestor packages are left
+    out (Python runs them before the module, so they cannot close a circle)."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    mods = {}
+    for base, pkg in ((root / "evireform", "evireform"), (root / "kernels", "evireform.kernels")):
+        for f in base.rglob("*.py"):
+            parts = [p for p in f.relative_to(base).with_suffix("").parts if p != "__init__"]
+            mods[".".join([pkg, *parts])] = f
+    graph = {m: set() for m in mods}
+    for m, f in mods.items():
+        here = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = here[:len(here) - node.level + 1] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else []))
+                subs = [f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in mods]
+                targets = subs if len(subs) == len(node.names) else subs + [name]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != m and not m.startswith(t + "."):
+                    graph[m].add(t)
+    return graph
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Every back edge of a depth-first walk, as the circle it closes."""
+    found, state = [], {}
+
+    def visit(m, path):
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                found.append(path[path.index(t):] + [t])
+            elif t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return found
+
+
+def test_no_import_cycles():
+    graph = _import_graph()
+    assert "evireform.index" in graph and "evireform.kernels._cpu" in graph
+    cycles = _cycles(graph)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The finder itself: a planted circle between two modules is reported."""
+    graph = _import_graph()
+    graph["evireform.search"].add("evireform.index")  # index imports search
+    assert any("evireform.search" in c and "evireform.index" in c for c in _cycles(graph))

@@ -1,7 +1,6 @@
 """LLM roles against a real HTTP server on 127.0.0.1, through the real openai client."""
 import json
 
-import numpy as np
 import pytest
 
 pytest.importorskip("openai")

@@ -7,7 +7,6 @@ from evireform.evaluation.data import Question
 from evireform.evaluation.runner import bootstrap_vs_strongest
 from evireform.evaluation.stats import paired_bootstrap, seed_offset
 
-from helpers import unit_rows
 
 
 def test_bootstrap_constant_difference():

@@ -3,14 +3,102 @@
 * :mod:`.harness` - timing (:func:`times`), machine facts, the case registry, the table and
   the floors that ``--check`` enforces (:data:`FLOORS`);
 * :mod:`.cases` - the cases, each declaring the labels it produces;
-* :mod:`.synthetic` - synthetic graphs, passage maps and clustered embeddings.
+* :mod:`.synthetic` - synthetic graphs, passage maps and clustered embeddings;
+* this package - :func:`run` and :func:`check`, above the cases (the harness imports none of
+  them).
 
 Every case reports the median wall time of ours and of the peer (after a warm-up call that
 keeps JIT compilation out), ``speedup = peer_s / ours_s`` and ``agree``.  ``--quick`` shrinks
 the sizes so the whole run takes about a minute (CI runs it so the suite cannot rot).
 """
-from .harness import (CASES, FLOORS, Case, case, check, declared_labels, machine, median_time,
-                      run, table, times)
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from . import cases, gpu_cases  # noqa: F401  (importing them registers every case)
+from .harness import CASES, FLOORS, Case, case, machine, median_time, table, times
 
 __all__ = ["CASES", "FLOORS", "Case", "case", "check", "declared_labels", "machine",
            "median_time", "run", "table", "times"]
+
+
+def declared_labels() -> set[str]:
+    """Every label a registered case may write."""
+    return {label for c in CASES.values() for label in c.labels}
+
+
+def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cpu",
+        namespace=None, time_budget: float | None = None) -> dict:
+    """Run the cases of ``backend`` (all, or the groups named in ``only``) and return the
+    report.  ``backend="gpu"`` needs CuPy and a device, unless ``namespace`` is given (the
+    tests run the GPU cases on numpy at tiny sizes).  With ``time_budget`` (seconds), cases
+    that would start after it are skipped and listed in the report's ``skipped``."""
+    if backend not in ("cpu", "gpu"):
+        raise ValueError(f"backend must be 'cpu' or 'gpu'; got {backend!r}")
+    mine = {g: c for g, c in CASES.items() if c.backend == backend}
+    unknown = sorted(set(only or ()) - set(mine))
+    if unknown:
+        raise ValueError(f"unknown {backend} bench case(s) {unknown}; choose from "
+                         f"{sorted(mine)}")
+    if backend == "gpu":
+        from ..kernels import _gpu
+        ns = namespace or _gpu.gpu_namespace()
+        inp = gpu_cases.GpuInputs(quick, ns, log, tiny=namespace is not None and not ns.on_device)
+    else:
+        inp = cases.Inputs(quick, Path(data) if data else None, log)
+    rows: dict = {}
+    skipped: list = []
+    t_run = time.perf_counter()
+    for group, c in mine.items():
+        if only and group not in only:
+            continue
+        if time_budget is not None and time.perf_counter() - t_run > time_budget:
+            skipped.append(group)
+            log(f"  {group} skipped: the time budget of {time_budget:.0f}s is spent")
+            continue
+        t = time.perf_counter()
+        out: dict = {}
+        c.fn(inp, out)
+        undeclared = sorted(set(out) - set(c.labels))
+        if undeclared:
+            raise RuntimeError(f"bench case {group!r} produced undeclared label(s) "
+                               f"{undeclared}; add them to its @case(...)")
+        rows.update(out)
+        log(f"  {group} done in {time.perf_counter() - t:.1f}s")
+    report = {"machine": machine(), "quick": quick, "backend": backend, "cases": rows,
+              "skipped": skipped}
+    if backend == "gpu":
+        report["machine"]["device"] = _device_name(inp.ns)
+    return report
+
+
+def _device_name(ns) -> str:
+    if not ns.on_device:
+        return f"none ({ns.name} namespace on the CPU)"
+    try:
+        props = ns.xp.cuda.runtime.getDeviceProperties(0)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception as exc:  # pragma: no cover - depends on the driver
+        return f"unknown ({exc})"
+
+
+def check(report: dict, floors: dict | None = None) -> list[str]:
+    """Floors that a measured speedup falls under, floors that name no declared case label
+    (a renamed label would otherwise switch its guard off), and pairs that disagree.  A floor
+    whose declared case did not run (full-size cases in quick mode) is not checked."""
+    floors = FLOORS if floors is None else floors
+    known = declared_labels()
+    bad = []
+    for name, floor in floors.items():
+        if name not in known:
+            bad.append(f"{name}: the floor names no declared bench case label")
+            continue
+        c = report["cases"].get(name)
+        if c is not None and c["speedup"] is not None and c["speedup"] < floor:
+            bad.append(f"{name}: speedup {c['speedup']:.2f} < floor {floor}")
+    for name, c in report["cases"].items():
+        if not c["agree"]:
+            bad.append(f"{name}: ours and the peer disagree")
+    return bad

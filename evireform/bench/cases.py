@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from .. import kernels as K
 from ..kernels import reference as R
 from .harness import case, median_time, times
+from .synthetic import GivenReformulator
 
 
 def _dense(M, ids, vals):
@@ -359,18 +360,6 @@ def _ppr_peer(idx, seeds, damping=0.5):
     return run
 
 
-class _GivenReformulator:
-    """The reformulator's outputs, recorded beforehand (the LLM's part is not timed)."""
-
-    name = "given"
-
-    def __init__(self, by_question):
-        self.by_question = by_question
-
-    def reformulate(self, question, observed, max_queries):
-        return self.by_question.get(question, [])
-
-
 def core_questions(idx, qs, H_q, queries, vecs):
     """A callable that runs the questions through Algorithm 1 minus the embedder and the
     reformulator: their outputs are given (``queries``: residual queries per question,
@@ -378,7 +367,7 @@ def core_questions(idx, qs, H_q, queries, vecs):
     from ..retriever import EviReform, EviReformConfig
     given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
                            else np.zeros((0, idx.dim), np.float32))
-    retr = EviReform(idx, EviReformConfig(), reformulator=_GivenReformulator(queries))
+    retr = EviReform(idx, EviReformConfig(), reformulator=GivenReformulator(queries))
     return lambda: [retr.retrieve_embedded(q, h, 20, residual_embed=given)
                     for q, h in zip(qs, H_q)]
 

@@ -228,7 +228,7 @@ def case_gpu_retrieve(inp, out):
     from ..index import PropositionIndex
     from ..retriever import EviReform, EviReformConfig
     from ..types import Passage
-    from .cases import _GivenReformulator
+    from .synthetic import GivenReformulator
     ns = inp.ns
     for M in inp.sizes:
         g, pm, di = inp.graph(M)
@@ -250,9 +250,9 @@ def case_gpu_retrieve(inp, out):
         embed = _TableEmbedder(table, H.shape[1])
         cfg = EviReformConfig()
         dev = idx.to_device(ns.name)
-        gpu_r = EviReform(idx, cfg, embedder=embed, reformulator=_GivenReformulator(queries),
+        gpu_r = EviReform(idx, cfg, embedder=embed, reformulator=GivenReformulator(queries),
                           backend=dev)
-        cpu_r = EviReform(idx, cfg, embedder=embed, reformulator=_GivenReformulator(queries))
+        cpu_r = EviReform(idx, cfg, embedder=embed, reformulator=GivenReformulator(queries))
         n_cpu = min(nq, 16)
         t_g = inp.timed(lambda: gpu_r.retrieve_many(qs, 20), 2) / nq
         t_c = inp.timed(lambda: cpu_r.retrieve_many(qs[:n_cpu], 20), 1) / n_cpu

@@ -108,7 +108,7 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
     """Load the index at ``path`` (memory-mapped, verified) and time Algorithm 1 per question."""
     from ..index import PropositionIndex
     from ..retriever import EviReform, EviReformConfig
-    from .cases import _GivenReformulator
+    from .synthetic import GivenReformulator
     with _AnonPeak() as anon:
         t0 = time.perf_counter()
         idx = PropositionIndex.load(path, mmap=True)
@@ -124,7 +124,7 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
                 enumerate(x for v in queries.values() for x in v)}
         given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
                                else np.zeros((0, DIM), np.float32))
-        retr = EviReform(idx, EviReformConfig(), reformulator=_GivenReformulator(queries))
+        retr = EviReform(idx, EviReformConfig(), reformulator=GivenReformulator(queries))
         search = idx.search_batch
         spent = [0.0]
 

@@ -1,0 +1,93 @@
+"""Proposition search below the index and the shards: query checks, the one HNSW builder,
+HNSW search re-scored exactly, and the exact merge of partial top-k lists.
+
+Everything here works on plain arrays (embeddings, queries, an hnswlib graph), so the index
+(:mod:`evireform.index`), the shards (:mod:`evireform.shards`) and the distributed searcher
+share one implementation without importing each other.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import positive_int
+from .kernels import config as kconfig, cosine_scores
+
+__all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge_topk"]
+
+
+def check_queries(Q, k, dim: int):
+    """``(Q as contiguous float32 (batch, dim), k as int)``, or ``ValueError``."""
+    Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
+    if Q.ndim != 2 or Q.shape[1] != dim:
+        raise ValueError(f"queries must have shape (batch, {dim}); got {Q.shape}")
+    return Q, positive_int(k, "k")
+
+
+def build_hnsw(embeddings, *, M: int | None = None, ef_construction: int | None = None,
+               ef: int | None = None, threads: int | None = None):
+    """An hnswlib inner-product graph over the rows of ``embeddings`` (labels = rows), with
+    the parameters of :mod:`evireform.kernels.config` unless given."""
+    import hnswlib
+    n, dim = int(embeddings.shape[0]), int(embeddings.shape[1])
+    h = hnswlib.Index(space="ip", dim=dim)
+    h.init_index(max_elements=max(n, 1), M=M or kconfig.HNSW_M,
+                 ef_construction=ef_construction or kconfig.HNSW_EF_CONSTRUCTION,
+                 random_seed=kconfig.HNSW_SEED)
+    if n:
+        h.add_items(np.asarray(embeddings), np.arange(n),
+                    num_threads=threads or kconfig.HNSW_BUILD_THREADS)
+    h.set_ef(ef or kconfig.HNSW_EF_SEARCH)
+    return h
+
+
+def copy_hnsw(h):
+    """An independent copy of an hnswlib index (hnswlib indexes pickle)."""
+    import pickle
+    return pickle.loads(pickle.dumps(h))
+
+
+def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None):
+    """HNSW candidates of ``h`` over ``embeddings``, re-scored with the exact kernel so that
+    scores and tie order match exact search: ``(ids, scores)`` of shape
+    (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
+    HNSW labels to rows (after deletions); None when labels are rows."""
+    Q, k = check_queries(Q, k, int(embeddings.shape[1]))
+    kk = min(k, int(embeddings.shape[0]))
+    out_i = np.full((len(Q), kk), -1, np.int64)
+    out_s = np.zeros((len(Q), kk), np.float32)
+    if kk == 0 or len(Q) == 0:
+        return out_i, out_s
+    labels, _ = h.knn_query(Q, k=kk, num_threads=1)
+    labels = labels.astype(np.int64)
+    if label_ids is not None:
+        labels = label_ids[labels]
+    for b in range(len(Q)):
+        lab = labels[b][labels[b] >= 0]
+        sc = cosine_scores(embeddings[lab], Q[b:b + 1])[0]
+        keep = sc > 0
+        ids, sc = lab[keep], sc[keep]
+        o = np.lexsort((ids, -sc.astype(np.float64)))
+        out_i[b, :len(o)] = ids[o]
+        out_s[b, :len(o)] = sc[o]
+    return out_i, out_s
+
+
+def merge_topk(parts, k: int, n_queries: int):
+    """Merge per-shard ``(ids, scores)`` pairs (global ids, shape (batch, k_s), padded with
+    -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
+    padded with -1 / 0."""
+    out_i = np.full((n_queries, k), -1, np.int64)
+    out_s = np.zeros((n_queries, k), np.float32)
+    parts = [(np.asarray(i, np.int64), np.asarray(s, np.float32)) for i, s in parts
+             if np.asarray(i).size]
+    if not parts or k == 0:
+        return out_i, out_s
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    sc = np.concatenate([p[1] for p in parts], axis=1)
+    for b in range(n_queries):
+        keep = ids[b] >= 0
+        i, s = ids[b][keep], sc[b][keep]
+        o = np.lexsort((i, -s.astype(np.float64)))[:k]
+        out_i[b, :len(o)] = i[o]
+        out_s[b, :len(o)] = s[o]
+    return out_i, out_s
