@@ -19,19 +19,19 @@ def as_list(items, what: str) -> list:
         raise TypeError(f"{what} must be a list; got {type(items).__name__}") from None
 
 
+def int_at_least(value, low: int, what: str) -> int:
+    """``value`` as an int >= ``low``.  Booleans, floats (even 2.0) and strings are refused:
+    ``k=2.5`` is not silently 2, ``k=True`` is not 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        kind = {1: "a positive integer", 0: "a non-negative integer"}.get(
+            low, f"an integer >= {low}")
+        raise ValueError(f"{what} must be {kind}; got {value!r:.60}")
+    return int(value)
+
+
 def positive_int(value, what: str) -> int:
-    """``value`` as an int >= 1; booleans, non-integral numbers and strings are refused
-    (``k=2.5`` is not silently 2, ``k=True`` is not 1)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) \
-                and float(value).is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{what} must be a positive integer; got {value!r:.60}")
-    value = int(value)
-    if value < 1:
-        raise ValueError(f"{what} must be a positive integer; got {value}")
-    return value
+    """``value`` as an int >= 1 (:func:`int_at_least`)."""
+    return int_at_least(value, 1, what)
 
 
 def loads(text, where: str = "input"):

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._checks import positive_int
 from .build import embed_batch, extract_batch
 from .embed import embedder_from_spec, spec_of
 from .search import check_queries, merge_topk
@@ -211,8 +212,7 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
     local = embedder_from_spec(spec, allow_remote=True)
     for name, v in (("passages_per_batch", passages_per_batch),
                     ("embed_batch_size", embed_batch_size), ("concurrency", concurrency)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+        positive_int(v, name)
     ext_name = _check_extractor(extractor)
     cpus = os.cpu_count() or 1
     if ray_address is None and num_cpus is None and not num_gpus and concurrency > cpus:

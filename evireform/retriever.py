@@ -26,8 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import kernels as K
+from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
+from .engine import make_engine, pack_seeds
 from .explain import EvidenceGraph, evireform_edges
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
@@ -73,10 +74,7 @@ class EviReformConfig:
         # at retrieval.  Counts larger than the index are fine: they are clipped to it.
         for name in ("n_candidates", "max_selected", "max_residual", "k_residual", "rounds"):
             v = getattr(self, name)
-            low = 0 if name == "max_residual" else 1
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-                kind = "a non-negative" if low == 0 else "a positive"
-                raise ValueError(f"{name} must be {kind} integer; got {v!r}")
+            int_at_least(v, 0 if name == "max_residual" else 1, name)
             object.__setattr__(self, name, int(v))
         if self.rounds > 3:
             raise ValueError(f"rounds must be 1, 2 or 3; got {self.rounds}")
@@ -207,17 +205,17 @@ class EviReform:
     def __init__(self, index: PropositionIndex, config: EviReformConfig | None = None, *,
                  embedder: Embedder | None = None, selector: Selector | None = None,
                  reformulator: Reformulator | None = None, controller: Controller | None = None,
-                 backend: str = "auto", max_workers: int = 1, searcher=None):
+                 backend: str = "auto", max_workers: int = 1, searcher=None, engine=None):
         self.index = index
-        #: proposition search over shards (:class:`evireform.shards.ShardedSearcher` or
-        #: :class:`evireform.distributed.RayShardedSearcher`); None: the index's own search
-        if searcher is not None:
-            if not callable(getattr(searcher, "search_batch", None)):
-                raise TypeError(f"searcher {type(searcher).__name__} has no search_batch()")
-            if getattr(searcher, "n_props", index.n_props) != index.n_props:
-                raise ValueError(f"the searcher covers {searcher.n_props} propositions, the "
-                                 f"index {index.n_props}")
-        self.searcher = searcher
+        #: where search, propagation and readout run (:mod:`evireform.engine`): ``engine``,
+        #: or the one :func:`~evireform.engine.make_engine` picks for ``backend`` (``"auto"``,
+        #: ``"cpu"``, ``"gpu"`` or a ``DeviceIndex``) and ``searcher`` (sharded search:
+        #: :class:`evireform.shards.ShardedSearcher`,
+        #: :class:`evireform.distributed.RayShardedSearcher`); the roles stay on the host
+        if engine is not None and (searcher is not None or backend != "auto"):
+            raise ValueError("give engine=, or backend= / searcher=, not both")
+        self.engine = engine if engine is not None else make_engine(index, backend,
+                                                                    searcher=searcher)
         self.config = config or EviReformConfig()
         if embedder is not None:
             check_embedder(index, embedder)
@@ -231,26 +229,10 @@ class EviReform:
                 raise TypeError(f"{type(role).__name__} has no {want}() method; implement "
                                 "the role's protocol (evireform.roles), or subclass it to "
                                 "inherit the optional methods")
-        #: ``backend="gpu"`` (or a DeviceIndex from ``index.to_device(...)``): search,
-        #: propagation and readout run on the device in batches; roles stay on the host
-        self.device = None
-        if backend == "gpu":
-            self.device = index.to_device()
-            backend = "cpu"
-        elif not isinstance(backend, str):
-            if not hasattr(backend, "rank_batch"):
-                raise ValueError(f"backend must be 'auto', 'cpu', 'gpu' or a DeviceIndex; got "
-                                 f"{backend!r}")
-            self.device, backend = backend, "cpu"
-        elif backend not in K.BACKENDS:
-            raise ValueError(f"backend must be one of {K.BACKENDS}; got {backend!r}")
-        self.backend = backend
         #: role calls (selection, reformulation, the controller) in flight at once across the
         #: questions of retrieve_many; results are merged in input order, so runs are
         #: deterministic.  Raise it for LLM roles; the LLM-free roles gain nothing.
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-            raise ValueError(f"max_workers must be a positive integer; got {max_workers!r}")
-        self.max_workers = max_workers
+        self.max_workers = positive_int(max_workers, "max_workers")
 
     # ------------------------------------------------------------------ helpers
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -267,9 +249,7 @@ class EviReform:
 
     def _check_k(self, k) -> int:
         """A positive integer, clipped to the number of passages (so a huge k costs nothing)."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ValueError(f"k must be a positive integer; got {k!r}")
-        return max(1, min(int(k), self.index.n_passages))
+        return max(1, min(positive_int(k, "k"), self.index.n_passages))
 
     def _select(self, question, cand: SparseSignal, trace) -> SparseSignal:
         """The selector's seed b (Eq. 7), validated (C.1)."""
@@ -369,20 +349,10 @@ class EviReform:
         passage list per state, each passage's score split into its parts."""
         cfg, idx = self.config, self.index
         alpha = cfg.alpha if cfg.propagation else 1.0
-        seeds = [st.seed.s for st in states]
-        indptr = np.zeros(len(seeds) + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum([len(s) for s in seeds])
-        s_ids = np.concatenate([s.ids for s in seeds]).astype(np.int64)
-        s_vals = np.concatenate([s.vals for s in seeds]).astype(np.float64)
-        if self.device is not None:
-            P, S = self.device.rank_batch(indptr, s_ids, s_vals, alpha, k,
-                                          propagation=cfg.propagation)
-        else:
-            if cfg.propagation:
-                indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids, s_vals,
-                                                          alpha, backend=self.backend)
-            P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals, k,
-                                        backend=self.backend)
+        indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
+                                            for st in states])
+        P, S = self.engine.rank_batch(indptr, s_ids, s_vals, alpha, k,
+                                      propagation=cfg.propagation)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
         out = []
         for st, pids, scores in zip(states, P, S):
@@ -456,12 +426,7 @@ class EviReform:
         """Batched proposition search; the kernels score each query alike in any batch.
         ``k`` is clipped to the number of propositions (memory scales with the index)."""
         k = max(1, min(k, self.index.n_props))
-        if self.searcher is not None:
-            ids, scores = self.searcher.search_batch(H, k)
-        elif self.device is not None:
-            ids, scores = self.device.search_batch(H, k)
-        else:
-            ids, scores = self.index.search_batch(H, k)
+        ids, scores = self.engine.search_batch(H, k)
         return ids, scores.astype(np.float64)
 
     def _map(self, fn, items) -> list:

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
+from ._checks import positive_int
 from .entities import canonical_entity
 from .extract import name_spans
 from .types import Passage
@@ -114,8 +115,8 @@ class TopScoreSelector(Selector):
     """
 
     def __init__(self, n: int | None = 4):
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"n must be a positive integer or None; got {n!r}")
+        if n is not None:
+            positive_int(n, "n (or None)")
         self.n = n
         self.name = f"top-score-{n or 'all'}"
 
@@ -191,8 +192,7 @@ class LearnedSelector(Selector):
         self.weights = np.asarray(weights, dtype=np.float64)
         if self.weights.shape != (len(SELECTOR_FEATURES),):
             raise ValueError(f"weights must have {len(SELECTOR_FEATURES)} entries")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive integer; got {n!r}")
+        positive_int(n, "n")
         self.n = n
         self.name = f"learned-{n}"
 

@@ -15,7 +15,7 @@ retriever takes either: ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
-from ._checks import loads as _json_loads
+from ._checks import loads as _json_loads, positive_int
 
 import json
 import os
@@ -39,9 +39,7 @@ SHARDS_VERSION = 1
 def shard_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
     """``n_shards`` contiguous ``[lo, hi)`` row ranges covering ``range(n)``, sizes differing
     by at most one (empty shards when ``n < n_shards``)."""
-    if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) \
-            or n_shards < 1:
-        raise ValueError(f"n_shards must be a positive integer; got {n_shards!r}")
+    positive_int(n_shards, "n_shards")
     cuts = [(n * s) // n_shards for s in range(n_shards + 1)]
     return [(cuts[s], cuts[s + 1]) for s in range(n_shards)]
 

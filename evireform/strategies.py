@@ -46,12 +46,12 @@ from typing import Sequence
 
 import numpy as np
 
-from . import kernels as K
 from .embed import encode_queries
+from .engine import make_engine, pack_seeds
 from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .retriever import RankedPassage, RetrievalResult, check_embedder
-from ._checks import as_list, positive_int
+from ._checks import as_list, int_at_least, positive_int
 from .roles import (MAX_QUERY_CHARS, BridgeReformulator, HeuristicSplitter, RoleResult, _QSTOP,
                     _words, clean_queries, constraints as _constraints, covers, split_query)
 
@@ -63,11 +63,14 @@ __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strateg
 class _PassageSearch:
     """Question -> passage ranking with EviReform's first steps (search, u, readout)."""
 
-    def __init__(self, index, embedder, n_candidates: int = 100, backend: str = "auto"):
+    def __init__(self, index, embedder, n_candidates: int = 100, backend="auto", engine=None):
         if embedder is not None:
             check_embedder(index, embedder)
+        if engine is not None and backend != "auto":
+            raise ValueError("give engine= or backend=, not both")
         self.index, self.embedder = index, embedder
-        self.n_candidates, self.backend = n_candidates, backend
+        self.n_candidates = n_candidates
+        self.engine = engine if engine is not None else make_engine(index, backend)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if self.embedder is None:
@@ -81,7 +84,7 @@ class _PassageSearch:
         idx = self.index
         H = self.embed(texts) if H is None else H
         kc = max(1, min(self.n_candidates, idx.n_props))
-        ids, sc = idx.search_batch(H, kc)
+        ids, sc = self.engine.search_batch(H, kc)
         seeds = []
         for i, s in zip(ids, sc):
             keep = (i >= 0) & (s > 0)
@@ -89,14 +92,10 @@ class _PassageSearch:
             seeds.append((i, s / s.sum() if len(s) else s))
         return self._readout(seeds, k)
 
-    def _readout(self, seeds, k):
-        idx = self.index
-        indptr = np.zeros(len(seeds) + 1, np.int64)
-        indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
-        s_ids = np.concatenate([i for i, _ in seeds]).astype(np.int64)
-        s_vals = np.concatenate([v for _, v in seeds]).astype(np.float64)
-        P, S = K.readout_topk_batch(idx.pmap, indptr, s_ids, s_vals,
-                                    max(1, min(k, idx.n_passages)), backend=self.backend)
+    def _readout(self, seeds, k, alpha: float = 1.0, propagation: bool = False):
+        P, S = self.engine.rank_batch(*pack_seeds(seeds), alpha,
+                                      max(1, min(k, self.index.n_passages)),
+                                      propagation=propagation)
         return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
 
     def neighbours(self, passages: Sequence[int], k: int):
@@ -107,18 +106,7 @@ class _PassageSearch:
         for j in passages:
             props = idx.propositions_of(int(j))
             seeds.append((props, np.full(len(props), 1.0 / max(1, len(props)))))
-        indptr = np.zeros(len(seeds) + 1, np.int64)
-        indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
-        s_ids = np.concatenate([i for i, _ in seeds]) if seeds else np.zeros(0, np.int64)
-        s_vals = np.concatenate([v for _, v in seeds]) if seeds else np.zeros(0)
-        indptr, s_ids, s_vals = K.propagate_batch(idx.graph, indptr, s_ids,
-                                                  s_vals.astype(np.float64), 0.0,
-                                                  backend=self.backend)
-        out = []
-        for b in range(len(seeds)):
-            lo, hi = indptr[b], indptr[b + 1]
-            out.append((s_ids[lo:hi], s_vals[lo:hi]))
-        return self._readout(out, k)
+        return self._readout(seeds, k, alpha=0.0, propagation=True)
 
 
 @dataclass
@@ -205,16 +193,15 @@ class BGR:
     name = "bgr"
 
     def __init__(self, index, embedder=None, *, depth: int = 3, n_candidates: int = 100,
-                 reformulator=None, merge: str = "intersection", backend: str = "auto"):
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth must be a positive integer; got {depth!r}")
+                 reformulator=None, merge: str = "intersection", backend="auto", engine=None):
+        positive_int(depth, "depth")
         if merge not in ("intersection", "union"):
             raise ValueError(f"merge must be 'intersection' (the paper) or 'union'; got "
                              f"{merge!r}")
         #: how the two chains' edges combine: "intersection" (the paper: edges in both
         #: chains) or "union" (every edge of either chain; an option, measured as bgr_union)
         self.merge = merge
-        self.search = _PassageSearch(index, embedder, n_candidates, backend)
+        self.search = _PassageSearch(index, embedder, n_candidates, backend, engine)
         self.index, self.embedder, self.depth = index, embedder, depth
         self.reformulator = reformulator or BridgeReformulator()
 
@@ -370,12 +357,11 @@ class HiQ:
 
     def __init__(self, index, embedder=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
-                 llm=None, splitter=None, reader=None, backend: str = "auto"):
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
-            raise ValueError(f"max_depth must be an integer >= 0; got {max_depth!r}")
+                 llm=None, splitter=None, reader=None, backend="auto", engine=None):
+        int_at_least(max_depth, 0, "max_depth")
         if not 0.0 <= float(coverage) <= 1.0:
             raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
-        self.search = _PassageSearch(index, embedder, n_candidates, backend)
+        self.search = _PassageSearch(index, embedder, n_candidates, backend, engine)
         self.index, self.embedder, self.max_depth = index, embedder, max_depth
         self.k_node, self.k_check, self.coverage = k_node, k_check, float(coverage)
         self.bridges = BridgeReformulator()

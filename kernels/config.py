@@ -42,3 +42,8 @@ DEGREE_EPS = 1e-12
 #: kernels (fewer parallel launches; propagation and readout reuse a per-thread workspace
 #: instead of allocating index-sized scratch per call).  Results are the same either way.
 SMALL_BATCH = 4
+
+#: ``backend="auto"`` (evireform.engine.make_engine) runs on the GPU only for indexes of at
+#: least this many propositions, and only when a CUDA device is usable: below it a question's
+#: transfers and launches cost more than the CPU kernels take.
+GPU_AUTO_MIN_PROPS = 1_000_000

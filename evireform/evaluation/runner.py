@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .._checks import positive_int
 from .baselines import BASELINES, BaselineInputs
 from .data import Question, load_questions
 from .metrics import KS, metrics, per_question
@@ -127,8 +128,8 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     from ..strategies import make_strategy
     from ..roles import TopScoreSelector
 
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"n must be a positive integer (the first n questions); got {n!r}")
+    if n is not None:
+        positive_int(n, "n (the first n questions)")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")

@@ -1,0 +1,77 @@
+"""The engine a retriever runs on (evireform.engine): chosen once, the same results wherever
+it runs, and BGR / Hi-Q get every engine too."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from evireform import BGR, EviReform, HiQ, PropositionIndex
+from evireform.embed import HashingEmbedder
+from evireform.engine import CpuEngine, make_engine
+from evireform.kernels import BackendUnavailable
+
+EMB = HashingEmbedder(32)
+NAMES = ["Alice Smith", "Bob Jones", "Carol King", "Paris", "Rome", "Orvel Society", "Zeta"]
+
+
+@pytest.fixture(scope="module")
+def idx():
+    ps = [{"title": NAMES[i % 7], "text": f"{NAMES[i % 7]} met {NAMES[(i * 3 + 1) % 7]} in "
+           f"{1900 + i}. {NAMES[(i + 2) % 7]} founded {NAMES[(i * 5 + 3) % 7]}."}
+          for i in range(30)]
+    return PropositionIndex.build(ps, EMB, show_progress=False)
+
+
+QS = ["Who did Alice Smith meet?", "Who founded the Orvel Society?", "Where did Carol King go?"]
+
+
+def test_make_engine_picks_once(idx, monkeypatch):
+    assert isinstance(make_engine(idx, "cpu"), CpuEngine)
+    assert isinstance(make_engine(idx, "auto"), CpuEngine)  # small index: never the GPU
+    dev = idx.to_device("numpy")
+    assert make_engine(idx, dev) is dev
+    with pytest.raises(ValueError, match="engine"):
+        make_engine(idx, object())
+    with pytest.raises(ValueError, match="backend must be one of"):
+        make_engine(idx, "tpu")
+    import evireform.engine as E
+    if not E.gpu_usable():
+        with pytest.raises(BackendUnavailable):
+            make_engine(idx, "gpu")
+    # the documented auto rule: big enough and a usable device -> the device engine
+    monkeypatch.setattr(E.K.config, "GPU_AUTO_MIN_PROPS", idx.n_props)
+    monkeypatch.setattr(E, "gpu_usable", lambda: True)
+    monkeypatch.setattr(type(idx), "to_device", lambda self: dev)
+    assert make_engine(idx, "auto") is dev
+    assert isinstance(make_engine(idx, "auto", searcher=CpuEngine(idx)), CpuEngine)
+    with pytest.raises(ValueError, match="not both"):
+        EviReform(idx, embedder=EMB, engine=dev, backend="cpu")
+
+
+def test_auto_on_a_small_index_does_not_import_cupy(idx, tmp_path):
+    idx.save(tmp_path / "ix")
+    code = ("import sys; from evireform import EviReform, PropositionIndex\n"
+            "from evireform.embed import HashingEmbedder\n"
+            f"i = PropositionIndex.load({str(tmp_path / 'ix')!r})\n"
+            "EviReform(i, embedder=HashingEmbedder(32)).retrieve('Who met Rome?')\n"
+            "print('cupy' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+@pytest.mark.parametrize("make", [
+    lambda i: BGR(i, EMB, engine=i.to_device("numpy")),
+    lambda i: BGR(i, EMB, merge="union", engine=i.to_device("numpy")),
+    lambda i: HiQ(i, EMB, engine=i.to_device("numpy")),
+    lambda i: EviReform(i, embedder=EMB, engine=i.to_device("numpy"))])
+def test_every_retriever_gives_the_same_ranking_on_every_engine(idx, make):
+    on_device = make(idx)
+    on_cpu = type(on_device)(idx, EMB) if not isinstance(on_device, EviReform) else \
+        EviReform(idx, embedder=EMB)
+    if isinstance(on_device, BGR):
+        on_cpu = BGR(idx, EMB, merge=on_device.merge)
+    for a, b in zip(on_device.retrieve_many(QS, 5), on_cpu.retrieve_many(QS, 5)):
+        assert a.ids == b.ids
+        np.testing.assert_allclose([p.score for p in a.passages],
+                                   [p.score for p in b.passages], rtol=1e-6, atol=1e-12)
