@@ -5,7 +5,16 @@ The library core is importable from here; the experiments live in
 :mod:`evireform.evaluation` and :mod:`evireform.bench`, which the core never imports.
 """
 
-__version__ = "0.1.0"
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml is the one place it is written)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("evireform")
+    except PackageNotFoundError:  # imported from a source tree that is not installed
+        return "0+unknown"
+
+
+__version__ = _version()
 
 from .types import Passage, Proposition  # noqa: E402
 from .store import IndexFormatError, UnsafeTargetError  # noqa: E402

@@ -1,4 +1,4 @@
-"""What the load-time validation of an index costs (issue 11's closing figure).
+"""What the load-time validation of an index costs.
 
 Usage: ``python scripts/load_cost.py INDEX_DIR [--repeat 7] [--hnsw]``
 

@@ -1,5 +1,5 @@
 """Peak memory of normalising 1M x 384 float32 embeddings, as PropositionIndex does when it
-is built (issue 13, item 5).  Usage: ``python scripts/normalise_memory.py [ROWS] [DIM]``.
+is built.  Usage: ``python scripts/normalise_memory.py [ROWS] [DIM]``.
 Prints the traced peak (tracemalloc; numpy reports its allocations there) beyond the input."""
 import sys
 import time

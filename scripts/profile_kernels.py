@@ -1,4 +1,4 @@
-"""Where the time goes in the three cases that miss a target of the benchmarks issue.
+"""Where the time goes in the three kernel cases that miss their targets.
 
 Run: ``.venv/bin/python scripts/profile_kernels.py [--data ../shared/data]`` (about a minute).
 Prints, for each case, the cost split into its parts, each part timed on its own:

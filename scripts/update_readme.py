@@ -1,8 +1,9 @@
-"""Regenerate the README's results from the commands that make them.
+"""Regenerate the documentation's results from the commands that make them.
 
-Each block between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` in README.md is replaced
-by the output of its command below, so every figure in those blocks comes from a rerunnable
-command.  Usage: ``python scripts/update_readme.py [name ...]`` (default: all blocks).
+Each block between ``<!-- BEGIN name -->`` and ``<!-- END name -->`` in README.md or a page of
+docs/ is replaced by the output of its command below, so every figure in those blocks comes
+from a rerunnable command.  Usage: ``python scripts/update_readme.py [name ...]`` (default:
+all blocks).
 """
 import subprocess
 import sys
@@ -40,21 +41,27 @@ for _ds in ("hotpotqa", "musique"):
                                     "--markdown", "--quiet"]
 
 
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def main(names):
-    readme = (ROOT / "README.md").read_text()
+    texts = {p: p.read_text() for p in _pages()}
     for name in names or BLOCKS:
         begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-        if begin not in readme:
-            print(f"skip {name}: no marker in README.md")
+        page = next((p for p, t in texts.items() if begin in t), None)
+        if page is None:
+            print(f"skip {name}: no marker in README.md or docs/")
             continue
-        print(f"running {name}: {' '.join(BLOCKS[name][2:])}", flush=True)
+        print(f"running {name} ({page.relative_to(ROOT)}): {' '.join(BLOCKS[name][2:])}",
+              flush=True)
         out = subprocess.run(BLOCKS[name], cwd=ROOT, capture_output=True, text=True, check=True)
         body = "\n".join(l for l in out.stdout.splitlines() if not l.startswith("wrote "))
         cmd = "evireform " + " ".join(BLOCKS[name][3:])
-        a, rest = readme.split(begin, 1)
+        a, rest = texts[page].split(begin, 1)
         _, b = rest.split(end, 1)
-        readme = f"{a}{begin}\n`{cmd}`\n\n{body.strip()}\n{end}{b}"
-    (ROOT / "README.md").write_text(readme)
+        texts[page] = f"{a}{begin}\n`{cmd}`\n\n{body.strip()}\n{end}{b}"
+        page.write_text(texts[page])
 
 
 if __name__ == "__main__":

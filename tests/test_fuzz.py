@@ -1,4 +1,4 @@
-"""Hostile input and faults (issue 11): each case asserts a clear error or a bounded result.
+"""Hostile input and faults: each case asserts a clear error or a bounded result.
 
 Crafted index files have their manifest entry fixed (size and sha256 recomputed), so the
 checksum alone cannot catch them: the loader's value checks must.

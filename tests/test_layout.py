@@ -1,6 +1,7 @@
 """The library core never imports the experiments (evaluation, bench)."""
 import subprocess
 import sys
+from pathlib import Path
 
 CORE = ["evireform", "evireform.index", "evireform.store", "evireform.retriever",
         "evireform.roles", "evireform.llm", "evireform.embed", "evireform.extract",
@@ -92,3 +93,26 @@ def test_the_cycle_finder_finds_a_cycle():
     graph = _import_graph()
     graph["evireform.search"].add("evireform.index")  # index imports search
     assert any("evireform.search" in c and "evireform.index" in c for c in _cycles(graph))
+
+
+def test_readme_is_a_door_and_its_python_example_runs(tmp_path):
+    """The README stays short, links pages that exist, and its Python example works."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (root / link).is_file(), link
+    code = re.search(r"## In Python\n\n```python\n(.*?)```", text, re.S).group(1)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "Orvel Society" in r.stdout, r.stderr[-2000:]
+
+
+def test_the_version_is_written_once():
+    import evireform
+    from importlib.metadata import version
+    assert evireform.__version__ == version("evireform")
+    src = (Path(__file__).resolve().parents[1] / "evireform" / "__init__.py").read_text()
+    assert '__version__ = "' not in src
