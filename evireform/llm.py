@@ -1,4 +1,4 @@
-"""LLM roles through any OpenAI-compatible endpoint (first part of the LLM issue).
+"""LLM roles through any OpenAI-compatible endpoint.
 
 :class:`LLMClient` wraps ``openai.OpenAI(base_url=..., api_key=..., timeout=...,
 max_retries=...)`` (the openai client retries 429, 5xx, connection errors and timeouts with

@@ -280,7 +280,7 @@ class _TableEmbedder:
             np.zeros((0, self.dim), np.float32)
 
 
-#: the GPU issue's targets on an H200: (label prefix, field, threshold, what)
+#: the GPU targets on an H200: (label prefix, field, threshold, what)
 TARGETS = [
     ("gpu_cosine_topk/10M b1024 vs numba", "fraction_of_copy", 0.5,
      "batched exact top-k (1,024 queries over 10M x 384) at >= 50% of copy bandwidth"),
