@@ -18,9 +18,6 @@ from __future__ import annotations
 from ._checks import loads as _json_loads, positive_int
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,19 +136,21 @@ class ShardedSearcher:
 def save_shards(shards, path, *, overwrite: bool = False) -> Path:
     """Write the shard layout and each shard's HNSW graph to the directory ``path``
     (``shards.json`` + ``shard-<s>.hnsw``; the embeddings stay in the index).  Written to a
-    temporary directory and renamed into place; an existing ``path`` is refused unless
+    temporary directory and swapped in atomically under the parent's lock
+    (:func:`evireform.store.write_dir_atomically`); an existing ``path`` is refused unless
     ``overwrite`` and it is a shard directory."""
+    from .store import file_sha256, write_dir_atomically
     path = Path(path)
-    if path.exists():
-        if not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-        if not (path / "shards.json").is_file():
-            raise FileExistsError(f"{path} is not a shard directory (no shards.json); "
-                                  "refusing to replace it")
-    from .store import file_sha256
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+
+    def check():
+        if path.exists():
+            if not overwrite:
+                raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+            if not (path / "shards.json").is_file():
+                raise FileExistsError(f"{path} is not a shard directory (no shards.json); "
+                                      "refusing to replace it")
+
+    def write(tmp: Path):
         entries = []
         for n, sh in enumerate(shards):
             e = {"lo": int(sh.offset), "hi": int(sh.offset + len(sh.embeddings)), "hnsw": None}
@@ -164,17 +163,10 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
         (tmp / "shards.json").write_text(json.dumps(
             {"format": SHARDS_FORMAT, "version": SHARDS_VERSION, "dim": dim,
              "n_props": entries[-1]["hi"] if entries else 0, "shards": entries}, indent=1))
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path.resolve()
+
+    check()
+    return write_dir_atomically(path, write, check=check,
+                                looks_like=lambda d: (d / "shards.json").is_file()).resolve()
 
 
 def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:

@@ -202,15 +202,18 @@ def _looks_like_index(path: Path) -> bool:
     return isinstance(man, dict) and man.get("format") == FORMAT
 
 
-def recover(path) -> bool:
-    """Put the previous index back at ``path`` when a save was killed between its two renames
-    (the target missing, the previous index parked in ``.NAME.old-*``).  Returns True if it did.
-    Call it with the parent's lock held, or accept a race with a concurrent save."""
+def recover(path, looks_like=None) -> bool:
+    """Put the previous directory back at ``path`` when a save was killed between its two
+    renames (the target missing, the previous directory parked in ``.NAME.old-*``).
+    ``looks_like(dir)`` says whether a parked directory is one of the kind being saved
+    (default: an evireform index).  Returns True if it did.  Call it with the parent's lock
+    held, or accept a race with a concurrent save."""
     path = Path(path)
+    looks_like = looks_like or _looks_like_index
     if path.exists() or path.is_symlink():
         return False
     for old in _siblings(path, "old"):
-        if _looks_like_index(old):
+        if looks_like(old):
             try:
                 _replace(old, path)
             except OSError:
@@ -277,21 +280,29 @@ def check_target(path, *, overwrite: bool = False) -> Path:
                             "and everything in it")
 
 
-def save_index(idx, path, *, overwrite: bool = False) -> Path:
-    """Write ``idx`` (a :class:`~evireform.index.PropositionIndex`) as a directory at ``path``.
-
-    See the module docstring for what is refused and how a kill at any point is survived.
-    Returns the absolute path.
-    """
-    path = check_target(path, overwrite=overwrite)
+def write_dir_atomically(path, write, *, check=None, looks_like=None) -> Path:
+    """Write a directory at ``path`` with ``write(tmp)`` into a hidden temporary sibling, fsync
+    every file in it, and swap it in with two renames under the parent's lock
+    (:func:`index_lock`).  A process killed at any point leaves the previous directory or the
+    new one: when a kill falls between the renames, the next save or load puts the previous
+    one back (:func:`recover`, with ``looks_like`` saying what a parked directory must be).
+    ``check()`` runs again under the lock (a target that changed meanwhile is refused).
+    Leftover temporaries are removed.  The one directory swap of the package: indexes and
+    shard layouts are saved through it."""
+    path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
     with _dir_lock(path.parent):
-        recover(path)
+        recover(path, looks_like)
         _clean_leftovers(path)
-        path = check_target(path, overwrite=overwrite)  # again, under the lock
+        if check is not None:
+            check()
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         try:
-            _write_files(idx, tmp)
+            write(tmp)
+            for f in tmp.iterdir():
+                if f.is_file():
+                    _fsync(f)
+            _fsync_dir(tmp)
             old = None
             if path.exists():
                 old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
@@ -302,9 +313,18 @@ def save_index(idx, path, *, overwrite: bool = False) -> Path:
                 shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
-            recover(path)
+            recover(path, looks_like)
             raise
     return path
+
+
+def save_index(idx, path, *, overwrite: bool = False) -> Path:
+    """Write ``idx`` (a :class:`~evireform.index.PropositionIndex`) as a directory at ``path``
+    (:func:`write_dir_atomically`).  See the module docstring for what is refused.  Returns
+    the absolute path."""
+    path = check_target(path, overwrite=overwrite)
+    return write_dir_atomically(path, lambda tmp: _write_files(idx, tmp),
+                                check=lambda: check_target(path, overwrite=overwrite))
 
 
 def index_arrays(idx) -> dict[str, np.ndarray]:
@@ -328,7 +348,6 @@ def _write_files(idx, tmp: Path) -> None:
     files = {}
     for f in sorted(tmp.iterdir()):
         files[f.name] = {"sha256": file_sha256(f), "bytes": f.stat().st_size}
-        _fsync(f)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

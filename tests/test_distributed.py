@@ -273,3 +273,30 @@ def test_llm_extractor_factory_names_itself_without_a_client(tmp_path):
     assert _check_extractor(None) == "heuristic-v1"
     with pytest.raises(TypeError):
         _check_extractor(42)
+
+
+def test_shard_saves_share_the_atomic_swap(rng, tmp_path, monkeypatch):
+    """A shard directory is saved through store.write_dir_atomically: a failure between the
+    two renames leaves the previous layout, put back by the next save."""
+    import evireform.store as store
+    H = rng.standard_normal((40, 8)).astype(np.float32)
+    H /= np.linalg.norm(H, axis=1, keepdims=True)
+    two = ShardedSearcher([Shard.build(H[:20], 0), Shard.build(H[20:], 20)])
+    three = ShardedSearcher([Shard.build(H[lo:hi], lo) for lo, hi in shard_bounds(40, 3)])
+    two.save(tmp_path / "sh")
+    real, calls = store._replace, []
+
+    def replace(src, dst):
+        calls.append(1)
+        real(src, dst)
+        if len(calls) == 1:
+            raise OSError("killed between the renames")
+    monkeypatch.setattr(store, "_replace", replace)
+    with pytest.raises(OSError, match="killed"):
+        three.save(tmp_path / "sh", overwrite=True)
+    monkeypatch.setattr(store, "_replace", real)
+    man = json.loads((tmp_path / "sh" / "shards.json").read_text())
+    assert len(man["shards"]) == 2  # the previous layout is back
+    three.save(tmp_path / "sh", overwrite=True)
+    assert len(json.loads((tmp_path / "sh" / "shards.json").read_text())["shards"]) == 3
+    assert not list(tmp_path.glob(".sh.*"))
