@@ -294,9 +294,9 @@ class _ShardActor:
                  saved: tuple | None = None):
         from .shards import Shard, load_shard
         if saved is not None:  # (shard dir, manifest entry, index dir): read on this node
+            from .store import load_embeddings
             shard_dir, entry, index_dir = saved
-            emb = np.load(Path(index_dir) / "embeddings.npy", mmap_mode="r")
-            self.shard = load_shard(shard_dir, entry, emb)
+            self.shard = load_shard(shard_dir, entry, load_embeddings(index_dir))
         else:
             self.shard = Shard.build(np.asarray(embeddings), offset, hnsw, **hnsw_kw)
 
@@ -336,9 +336,10 @@ class RayShardedSearcher:
         (:meth:`ShardedSearcher.save`), checked first.  On a cluster both directories must
         be on a filesystem every node reads; nothing large passes through the driver."""
         from .shards import read_shard_manifest
+        from .store import load_embeddings
         ray = _ray()
         ensure_ray()
-        emb = np.load(Path(index_dir) / "embeddings.npy", mmap_mode="r")
+        emb = load_embeddings(index_dir)
         entries = read_shard_manifest(shard_dir, int(emb.shape[0]), int(emb.shape[1]))
         self = cls.__new__(cls)
         self._ray, self.n_props, self.dim = ray, int(emb.shape[0]), int(emb.shape[1])

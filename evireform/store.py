@@ -623,6 +623,34 @@ def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids)
 
 
+def load_embeddings(path, *, mmap: bool = True, verify: bool = True) -> np.ndarray:
+    """Only the embeddings of the index at ``path``, with the checks :func:`load_index`
+    makes of them: the manifest, the file's size and sha256, dtype and shape against the
+    counts, finite unit rows.  What a process that only searches (a Ray shard actor) reads."""
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
+    try:
+        man = _json_loads(mpath.read_text(encoding="utf-8"), str(mpath))
+    except (ValueError, OSError) as exc:
+        raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
+    counts, files = _check_manifest(mpath, man)
+    name = "embeddings.npy"
+    _check_files(path, {name: files[name]}, verify)
+    spec = next(s for s in SPECS if s.file == name)
+    f = path / name
+    try:
+        a = np.load(f, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except Exception as exc:
+        _fail(f, f"unreadable ({exc})")
+    want = (counts["propositions"], man["dim"])
+    if not isinstance(a, np.ndarray) or a.dtype != spec.dtype or a.shape != want:
+        _fail(f, f"must be {spec.dtype} of shape {want}")
+    _check_unit_rows(f, a)
+    return a
+
+
 def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
     """The label map: int64, one entry per HNSW item, each proposition exactly once, -1 for
     deleted items."""

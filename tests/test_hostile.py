@@ -606,3 +606,19 @@ def test_llama_index_damaged_settings_are_named(tmp_path):
         s.write_text(text)
         with pytest.raises(ValueError, match="evireform_retriever.json"):
             EviReformRetriever.from_persist_dir(tmp_path / "p", embedder=EMB)
+
+
+def test_load_embeddings_checks_what_load_checks(tmp_path):
+    """What a Ray shard actor reads: the embeddings with the same checks as a full load."""
+    from evireform.store import load_embeddings
+    small_index().save(tmp_path / "ix")
+    ix = tmp_path / "ix"
+    np.testing.assert_array_equal(load_embeddings(ix), PropositionIndex.load(ix).embeddings)
+    e = np.load(ix / "embeddings.npy")
+    e[3] *= 30
+    np.save(ix / "embeddings.npy", e, allow_pickle=False)
+    with pytest.raises(IndexFormatError, match="sha256"):
+        load_embeddings(ix)
+    refresh_manifest(ix, "embeddings.npy")
+    with pytest.raises(IndexFormatError, match="row 3 has L2 norm"):
+        load_embeddings(ix)
