@@ -16,6 +16,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from .entities import words
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -348,7 +350,6 @@ class OpenAIEmbedder(BaseEmbedder):
         return self._encode(list(texts), self.query_prompt)
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 #: query encoders of sentence-transformers embedders (see SentenceTransformerEmbedder.encoder)
 ENCODERS = ("auto", "onnx", "onnx-int8", "torch")
 #: the largest embedding dimension accepted (a hashing-DIM spec, a recorded dim): far above
@@ -369,8 +370,8 @@ class HashingEmbedder(BaseEmbedder):
 
     def _vec(self, text: str) -> np.ndarray:
         v = np.zeros(self.dim, dtype=np.float32)
-        words = _WORD.findall(text.lower())
-        for tok in words + [a + " " + b for a, b in zip(words, words[1:])]:
+        ws = words(text)
+        for tok in ws + [a + " " + b for a, b in zip(ws, ws[1:])]:
             h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
             v[h % self.dim] += 1.0 if (h >> 63) & 1 else -1.0
         if not v.any():

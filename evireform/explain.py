@@ -24,10 +24,11 @@ most of that mass (propagation that only echoes a passage's own seed names none)
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .entities import words
 
 __all__ = ["EvidenceEdge", "EvidenceGraph", "evireform_edges"]
 
@@ -97,11 +98,8 @@ class EvidenceGraph:
         return "\n".join(lines)
 
 
-_WORD = re.compile(r"\w+")
-
-
 def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.lower()))
+    return set(words(text))
 
 
 def _query_source(query: str, question: str, observed: list[int], passages) -> int | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .build import embed_batch, extract_batch, passage_batch, reduce_records
 from .embed import Embedder, normalise_rows, spec_of
-from .entities import canonical_entity
+from .entities import fold_mentions
 from .extract import Extractor, HeuristicExtractor, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
 from .kernels import w_nnz as _w_nnz
@@ -166,25 +166,14 @@ class PropositionIndex:
         emb = normalise_rows(emb, "proposition embeddings") if len(props) else \
             np.zeros((0, emb.shape[1]), np.float32)
         owner = np.empty(len(props), dtype=np.int32)
-        ent_id: dict[str, int] = {}
-        names: list[str] = []
-        rows: list[list[int]] = []
         for i, pr in enumerate(props):
             try:
                 owner[i] = pos[pr.passage]
             except KeyError:
                 raise ValueError(f"proposition {i} names unknown passage id {pr.passage!r}") \
                     from None
-            row = []
-            for mention in pr.entities:
-                c = canonical_entity(mention)
-                if not c:
-                    continue
-                if c not in ent_id:
-                    ent_id[c] = len(names)
-                    names.append(c)
-                row.append(ent_id[c])
-            rows.append(row)
+        names: list[str] = []
+        rows = fold_mentions(props, names, {})
         graph = EntityGraph.from_lists(rows, n_entities=len(names))
         pmap = PassageMap.from_owner(owner, len(passages))
         idx = cls(passages=passages, prop_texts=[p.text for p in props], entity_names=names,
@@ -320,20 +309,10 @@ class PropositionIndex:
                              f"the index needs ({len(props)}, {self.dim}); nothing was added")
         emb = normalise_rows(emb, "proposition embeddings") if len(props) else emb
         names = list(self.entity_names)
-        ent_id = {n: i for i, n in enumerate(names)}
         pos = {p.id: self.n_passages + j for j, p in enumerate(new)}
-        rows, owner = [], np.empty(len(props), np.int32)
-        for i, pr in enumerate(props):
-            owner[i] = pos[pr.passage]
-            row = []
-            for mention in pr.entities:
-                c = canonical_entity(mention)
-                if c:
-                    if c not in ent_id:
-                        ent_id[c] = len(names)
-                        names.append(c)
-                    row.append(ent_id[c])
-            rows.append(np.unique(np.asarray(row, dtype=np.int64)))
+        owner = np.asarray([pos[pr.passage] for pr in props], np.int32)
+        rows = [np.unique(np.asarray(r, dtype=np.int64))
+                for r in fold_mentions(props, names, {n: i for i, n in enumerate(names)})]
         out = PropositionIndex(
             passages=self.passages + new, prop_texts=self.prop_texts + [p.text for p in props],
             changes={"added": [p.id for p in new], "duplicates": dups},

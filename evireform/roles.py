@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from ._checks import positive_int
-from .entities import canonical_entity
+from .entities import canonical_entity, words
 from .extract import name_spans
 from .types import Passage
 
@@ -125,8 +125,8 @@ class TopScoreSelector(Selector):
         return [c.id for c in candidates[:limit]]
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-_QSTOP = {
+#: question words and function words: not content a residual query or a split must keep
+QUESTION_STOPWORDS = _QSTOP = {
     "what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "was", "are",
     "were", "did", "does", "do", "the", "a", "an", "of", "in", "on", "at", "to", "for", "by",
     "with", "from", "and", "or", "that", "this", "these", "those", "be", "been", "has", "have",
@@ -134,8 +134,7 @@ _QSTOP = {
 }
 
 
-def _words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower())]
+_words = words
 
 
 #: the features :class:`LearnedSelector` scores, in order

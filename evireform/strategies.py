@@ -52,8 +52,10 @@ from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
-from .roles import (MAX_QUERY_CHARS, BridgeReformulator, HeuristicSplitter, RoleResult, _QSTOP,
-                    _words, clean_queries, constraints as _constraints, covers, split_query)
+from .entities import words as _words
+from .roles import (MAX_QUERY_CHARS, QUESTION_STOPWORDS as _QSTOP, BridgeReformulator,
+                    HeuristicSplitter, RoleResult, clean_queries, constraints as _constraints,
+                    covers, split_query)
 
 __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
            "split_query", "covers"]
