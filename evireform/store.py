@@ -585,10 +585,8 @@ def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
     return got
 
 
-def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
-    if not path.exists():
-        with _dir_lock(path.parent) if path.parent.is_dir() else contextlib.nullcontext():
-            recover(path)
+def _read_manifest(path: Path):
+    """The checked manifest of the index at ``path``: ``(manifest, counts, files)``."""
     mpath = path / MANIFEST
     if not mpath.is_file():
         raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
@@ -597,6 +595,14 @@ def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
     except (ValueError, OSError) as exc:
         raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
     counts, files = _check_manifest(mpath, man)
+    return man, counts, files
+
+
+def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
+    if not path.exists():
+        with _dir_lock(path.parent) if path.parent.is_dir() else contextlib.nullcontext():
+            recover(path)
+    man, counts, files = _read_manifest(path)
     _check_files(path, files, verify)
     sizes = {"M": counts["propositions"], "E": counts["entities"], "N": counts["passages"],
              "nnz": counts["incidence_nnz"], "dim": man["dim"]}
@@ -628,14 +634,7 @@ def load_embeddings(path, *, mmap: bool = True, verify: bool = True) -> np.ndarr
     makes of them: the manifest, the file's size and sha256, dtype and shape against the
     counts, finite unit rows.  What a process that only searches (a Ray shard actor) reads."""
     path = Path(path)
-    mpath = path / MANIFEST
-    if not mpath.is_file():
-        raise IndexFormatError(f"{mpath}: missing; {path} is not an evireform index directory")
-    try:
-        man = _json_loads(mpath.read_text(encoding="utf-8"), str(mpath))
-    except (ValueError, OSError) as exc:
-        raise IndexFormatError(f"{mpath}: not valid JSON ({exc})") from None
-    counts, files = _check_manifest(mpath, man)
+    man, counts, files = _read_manifest(path)
     name = "embeddings.npy"
     _check_files(path, {name: files[name]}, verify)
     spec = next(s for s in SPECS if s.file == name)
