@@ -189,14 +189,21 @@ class BGR:
 
     ``depth``: the most passages per chain; ``reformulator``: the forward step's query maker
     (default :class:`BridgeReformulator`; an :class:`~evireform.llm.LLMReformulator` for the
-    LLM path); ``merge``: ``"intersection"`` (the paper) or ``"union"`` of the chains' edges.
+    LLM path); ``merge``: ``"intersection"`` (the paper) or ``"union"`` of the chains' edges;
+    ``path``: what each forward step is conditioned on, ``"full"`` (the question and every
+    passage of the chain so far, as Graph-hop's path code does) or ``"last"`` (the question and
+    the chain's last passage only, this library's earlier behaviour).
     """
 
     name = "bgr"
 
     def __init__(self, index, embedder=None, *, depth: int = 3, n_candidates: int = 100,
-                 reformulator=None, merge: str = "intersection", backend="auto", engine=None):
+                 reformulator=None, merge: str = "intersection", path: str = "full",
+                 backend="auto", engine=None):
         positive_int(depth, "depth")
+        if path not in ("full", "last"):
+            raise ValueError(f"path must be 'full' or 'last'; got {path!r}")
+        self.path = path
         if merge not in ("intersection", "union"):
             raise ValueError(f"merge must be 'intersection' (the paper) or 'union'; got "
                              f"{merge!r}")
@@ -221,7 +228,8 @@ class BGR:
         edges = []
         while chain and len(chain) < self.depth:
             try:
-                raw = self.reformulator.reformulate(question, [idx.passages[chain[-1]]], 2)
+                seen = chain if self.path == "full" else chain[-1:]
+                raw = self.reformulator.reformulate(question, [idx.passages[j] for j in seen], 2)
                 if isinstance(raw, RoleResult):  # an LLM reformulator's repairs/fallbacks
                     events.extend(raw.events())
                 queries = list(raw or [])
@@ -325,8 +333,8 @@ class HiQNode:
 
     query: str                 # the node's query as retrieved (after rewriting)
     depth: int
-    status: str = ""           # resolved | failed | expanded
-    answer: str | None = None
+    status: str = ""           # resolved | failed | expanded | blocked
+    answer: str | None = None  # only a resolved node's (or an expanded node's resolved) answer
     passages: list[int] = field(default_factory=list)   # its own top passages
     children: list["HiQNode"] = field(default_factory=list)
 
@@ -348,7 +356,19 @@ class HiQ:
     """Hierarchical evidence-guided query refinement (see the module docstring).
 
     ``max_depth``: the depth budget (the root has depth 0); ``k_node``: passages each node
-    retrieves; ``k_check`` and ``coverage``: the LLM-free resolution test.  ``splitter``
+    retrieves; ``k_read``: the passages the reader reads from ("from those passages
+    alone"); ``k_check`` and ``coverage``: the LLM-free resolution test.
+
+    The control rule as the paper states it: a node that resolves stops; at the depth budget,
+    or when its query cannot be split, it fails; otherwise it is split and its two parts are
+    solved in dependency order.  The dependent part is rewritten with the prerequisite's
+    answer only when the prerequisite resolved; when it did not, the dependent keeps the
+    prerequisite's question in place of ``#1`` and is tried once, without further splitting
+    (status ``blocked`` unless it resolves; traced as ``hiq:prerequisite-unresolved``).  An
+    unresolved node has no answer (an LLM-free bridge guess is never passed on as one); an
+    expanded node's answer is its dependent's.  The ranking puts the passages of resolved
+    leaves first (round-robin in dependency order), then those of unresolved leaves, then the
+    question's own ranking.  ``splitter``
     splits and verifies (default :class:`~evireform.roles.HeuristicSplitter`), ``reader``
     resolves nodes (default: the LLM-free test).  ``llm`` (an
     :class:`~evireform.llm.LLMClient`) is a shortcut for the LLM reader and splitter
@@ -359,13 +379,15 @@ class HiQ:
 
     def __init__(self, index, embedder=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
-                 llm=None, splitter=None, reader=None, backend="auto", engine=None):
+                 k_read: int = 5, llm=None, splitter=None, reader=None, backend="auto",
+                 engine=None):
         int_at_least(max_depth, 0, "max_depth")
         if not 0.0 <= float(coverage) <= 1.0:
             raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
         self.search = _PassageSearch(index, embedder, n_candidates, backend, engine)
         self.index, self.embedder, self.max_depth = index, embedder, max_depth
         self.k_node, self.k_check, self.coverage = k_node, k_check, float(coverage)
+        self.k_read = positive_int(k_read, "k_read")
         self.bridges = BridgeReformulator()
         if llm is not None:
             from .llm import LLMReader, LLMSplitter
@@ -385,27 +407,30 @@ class HiQ:
     def _resolve(self, node: HiQNode, events: list) -> bool:
         P, _ = self.search.rank([node.query], self.k_node)[0]
         node.passages = [int(j) for j in P]
-        top = [self.index.passages[j] for j in node.passages[:self.k_check]]
-        if not top:
+        if not node.passages:
             return False
         if self.reader is not None:
-            ans, ev = self.reader.answer(node.query, top)
+            read = [self.index.passages[j] for j in node.passages[:self.k_read]]
+            ans, ev = self.reader.answer(node.query, read)
             events.extend(ev)
             if ans and ans.strip().lower() not in ("noanswer", "no answer", "unknown") \
                     and len(ans.strip()) <= MAX_ANSWER_CHARS:
                 node.answer = ans.strip()
                 return True
-            node.answer = self._guess(node.query, top)
             return False
-        node.answer = self._guess(node.query, top)
+        top = [self.index.passages[j] for j in node.passages[:self.k_check]]
+        guess = self._guess(node.query, top)
         text = canonical_entity(" ".join(p.title + " " + p.text for p in top))
         cons = _constraints(node.query.replace("#1", " "))
-        if not all(c in text for c in cons) or node.answer is None:
+        if not all(c in text for c in cons) or guess is None:
             return False
         words = {w for w in _words(node.query) if w not in _QSTOP
                  and not any(w in c.split() for c in cons)}
         covered = set(_words(" ".join(p.title + " " + p.text for p in top)))
-        return not words or len(words & covered) / len(words) >= self.coverage
+        if words and len(words & covered) / len(words) < self.coverage:
+            return False
+        node.answer = guess
+        return True
 
     def _guess(self, query, passages) -> str | None:
         b = self.bridges.bridges(query, passages)
@@ -425,20 +450,25 @@ class HiQ:
             return parts
         return None
 
-    def _solve(self, query: str, depth: int, events: list) -> HiQNode:
+    def _solve(self, query: str, depth: int, events: list, split: bool = True) -> HiQNode:
         node = HiQNode(query, depth)
         if self._resolve(node, events):
             node.status = "resolved"
             return node
-        parts = None if depth >= self.max_depth else self._split(query, events)
+        parts = None if depth >= self.max_depth or not split else self._split(query, events)
         if parts is None:
-            node.status = "failed"
+            node.status = "failed" if split else "blocked"
             return node
         first, second = parts
         c1 = self._solve(first, depth + 1, events)
-        answer = c1.answer or ""
-        rewritten = second.replace("#1", answer) if answer else second.replace("#1", "")
-        c2 = self._solve(" ".join(rewritten.split())[:MAX_QUERY_CHARS], depth + 1, events)
+        if c1.answer:  # the prerequisite resolved: its answer goes into the dependent
+            dependent = second.replace("#1", c1.answer)
+            c2 = self._solve(" ".join(dependent.split())[:MAX_QUERY_CHARS], depth + 1, events)
+        else:  # unresolved: the dependent keeps the prerequisite's question, tried once
+            events.append("hiq:prerequisite-unresolved")
+            dependent = second.replace("#1", f"({first.strip().rstrip('?')})")
+            c2 = self._solve(" ".join(dependent.split())[:MAX_QUERY_CHARS], depth + 1, events,
+                             split=False)
         node.status, node.answer = "expanded", c2.answer
         node.children = [c1, c2]
         return node
@@ -461,8 +491,10 @@ class HiQ:
         root = self._solve(question, 0, events)
         leaves = root.leaves()
         order: list[int] = []
-        for r in range(max(len(x.passages) for x in leaves)):  # dependency order, round-robin
-            _fill(order, [x.passages[r] for x in leaves if r < len(x.passages)])
+        for group in ([x for x in leaves if x.status == "resolved"],
+                      [x for x in leaves if x.status != "resolved"]):
+            for r in range(max((len(x.passages) for x in group), default=0)):
+                _fill(order, [x.passages[r] for x in group if r < len(x.passages)])
         base = root.passages
         if len(order) + len(base) < k:
             base = list(base) + [int(j) for j in self.search.rank([question], k)[0][0]]
@@ -471,20 +503,21 @@ class HiQ:
                        StrategyTrace(tree=root, role_events=events))
 
 
-STRATEGIES = ("bgr", "bgr_union", "hiq")
+STRATEGIES = ("bgr", "bgr_union", "bgr_last", "hiq", "hiq_k2")
 
 
 def make_strategy(name: str, index, embedder=None, llm=None):
     """``"bgr"``, ``"bgr_union"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient)
     BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader, splitter and
     verifier."""
-    if name in ("bgr", "bgr_union"):
+    if name in ("bgr", "bgr_union", "bgr_last"):
         ref = None
         if llm is not None:
             from .llm import LLMReformulator
             ref = LLMReformulator(llm)
         return BGR(index, embedder, reformulator=ref,
-                   merge="union" if name == "bgr_union" else "intersection")
-    if name == "hiq":
-        return HiQ(index, embedder, llm=llm)
+                   merge="union" if name == "bgr_union" else "intersection",
+                   path="last" if name == "bgr_last" else "full")
+    if name in ("hiq", "hiq_k2"):
+        return HiQ(index, embedder, llm=llm, k_read=2 if name == "hiq_k2" else 5)
     raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

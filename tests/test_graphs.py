@@ -257,6 +257,59 @@ def test_hiq_llm_roles_and_their_fallbacks(toy, scripted_llm):
     assert res.trace.tree.status in ("expanded", "failed")
 
 
+def test_hiq_never_rewrites_an_unresolved_prerequisite(toy, scripted_llm):
+    """The paper's control rule: an unresolved prerequisite's guess is not an answer; the
+    dependent keeps the prerequisite's question, is tried once (blocked), and the root has
+    no answer.  The reader reads k_read passages; resolved leaves rank first."""
+    idx, e = toy
+    client, script = scripted_llm
+    rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
+    script.replies[:] = [
+        rd("noanswer"),                                             # root: unresolved
+        {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
+                                "Journal Zeta?", "dependent": "First president of #1?"})},
+        {"content": json.dumps({"covers": True})},
+        rd("noanswer"),                                             # first: unresolved
+        rd("noanswer"),                                             # blocked dependent
+    ]
+    n_before = len(script.requests)
+    res = HiQ(idx, e, llm=client, k_read=3).retrieve(Q, k=3)
+    root = res.trace.tree
+    c1, c2 = root.children
+    assert c1.status == "failed" and c1.answer is None
+    assert c2.status == "blocked" and c2.query == "First president of (Who publishes Journal Zeta)?"
+    assert root.answer is None and "hiq:prerequisite-unresolved" in res.trace.role_events
+    reads = [r for r in script.requests[n_before:] if "Passages:" in r["messages"][-1]["content"]]
+    shown = [r["messages"][-1]["content"].count("<data>") - 1 for r in reads]
+    assert shown and max(shown) == 3  # k_read passages (fewer when fewer scored)
+    # the dependent resolves once the prerequisite does: the root's answer is its answer
+    script.replies[:] = [rd("noanswer"), {"content": json.dumps({
+        "decomposable": True, "independent": "Who publishes Journal Zeta?",
+        "dependent": "First president of #1?"})}, {"content": json.dumps({"covers": True})},
+        rd("Orvel Society"), rd("Marta Quill")]
+    res = HiQ(idx, e, llm=client, k_read=3).retrieve(Q, k=3)
+    assert res.trace.tree.answer == "Marta Quill"
+    resolved = [x for x in res.trace.tree.leaves() if x.status == "resolved"]
+    assert res.passages[0].index == resolved[0].passages[0]  # resolved leaves rank first
+
+
+def test_bgr_forward_step_sees_the_path(toy):
+    idx, e = toy
+    seen = []
+
+    class Recorder:
+        def reformulate(self, question, observed, max_queries):
+            seen.append(len(observed))
+            return [p.title for p in observed][-1:]
+    BGR(idx, e, reformulator=Recorder(), depth=3).retrieve(Q, k=3)
+    full = list(seen)
+    seen.clear()
+    BGR(idx, e, reformulator=Recorder(), depth=3, path="last").retrieve(Q, k=3)
+    assert full[0] == 1 and (len(full) < 2 or full[1] == 2) and set(seen) == {1}
+    with pytest.raises(ValueError, match="path"):
+        BGR(idx, e, path="middle")
+
+
 def test_eval_runs_the_strategies_with_graph_metrics(tmp_path):
     from evireform.evaluation import run_eval
     dec = [{"id": 1, "question": "Who published Journal Zeta?", "answer": "Orvel Society",

@@ -65,8 +65,12 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            strategy="bgr"),
     Method("bgr_union", "BGR with the union of the two chains' edges (an option; the paper "
            "intersects)", strategy="bgr_union"),
-    Method("hiq", "Hi-Q: query tree, resolve-or-split, answers rewritten into dependents",
-           strategy="hiq"),
+    Method("bgr_last", "BGR with each forward step conditioned on the last passage only (the "
+           "earlier behaviour; the paper conditions on the path)", strategy="bgr_last"),
+    Method("hiq", "Hi-Q: query tree, resolve-or-split, resolved answers rewritten into "
+           "dependents", strategy="hiq"),
+    Method("hiq_k2", "Hi-Q whose reader reads 2 passages a node (the setting the recorded "
+           "Hi-Q replies were made with; the default reads 5)", strategy="hiq_k2"),
 ]}
 DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
 
@@ -185,8 +189,11 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         from .qa import qa_metrics
         rd = LLMReader(llm)
         for m in methods:
-            preds = [rd.answer(q.question, [idx.passages[j] for j in rk[:reader_k]])[0]
-                     for q, rk in zip(qs, rankings[m])]
+            if METHODS[m].strategy in ("hiq", "hiq_k2"):  # its own answer: no reader call
+                preds = [r.trace.tree.answer or "" for r in traces[m]]
+            else:
+                preds = [rd.answer(q.question, [idx.passages[j] for j in rk[:reader_k]])[0]
+                         for q, rk in zip(qs, rankings[m])]
             report.methods[m].update(qa_metrics(preds, [(q.answer,) + q.aliases for q in qs]))
     if llm is not None:
         report.llm_usage = {role: vars(u) for role, u in llm.usage.items()}
