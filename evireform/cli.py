@@ -543,7 +543,8 @@ def _cmd_query(args) -> int:
     import threading
     from .kernels import warm_up
     # the kernels load (numba, about a second cold) while the index and the encoder load
-    threading.Thread(target=warm_up, daemon=True, name="evireform-warm-up").start()
+    threading.Thread(target=warm_up, args=(args.questions is not None,), daemon=True,
+                     name="evireform-warm-up").start()
     if args.questions is not None:  # the questions first: a bad file fails before any load
         qs = read_questions(args.questions)
     idx = PropositionIndex.load(args.index_dir)

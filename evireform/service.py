@@ -105,7 +105,9 @@ class RetrievalService:
         """Warm the embedder (so the first question does not pay the model load) and start
         the batcher."""
         from .embed import encode_queries
+        from .kernels import warm_up
         loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._work, warm_up)  # single and batched kernels
         await loop.run_in_executor(self._work, encode_queries, self.embedder, ["warm-up"])
         await loop.run_in_executor(self._work, self.gen.retriever.retrieve, "warm-up", 1)
         self._queue = asyncio.Queue(maxsize=self.max_queue)

@@ -440,19 +440,24 @@ def w_nnz(graph: EntityGraph) -> int:
                                 n_chunks).sum())
 
 
-def warm_up() -> None:
-    """Load every CPU kernel the retriever calls (numba's target initialisation and the
-    cached machine code, about a second in a fresh process) on tiny inputs of the real
-    dtypes.  Run it on a thread at process start, beside loading the index and the encoder,
-    so a one-shot command does not pay the two one after the other."""
-    H = np.eye(4, 8, dtype=np.float32)
-    Q = np.ones((1, 8), np.float32)
-    cosine_topk_batch(H, Q, 2)
-    cosine_topk(H, Q[0], 2)
-    g = EntityGraph.from_lists([[0], [0, 1], [1], []], n_entities=2)
-    pm = PassageMap.from_owner(np.array([0, 0, 1, 1], np.int32), 2)
+def warm_up(batched: bool = True) -> None:
+    """Load every CPU kernel the retrievers call (numba's target initialisation and the
+    compiled or cached machine code: about a second in a fresh process, several when nothing
+    is cached yet) on tiny inputs of the real dtypes, single and batched (batches above
+    ``config.SMALL_BATCH`` run other kernels).  Run it on a thread at process start, beside
+    loading the index and the encoder, so a one-shot command does not pay the two one after
+    the other; a service runs it before it answers.  ``batched=False`` loads only what one
+    question at a time needs."""
+    H = np.eye(8, 8, dtype=np.float32)
+    g = EntityGraph.from_lists([[0], [0, 1], [1], [], [1], [0], [1, 0], []], n_entities=2)
+    pm = PassageMap.from_owner(np.array([0, 0, 1, 1, 2, 2, 3, 3], np.int32), 4)
+    for b in ((1, int(config.SMALL_BATCH) + 1) if batched else (1,)):
+        Q = np.ones((b, 8), np.float32)
+        cosine_topk_batch(H, Q, 2)
+        ind = np.arange(b + 1, dtype=np.int64)
+        zp, zi, zv = propagate_batch(g, ind, np.arange(b, dtype=np.int64) % 8,
+                                     np.ones(b, np.float32))
+        readout_topk_batch(pm, zp, zi, zv, 2)
+    cosine_topk(H, np.ones(8, np.float32), 2)
     z_ids, z_vals = propagate(g, np.array([0], np.int64), np.array([1.0], np.float32))
     readout_topk(pm, z_ids, z_vals, 2)
-    zp, zi, zv = propagate_batch(g, np.array([0, 1], np.int64), np.array([0], np.int64),
-                                 np.array([1.0], np.float32))
-    readout_topk_batch(pm, zp, zi, zv, 2)

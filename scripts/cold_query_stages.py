@@ -19,7 +19,7 @@ stage("numpy imported")
 import evireform.cli  # noqa: E402,F401
 stage("evireform imported")
 from evireform.kernels import warm_up  # noqa: E402
-warm = threading.Thread(target=warm_up)
+warm = threading.Thread(target=warm_up, args=(False,))
 warm.start()
 from evireform.embed import embedder_from_spec  # noqa: E402
 from evireform.index import PropositionIndex  # noqa: E402

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
+HTTP = httpx.Client(timeout=60)  # generous: a cold CI machine compiles kernels on first use
 
 from evireform import PropositionIndex
 from evireform.embed import HashingEmbedder
@@ -70,7 +71,7 @@ class Server:
             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         while True:
             try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                if HTTP.get(self.url + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -106,18 +107,18 @@ def test_query_equals_in_process_retrieve(shared):
     server, index_dir = shared
     r = EviReform(PropositionIndex.load(index_dir), embedder=EMB)
     for q in QUESTIONS:
-        body = httpx.post(server.url + "/query", json={"question": q, "k": 5}).json()
+        body = HTTP.post(server.url + "/query", json={"question": q, "k": 5}).json()
         assert _same(body, r.retrieve(q, 5)), q
         assert body["generation"] == 0 and body["took_ms"] > 0
         assert all(p["text"] for p in body["passages"])
-    batch = httpx.post(server.url + "/query_batch", json={"questions": QUESTIONS, "k": 3}).json()
+    batch = HTTP.post(server.url + "/query_batch", json={"questions": QUESTIONS, "k": 3}).json()
     assert all(_same(b, res) for b, res in zip(batch["results"], r.retrieve_many(QUESTIONS, 3)))
-    g = httpx.post(server.url + "/query", json={"question": QUESTIONS[0], "graph": True}).json()
+    g = HTTP.post(server.url + "/query", json={"question": QUESTIONS[0], "graph": True}).json()
     assert "nodes" in g["graph"]
-    h = httpx.get(server.url + "/health").json()
+    h = HTTP.get(server.url + "/health").json()
     assert h == {"status": "ok", "index": {"passages": 40, "propositions": r.index.n_props,
                                            "embedder": "hashing-64", "generation": 0}}
-    text = httpx.get(server.url + "/metrics").text
+    text = HTTP.get(server.url + "/metrics").text
     assert "evireform_requests_total" in text and "evireform_batch_size_bucket" in text
 
 
@@ -128,7 +129,7 @@ def test_query_equals_in_process_retrieve(shared):
     (b'[' * 5000, 400)])
 def test_bad_requests_get_json_errors(shared, body, status):
     server = shared[0]
-    r = httpx.post(server.url + "/query", content=body,
+    r = HTTP.post(server.url + "/query", content=body,
                    headers={"Content-Type": "application/json"})
     assert r.status_code == status
     assert "error" in r.json() and "Traceback" not in r.text
@@ -136,23 +137,23 @@ def test_bad_requests_get_json_errors(shared, body, status):
 
 def test_body_size_and_unknown_ids(shared):
     server = shared[0]
-    r = httpx.post(server.url + "/query", content=b'{"question": "' + b"x" * (2 << 20) + b'"}',
+    r = HTTP.post(server.url + "/query", content=b'{"question": "' + b"x" * (2 << 20) + b'"}',
                    headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and "error" in r.json()
-    r = httpx.post(server.url + "/update", json={"delete": ["nope"]})
+    r = HTTP.post(server.url + "/update", json={"delete": ["nope"]})
     assert r.status_code == 404 and "nope" in r.json()["error"]
 
 
 def test_auth_is_required_when_configured(index_dir):
     s = Server(index_dir, "--api-key-env", "EVI_TEST_KEY", env={"EVI_TEST_KEY": "s3cret"})
     try:
-        assert httpx.get(s.url + "/health").status_code == 200  # liveness stays open
-        r = httpx.post(s.url + "/query", json={"question": "Who met Alpha?"})
+        assert HTTP.get(s.url + "/health").status_code == 200  # liveness stays open
+        r = HTTP.post(s.url + "/query", json={"question": "Who met Alpha?"})
         assert r.status_code == 401 and "error" in r.json()
-        r = httpx.post(s.url + "/query", json={"question": "Who met Alpha?"},
+        r = HTTP.post(s.url + "/query", json={"question": "Who met Alpha?"},
                        headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
-        r = httpx.post(s.url + "/query", json={"question": "Who met Alpha?"},
+        r = HTTP.post(s.url + "/query", json={"question": "Who met Alpha?"},
                        headers={"Authorization": "Bearer s3cret"})
         assert r.status_code == 200
     finally:
@@ -186,7 +187,7 @@ def test_hot_swap_under_concurrent_queries(server, index_dir):
         t.start()
     try:
         for u, a in enumerate(adds, 1):
-            r = httpx.post(server.url + "/update", json={"add": a}, timeout=60)
+            r = HTTP.post(server.url + "/update", json={"add": a}, timeout=60)
             assert r.status_code == 200 and r.json()["generation"] == u, r.text
     finally:
         stop.set()
