@@ -138,15 +138,9 @@ def _cmd_index(args) -> int:
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
                                      batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
         if extractor is not None:
-            fell_back = _extraction_fallbacks(extractor)
-            idx.meta["extraction_fallbacks"] = fell_back
-            if fell_back:
-                print(f"warning: {fell_back:,} of {len(passages):,} passages were extracted by "
-                      "the LLM-free extractor because the LLM failed (recorded in the "
-                      "manifest as meta.extraction_fallbacks)", file=sys.stderr)
-                if args.strict_llm:
-                    print("evireform index: --strict-llm: not saved", file=sys.stderr)
-                    return 3
+            idx.meta["extraction_fallbacks"] = _extraction_fallbacks(extractor)
+            if _fallbacks_refused(args, "index", extractor, len(passages)):
+                return 3
     else:
         openie = Path(args.extractor)
         if not openie.is_file():
@@ -336,13 +330,8 @@ def _cmd_update(args) -> int:
             kw = dict(show_progress=not args.quiet, extractor=extractor)
             idx = idx.upsert(new, emb, **kw) if args.upsert else idx.add(new, emb, **kw)
             changes.update(idx.changes)
-            fell_back = _extraction_fallbacks(extractor)
-            if fell_back:
-                print(f"warning: {fell_back} of {len(new)} passages were extracted by the "
-                      "LLM-free extractor because the LLM failed", file=sys.stderr)
-                if args.strict_llm:
-                    print("evireform update: --strict-llm: not saved", file=sys.stderr)
-                    return 3
+            if _fallbacks_refused(args, "update", extractor, len(new)):
+                return 3
         idx.save(args.index_dir)
     parts = [f"{k} {len(v):,}" for k, v in changes.items() if v]
     print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
@@ -373,6 +362,19 @@ def _update_extractor(args, idx):
 def _extraction_fallbacks(extractor) -> int:
     """Passages an LLM extractor handed to its LLM-free fallback (0 for other extractors)."""
     return int(getattr(extractor, "fallbacks", 0) or 0)
+
+
+def _fallbacks_refused(args, command: str, extractor, n: int) -> bool:
+    """Warn when the LLM extractor fell back; True (nothing is saved) under --strict-llm."""
+    fell_back = _extraction_fallbacks(extractor)
+    if not fell_back:
+        return False
+    print(f"warning: {fell_back:,} of {n:,} passages were extracted by the LLM-free extractor "
+          "because the LLM failed (meta.extraction_fallbacks in the manifest)", file=sys.stderr)
+    if getattr(args, "strict_llm", False):
+        print(f"evireform {command}: --strict-llm: not saved", file=sys.stderr)
+        return True
+    return False
 
 
 def _cmd_llm_cache(args) -> int:
@@ -587,9 +589,10 @@ def _fell_back(res) -> bool:
                for e in getattr(res.trace, "role_events", []) or [])
 
 
-def _strict_status(args, results) -> int:
-    """3 when --strict-llm is set and an LLM role fell back for any of ``results``."""
-    n = sum(map(_fell_back, results))
+def _strict_status(args, results, n_fell_back: int | None = None) -> int:
+    """3 when --strict-llm is set and an LLM role fell back for any of ``results`` (or for
+    ``n_fell_back`` of them, counted as they came)."""
+    n = sum(map(_fell_back, results)) if n_fell_back is None else n_fell_back
     if n and getattr(args, "strict_llm", False):
         print(f"evireform query: --strict-llm: an LLM role fell back for {n} of "
               f"{len(results)} questions (see role_events)", file=sys.stderr)
@@ -651,11 +654,7 @@ def _batch_query(args, retriever, qs) -> int:
     print(f"{len(qs)} questions in {total:.2f} s: {len(qs) / total:.1f} questions/s; latency per "
           f"question p50 {p50 * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms (batches of {args.batch})",
           file=sys.stderr)
-    if fell_back and getattr(args, "strict_llm", False):
-        print(f"evireform query: --strict-llm: an LLM role fell back for {fell_back} of "
-              f"{len(qs)} questions (see role_events)", file=sys.stderr)
-        return 3
-    return 0
+    return _strict_status(args, qs, fell_back)
 
 
 def _cmd_serve(args) -> int:

@@ -340,10 +340,7 @@ class PropositionIndex:
         they touched is recomputed (no re-embedding).  Entities keep their relative order.
         An HNSW graph marks the removed items deleted instead of being rebuilt; its labels
         are mapped to the renumbered propositions (``hnsw_ids``, saved with the index)."""
-        passage_ids = as_list(passage_ids, "passage_ids")
-        bad = [p for p in passage_ids if not isinstance(p, str)]
-        if bad:
-            raise TypeError(f"passage ids are strings; got {bad[0]!r:.60}")
+        passage_ids = [str(p) for p in as_list(passage_ids, "passage_ids")]
         unknown = [p for p in passage_ids if p not in self._pos]
         if unknown:
             raise KeyError(f"unknown passage ids: {unknown[:5]!r:.300}"
@@ -370,16 +367,19 @@ class PropositionIndex:
         return out
 
     def upsert(self, passages, embedder, **kw) -> "PropositionIndex":
-        """Replace the passages whose ids exist (delete, then add) and add the new ones.
-        Only passages with the same id are replaced; a passage without an id gets one from
-        its content, so it replaces nothing but itself."""
+        """Replace the passages whose ids exist with other content (delete, then add), skip
+        those already there unchanged, and add the new ones.  Only passages with the same id
+        are replaced; a passage without an id gets one from its content, so it replaces
+        nothing but itself."""
         from .corpus import as_passages
         new = as_passages(passages)
-        known = [p.id for p in new if p.id in self._pos]
+        known = [p.id for p in new if p.id in self._pos
+                 and (self.passages[self._pos[p.id]].title,
+                      self.passages[self._pos[p.id]].text) != (p.title, p.text)]
         base = self.delete(known) if known else self
-        out = base.add(new, embedder, **kw)
+        out = base.add(new, embedder, **kw)  # unchanged passages are skipped as duplicates
         out.changes = {"added": [p.id for p in new if p.id not in self._pos],
-                       "replaced": known, "duplicates": []}
+                       "replaced": known, "duplicates": out.changes.get("duplicates", [])}
         return out
 
     def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None):

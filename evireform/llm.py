@@ -627,12 +627,8 @@ class LLMClient:
     def _guarded_call(self, role: str, messages, until: float) -> str:
         """:meth:`_call` behind the circuit breaker: skipped (:class:`CircuitOpen`) while it
         is open; consecutive failures counted, success resets them."""
-        now = time.monotonic()
         with self._lock:
-            if now < self._open_until:
-                skipped = True
-            else:
-                skipped = False
+            skipped = time.monotonic() < self._open_until
         if skipped:
             self._count(role, breaker_skips=1)
             raise CircuitOpen(f"{role}: endpoint skipped after {self._failures} consecutive "

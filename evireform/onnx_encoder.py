@@ -149,7 +149,8 @@ def _quantize(src: Path, out: Path) -> None:
 def _session(path: Path, threads: int):
     """An ONNX Runtime session over ``path``.  The graph optimised for this machine and
     onnxruntime version is saved beside the model the first time and loaded as it is later
-    (0.2 s instead of 0.6 s for MiniLM: what a one-shot command waits for)."""
+    (MiniLM: 0.23 s instead of 0.50 s, ``scripts/query_embedding_cost.py``; what a one-shot
+    command waits for)."""
     import platform
 
     import onnxruntime as ort
@@ -219,9 +220,9 @@ class OnnxEncoder:
         self.dim = int(self._sess.get_outputs()[0].shape[1] or 0) or None
         self._lock = threading.Lock()
 
-    #: texts per run: sorted by length, small batches pad least (all-MiniLM-L6-v2 on 2 CPU
-    #: cores, 256 MuSiQue questions: 7.3 ms a question one at a time, 4.9 in batches of 8,
-    #: 7.2 in batches of 64)
+    #: texts per run: sorted by length, small batches pad least (all-MiniLM-L6-v2, 2 CPU
+    #: cores, 100 MuSiQue questions, ``scripts/query_embedding_cost.py``: 9.3 ms a question
+    #: one at a time, 6.1-6.2 in batches of 4 to 16, 8.7 in batches of 64)
     batch_size = 8
 
     def encode(self, texts, *, batch_size: int | None = None) -> np.ndarray:

@@ -268,19 +268,17 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     Method = Literal["evireform", "bgr", "bgr_union", "hiq"]
 
-    class QueryIn(BaseModel):
+    class Ask(BaseModel):  # what every query request sets besides its question(s)
         model_config = ConfigDict(extra="forbid")
-        question: StrictStr = Field(min_length=1, max_length=4000)
         k: StrictInt = Field(10, ge=1, le=max_k)
         method: Method = "evireform"
         graph: StrictBool = False
 
-    class BatchIn(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+    class QueryIn(Ask):
+        question: StrictStr = Field(min_length=1, max_length=4000)
+
+    class BatchIn(Ask):
         questions: list[StrictStr] = Field(min_length=1, max_length=max_questions)
-        k: StrictInt = Field(10, ge=1, le=max_k)
-        method: Method = "evireform"
-        graph: StrictBool = False
 
     class PassageIn(BaseModel):
         model_config = ConfigDict(extra="forbid")

@@ -234,18 +234,20 @@ def scripted_llm():
     srv.shutdown()
 
 
+def _hiq_script(first: str, dependent: str) -> list[dict]:
+    """Scripted replies for one split of Q: the root unresolved, split and verified, then the
+    reader's answers for the independent and the dependent sub-questions."""
+    rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
+    return [rd("noanswer"),
+            {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
+                                    "Journal Zeta?", "dependent": "First president of #1?"})},
+            {"content": json.dumps({"covers": True})}, rd(first), rd(dependent)]
+
+
 def test_hiq_llm_roles_and_their_fallbacks(toy, scripted_llm):
     idx, e = toy
     client, script = scripted_llm
-    rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
-    script.replies[:] = [
-        rd("noanswer"),                                             # root: unresolved
-        {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
-                                "Journal Zeta?", "dependent": "First president of #1?"})},
-        {"content": json.dumps({"covers": True})},
-        rd("Orvel Society"),                                        # first: resolved
-        rd("Marta Quill"),                                          # dependent: resolved
-    ]
+    script.replies[:] = _hiq_script("Orvel Society", "Marta Quill")
     res = HiQ(idx, e, llm=client).retrieve(Q, k=3)
     c1, c2 = res.trace.tree.children
     assert c1.query == "Who publishes Journal Zeta?" and c1.answer == "Orvel Society"
@@ -263,15 +265,7 @@ def test_hiq_never_rewrites_an_unresolved_prerequisite(toy, scripted_llm):
     no answer.  The reader reads k_read passages; resolved leaves rank first."""
     idx, e = toy
     client, script = scripted_llm
-    rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
-    script.replies[:] = [
-        rd("noanswer"),                                             # root: unresolved
-        {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
-                                "Journal Zeta?", "dependent": "First president of #1?"})},
-        {"content": json.dumps({"covers": True})},
-        rd("noanswer"),                                             # first: unresolved
-        rd("noanswer"),                                             # blocked dependent
-    ]
+    script.replies[:] = _hiq_script("noanswer", "noanswer")  # first unresolved, then blocked
     n_before = len(script.requests)
     res = HiQ(idx, e, llm=client, k_read=3).retrieve(Q, k=3)
     root = res.trace.tree
@@ -283,10 +277,7 @@ def test_hiq_never_rewrites_an_unresolved_prerequisite(toy, scripted_llm):
     shown = [r["messages"][-1]["content"].count("<data>") - 1 for r in reads]
     assert shown and max(shown) == 3  # k_read passages (fewer when fewer scored)
     # the dependent resolves once the prerequisite does: the root's answer is its answer
-    script.replies[:] = [rd("noanswer"), {"content": json.dumps({
-        "decomposable": True, "independent": "Who publishes Journal Zeta?",
-        "dependent": "First president of #1?"})}, {"content": json.dumps({"covers": True})},
-        rd("Orvel Society"), rd("Marta Quill")]
+    script.replies[:] = _hiq_script("Orvel Society", "Marta Quill")
     res = HiQ(idx, e, llm=client, k_read=3).retrieve(Q, k=3)
     assert res.trace.tree.answer == "Marta Quill"
     resolved = [x for x in res.trace.tree.leaves() if x.status == "resolved"]
