@@ -679,8 +679,7 @@ def _cmd_serve(args) -> int:
         from .llm import LLMController, LLMReformulator, LLMSelector
         roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                      controller=LLMController(client))
-    del idx  # the service loads its own generation
-    svc = RetrievalService(args.index_dir, emb, roles=roles, llm=client,
+    svc = RetrievalService(args.index_dir, emb, roles=roles, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
                            max_queue=args.max_queue)
     print(f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "

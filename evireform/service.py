@@ -57,7 +57,8 @@ class RetrievalService:
     are optional LLM roles."""
 
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
-                 max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256):
+                 max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
+                 index=None):
         from ._checks import positive_int
         from .index import PropositionIndex
         self.index_dir = Path(index_dir)
@@ -68,7 +69,9 @@ class RetrievalService:
         if not 0 <= float(max_wait) <= 1:
             raise ValueError(f"max_wait must be in [0, 1] seconds; got {max_wait}")
         self.max_wait = float(max_wait)
-        self.gen = self._generation(PropositionIndex.load(self.index_dir), 0)
+        # ``index``: the index already loaded from ``index_dir`` (so it is not read twice)
+        self.gen = self._generation(index if index is not None
+                                    else PropositionIndex.load(self.index_dir), 0)
         self._queue: asyncio.Queue | None = None
         self._batcher: asyncio.Task | None = None
         # one thread runs retrieval (the kernels and the encoder are multi-threaded inside);
@@ -215,7 +218,7 @@ class RetrievalService:
                 idx = idx.upsert(add, self.embedder) if upsert else idx.add(add, self.embedder)
                 changes.update(idx.changes)
             idx.save(self.index_dir)
-            new = self._generation(PropositionIndex.load(self.index_dir), self.gen.number + 1)
+            new = self._generation(idx, self.gen.number + 1)  # what was just saved
             self.gen = new
         self.metrics.generation.set(new.number)
         return {"generation": new.number, "passages": new.index.n_passages,
