@@ -105,14 +105,47 @@ def _check_index_target(out_dir, corpus, force: bool) -> None:
     check_target(out_dir, overwrite=force)
 
 
+def _add_document_args(p) -> None:
+    g = p.add_argument_group("documents (text and Markdown files, folders)")
+    g.add_argument("--chunk-tokens", type=_positive_int, default=200,
+                   help="tokens per chunk of a text file (the embedder's tokenizer)")
+    g.add_argument("--chunk-overlap", type=_nonneg_int, default=30,
+                   help="tokens of whole sentences repeated between consecutive chunks")
+    g.add_argument("--include", action="append", metavar="GLOB",
+                   help="in folders, only files matching GLOB (repeatable; default: "
+                        "*.txt *.md *.markdown *.json *.jsonl *.ndjson)")
+    g.add_argument("--exclude", action="append", metavar="GLOB",
+                   help="in folders, skip files matching GLOB (repeatable)")
+    g.add_argument("--skip-errors", action="store_true",
+                   help="skip unreadable files (reported by name) instead of stopping")
+
+
+def _read_paths(args, paths, embedder, whole: bool = False):
+    """Passages of the files and folders ``paths`` (:func:`evireform.documents.load_paths`),
+    skipped files reported on stderr; ``whole=True`` returns the ``Loaded`` record."""
+    from .documents import load_paths
+    if args.chunk_overlap >= args.chunk_tokens:
+        raise ValueError(f"--chunk-overlap ({args.chunk_overlap}) must be smaller than "
+                         f"--chunk-tokens ({args.chunk_tokens})")
+    loaded = load_paths(paths, chunk_tokens=args.chunk_tokens,
+                        chunk_overlap=args.chunk_overlap, embedder=embedder,
+                        include=args.include, exclude=args.exclude,
+                        skip_errors=args.skip_errors)
+    for _, msg in loaded.errors:
+        print(f"skipped: {msg}", file=sys.stderr)
+    if loaded.errors:
+        print(f"{len(loaded.errors)} files skipped (--skip-errors)", file=sys.stderr)
+    return loaded if whole else loaded.passages
+
+
 def _cmd_index(args) -> int:
-    from .corpus import load_corpus
     from .index import PropositionIndex, arrays_equal, disk_bytes
 
     t0 = time.perf_counter()
-    _check_index_target(args.out_dir, args.corpus, args.force)
-    passages = load_corpus(args.corpus)
+    for src in args.paths:
+        _check_index_target(args.out_dir, src, args.force)
     embedder = _embedder(args)
+    passages = _read_paths(args, args.paths, embedder)
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
     show = not args.quiet and not args.json
     if args.ray:
@@ -129,15 +162,18 @@ def _cmd_index(args) -> int:
                         concurrency=args.ray_workers, num_gpus=args.num_gpus,
                         ray_address=args.ray_address,
                         embed_batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
-    elif args.extractor in ("heuristic", "llm"):
+    elif args.extractor in ("heuristic", "phrases", "llm"):
         extractor = None
-        if args.extractor == "llm":
+        if args.extractor == "phrases":
+            from .extract import PhraseExtractor
+            extractor = PhraseExtractor()
+        elif args.extractor == "llm":
             from .llm import LLMExtractor
             args.llm = True
             extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
                                      batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
-        if extractor is not None:
+        if args.extractor == "llm":
             idx.meta["extraction_fallbacks"] = _extraction_fallbacks(extractor)
             if _fallbacks_refused(args, "index", extractor, len(passages)):
                 return 3
@@ -301,35 +337,46 @@ def _cmd_update(args) -> int:
     """Add and/or delete passages of a saved index without rebuilding it, then save it back
     atomically (the previous index stays until the new one is in place).  The index's lock is
     held from load to save, so concurrent updates queue instead of losing each other."""
-    from .corpus import load_corpus
     from .index import PropositionIndex
     from .store import index_lock
 
     if not args.add and not args.delete:
         raise ValueError("give --add FILE and/or --delete IDS_FILE")
     t0 = time.perf_counter()
-    ids = new = None  # read the inputs before taking the lock
+    ids = new = None  # the ids to delete are read before taking the lock
     if args.delete:
         try:
             text = Path(args.delete).read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"--delete {args.delete}: not UTF-8 text ({exc})") from None
         ids = [l.strip() for l in text.splitlines() if l.strip()]
-    if args.add:
-        new = load_corpus(args.add)
+    if args.add and not Path(args.add).exists():
+        raise ValueError(f"--add {args.add}: no such file or folder")
     with index_lock(args.index_dir):
         idx = PropositionIndex.load(args.index_dir)
+        if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
+            emb = _index_embedder(args, idx)
+            loaded = _read_paths(args, [args.add], emb, whole=True)
+            new = loaded.passages
         before = (idx.n_passages, idx.n_props)
         changes: dict = {}
         if ids is not None:
             idx = idx.delete(ids)
             changes.update(idx.changes)
         if new is not None:
-            emb = _index_embedder(args, idx)
             extractor = _update_extractor(args, idx)
             kw = dict(show_progress=not args.quiet, extractor=extractor)
-            idx = idx.upsert(new, emb, **kw) if args.upsert else idx.add(new, emb, **kw)
-            changes.update(idx.changes)
+            docs = [p for p in new if p.metadata.get("source") in loaded.sources]
+            rest = [p for p in new if p.metadata.get("source") not in loaded.sources]
+            if docs:  # chunked files: exactly their chunks are replaced
+                from .documents import Loaded, replace_sources
+                idx = replace_sources(idx, Loaded(docs, loaded.sources), emb, **kw)
+                for key, v in idx.changes.items():
+                    changes[key] = changes.get(key, []) + list(v)
+            if rest:
+                idx = idx.upsert(rest, emb, **kw) if args.upsert else idx.add(rest, emb, **kw)
+                for key, v in idx.changes.items():
+                    changes[key] = changes.get(key, []) + list(v)
             if _fallbacks_refused(args, "update", extractor, len(new)):
                 return 3
         idx.save(args.index_dir)
@@ -356,7 +403,11 @@ def _update_extractor(args, idx):
         from .llm import LLMExtractor
         args.llm = True
         return LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
-    return None
+    from .extract import EXTRACTORS, make_extractor
+    if args.extractor is not None:
+        return make_extractor(args.extractor)
+    by_name = {cls.name: key for key, cls in EXTRACTORS.items()}
+    return make_extractor(by_name[built]) if built in by_name else None
 
 
 def _extraction_fallbacks(extractor) -> int:
@@ -410,6 +461,7 @@ def _data_dir(arg) -> Path:
 def _cmd_eval(args) -> int:
     from .evaluation import (DATASETS, format_bootstrap, format_table, markdown_table,
                              parse_methods, run_eval)
+    from .extract import make_extractor
 
     methods = parse_methods(args.methods)
     if args.dataset:
@@ -429,7 +481,8 @@ def _cmd_eval(args) -> int:
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
-                      graph_metrics=args.graph_metrics)
+                      graph_metrics=args.graph_metrics,
+                      extractor=make_extractor(args.extractor), lowercase=args.lowercase)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()
@@ -536,6 +589,22 @@ def read_questions(path) -> list[tuple[str, str]]:
     return out
 
 
+def _filter_arg(text):
+    """``--filter``: JSON, or ``@FILE`` holding it; checked (:func:`compile_filter`)."""
+    if text is None:
+        return None
+    from .filters import compile_filter
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--filter {text}: cannot read the file ({exc})") from None
+    try:
+        return compile_filter(text)
+    except ValueError as exc:
+        raise ValueError(f"--filter: {exc}") from None
+
+
 def _cmd_query(args) -> int:
     from .index import PropositionIndex
     from .retriever import EviReform
@@ -549,7 +618,12 @@ def _cmd_query(args) -> int:
                      name="evireform-warm-up").start()
     if args.questions is not None:  # the questions first: a bad file fails before any load
         qs = read_questions(args.questions)
+    flt = _filter_arg(args.filter)
     idx = PropositionIndex.load(args.index_dir)
+    if flt is not None:  # a key no passage has, or an unknown id: refused before any query
+        from .filters import restriction
+        restriction(idx, flt)
+    args.filter = flt
     emb = _index_embedder(args, idx)
     roles = {}
     client = _llm_client(args)
@@ -564,7 +638,7 @@ def _cmd_query(args) -> int:
         retriever = make_strategy(args.method, idx, emb, client)
     if args.questions is not None:
         return _batch_query(args, retriever, qs)
-    res = retriever.retrieve(args.question, args.k)
+    res = retriever.retrieve(args.question, args.k, filter=flt)
     summary = _replay_summary(client)
     if summary:
         print(summary, file=sys.stderr)
@@ -576,8 +650,11 @@ def _cmd_query(args) -> int:
         print(f"   residual query: {q}")
     if hasattr(res.trace, "format"):  # Hi-Q's tree, BGR's chains
         print(res.trace.format(idx.passages))
+    if not res.passages:
+        print("   (no passage matches the filter)")
     for r, p in enumerate(res.passages, 1):
-        print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]")
+        md = f"  {json.dumps(p.metadata, ensure_ascii=False):.120}" if p.metadata else ""
+        print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]{md}")
     if args.graph:
         print("evidence graph (how each passage was reached):")
         print(res.evidence_graph().format())
@@ -633,7 +710,8 @@ def _batch_query(args, retriever, qs) -> int:
             for lo in range(0, len(qs), args.batch):
                 chunk = qs[lo:lo + args.batch]
                 t = time.perf_counter()
-                results = retriever.retrieve_many([q for _, q in chunk], args.k)
+                results = retriever.retrieve_many([q for _, q in chunk], args.k,
+                                                  filter=args.filter)
                 took = time.perf_counter() - t
                 lat += [took] * len(chunk)  # each question waits for its whole chunk
                 fell_back += sum(map(_fell_back, results))
@@ -763,16 +841,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     ix = sub.add_parser("index", help="build, save and verify an index over a corpus file")
-    ix.add_argument("corpus", help="corpus JSON: a list of {title, text} or title -> sentences")
+    ix.add_argument("paths", nargs="+", metavar="PATH",
+                    help="what to index: corpus files (JSON: a list of {title, text, ...} or "
+                         "title -> sentences; JSONL), text and Markdown files (chunked), or "
+                         "folders of them (evireform.documents)")
     ix.add_argument("out_dir", help="index directory to write (an existing evireform index "
                                     "there is replaced atomically; anything else is refused)")
     ix.add_argument("--force", action="store_true",
                     help="replace OUT_DIR even when it is a directory that is not an "
                          "evireform index (its contents are deleted)")
     ix.add_argument("--extractor", default="heuristic",
-                    help="'heuristic' (LLM-free sentence/entity extractor), 'llm' (the LLM "
+                    help="'heuristic' (LLM-free, capitalised names), 'phrases' (LLM-free, "
+                         "corpus phrases: lower-case text, German, Chinese), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")
+    _add_document_args(ix)
     _add_embedder_args(ix)
     ix.add_argument("--hnsw", choices=("auto", "on", "off"), default="auto",
                     help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
@@ -802,6 +885,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated methods or 'all'")
     _add_embedder_args(ev, batch=False)
     ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
+    ev.add_argument("--extractor", choices=("heuristic", "phrases"), default="heuristic",
+                    help="the LLM-free extractor the index is built with")
+    ev.add_argument("--lowercase", action="store_true",
+                    help="run on lower-cased copies of the corpus and questions (written once "
+                         "under the cache directory)")
     ev.add_argument("--json", help="write the report as JSON to this file")
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ev.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -839,6 +927,10 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--run-name", default="evireform", help="the TREC run name")
     qu.add_argument("--batch", type=_positive_int, default=64,
                     help="--questions: questions per retrieve_many call (1 = one at a time)")
+    qu.add_argument("--filter", metavar="JSON",
+                    help="only passages whose metadata match this where clause, e.g. "
+                         "'{\"year\": {\"$gte\": 2000}}', or a JSON list of passage ids; "
+                         "@FILE reads it from a file (evireform.filters)")
     qu.add_argument("--quiet", action="store_true", help="no progress bar")
     qu.add_argument("--device", default=None,
                     help="device for the index's sentence-transformers embedder (rebuilt from "
@@ -849,14 +941,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("update", help="add or delete passages of a saved index (no rebuild)")
     up.add_argument("index_dir")
-    up.add_argument("--add", metavar="CORPUS", help="passages to add (any corpus format)")
+    up.add_argument("--add", metavar="PATH",
+                    help="passages to add: a corpus file, a text or Markdown file, or a folder "
+                         "(chunked files replace exactly their earlier chunks)")
     up.add_argument("--delete", metavar="IDS_FILE", help="passage ids to delete, one per line")
     up.add_argument("--upsert", action="store_true",
                     help="--add replaces passages whose ids exist instead of refusing them")
     up.add_argument("--device", default=None, help="device for the index's embedder")
-    up.add_argument("--extractor", choices=("heuristic", "llm"), default="heuristic",
-                    help="the extractor for --add: the one the index was built with")
+    up.add_argument("--extractor", choices=("heuristic", "phrases", "llm"), default=None,
+                    help="the extractor for --add (default: the one the index was built with)")
     up.add_argument("--quiet", action="store_true")
+    _add_document_args(up)
     _add_index_embedder_args(up)
     _add_llm_args(up)
     up.set_defaults(func=_cmd_update)

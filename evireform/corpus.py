@@ -6,6 +6,10 @@
 * plain data: a JSON list of strings, or JSONL (``.jsonl``/``.ndjson``, or any file that is
   one JSON value per line) of ``{"id"?, "title"?, "text"}`` records or strings.
 
+Every other field of a record (and the fields of a ``"metadata"`` object, if the record has
+one) becomes the passage's ``metadata`` (a JSON object; :mod:`evireform.filters` filters on
+it and results return it).
+
 Passage ids are the record's ``id`` (or ``idx``) when present and the title for title-keyed
 objects.  A record without an id (a plain string, or a record with no ``id``/``idx``, the
 MuSiQue / 2Wiki / HippoRAG layout) gets an id derived from its content,
@@ -43,6 +47,34 @@ def _label(value, where: str, what: str) -> str:
     return str(value)
 
 
+#: record fields that are the passage itself; every other field is metadata
+RECORD_FIELDS = ("id", "idx", "title", "text", "paragraph_text", "metadata")
+
+
+def record_metadata(rec: dict, where: str) -> dict:
+    """The metadata of a corpus record: its ``"metadata"`` object (if any) and every field
+    that is not one of :data:`RECORD_FIELDS`.  Keys must be strings."""
+    given = rec.get("metadata", {})
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise ValueError(f"{where}: 'metadata' must be a JSON object; got {given!r:.80}")
+    out = dict(given)
+    for key, value in rec.items():
+        if key not in RECORD_FIELDS:
+            out[key] = value
+    bad = [k for k in out if not isinstance(k, str)]
+    if bad:
+        raise ValueError(f"{where}: metadata keys must be strings; got {bad[0]!r:.80}")
+    if out:
+        try:
+            json.dumps(out, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: metadata must be plain JSON (strings, finite numbers, "
+                             f"booleans, null, lists, objects): {exc}") from None
+    return out
+
+
 def content_id(title: str, text: str) -> str:
     """The id of a passage that came without one: 16 hex digits of sha256(title, text)."""
     return hashlib.sha256(f"{title}\x1f{text}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -78,7 +110,8 @@ def passages_from_json(obj) -> list[Passage]:
             text = _text(text, where)
             given = rec.get("id", rec.get("idx"))
             pid = _label(given, where, "its id") if given is not None else derived(title, text)
-            out.append(Passage(id=pid, title=title, text=text))
+            out.append(Passage(id=pid, title=title, text=text,
+                               metadata=record_metadata(rec, where)))
     else:
         raise ValueError("a corpus must be a JSON list of {title, text} records or an object "
                          f"mapping titles to sentences; got {type(obj).__name__}")
@@ -109,7 +142,8 @@ def as_passages(items, what: str = "passages") -> list[Passage]:
     if all(isinstance(p, Passage) for p in items):
         return items
     return passages_from_json([p if not isinstance(p, Passage) else
-                               {"id": p.id, "title": p.title, "text": p.text} for p in items])
+                               {"id": p.id, "title": p.title, "text": p.text,
+                                "metadata": p.metadata} for p in items])
 
 
 def load_corpus(path) -> list[Passage]:

@@ -4,7 +4,11 @@ An extractor turns one passage into propositions, each with its entity mentions.
 interface is :class:`Extractor`; the LLM extractor (another module) implements the same one.
 
 :class:`HeuristicExtractor` is the LLM-free default: one proposition per sentence, entities
-from capitalised name spans, numbers and dates, plus the passage title.  :func:`read_openie`
+from capitalised name spans, numbers and dates, plus the passage title.
+:class:`PhraseExtractor` (``--extractor phrases``) needs no capital letters and no spaces
+between words: Unicode sentences, and entities chosen by corpus statistics (passage titles
+found in the text, and phrases that recur in a few passages), for lower-case notes, German,
+Chinese and any other script.  :func:`read_openie`
 reads the HippoRAG OpenIE file instead (one triple = one proposition; subject and object are
 its entities).
 """
@@ -30,6 +34,12 @@ class Extractor(Protocol):
     def extract(self, passage: Passage) -> list[Proposition]:
         """Propositions of one passage (``Proposition.passage`` = ``passage.id``)."""
         ...
+
+    def fit(self, passages: Sequence[Passage]) -> "Extractor":
+        """Learn what extraction needs from the whole corpus (the passages of the index being
+        built, or of the index plus those being added) before :meth:`extract_many`; a no-op
+        unless the extractor uses corpus statistics.  Returns the extractor."""
+        return self
 
     def extract_many(self, passages: Sequence[Passage],
                      show_progress: bool = False) -> list[list[Proposition]]:
@@ -165,6 +175,160 @@ class HeuristicExtractor(Extractor):
                 text = f"{title}: {sent}"
             out.append(Proposition(text=text, passage=passage.id, entities=tuple(ents)))
         return out
+
+
+# --------------------------------------------------------------------------- phrases
+#: function words of the languages the phrase extractor meets most (English, German, French,
+#: Spanish, Italian, Dutch) and Chinese function characters: a phrase never starts or ends
+#: with one, and none is an entity alone
+STOPWORDS = frozenset("""
+a an the and or but if of in on at to for from by with as into onto over under about after
+before during since until while than then so such not no nor is are was were be been being
+am do does did done have has had having it its it's he she they them their his her him we us
+our you your i me my this that these those there here who whom whose which what when where
+why how all any both each few more most other some own same too very can could will would
+shall should may might must one also only just s t said later first new well many much
+between through against among per via within without upon up down out off again further
+once based known called named became become including include includes
+der die das des dem den ein eine einer eines einem einen und oder aber nicht ist sind war
+waren wird werden wurde wurden hat haben hatte im in am an auf aus bei mit nach von vor zu
+zum zur für über unter durch als auch sich es er sie wir ihr ich du man dass daß wie wo was
+wer so noch nur sehr schon dieser diese dieses jener kein keine einem sein seine ihre ihr
+le la les un une des du de et ou mais est sont était au aux en dans par pour sur avec ce
+cette ces il elle ils elles qui que quoi dont où ne pas plus se sa son ses leur leurs
+el los las unos unas y o pero es son fue era del al con por para sobre como que se su sus
+il lo gli della delle dei degli e è di da con per tra fra che non
+het een en van op te dat die zijn was werd met voor aan bij ook om
+的 了 是 在 和 与 及 或 也 都 就 而 被 把 对 从 到 为 以 之 其 这 那 有 个 中 上 下 不 人 他 她 它 们 我 你 年 月 日 一 于 由 等 着 过 将 并 但 该 此 所 后 前 时
+""".split())
+
+
+class PhraseExtractor(Extractor):
+    """LLM-free extraction for text that is not capitalised English.
+
+    One proposition per Unicode sentence (:func:`evireform.text.sentences`; the title
+    prefixed as :class:`HeuristicExtractor` does).  Entities are found by greedy longest match
+    of the sentence's tokens (:func:`evireform.text.tokens`: lower-cased words, single CJK
+    characters) against a vocabulary learnt by :meth:`fit` from the corpus:
+
+    * every passage title of at most ``max_title_tokens`` tokens (an entity name in the
+      corpora this library meets, and the file heading of a document);
+    * every phrase of 1 to ``max_n`` words (2 to ``max_n + 1`` characters in unspaced
+      scripts) that starts and ends with a non-stopword, is not a number, and occurs in at
+      least ``min_df`` passages and at most ``max(max_df_min, max_df_share * passages)``:
+      recurring enough to link passages, rare enough to mean one thing;
+
+    plus numbers of three or more digits and the passage title (which links every
+    proposition of a passage).  Nothing depends on letter case, so a lower-cased corpus
+    gives the same graph as its original up to the title prefix's case.
+    """
+
+    name = "phrases-v1"
+
+    def __init__(self, max_n: int = 3, min_df: int = 2, max_df_share: float = 0.005,
+                 max_df_min: int = 5, max_title_tokens: int = 8, title_prefix: bool = True,
+                 title_entity: bool = True, stopwords=STOPWORDS):
+        self.max_n, self.min_df = int(max_n), int(min_df)
+        self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
+        self.max_title_tokens = int(max_title_tokens)
+        self.title_prefix, self.title_entity = title_prefix, title_entity
+        self.stopwords = frozenset(stopwords)
+        self.vocab: set | None = None
+        self._longest = 1
+
+    def _ok_edges(self, gram: tuple) -> bool:
+        return gram[0] not in self.stopwords and gram[-1] not in self.stopwords \
+            and not all(t.isdigit() for t in gram)
+
+    def _grams(self, toks: list[str]):
+        """Candidate phrases of a token list: word n-grams, and character n-grams of CJK
+        runs (which have no spaces to split at)."""
+        from .text import is_cjk
+        n = len(toks)
+        for i in range(n):
+            cjk = is_cjk(toks[i])
+            lo, hi = (2, self.max_n + 1) if cjk else (1, self.max_n)
+            for m in range(lo, hi + 1):
+                if i + m > n:
+                    break
+                gram = tuple(toks[i:i + m])
+                if cjk and not all(is_cjk(t) for t in gram):
+                    break
+                if not cjk and any(is_cjk(t) for t in gram):
+                    break
+                yield gram
+
+    def fit(self, passages: Sequence[Passage]) -> "PhraseExtractor":
+        """Learn the vocabulary (titles and recurring phrases) from ``passages``."""
+        from collections import Counter
+        from .text import sentences, tokens
+        df: Counter = Counter()
+        vocab: set = set()
+        for p in passages:
+            t = tuple(tokens(p.title))
+            if 0 < len(t) <= self.max_title_tokens and not all(x in self.stopwords for x in t):
+                vocab.add(t)
+            seen = set()
+            for sent in sentences(p.text):
+                seen.update(g for g in self._grams(tokens(sent)) if self._ok_edges(g))
+            df.update(seen)
+        cap = max(self.max_df_min, int(self.max_df_share * len(passages)))
+        vocab.update(g for g, c in df.items() if self.min_df <= c <= cap)
+        self.vocab = vocab
+        self._longest = max((len(g) for g in vocab), default=1)
+        return self
+
+    def _spot(self, toks: list[str]) -> list[str]:
+        from .text import is_cjk
+        out, i, n = [], 0, len(toks)
+        while i < n:
+            for m in range(min(self._longest, n - i), 0, -1):
+                gram = tuple(toks[i:i + m])
+                if gram in self.vocab:
+                    out.append(("" if is_cjk(gram[0]) else " ").join(gram))
+                    i += m
+                    break
+            else:
+                if toks[i].isdigit() and len(toks[i]) >= 3:
+                    out.append(toks[i])
+                i += 1
+        return out
+
+    def extract_many(self, passages: Sequence[Passage],
+                     show_progress: bool = False) -> list[list[Proposition]]:
+        if self.vocab is None:  # not fitted: learn from these passages
+            self.fit(passages)
+        return super().extract_many(passages, show_progress)
+
+    def extract(self, passage: Passage) -> list[Proposition]:
+        from .text import sentences, tokens
+        if self.vocab is None:
+            self.fit([passage])
+        title = passage.title.strip()
+        out = []
+        for sent in sentences(passage.text):
+            ents = self._spot(tokens(sent))
+            if title and self.title_entity:
+                ents.append(title)
+            text = sent
+            if self.title_prefix and title and title.casefold() not in sent.casefold():
+                text = f"{title}: {sent}"
+            out.append(Proposition(text=text, passage=passage.id,
+                                   entities=tuple(dict.fromkeys(ents))))
+        return out
+
+
+#: the LLM-free extractors by their CLI name
+EXTRACTORS = {"heuristic": HeuristicExtractor, "phrases": PhraseExtractor}
+
+
+def make_extractor(name: str) -> Extractor:
+    """``"heuristic"`` or ``"phrases"``: a fresh LLM-free extractor."""
+    try:
+        return EXTRACTORS[name]()
+    except KeyError:
+        raise ValueError(f"unknown extractor {name!r}; the LLM-free ones are "
+                         f"{sorted(EXTRACTORS)}") from None
 
 
 # --------------------------------------------------------------------------- OpenIE file

@@ -198,6 +198,9 @@ class PropositionIndex:
         if not callable(getattr(extractor, "extract_many", None)):
             raise TypeError(f"{type(extractor).__name__} lacks extract_many; subclass "
                             "evireform.extract.Extractor to inherit it from extract")
+        fit = getattr(extractor, "fit", None)
+        if callable(fit):  # corpus statistics (PhraseExtractor) from every passage
+            fit(passages)
         # the same three batch steps as the distributed build (evireform.distributed)
         props = extract_batch(passage_batch(passages), extractor, show_progress=show_progress)
         rows = embed_batch(props, embedder, batch_size=batch_size, show_progress=show_progress)
@@ -283,7 +286,7 @@ class PropositionIndex:
             j = self._pos.get(p.id)
             if j is not None:
                 old = self.passages[j]
-                (dups if (old.title, old.text) == (p.title, p.text) else clash).append(p.id)
+                (dups if _same(old, p) else clash).append(p.id)
         if clash:
             raise ValueError(f"passage ids already in the index with other content: "
                              f"{clash[:5]}; use upsert() (CLI: --upsert) to replace them")
@@ -296,6 +299,9 @@ class PropositionIndex:
             raise ValueError(f"the index was built with extractor {self.meta['extractor']!r}; "
                              f"pass that extractor (got {extractor.name!r}; CLI: update "
                              "--extractor)")
+        fit = getattr(extractor, "fit", None)
+        if callable(fit) and new:  # corpus statistics over the index and the new passages
+            fit(self.passages + new)
         props: list[Proposition] = []
         for found in extractor.extract_many(new, show_progress=show_progress):
             props.extend(found)
@@ -374,8 +380,7 @@ class PropositionIndex:
         from .corpus import as_passages
         new = as_passages(passages)
         known = [p.id for p in new if p.id in self._pos
-                 and (self.passages[self._pos[p.id]].title,
-                      self.passages[self._pos[p.id]].text) != (p.title, p.text)]
+                 and not _same(self.passages[self._pos[p.id]], p)]
         base = self.delete(known) if known else self
         out = base.add(new, embedder, **kw)  # unchanged passages are skipped as duplicates
         out.changes = {"added": [p.id for p in new if p.id not in self._pos],
@@ -416,7 +421,8 @@ class PropositionIndex:
         bounds, and the derived arrays are checked first (:func:`evireform.store.load_index`);
         any problem raises :class:`IndexFormatError` naming the file."""
         got = load_index(path, mmap=mmap, verify=verify)
-        passages = [Passage(id=p["id"], title=p["title"], text=p["text"]) for p in got.passages]
+        passages = [Passage(id=p["id"], title=p["title"], text=p["text"],
+                            metadata=p.get("metadata") or {}) for p in got.passages]
         idx = cls(passages=passages, prop_texts=got.propositions, entity_names=got.entities,
                   graph=got.graph, pmap=got.pmap, embeddings=got.embeddings,
                   embedder_name=got.manifest.get("embedder", ""),
@@ -424,6 +430,11 @@ class PropositionIndex:
         idx.hnsw = got.hnsw
         idx.hnsw_ids = got.hnsw_ids
         return idx
+
+
+def _same(a: Passage, b: Passage) -> bool:
+    """The same passage content: title, text and metadata."""
+    return (a.title, a.text, a.metadata) == (b.title, b.text, b.metadata)
 
 
 def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:

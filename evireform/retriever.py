@@ -30,6 +30,7 @@ from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
 from .engine import make_engine, pack_seeds
 from .explain import EvidenceGraph, evireform_edges
+from .filters import RestrictedEngine, restriction
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
                     ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
@@ -134,10 +135,13 @@ class RankedPassage:
     from_propagation: float = 0.0
     #: the passage's text (a reference to the index's string, not a copy)
     text: str = field(default="", repr=False)
+    #: the passage's metadata (the index's object, not a copy: do not modify it)
+    metadata: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         """JSON form (the CLI's --json and batch output, the service)."""
-        return {"id": self.id, "title": self.title, "text": self.text, "score": self.score,
+        return {"id": self.id, "title": self.title, "text": self.text,
+                "metadata": self.metadata, "score": self.score,
                 "from_question": self.from_question, "from_residual": self.from_residual,
                 "from_propagation": self.from_propagation}
 
@@ -344,20 +348,21 @@ class EviReform:
         s = SparseSignal(np.concatenate([qb.ids, rr.ids]), np.concatenate([qb.vals, rr.vals]))
         return Seed(s, qb, rr)
 
-    def _rank_many(self, states: list["_QuestionState"], k: int) -> list[list[RankedPassage]]:
+    def _rank_many(self, states: list["_QuestionState"], k: int, scope) -> list[list[RankedPassage]]:
         """Propagate and read out every question's seed at once (batched kernels); one ranked
         passage list per state, each passage's score split into its parts."""
         cfg, idx = self.config, self.index
+        engine, r = scope
         alpha = cfg.alpha if cfg.propagation else 1.0
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
                                             for st in states])
-        P, S = self.engine.rank_batch(indptr, s_ids, s_vals, alpha, k,
-                                      propagation=cfg.propagation)
+        P, S = engine.rank_batch(indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
         out = []
         for st, pids, scores in zip(states, P, S):
             if cfg.fill == "dense":
-                pids, scores = self._dense_fill(pids, scores, st.cand, len(pids))
+                pids, scores = self._dense_fill(pids, scores, st.cand, len(pids),
+                                                r.passages if r is not None else None)
             parts = []
             for part in (st.seed.question, st.seed.residual):
                 acc: dict[int, float] = {}
@@ -372,12 +377,13 @@ class EviReform:
                 fr = float(parts[1].get(j, 0.0) * inv[j])
                 p = idx.passages[j]
                 ranked.append(RankedPassage(j, p.id, p.title, float(sc), fq, fr,
-                                            max(0.0, float(sc) - fq - fr), p.text))
+                                            max(0.0, float(sc) - fq - fr), p.text, p.metadata))
             out.append(ranked)
         return out
 
-    def _dense_fill(self, pids, scores, cand: SparseSignal, k):
-        """Replace the zero-score tail (corpus order) by the question's dense passage order."""
+    def _dense_fill(self, pids, scores, cand: SparseSignal, k, universe=None):
+        """Replace the zero-score tail (corpus order) by the question's dense passage order;
+        ``universe``: the passage positions a filter allows (stored order), None for all."""
         npos = int(np.sum(scores > 0))
         taken = set(int(j) for j in pids[:npos])
         tail = []
@@ -387,32 +393,40 @@ class EviReform:
                 taken.add(j)
                 tail.append(j)
         tail += [int(j) for j in pids[npos:] if int(j) not in taken]
-        j = 0
-        while npos + len(tail) < k and j < self.index.n_passages:
+        rest = range(self.index.n_passages) if universe is None else universe.tolist()
+        for j in rest:
+            if npos + len(tail) >= k:
+                break
             if j not in taken and j not in tail:
                 tail.append(j)
-            j += 1
         out = np.concatenate([pids[:npos], np.asarray(tail[: k - npos], np.int64)])
         return out, np.concatenate([scores[:npos], np.zeros(len(out) - npos)])
 
     # ------------------------------------------------------------------ public API
-    def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
-        """Rank passages for one question (embedded with the retriever's embedder)."""
+    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
+        """Rank passages for one question (embedded with the retriever's embedder).
+
+        ``filter``: a where clause over passage metadata or a list of passage ids
+        (:mod:`evireform.filters`); the result equals retrieval on an index of the matching
+        passages alone.  A filter that matches nothing gives a result with no passages."""
         self._check_question(question)
-        return self.retrieve_many([question], k)[0]
+        return self.retrieve_many([question], k, filter=filter)[0]
 
     def retrieve_embedded(self, question: str, h_q, k: int = 10,
-                          residual_embed=None) -> RetrievalResult:
+                          residual_embed=None, *, filter=None) -> RetrievalResult:
         """As :meth:`retrieve`, with the question embedding given; residual queries are embedded
         with ``residual_embed`` (a callable list[str] -> array) or the retriever's embedder."""
         self._check_question(question)
         k = self._check_k(k)
         embed = residual_embed or self._embed
-        return self._run([question], np.asarray(h_q, np.float32)[None, :], k, embed)[0]
+        return self._run([question], np.asarray(h_q, np.float32)[None, :], k, embed,
+                         filter)[0]
 
-    def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+    def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
+                      filter=None) -> list[RetrievalResult]:
         """Rank passages for many questions: questions and residual queries are embedded in
-        one batch each and the proposition searches run batched.  Equal to :meth:`retrieve`."""
+        one batch each and the proposition searches run batched.  Equal to :meth:`retrieve`.
+        ``filter`` applies to every question (see :meth:`retrieve`)."""
         if isinstance(questions, (str, bytes)):
             raise TypeError("retrieve_many takes a list of questions, not one string; use "
                             "retrieve(question) or retrieve_many([question])")
@@ -420,13 +434,20 @@ class EviReform:
         k = self._check_k(k)
         if not questions:
             return []
-        return self._run(questions, self._embed(questions), k, self._embed)
+        return self._run(questions, self._embed(questions), k, self._embed, filter)
 
-    def _search(self, H, k):
+    def scope(self, filter=None):
+        """``(engine, restriction)`` for ``filter``: the retriever's engine and None without
+        one, else a :class:`~evireform.filters.RestrictedEngine` over the filter's cached
+        :class:`~evireform.filters.Restriction`."""
+        r = restriction(self.index, filter)
+        return (self.engine, None) if r is None else (RestrictedEngine(self.index, r), r)
+
+    def _search(self, H, k, engine=None):
         """Batched proposition search; the kernels score each query alike in any batch.
         ``k`` is clipped to the number of propositions (memory scales with the index)."""
         k = max(1, min(k, self.index.n_props))
-        ids, scores = self.engine.search_batch(H, k)
+        ids, scores = (engine or self.engine).search_batch(H, k)
         return ids, scores.astype(np.float64)
 
     def _map(self, fn, items) -> list:
@@ -450,9 +471,15 @@ class EviReform:
             trace.role_events.append("controller:raised")
             return True, []  # a failing controller stops the rounds (the one-round method)
 
-    def _run(self, questions, H_q, k, embed) -> list[RetrievalResult]:
+    def _run(self, questions, H_q, k, embed, filter=None) -> list[RetrievalResult]:
         cfg = self.config
-        cand_i, cand_s = self._search(H_q, cfg.n_candidates)
+        scope = self.scope(filter)
+        engine, r = scope
+        if r is not None:
+            if r.n_passages == 0:  # nothing matches: documented empty results
+                return [RetrievalResult(q, [], Trace()) for q in questions]
+            k = min(k, r.n_passages)
+        cand_i, cand_s = self._search(H_q, cfg.n_candidates, engine)
         states = []
         for t, q in enumerate(questions):
             keep = cand_i[t] >= 0
@@ -472,7 +499,7 @@ class EviReform:
             flat = [(st, q) for st, qs in zip(active, made) for q in qs]
             if flat:
                 H_r = embed([q for _, q in flat])
-                hi, hs = self._search(H_r, cfg.k_residual)
+                hi, hs = self._search(H_r, cfg.k_residual, engine)
                 for (st, q), ids, sc in zip(flat, hi, hs):
                     keep = ids >= 0
                     st.residual_hits.append(SparseSignal(ids[keep], sc[keep]))
@@ -481,7 +508,7 @@ class EviReform:
                                                            sc[keep].tolist())))
             for st in active:
                 st.seed = self._combine(st.b, self._residual_signal(st.residual_hits))
-            for st, ranked in zip(active, self._rank_many(active, k)):
+            for st, ranked in zip(active, self._rank_many(active, k, scope)):
                 st.result = RetrievalResult(st.text, ranked, st.trace,
                                             _explain=self._explainer(st, ranked))
                 st.trace.rounds_run = rnd + 1

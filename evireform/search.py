@@ -46,18 +46,36 @@ def copy_hnsw(h):
     return pickle.loads(pickle.dumps(h))
 
 
-def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None):
+def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None, allowed=None):
     """HNSW candidates of ``h`` over ``embeddings``, re-scored with the exact kernel so that
     scores and tie order match exact search: ``(ids, scores)`` of shape
     (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
-    HNSW labels to rows (after deletions); None when labels are rows."""
+    HNSW labels to rows (after deletions); None when labels are rows.  ``allowed`` (bool per
+    row) restricts the search to those rows (hnswlib's filter callback); when the graph
+    cannot return ``k`` allowed items, the query is answered by an exact scan over them."""
     Q, k = check_queries(Q, k, int(embeddings.shape[1]))
     kk = min(k, int(embeddings.shape[0]))
     out_i = np.full((len(Q), kk), -1, np.int64)
     out_s = np.zeros((len(Q), kk), np.float32)
     if kk == 0 or len(Q) == 0:
         return out_i, out_s
-    labels, _ = h.knn_query(Q, k=kk, num_threads=1)
+    if allowed is not None:
+        allowed = np.asarray(allowed, dtype=bool)
+        ok = allowed if label_ids is None else \
+            np.where(label_ids >= 0, allowed[np.maximum(label_ids, 0)], False)
+        kk_allowed = min(kk, int(allowed.sum()))
+        try:
+            labels, _ = h.knn_query(Q, k=max(kk_allowed, 1), num_threads=1,
+                                    filter=lambda label: bool(ok[label]))
+        except RuntimeError:  # fewer reachable allowed items than k: scan them exactly
+            from .kernels import cosine_topk_batch
+            rows = np.flatnonzero(allowed)
+            ids, sc = cosine_topk_batch(np.ascontiguousarray(embeddings[rows]), Q, kk)
+            out_i[:, :ids.shape[1]] = np.where(ids >= 0, rows[np.maximum(ids, 0)], -1)
+            out_s[:, :ids.shape[1]] = sc
+            return out_i, out_s
+    else:
+        labels, _ = h.knn_query(Q, k=kk, num_threads=1)
     labels = labels.astype(np.int64)
     if label_ids is not None:
         labels = label_ids[labels]

@@ -13,12 +13,20 @@ started on.  :func:`create_app` puts it behind FastAPI (extra ``serve``):
 ========================  ==================================================================
 ``GET /health``           ``{"status": "ok", "index": {passages, propositions, embedder,
                           generation}}``
-``POST /query``           ``{"question", "k": 10, "method": "evireform", "graph": false}``
-``POST /query_batch``     ``{"questions": [...], "k": 10, "method", "graph"}``
+``POST /query``           ``{"question", "k": 10, "method": "evireform", "graph": false,
+                          "filter": null, "namespace": null}``
+``POST /query_batch``     ``{"questions": [...], "k": 10, "method", "graph", "filter",
+                          "namespace"}``
 ``POST /update``          ``{"add": [passages], "upsert": false, "delete": [ids]}``
+                          (a passage: ``{"id"?, "title"?, "text", "metadata"?}``)
 ``GET /metrics``          Prometheus text: requests, errors, latency, queue depth, batch
                           sizes, index generation
 ========================  ==================================================================
+
+``filter`` is a where clause over passage metadata or a list of passage ids
+(:mod:`evireform.filters`); ``namespace`` is shorthand for ``{"namespace": value}`` (and-ed
+with ``filter``): a tenant sees exactly what an index of its own passages would return.
+Results carry each passage's ``metadata``.
 
 Errors are JSON ``{"error": message}`` with a 4xx/5xx status, never a traceback; a full
 queue answers 503 with ``Retry-After``; with an API key every endpoint but ``/health`` needs
@@ -28,6 +36,7 @@ queue answers 503 with ``Retry-After``; with an API key every endpoint but ``/he
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -127,30 +136,36 @@ class RetrievalService:
         self._upd.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ queries
-    async def query(self, question: str, k: int = 10, method: str = "evireform"):
+    async def query(self, question: str, k: int = 10, method: str = "evireform", filter=None):
         """``(RetrievalResult, generation number)`` for one question.  EviReform questions
-        join a micro-batch; the strategies run one at a time."""
+        join a micro-batch (of questions with the same ``k`` and filter); the strategies run
+        one at a time.  ``filter``: :mod:`evireform.filters` (checked here: ``ValueError``)."""
+        from .filters import compile_filter
+        filter = compile_filter(filter)
         if method != "evireform":
             gen = self.gen
             r = self.strategy(gen, method)
-            res = await asyncio.get_running_loop().run_in_executor(self._work, r.retrieve,
-                                                                   question, k)
+            res = await asyncio.get_running_loop().run_in_executor(
+                self._work, functools.partial(r.retrieve, question, k, filter=filter))
             return res, gen.number
         fut = asyncio.get_running_loop().create_future()
         try:
-            self._queue.put_nowait((question, int(k), fut))
+            self._queue.put_nowait((question, (int(k), filter), fut))
         except asyncio.QueueFull:
             self.metrics.rejected.inc()
             raise Overloaded(f"{self.max_queue} questions are waiting; retry shortly") from None
         self.metrics.queue_depth.set(self._queue.qsize())
         return await fut
 
-    async def query_batch(self, questions, k: int = 10, method: str = "evireform"):
+    async def query_batch(self, questions, k: int = 10, method: str = "evireform",
+                          filter=None):
         """``(results, generation number)`` for a list of questions: one ``retrieve_many``."""
+        from .filters import compile_filter
+        filter = compile_filter(filter)
         gen = self.gen
         r = self.strategy(gen, method)
-        res = await asyncio.get_running_loop().run_in_executor(self._work, r.retrieve_many,
-                                                               list(questions), k)
+        res = await asyncio.get_running_loop().run_in_executor(
+            self._work, functools.partial(r.retrieve_many, list(questions), k, filter=filter))
         return res, gen.number
 
     async def _batch_loop(self) -> None:
@@ -178,15 +193,17 @@ class RetrievalService:
             self.metrics.queue_depth.set(q.qsize())
             last = len(items)
             items = [it for it in items if not it[2].done()]  # a client that went away
-            by_k: dict[int, list] = {}
+            groups: dict[tuple, list] = {}  # one retrieve_many per (k, filter)
             for it in items:
-                by_k.setdefault(it[1], []).append(it)
+                k, flt = it[1]
+                groups.setdefault((k, flt.key if flt is not None else None), []).append(it)
             gen = self.gen  # the whole batch runs on one generation
-            for k, group in by_k.items():
+            for group in groups.values():
+                k, flt = group[0][1]
                 self.metrics.batch_size.observe(len(group))
                 try:
-                    results = await loop.run_in_executor(
-                        self._work, gen.retriever.retrieve_many, [g[0] for g in group], k)
+                    results = await loop.run_in_executor(self._work, functools.partial(
+                        gen.retriever.retrieve_many, [g[0] for g in group], k, filter=flt))
                 except Exception as exc:  # handed to each waiting request
                     for g in group:
                         if not g[2].done():
@@ -276,6 +293,19 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         k: StrictInt = Field(10, ge=1, le=max_k)
         method: Method = "evireform"
         graph: StrictBool = False
+        filter: dict | list[StrictStr] | None = None
+        namespace: StrictStr | None = Field(None, min_length=1, max_length=1000)
+
+        def where(self):
+            """The request's filter with its namespace and-ed in."""
+            if self.namespace is None:
+                return self.filter
+            ns = {"namespace": self.namespace}
+            if self.filter is None:
+                return ns
+            if isinstance(self.filter, list):
+                raise ValueError("give 'namespace' with a where clause, not with an id list")
+            return {"$and": [ns, self.filter]}
 
     class QueryIn(Ask):
         question: StrictStr = Field(min_length=1, max_length=4000)
@@ -288,6 +318,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         id: StrictStr | None = Field(None, min_length=1, max_length=1000)
         title: StrictStr = Field("", max_length=10_000)
         text: StrictStr = Field(min_length=1, max_length=200_000)
+        metadata: dict | None = None
 
     class UpdateIn(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -341,7 +372,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def query(body: QueryIn):
         t0 = time.perf_counter()
         try:
-            res, gen = await service.query(body.question, body.k, body.method)
+            res, gen = await service.query(body.question, body.k, body.method, body.where())
         except Overloaded as exc:
             return error(503, str(exc), {"Retry-After": "1"})
         except ValueError as exc:
@@ -353,7 +384,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def query_batch(body: BatchIn):
         t0 = time.perf_counter()
         try:
-            results, gen = await service.query_batch(body.questions, body.k, body.method)
+            results, gen = await service.query_batch(body.questions, body.k, body.method,
+                                                     body.where())
         except ValueError as exc:
             return error(400, str(exc))
         took = time.perf_counter() - t0

@@ -4,7 +4,7 @@ An index is a directory::
 
     manifest.json        format, version, embedder, dim, counts, meta, sha256 + size per file
     <array>.npy          one per array field of EntityGraph and PassageMap, plus embeddings
-    passages.json        [{"id", "title", "text"}, ...]
+    passages.json        [{"id", "title", "text", "metadata"?}, ...]  (metadata: version 2)
     propositions.json    [text, ...]
     entities.json        [canonical name, ...]
     hnsw.bin             hnswlib graph (only when HNSW was built)
@@ -51,7 +51,9 @@ from .kernels import EntityGraph, PassageMap, config as kconfig
 from .kernels.graph import array_fields
 
 FORMAT = "evireform-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: versions this code reads: 1 (no passage metadata; loads with empty metadata) and 2
+READ_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 JSONS = ("passages.json", "propositions.json", "entities.json")
 HNSW_FILE = "hnsw.bin"
@@ -337,7 +339,9 @@ def _write_files(idx, tmp: Path) -> None:
     for name, arr in index_arrays(idx).items():
         np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
     _write_json(tmp / "passages.json",
-                [{"id": p.id, "title": p.title, "text": p.text} for p in idx.passages])
+                [{"id": p.id, "title": p.title, "text": p.text, "metadata": p.metadata}
+                 if p.metadata else {"id": p.id, "title": p.title, "text": p.text}
+                 for p in idx.passages])
     _write_json(tmp / "propositions.json", idx.prop_texts)
     _write_json(tmp / "entities.json", idx.entity_names)
     if idx.hnsw is not None:
@@ -375,7 +379,7 @@ class Loaded:
     graph: EntityGraph
     pmap: PassageMap
     embeddings: np.ndarray
-    passages: list            # [{"id", "title", "text"}]
+    passages: list            # [{"id", "title", "text", "metadata"?}]
     propositions: list[str]
     entities: list[str]
     hnsw: object | None
@@ -395,9 +399,9 @@ def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
     from . import __version__
     if not isinstance(man, dict) or man.get("format") != FORMAT:
         _fail(mpath, "not an evireform index manifest")
-    if man.get("format_version") != FORMAT_VERSION:
+    if man.get("format_version") not in READ_VERSIONS:
         _fail(mpath, f"format version {man.get('format_version')!r}, this evireform "
-                     f"({__version__}) reads version {FORMAT_VERSION}; rebuild the index")
+                     f"({__version__}) reads versions {READ_VERSIONS}; rebuild the index")
     if not isinstance(man.get("embedder", ""), str):
         _fail(mpath, f"'embedder' must be a string; got {man.get('embedder')!r:.80}")
     if not _is_int(man.get("dim")) or man["dim"] < 1:
@@ -550,7 +554,8 @@ def _strings_ok(xs: list) -> bool:
 def _passages_ok(xs: list) -> bool:
     if not set(map(type, xs)) <= {dict}:
         return False
-    return all(_strings_ok([x.get(k) for x in xs]) for k in ("id", "title", "text"))
+    return all(_strings_ok([x.get(k) for x in xs]) for k in ("id", "title", "text")) \
+        and all(isinstance(x.get("metadata", {}), dict) for x in xs)
 
 
 def _identity(path: Path):
@@ -610,7 +615,8 @@ def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
     arr = _load_arrays(path, sizes, mmap)
     graph, pmap = _check_arrays(path, arr, sizes)
     passages = _load_json(path, "passages.json", sizes["N"], _passages_ok,
-                          "an object with string id, title and text")
+                          "an object with string id, title and text (and an object "
+                          "metadata)")
     ids = [p["id"] for p in passages]
     if len(set(ids)) != len(ids):
         _fail(path / "passages.json", "passage ids are not unique")

@@ -41,6 +41,7 @@ with that answer (``dependency`` edges).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -50,6 +51,7 @@ from .embed import encode_queries
 from .engine import make_engine, pack_seeds
 from .entities import canonical_entity
 from .explain import EvidenceEdge
+from .filters import RestrictedEngine, restriction
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
@@ -73,6 +75,23 @@ class _PassageSearch:
         self.index, self.embedder = index, embedder
         self.n_candidates = n_candidates
         self.engine = engine if engine is not None else make_engine(index, backend)
+        #: the passage positions a filter allows (stored order; None: all) and the graph
+        #: whose degree terms the search propagates with
+        self.allowed, self.graph = None, index.graph
+
+    def restricted(self, filter) -> "_PassageSearch":
+        """This search under ``filter`` (:mod:`evireform.filters`): a copy whose engine is a
+        :class:`~evireform.filters.RestrictedEngine`; itself when ``filter`` is None."""
+        r = restriction(self.index, filter)
+        if r is None:
+            return self
+        out = copy.copy(self)
+        out.engine, out.allowed, out.graph = RestrictedEngine(self.index, r), r.passages, r.graph
+        return out
+
+    @property
+    def n_passages(self) -> int:
+        return self.index.n_passages if self.allowed is None else len(self.allowed)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if self.embedder is None:
@@ -96,7 +115,7 @@ class _PassageSearch:
 
     def _readout(self, seeds, k, alpha: float = 1.0, propagation: bool = False):
         P, S = self.engine.rank_batch(*pack_seeds(seeds), alpha,
-                                      max(1, min(k, self.index.n_passages)),
+                                      max(1, min(k, self.n_passages)),
                                       propagation=propagation)
         return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
 
@@ -133,17 +152,30 @@ class StrategyTrace:
                                           for a, b in self.intersection) or "(empty)")])
 
 
-def _result(index, question, order: list[int], k: int, edges, trace) -> RetrievalResult:
+def _scoped(strategy, filter):
+    """``strategy`` itself, or a shallow copy whose search runs under ``filter`` (the
+    original is untouched, so threads may share it)."""
+    search = strategy.search.restricted(filter)
+    if search is strategy.search:
+        return strategy
+    out = copy.copy(strategy)
+    out.search = search
+    return out
+
+
+def _result(index, question, order: list[int], k: int, edges, trace,
+            allowed=None) -> RetrievalResult:
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
-    scale), filled to ``k`` with the other passages in stored order at score 0 (as
-    EviReform's ranking is)."""
+    scale), filled to ``k`` with the other passages (``allowed``: those a filter allows) in
+    stored order at score 0 (as EviReform's ranking is)."""
     def ranked_passage(j, score):
         p = index.passages[j]
-        return RankedPassage(j, p.id, p.title, score, text=p.text)
+        return RankedPassage(j, p.id, p.title, score, text=p.text, metadata=p.metadata)
     ranked = [ranked_passage(j, 1.0 / (1 + r)) for r, j in enumerate(order[:k])]
-    if len(ranked) < min(k, index.n_passages):
+    universe = range(index.n_passages) if allowed is None else allowed.tolist()
+    if len(ranked) < min(k, len(universe)):
         taken = set(order[:k])
-        for j in range(index.n_passages):
+        for j in universe:
             if len(ranked) >= k:
                 break
             if j not in taken:
@@ -214,13 +246,19 @@ class BGR:
         self.index, self.embedder, self.depth = index, embedder, depth
         self.reformulator = reformulator or BridgeReformulator()
 
-    def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
-        return self.retrieve_many([question], k)[0]
+    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
+        return self.retrieve_many([question], k, filter=filter)[0]
 
-    def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+    def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
+                      filter=None) -> list[RetrievalResult]:
+        """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
+        every search and ranking to the matching passages, as an index of them alone would."""
         questions = as_list(questions, "questions")
         k = positive_int(k, "k")
-        return [self._one(q, k) for q in questions]
+        run = _scoped(self, filter)
+        if run.search.n_passages == 0:
+            return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
+        return [run._one(q, k) for q in questions]
 
     def _forward(self, question, base, events) -> tuple[list[int], list[EvidenceEdge]]:
         idx = self.index
@@ -299,7 +337,8 @@ class BGR:
         common = ents(a) & ents(b)
         if not common:
             return ""
-        e = min(common, key=lambda e: (g.at_indptr[e + 1] - g.at_indptr[e], e))
+        inv_deg = self.search.graph.inv_deg  # the rarest shared entity (in the search's scope)
+        e = min(common, key=lambda e: (-inv_deg[e], e))
         return self.index.entity_names[e]
 
     def _one(self, question: str, k: int) -> RetrievalResult:
@@ -321,7 +360,7 @@ class BGR:
                               role_events=events)
         inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
         order = _fuse([base_P, fwd, bwd], first=inter_nodes)
-        return _result(self.index, question, order, k, edges, trace)
+        return _result(self.index, question, order, k, edges, trace, self.search.allowed)
 
 
 # --------------------------------------------------------------------------- Hi-Q
@@ -395,13 +434,19 @@ class HiQ:
         self.reader = reader
         self.splitter = splitter or HeuristicSplitter()
 
-    def retrieve(self, question: str, k: int = 10) -> RetrievalResult:
-        return self.retrieve_many([question], k)[0]
+    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
+        return self.retrieve_many([question], k, filter=filter)[0]
 
-    def retrieve_many(self, questions: Sequence[str], k: int = 10) -> list[RetrievalResult]:
+    def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
+                      filter=None) -> list[RetrievalResult]:
+        """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
+        every search and ranking to the matching passages, as an index of them alone would."""
         questions = as_list(questions, "questions")
         k = positive_int(k, "k")
-        return [self._one(q, k) for q in questions]
+        run = _scoped(self, filter)
+        if run.search.n_passages == 0:
+            return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
+        return [run._one(q, k) for q in questions]
 
     # -- the operators
     def _resolve(self, node: HiQNode, events: list) -> bool:
@@ -500,7 +545,7 @@ class HiQ:
             base = list(base) + [int(j) for j in self.search.rank([question], k)[0][0]]
         order = _fill(order, base)
         return _result(self.index, question, order, k, self._edges(root),
-                       StrategyTrace(tree=root, role_events=events))
+                       StrategyTrace(tree=root, role_events=events), self.search.allowed)
 
 
 STRATEGIES = ("bgr", "bgr_union", "bgr_last", "hiq", "hiq_k2")

@@ -6,11 +6,17 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Passage:
-    """One retrievable unit of the corpus; ``id`` is unique, ``title`` may repeat."""
+    """One retrievable unit of the corpus; ``id`` is unique, ``title`` may repeat.
+
+    ``metadata`` is a JSON object (str keys; str, number, bool, null or lists and objects of
+    them): every field of a corpus record other than id/title/text, a framework document's
+    metadata, or ``{source, chunk, title}`` for a chunk of a file.  Filters
+    (:mod:`evireform.filters`) read it; results return it.  It takes no part in hashing."""
 
     id: str
     title: str
     text: str
+    metadata: dict = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

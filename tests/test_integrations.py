@@ -43,7 +43,7 @@ def test_langchain_retriever(small_index):
         assert all(isinstance(d, Document) for d in docs)
         assert [d.metadata["passage_id"] for d in docs] == w.ids
         assert [d.metadata["score"] for d in docs] == [p.score for p in w.passages]
-        assert all(set(d.metadata) == META for d in docs)
+        assert all(set(d.metadata) == META for d in docs)  # the corpus has no metadata
         assert docs[0].metadata["residual_queries"] == w.trace.residual_queries
         assert docs[0].page_content == idx.passages[w.passages[0].index].text
     batch = lc.batch(QUESTIONS)
@@ -106,3 +106,48 @@ def test_importing_evireform_imports_no_framework():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def _docs_index(make_docs):
+    emb = HashingEmbedder(64)
+    docs = make_docs([("Alice Park met Bob Stone in Paris.", {"team": "a", "year": 2001}),
+                      ("Bob Stone founded Delta Inc in Lyon.", {"team": "b", "year": 2005}),
+                      ("Delta Inc hired Carl Jung in Paris.", {"team": "a", "year": 2010})])
+    return emb, docs
+
+
+def test_langchain_documents_keep_metadata_and_filter():
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+    from evireform.integrations.langchain import EviReformRetriever, passages_from_documents
+    emb, docs = _docs_index(lambda rows: [Document(page_content=t, metadata=m) for t, m in rows])
+    passages = passages_from_documents(docs)
+    assert [p.metadata for p in passages] == [d.metadata for d in docs]
+    idx = PropositionIndex.build(passages, emb, show_progress=False)
+    lc = EviReformRetriever.from_index(idx, emb, k=5, filter={"team": "a"})
+    got = lc.invoke("Who did Bob Stone meet?")
+    assert [d.metadata["team"] for d in got] == ["a", "a"]
+    assert all(d.metadata["year"] in (2001, 2010) for d in got)
+    assert [[d.metadata["team"] for d in ds] for ds in lc.batch(["Who met Bob?"])] == [["a", "a"]]
+    with pytest.raises(ValueError, match="unknown operator"):
+        EviReformRetriever.from_index(idx, emb, filter={"team": {"$like": "a"}})
+
+
+def test_llama_index_nodes_keep_metadata_and_filter(tmp_path):
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.schema import TextNode
+    from evireform.integrations.llama_index import EviReformRetriever, passages_from_nodes
+    emb, nodes = _docs_index(lambda rows: [TextNode(text=t, metadata=m, id_=f"n{i}")
+                                           for i, (t, m) in enumerate(rows)])
+    passages = passages_from_nodes(nodes)
+    assert [p.id for p in passages] == ["n0", "n1", "n2"]
+    idx = PropositionIndex.build(passages, emb, show_progress=False)
+    li = EviReformRetriever.from_defaults(index=idx, embedder=emb, similarity_top_k=5,
+                                          filter={"year": {"$gte": 2005}})
+    got = li.retrieve("Who did Delta Inc hire?")
+    assert [n.node.node_id for n in got] and {n.node.node_id for n in got} <= {"n1", "n2"}
+    li.persist(tmp_path / "p")
+    back = EviReformRetriever.from_persist_dir(tmp_path / "p", embedder=emb)
+    assert back.filter == {"year": {"$gte": 2005}}
+    assert [n.node.node_id for n in back.retrieve("Who did Delta Inc hire?")] == \
+        [n.node.node_id for n in got]

@@ -270,3 +270,54 @@ def test_onnx_query_encoder_equals_torch_and_needs_no_torch(tmp_path, data_dir):
         assert r.stdout.strip() == "False", r.stderr
     finally:
         del os.environ["EVIREFORM_CACHE"]
+
+
+def test_filters_and_namespaces_through_the_app(tmp_path):
+    """Tenants by namespace: each answer equals in-process retrieval with the same filter;
+    questions with different filters in one micro-batch are answered apart; metadata is
+    returned and accepted by /update; bad filters are 400s."""
+    from evireform.service import create_app
+    recs = [{**r, "namespace": f"t{i % 3}", "year": 1900 + i} for i, r in enumerate(_records(30))]
+    ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
+    svc = _service(ix, max_batch=32)
+    app = create_app(svc)
+    r = EviReform(PropositionIndex.load(ix), embedder=EMB)
+
+    async def run():
+        await svc.start()
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                asks = [{"question": q, "k": 4, "namespace": f"t{n % 3}"}
+                        for n, q in enumerate(QUESTIONS)]
+                asks.append({"question": QUESTIONS[0], "k": 4, "namespace": "t1",
+                             "filter": {"year": {"$gte": 1910}}})
+                single = await asyncio.gather(*(c.post("/query", json=a) for a in asks))
+                batch = await c.post("/query_batch", json={"questions": QUESTIONS, "k": 3,
+                                                           "filter": {"year": {"$lt": 1915}}})
+                bad = [await c.post("/query", json={"question": "q", "filter": f})
+                       for f in ({"year": {"$near": 1}}, {"yaer": 1}, ["nope"])]
+                upd = await c.post("/update", json={"add": [
+                    {"id": "new", "text": "Omega met Alpha in 1999.",
+                     "metadata": {"namespace": "t9"}}]})
+                t9 = await c.post("/query", json={"question": "Who met Alpha?",
+                                                  "namespace": "t9"})
+                return single, batch, bad, upd, t9
+        finally:
+            await svc.stop()
+    single, batch, bad, upd, t9 = asyncio.run(run())
+    wants = [({"namespace": f"t{n % 3}"}, q) for n, q in enumerate(QUESTIONS)] + \
+        [({"$and": [{"namespace": "t1"}, {"year": {"$gte": 1910}}]}, QUESTIONS[0])]
+    for (flt, q), resp in zip(wants, single):
+        body = resp.json()
+        assert resp.status_code == 200, body
+        assert _same(body, r.retrieve(q, 4, filter=flt)), (q, flt)
+        ns = flt.get("namespace") or flt["$and"][0]["namespace"]
+        assert all(p["metadata"]["namespace"] == ns for p in body["passages"])
+    for b, res in zip(batch.json()["results"], r.retrieve_many(QUESTIONS, 3,
+                                                               filter={"year": {"$lt": 1915}})):
+        assert _same(b, res) and all(p["metadata"]["year"] < 1915 for p in b["passages"])
+    assert [x.status_code for x in bad] == [400, 400, 400]
+    assert "unknown operator" in bad[0].json()["error"] and "yaer" in bad[1].json()["error"]
+    assert upd.status_code == 200, upd.text
+    assert [p["id"] for p in t9.json()["passages"]] == ["new"]

@@ -126,3 +126,36 @@ def _decomposition_edges(r: dict, by_text: dict, qid: str) -> frozenset | None:
 def passage_texts(passages: Sequence[Passage]) -> list[str]:
     """Dense passage baseline text: title + newline + text."""
     return [f"{p.title}\n{p.text}" for p in passages]
+
+
+def _lower(obj):
+    if isinstance(obj, str):
+        return obj.lower()
+    if isinstance(obj, list):
+        return [_lower(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _lower(v) for k, v in obj.items()}
+    return obj
+
+
+def lowercased_copy(path, out_dir) -> Path:
+    """A lower-cased copy of a corpus or questions JSON file under ``out_dir`` (named by the
+    source file's checksum, written once): every string value lower-cased, and the keys of
+    a title -> sentences corpus; ``ValueError`` when lower-casing merges two titles."""
+    from ..store import file_sha256
+    path = Path(path)
+    out = Path(out_dir) / f"{path.stem}-{file_sha256(path)[:12]}-lower{path.suffix}"
+    if out.is_file():
+        return out
+    obj = _json_loads(path.read_text(encoding="utf-8"), str(path))
+    if isinstance(obj, dict):  # HotpotQA corpus: title -> sentences
+        low = {k.lower(): _lower(v) for k, v in obj.items()}
+        if len(low) != len(obj):
+            raise ValueError(f"{path}: lower-casing merges titles that differ only in case")
+    else:
+        low = _lower(obj)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".part")
+    tmp.write_text(json.dumps(low, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(out)
+    return out

@@ -117,7 +117,8 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              n: int | None = None, config=None, cache_dir=None, show_progress=True,
              dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
              reader_k: int = 5, max_workers: int = 1,
-             graph_metrics: bool = False) -> EvalReport:
+             graph_metrics: bool = False, extractor=None,
+             lowercase: bool = False) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
@@ -126,6 +127,10 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     added to the report, with tokens in/out per role.  ``max_workers``: role calls in flight
     at once across the questions (for LLM roles).  ``graph_metrics=True`` adds the evidence
     set and graph metrics of :mod:`evireform.evaluation.graph_metrics` to every method.
+    ``extractor``: the index's extractor (an :class:`~evireform.extract.Extractor`; default
+    the heuristic one).  ``lowercase=True`` runs on lower-cased copies of the corpus and the
+    questions (:func:`~evireform.evaluation.data.lowercased_copy`): how the method fares on
+    text without capital letters.
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -137,8 +142,14 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    if lowercase:
+        from ..cache import default_cache_dir
+        from .data import lowercased_copy
+        root = Path(cache_dir or default_cache_dir()) / "lowercase"
+        corpus_path = lowercased_copy(corpus_path, root)
+        questions_path = lowercased_copy(questions_path, root)
     idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
-                             show_progress=show_progress)
+                             show_progress=show_progress, extractor=extractor)
     qs = load_questions(questions_path, idx.passages)[:n]
     texts = [q.question for q in qs]
     base_cfg = config or EviReformConfig()

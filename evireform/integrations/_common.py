@@ -24,9 +24,11 @@ def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, se
 
 
 def passage_metadata(result, rank: int, passage) -> dict:
-    """Metadata of one ranked passage: ids, title, score and its three parts, the question's
-    residual queries (JSON-serialisable)."""
+    """Metadata of one ranked passage: the passage's own metadata, then ids, title, score
+    and its three parts, the question's residual queries (JSON-serialisable; these keys win
+    over the passage's own of the same name)."""
     return {
+        **passage.metadata,
         "passage_id": passage.id,
         "title": passage.title,
         "rank": rank,
@@ -40,3 +42,21 @@ def passage_metadata(result, rank: int, passage) -> dict:
 
 def passage_text(retriever, passage) -> str:
     return retriever.index.passages[passage.index].text
+
+
+def document_passages(items, what: str):
+    """:class:`~evireform.Passage` objects from framework documents: ``(text, metadata,
+    id)`` triples; the id is the document's own (``None``: derived from its content), the
+    title ``metadata["title"]`` when it is a string, and the metadata kept whole."""
+    from ..corpus import as_passages
+    recs = []
+    for n, (text, metadata, pid) in enumerate(items):
+        md = dict(metadata or {})
+        rec = {"text": text, "metadata": md, "title": md.get("title")
+               if isinstance(md.get("title"), str) else ""}
+        if pid is not None:
+            rec["id"] = str(pid)
+        recs.append(rec)
+    if not recs:
+        raise ValueError(f"no {what} given")
+    return as_passages(recs, what)

@@ -5,9 +5,15 @@
 >>> docs = retriever.invoke("Which city hosted ...?")        # list[Document]
 >>> many = retriever.batch(["q1", "q2"])                       # one retrieve_many call
 
-Each ``Document`` holds the passage text; its metadata has ``passage_id``, ``title``,
-``rank``, ``score``, the three score parts (``from_question``, ``from_residual``,
-``from_propagation``) and the question's ``residual_queries``.
+Each ``Document`` holds the passage text; its metadata is the passage's own metadata plus
+``passage_id``, ``title``, ``rank``, ``score``, the three score parts (``from_question``,
+``from_residual``, ``from_propagation``) and the question's ``residual_queries``.
+
+Documents go in with their metadata (:func:`passages_from_documents`), and ``filter`` (a
+where clause over it, or passage ids: :mod:`evireform.filters`) restricts every query:
+
+>>> idx = PropositionIndex.build(passages_from_documents(docs), embedder)
+>>> EviReformRetriever.from_index(idx, k=5, filter={"source": "handbook.md"})
 """
 from __future__ import annotations
 
@@ -23,7 +29,15 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
                       "pip install 'evireform[langchain]'") from exc
 
 from .._checks import positive_int
-from ._common import make_retriever, passage_metadata, passage_text
+from ._common import document_passages, make_retriever, passage_metadata, passage_text
+
+
+def passages_from_documents(documents) -> list:
+    """:class:`~evireform.Passage` objects from LangChain ``Document`` objects, metadata
+    kept (``id``: the document's ``id`` when set, else derived from its content; ``title``:
+    ``metadata["title"]`` when a string)."""
+    return document_passages(((d.page_content, d.metadata, getattr(d, "id", None))
+                              for d in documents), "documents")
 
 
 class EviReformRetriever(BaseRetriever):
@@ -36,6 +50,16 @@ class EviReformRetriever(BaseRetriever):
     retriever: Any
     #: passages returned per question
     k: int = 10
+    #: a where clause over passage metadata or a list of passage ids (evireform.filters);
+    #: None: no filter
+    filter: Any = None
+
+    @field_validator("filter", mode="before")
+    @classmethod
+    def _check_filter(cls, v):
+        from ..filters import compile_filter
+        compile_filter(v)  # malformed filters fail here, not at the first question
+        return v
 
     @field_validator("k", mode="before")
     @classmethod
@@ -43,18 +67,20 @@ class EviReformRetriever(BaseRetriever):
         return positive_int(v, "k")
 
     @classmethod
-    def from_index(cls, index, embedder=None, *, k: int = 10, config=None, **roles
-                   ) -> "EviReformRetriever":
+    def from_index(cls, index, embedder=None, *, k: int = 10, config=None, filter=None,
+                   **roles) -> "EviReformRetriever":
         """From a :class:`~evireform.PropositionIndex` (and the embedder it was built with;
         default: the one its manifest names).  ``roles``: ``selector``, ``reformulator``,
         ``controller`` (e.g. the LLM roles), ``max_workers``, ``backend``."""
-        return cls(retriever=make_retriever(index, None, embedder, config, **roles), k=k)
+        return cls(retriever=make_retriever(index, None, embedder, config, **roles), k=k,
+                   filter=filter)
 
     @classmethod
-    def from_index_dir(cls, path, embedder=None, *, k: int = 10, config=None, **roles
-                       ) -> "EviReformRetriever":
+    def from_index_dir(cls, path, embedder=None, *, k: int = 10, config=None, filter=None,
+                       **roles) -> "EviReformRetriever":
         """From an index directory saved by ``evireform index`` or ``PropositionIndex.save``."""
-        return cls(retriever=make_retriever(None, path, embedder, config, **roles), k=k)
+        return cls(retriever=make_retriever(None, path, embedder, config, **roles), k=k,
+                   filter=filter)
 
     def _documents(self, result) -> list[Document]:
         return [Document(page_content=passage_text(self.retriever, p),
@@ -63,7 +89,7 @@ class EviReformRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *,
                                 run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self._documents(self.retriever.retrieve(query, self.k))
+        return self._documents(self.retriever.retrieve(query, self.k, filter=self.filter))
 
     def batch(self, inputs, config=None, *, return_exceptions: bool = False, **kwargs):
         """All questions through one :meth:`EviReform.retrieve_many` (batched search and
@@ -71,7 +97,7 @@ class EviReformRetriever(BaseRetriever):
         if config is not None or kwargs or not inputs:
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         try:
-            results = self.retriever.retrieve_many(list(inputs), self.k)
+            results = self.retriever.retrieve_many(list(inputs), self.k, filter=self.filter)
         except Exception as exc:
             if not return_exceptions:
                 raise

@@ -6,9 +6,11 @@
 >>> retriever.persist("evireform_retriever")                  # index + settings
 >>> again = EviReformRetriever.from_persist_dir("evireform_retriever")
 
-Each node is a ``TextNode`` with the passage text, ``id_`` the passage id, and metadata
-``passage_id``, ``title``, ``rank``, ``score``, the three score parts and the question's
-``residual_queries``; ``NodeWithScore.score`` is the EviReform score.
+Each node is a ``TextNode`` with the passage text, ``id_`` the passage id, and metadata: the
+passage's own, plus ``passage_id``, ``title``, ``rank``, ``score``, the three score parts and
+the question's ``residual_queries``; ``NodeWithScore.score`` is the EviReform score.
+Nodes go in with their metadata (:func:`passages_from_nodes`); ``filter`` (a where clause
+or passage ids: :mod:`evireform.filters`) restricts every query.
 """
 from __future__ import annotations
 
@@ -26,7 +28,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError("evireform.integrations.llama_index needs LlamaIndex: "
                       "pip install 'evireform[llamaindex]'") from exc
 
-from ._common import make_retriever, passage_metadata, passage_text
+from ._common import document_passages, make_retriever, passage_metadata, passage_text
+
+
+def passages_from_nodes(nodes) -> list:
+    """:class:`~evireform.Passage` objects from LlamaIndex nodes or documents (their text,
+    ``id_`` and metadata)."""
+    return document_passages(((n.get_content(), n.metadata, getattr(n, "id_", None))
+                              for n in nodes), "nodes")
 
 _SETTINGS = "evireform_retriever.json"
 
@@ -37,9 +46,14 @@ class EviReformRetriever(BaseRetriever):
     ``from_persist_dir``."""
 
     def __init__(self, retriever, similarity_top_k: int = 10,
-                 callback_manager: CallbackManager | None = None, verbose: bool = False):
+                 callback_manager: CallbackManager | None = None, verbose: bool = False,
+                 filter=None):
+        from ..filters import compile_filter
         self._evireform = retriever
         self.similarity_top_k = positive_int(similarity_top_k, "similarity_top_k")
+        compile_filter(filter)  # malformed filters fail here
+        #: a where clause over passage metadata or passage ids (evireform.filters)
+        self.filter = filter
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -52,16 +66,17 @@ class EviReformRetriever(BaseRetriever):
                       similarity_top_k: int = 10, config=None, selector=None, reformulator=None,
                       controller=None, max_workers: int = 1, backend="auto",
                       callback_manager: CallbackManager | None = None,
-                      verbose: bool = False) -> "EviReformRetriever":
+                      verbose: bool = False, filter=None) -> "EviReformRetriever":
         """From a :class:`~evireform.PropositionIndex` or an index directory; the embedder
         defaults to the one the index names, the roles to the LLM-free ones."""
         r = make_retriever(index, index_dir, embedder, config, selector=selector,
                            reformulator=reformulator, controller=controller,
                            max_workers=max_workers, backend=backend)
-        return cls(r, similarity_top_k, callback_manager, verbose)
+        return cls(r, similarity_top_k, callback_manager, verbose, filter)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        result = self._evireform.retrieve(query_bundle.query_str, self.similarity_top_k)
+        result = self._evireform.retrieve(query_bundle.query_str, self.similarity_top_k,
+                                          filter=self.filter)
         return [NodeWithScore(node=TextNode(text=passage_text(self._evireform, p), id_=p.id,
                                             metadata=passage_metadata(result, r, p)),
                               score=float(p.score))
@@ -73,7 +88,7 @@ class EviReformRetriever(BaseRetriever):
         path.mkdir(parents=True, exist_ok=True)
         self._evireform.index.save(path / "index")
         (path / _SETTINGS).write_text(json.dumps({
-            "similarity_top_k": self.similarity_top_k,
+            "similarity_top_k": self.similarity_top_k, "filter": self.filter,
             "config": dataclasses.asdict(self._evireform.config)}, indent=1))
 
     @classmethod
@@ -94,4 +109,5 @@ class EviReformRetriever(BaseRetriever):
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{f}: damaged retriever settings ({exc})") from None
         return cls.from_defaults(index_dir=path / "index", embedder=embedder,
-                                 similarity_top_k=top_k, config=config, **roles)
+                                 similarity_top_k=top_k, config=config,
+                                 filter=roles.pop("filter", settings.get("filter")), **roles)

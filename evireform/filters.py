@@ -1,0 +1,386 @@
+"""Filters on passage metadata that isolate exactly.
+
+A filter is either
+
+* a **where clause** over passage metadata, in the syntax Chroma and others use::
+
+      {"year": 2020}                                   # equality (same as {"$eq": 2020})
+      {"year": {"$gte": 2000, "$lt": 2010}}            # several operators on a key: all hold
+      {"$or": [{"lang": "de"}, {"source": {"$in": ["a.md", "b.md"]}}]}
+      {"$and": [{"namespace": "tenant-7"}, {"draft": {"$exists": False}}]}
+
+  operators ``$eq $ne $gt $gte $lt $lte $in $nin $exists`` on a key, ``$and $or`` over lists
+  of clauses; several keys in one object must all hold; or
+* an explicit **list of passage ids** (every id must be in the index).
+
+**Semantics.**  Retrieval with a filter equals retrieval on an index built from the matching
+passages alone, with the same embeddings: the candidates, the selection, the residual hits,
+one propagation step with entity degrees and the 1/w normalisation counted over the matching
+propositions only, and the readout (the zero-score fill continues in stored order over the
+matching passages).  ``tests/test_filters.py`` checks rankings and scores against such a
+sub-index build on random corpora and random filters.  A reserved key such as ``namespace``
+therefore gives tenants exact isolation: nothing of another tenant's passages, not even
+their entity degrees, reaches a result.
+
+**Comparison rules.**  Equality is JSON equality (``1 == 1.0``, but ``true`` is not ``1``;
+lists and objects compare whole).  ``$gt $gte $lt $lte`` take a number or a string and match
+values of the same kind (a passage whose value is of another kind, or that lacks the key, does
+not match).  ``$in``/``$nin`` take a list.  A passage without the key does not match ``$eq``,
+``$in`` or an ordering operator, and does match ``$ne`` and ``$nin`` (as MongoDB does).
+``$exists`` takes true or false.
+
+**Errors.**  An unknown operator, an operand of the wrong type, a malformed clause or a key
+that no passage of the index has (outside ``$exists``) raise ``ValueError`` naming the problem;
+a filter that matches no passage gives results with no passages (documented, not an error).
+
+How the index runs a filter: :func:`restriction` turns it into a :class:`Restriction` (the
+passage and proposition masks, the entity degree terms recounted over the matching
+propositions, and the matching embeddings gathered for an exact scan); restrictions are kept
+per index for the last :data:`CACHE_SIZE` filters, so a tenant's repeated queries pay for
+their filter once.  :class:`RestrictedEngine` runs search and ranking under it on the CPU
+kernels.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+__all__ = ["compile_filter", "Filter", "Restriction", "RestrictedEngine", "restriction",
+           "OPERATORS", "CACHE_SIZE"]
+
+OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
+LOGICAL = ("$and", "$or")
+#: restrictions kept per index (the most recently used filters)
+CACHE_SIZE = 16
+
+_MISSING = object()
+
+
+def _kind(v):
+    """The comparison class of a JSON value: bool, number, string, null, list, object."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "list"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def _json_equal(a, b) -> bool:
+    ka, kb = _kind(a), _kind(b)
+    if ka != kb:
+        return False
+    if ka == "list":
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if ka == "object":
+        return a.keys() == b.keys() and all(_json_equal(a[x], b[x]) for x in a)
+    return a == b
+
+
+def _check_operand(op: str, v, where: str):
+    if op in ("$eq", "$ne"):
+        if _kind(v) not in ("bool", "number", "string", "null", "list", "object"):
+            raise ValueError(f"{where}: {op} takes a JSON value; got {v!r:.80}")
+    elif op in ("$gt", "$gte", "$lt", "$lte"):
+        if _kind(v) not in ("number", "string"):
+            raise ValueError(f"{where}: {op} takes a number or a string; got {v!r:.80}")
+    elif op in ("$in", "$nin"):
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{where}: {op} takes a list; got {v!r:.80}")
+    elif op == "$exists":
+        if not isinstance(v, bool):
+            raise ValueError(f"{where}: $exists takes true or false; got {v!r:.80}")
+
+
+def _op_predicate(op: str, v):
+    """``value -> bool`` for one operator (``value`` is ``_MISSING`` when the key is absent)."""
+    if op == "$eq":
+        return lambda x: x is not _MISSING and _json_equal(x, v)
+    if op == "$ne":
+        return lambda x: x is _MISSING or not _json_equal(x, v)
+    if op == "$in":
+        vs = list(v)
+        return lambda x: x is not _MISSING and any(_json_equal(x, y) for y in vs)
+    if op == "$nin":
+        vs = list(v)
+        return lambda x: x is _MISSING or not any(_json_equal(x, y) for y in vs)
+    if op == "$exists":
+        return (lambda x: x is not _MISSING) if v else (lambda x: x is _MISSING)
+    kind = _kind(v)
+    cmp = {"$gt": lambda x: x > v, "$gte": lambda x: x >= v, "$lt": lambda x: x < v,
+           "$lte": lambda x: x <= v}[op]
+    return lambda x: x is not _MISSING and _kind(x) == kind and cmp(x)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A checked filter: ``ids`` (an explicit id list) or a where clause (``predicate`` over
+    a metadata dict), with ``keys`` the metadata keys it reads outside ``$exists`` and
+    ``key`` its canonical JSON (the cache key)."""
+
+    key: str
+    ids: tuple | None = None
+    predicate: object = field(default=None, compare=False, repr=False)
+    keys: frozenset = frozenset()
+
+    def passage_mask(self, index) -> np.ndarray:
+        """Which passages of ``index`` match (bool, one per passage)."""
+        n = index.n_passages
+        if self.ids is not None:
+            mask = np.zeros(n, dtype=bool)
+            unknown = [i for i in self.ids if i not in index._pos]
+            if unknown:
+                raise ValueError(f"filter: unknown passage ids {unknown[:5]!r:.300}"
+                                 + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
+            mask[[index._pos[i] for i in self.ids]] = True
+            return mask
+        if self.keys:
+            have = set()
+            for p in index.passages:
+                have.update(p.metadata.keys() & self.keys)
+                if len(have) == len(self.keys):
+                    break
+            missing = sorted(self.keys - have)
+            if missing:
+                raise ValueError(f"filter: no passage of the index has the metadata key "
+                                 f"{missing[0]!r}; the keys present are "
+                                 f"{sorted(_metadata_keys(index))[:20]} (use $exists to test "
+                                 "for a key that may be absent)")
+        pred = self.predicate
+        return np.fromiter((pred(p.metadata) for p in index.passages), dtype=bool, count=n)
+
+
+def _metadata_keys(index) -> set:
+    out: set = set()
+    for p in index.passages:
+        out.update(p.metadata)
+    return out
+
+
+def _compile(clause, where: str, keys: set, in_exists: set):
+    if not isinstance(clause, dict):
+        raise ValueError(f"{where}: a where clause must be a JSON object; got {clause!r:.80}")
+    if not clause:
+        return lambda md: True
+    parts = []
+    for name, value in clause.items():
+        if not isinstance(name, str):
+            raise ValueError(f"{where}: keys must be strings; got {name!r:.80}")
+        if name in LOGICAL:
+            if not isinstance(value, (list, tuple)) or not value:
+                raise ValueError(f"{where}: {name} takes a non-empty list of clauses; got "
+                                 f"{value!r:.80}")
+            subs = [_compile(c, f"{where}.{name}[{i}]", keys, in_exists)
+                    for i, c in enumerate(value)]
+            parts.append((lambda ss: lambda md: all(s(md) for s in ss))(subs) if name == "$and"
+                         else (lambda ss: lambda md: any(s(md) for s in ss))(subs))
+            continue
+        if name.startswith("$"):
+            raise ValueError(f"{where}: unknown operator {name!r}; a clause's keys are "
+                             f"metadata keys or one of {LOGICAL}")
+        ops = value if isinstance(value, dict) and value and \
+            all(isinstance(k, str) and k.startswith("$") for k in value) else {"$eq": value}
+        preds = []
+        for op, v in ops.items():
+            if op not in OPERATORS:
+                raise ValueError(f"{where}.{name}: unknown operator {op!r}; the operators are "
+                                 f"{OPERATORS}")
+            _check_operand(op, v, f"{where}.{name}")
+            (in_exists if op == "$exists" else keys).add(name)
+            preds.append(_op_predicate(op, v))
+        parts.append((lambda n, ps: lambda md: all(p(md.get(n, _MISSING)) for p in ps))(
+            name, preds))
+    return parts[0] if len(parts) == 1 else (lambda ps: lambda md: all(p(md) for p in ps))(parts)
+
+
+def compile_filter(flt) -> Filter | None:
+    """A :class:`Filter` from a where clause (dict), a list of passage ids, a JSON string of
+    either, or a ``Filter``; ``None`` stays ``None`` (no filter).  ``ValueError`` for anything
+    malformed."""
+    if flt is None or isinstance(flt, Filter):
+        return flt
+    if isinstance(flt, (str, bytes)):
+        try:
+            flt = json.loads(flt)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"filter: not valid JSON ({exc})") from None
+    if isinstance(flt, (list, tuple)):
+        bad = [x for x in flt if isinstance(x, bool) or not isinstance(x, (str, int))]
+        if bad:
+            raise ValueError(f"filter: a list filter holds passage ids (strings); got "
+                             f"{bad[0]!r:.80}")
+        ids = tuple(dict.fromkeys(str(x) for x in flt))
+        return Filter(key=json.dumps(["$ids", sorted(ids)]), ids=ids)
+    if not isinstance(flt, dict):
+        raise ValueError(f"filter: a where clause (object) or a list of passage ids; got "
+                         f"{type(flt).__name__}")
+    keys: set = set()
+    in_exists: set = set()
+    pred = _compile(flt, "filter", keys, in_exists)
+    try:
+        key = json.dumps(flt, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"filter: not plain JSON ({exc})") from None
+    return Filter(key=key, predicate=pred, keys=frozenset(keys))
+
+
+# --------------------------------------------------------------------------- restriction
+@dataclass(eq=False)
+class Restriction:
+    """An index restricted to the passages a filter matches, without building a sub-index.
+
+    ``passages`` / ``props``: the matching passage and proposition positions (ascending);
+    ``graph``: the index's incidence with the degree terms ``inv_deg``, ``diag``, ``inv_w``
+    recounted over the matching propositions (so one propagation step equals the sub-index's
+    on them); ``prop_mask``: which propositions match."""
+
+    filter: Filter
+    passages: np.ndarray
+    pmask: np.ndarray
+    props: np.ndarray
+    prop_mask: np.ndarray
+    graph: object
+    _emb: np.ndarray | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def n_passages(self) -> int:
+        return len(self.passages)
+
+    @property
+    def n_props(self) -> int:
+        return len(self.props)
+
+    def embeddings(self, index) -> np.ndarray:
+        """The matching propositions' embeddings, gathered once (rows in ``props`` order)."""
+        with self._lock:
+            if self._emb is None:
+                self._emb = np.ascontiguousarray(np.asarray(index.embeddings)[self.props])
+            return self._emb
+
+    def fill(self, pids: np.ndarray, scores: np.ndarray, k: int):
+        """A readout row completed as the sub-index's: its positive-score passages, then the
+        matching passages in stored order (score 0) up to ``k``."""
+        npos = int(np.sum(scores > 0))
+        head = pids[:npos]
+        need = k - npos
+        if need <= 0:
+            return head[:k], scores[:k]
+        first = self.passages[:k + npos]
+        tail = first[~np.isin(first, head)][:need]
+        return (np.concatenate([head, tail]).astype(np.int64),
+                np.concatenate([scores[:npos], np.zeros(len(tail))]))
+
+
+def _masked_graph(graph, prop_mask: np.ndarray):
+    """``graph`` with inv_deg, diag and inv_w recounted over the propositions in
+    ``prop_mask`` (as :meth:`EntityGraph.from_csr` counts them for a sub-index)."""
+    from .kernels import config as kconfig
+    indptr, indices = graph.a_indptr, graph.a_indices
+    M, E = graph.n_props, graph.n_entities
+    counts = np.diff(indptr)
+    entry = np.repeat(prop_mask, counts)
+    rows = np.repeat(np.arange(M), counts)[entry]
+    ents = indices[entry]
+    deg = np.bincount(ents, minlength=E).astype(np.float64)
+    inv_deg = np.zeros(E, dtype=np.float64)
+    inv_deg[deg > 0] = 1.0 / deg[deg > 0]
+    diag = np.bincount(rows, weights=inv_deg[ents], minlength=M).astype(np.float64)
+    w = np.bincount(rows, weights=1.0 - inv_deg[ents], minlength=M)
+    inv_w = np.zeros(M, dtype=np.float64)
+    ok = w > kconfig.DEGREE_EPS
+    inv_w[ok] = 1.0 / w[ok]
+    return replace(graph, inv_deg=inv_deg, diag=diag, inv_w=inv_w)
+
+
+_CACHE_LOCK = threading.Lock()
+
+
+def restriction(index, flt) -> Restriction | None:
+    """The :class:`Restriction` of ``index`` for filter ``flt`` (see :func:`compile_filter`),
+    cached on the index for its last :data:`CACHE_SIZE` filters; ``None`` for no filter."""
+    f = compile_filter(flt)
+    if f is None:
+        return None
+    with _CACHE_LOCK:
+        cache = index.__dict__.setdefault("_restrictions", OrderedDict())
+        got = cache.get(f.key)
+        if got is not None:
+            cache.move_to_end(f.key)
+            return got
+    pmask = f.passage_mask(index)
+    prop_mask = pmask[np.asarray(index.owner)]
+    r = Restriction(f, np.flatnonzero(pmask).astype(np.int64), pmask,
+                    np.flatnonzero(prop_mask).astype(np.int64), prop_mask,
+                    _masked_graph(index.graph, prop_mask))
+    with _CACHE_LOCK:
+        cache[f.key] = r
+        while len(cache) > CACHE_SIZE:
+            cache.popitem(last=False)
+    return r
+
+
+class RestrictedEngine:
+    """Search and ranking under a :class:`Restriction`, on the CPU kernels: the engine
+    protocol of :mod:`evireform.engine` with the results a sub-index of the matching
+    passages would give (positions stay the full index's).
+
+    Search is exact over the gathered matching embeddings, or, on an HNSW index whose
+    matching propositions exceed ``kernels.config.EXACT_SEARCH_MAX``, HNSW with a label
+    filter (re-scored exactly), as the sub-index would search."""
+
+    kind = "cpu-filtered"
+
+    def __init__(self, index, r: Restriction):
+        self.index, self.r = index, r
+
+    @property
+    def n_props(self) -> int:
+        return self.index.n_props
+
+    def search_batch(self, Q, k: int):
+        from .kernels import config as kconfig, cosine_topk_batch
+        idx, r = self.index, self.r
+        if idx.hnsw is not None and r.n_props > kconfig.EXACT_SEARCH_MAX:
+            from .search import hnsw_topk_batch
+            return hnsw_topk_batch(idx.hnsw, idx.embeddings, Q, k, idx.hnsw_ids,
+                                   allowed=r.prop_mask)
+        Q = np.asarray(Q, np.float32)
+        if r.n_props == 0:
+            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
+        ids, sc = cosine_topk_batch(r.embeddings(idx), Q, k)
+        return np.where(ids >= 0, r.props[np.maximum(ids, 0)], -1), sc
+
+    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True):
+        from . import kernels as K
+        r, idx = self.r, self.index
+        k = max(1, min(k, max(r.n_passages, 1)))
+        if propagation:
+            indptr, ids, vals = K.propagate_batch(r.graph, indptr, ids, vals, alpha,
+                                                  backend="cpu")
+            keep = r.prop_mask[ids]
+            if not keep.all():  # reached through an entity, outside the filter: dropped
+                B = len(indptr) - 1
+                rows = np.repeat(np.arange(B), np.diff(indptr))
+                indptr = np.zeros(B + 1, np.int64)
+                np.cumsum(np.bincount(rows[keep], minlength=B), out=indptr[1:])
+                ids, vals = ids[keep], vals[keep]
+        P, S = K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
+        rows = [r.fill(p, s, min(k, r.n_passages)) for p, s in zip(P, S)]
+        kk = min(k, r.n_passages)
+        out_p = np.full((len(rows), kk), -1, np.int64)
+        out_s = np.zeros((len(rows), kk))
+        for b, (p, s) in enumerate(rows):
+            out_p[b, :len(p)], out_s[b, :len(s)] = p, s
+        return out_p, out_s

@@ -1,0 +1,212 @@
+"""Documents in (text, Markdown, folders, chunking), Unicode sentences, the phrase
+extractor for text that is not capitalised English, and metadata through the index."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from evireform import Passage, PropositionIndex
+from evireform.documents import _regex_count, chunk_text, load_paths, replace_sources
+from evireform.embed import HashingEmbedder
+from evireform.extract import HeuristicExtractor, PhraseExtractor
+from evireform.text import sentences, tokens
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMB = HashingEmbedder(64)
+
+
+def test_sentences_need_no_capitals_and_split_cjk():
+    assert sentences("the cat sat. then it left! why? dr. who came.") == \
+        ["the cat sat.", "then it left!", "why?", "dr. who came."]
+    assert sentences("北京是中国的首都。上海是一个城市！你好") == \
+        ["北京是中国的首都。", "上海是一个城市！", "你好"]
+    assert sentences("# Title\nfirst line\n\nsecond para. more here") == \
+        ["# Title", "first line", "second para.", "more here"]
+    assert sentences("Die Stadt liegt am Rhein. z.B. Köln ist groß.") == \
+        ["Die Stadt liegt am Rhein.", "z.B. Köln ist groß."]
+    assert tokens("Köln's Dom, 北京") == ["köln's", "dom", "北", "京"]
+
+
+@pytest.mark.parametrize("size,overlap", [(12, 0), (12, 5), (40, 10), (5, 2)])
+def test_chunks_respect_the_token_budget_and_overlap(size, overlap):
+    text = " ".join(f"sentence number {i} has a few words." for i in range(30)) + \
+        " " + "word " * 60 + "."
+    chunks = chunk_text(text, size, overlap)
+    assert all(_regex_count([c])[0] <= size for c in chunks)
+    # every sentence is in some chunk, in order
+    joined = " ".join(chunks)
+    assert all(f"number {i} " in joined for i in range(30))
+    if overlap and size >= 12:
+        firsts = [c.split(".")[0] for c in chunks[1:]]
+        assert any(f in chunks[i] for i, f in enumerate(firsts))  # shared sentences
+    assert chunk_text("", 10, 0) == []
+    with pytest.raises(ValueError, match="chunk_overlap"):
+        chunk_text("x", 10, 10)
+
+
+def test_chunk_cjk_without_spaces():
+    text = "北京是中国的首都" * 20 + "。"
+    chunks = chunk_text(text, 16, 0)
+    assert len(chunks) > 5 and all(_regex_count([c])[0] <= 16 for c in chunks)
+    assert "".join(chunks) == text
+
+
+def _notes(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("# Alpha notes\n\nalice smith founded delta inc in paris. "
+                               "delta inc makes engines.\n\nbob stone joined delta inc.\n",
+                               encoding="utf-8")
+    (root / "sub" / "b.txt").write_text("bob stone was born in lyon. lyon is in france.",
+                                        encoding="utf-8")
+    (root / "sub" / "draft.md").write_text("secret draft text.", encoding="utf-8")
+    (root / ".hidden.md").write_text("hidden.", encoding="utf-8")
+    (root / "c.json").write_text(json.dumps([{"id": "c1", "title": "Carl", "text": "carl met bob "
+                                              "stone.", "year": 2001}]), encoding="utf-8")
+
+
+def test_load_paths_folders_globs_ids_and_metadata(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _notes(tmp_path / "notes")
+    got = load_paths(["notes"], chunk_tokens=12, chunk_overlap=0, exclude=["sub/draft*"])
+    ids = [p.id for p in got.passages]
+    assert ids[0] == "notes/a.md#0" and "c1" in ids
+    assert not any("draft" in i or "hidden" in i for i in ids)
+    a0 = got.passages[0]
+    assert a0.title == "Alpha notes"
+    assert a0.metadata == {"source": "notes/a.md", "chunk": 0, "title": "Alpha notes"}
+    assert next(p for p in got.passages if p.id == "c1").metadata == {"year": 2001}
+    assert set(got.sources) == {"notes/a.md", "notes/sub/b.txt"}
+    # the same file named alone has the same ids
+    alone = load_paths(["notes/sub/b.txt"], chunk_tokens=12, chunk_overlap=0)
+    assert [p.id for p in alone.passages] == [p.id for p in got.passages
+                                             if p.metadata.get("source") == "notes/sub/b.txt"]
+    only_md = load_paths(["notes"], include=["*.md"])
+    assert {p.metadata["source"] for p in only_md.passages} == {"notes/a.md",
+                                                               "notes/sub/draft.md"}
+
+
+def test_unreadable_files_are_named_and_skipped_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _notes(tmp_path / "notes")
+    (tmp_path / "notes" / "bad.txt").write_bytes(b"\xff\xfe\x00bad")
+    (tmp_path / "notes" / "broken.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.txt.*not UTF-8.*--skip-errors"):
+        load_paths(["notes"])
+    got = load_paths(["notes"], skip_errors=True)
+    assert sorted(os.path.basename(f) for f, _ in got.errors) == ["bad.txt", "broken.json"]
+    assert got.passages
+    with pytest.raises(ValueError, match="no such file"):
+        load_paths(["nope"])
+
+
+def test_replace_sources_touches_exactly_the_changed_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _notes(tmp_path / "notes")
+    first = load_paths(["notes"], chunk_tokens=12, chunk_overlap=0)
+    idx = PropositionIndex.build(first.passages, EMB, show_progress=False)
+    (tmp_path / "notes" / "a.md").write_text("# Alpha notes\n\nalice smith founded delta inc "
+                                             "in paris.\n", encoding="utf-8")
+    again = load_paths(["notes/a.md"], chunk_tokens=12, chunk_overlap=0)
+    out = replace_sources(idx, again, EMB)
+    a_before = [p.id for p in idx.passages if p.metadata.get("source") == "notes/a.md"]
+    a_after = [p.id for p in out.passages if p.metadata.get("source") == "notes/a.md"]
+    assert a_after == ["notes/a.md#0"] and len(a_before) > 1
+    assert set(out.changes["deleted"]) == set(a_before) - {"notes/a.md#0"}
+    others = [p for p in idx.passages if p.metadata.get("source") != "notes/a.md"]
+    assert [p for p in out.passages if p.metadata.get("source") != "notes/a.md"] == others
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": REPO}
+    return subprocess.run([sys.executable, "-m", "evireform", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_index_a_folder_query_with_a_filter_and_update(tmp_path):
+    _notes(tmp_path / "notes")
+    r = _cli("index", "notes", "ix", "--embedder", "hashing-64", "--extractor", "phrases",
+             "--chunk-tokens", "12", "--chunk-overlap", "0", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = _cli("query", "ix", "where was bob stone born?", "--json", "-k", "3",
+             "--filter", '{"source": "notes/sub/b.txt"}', cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)["passages"]
+    assert got and all(p["metadata"]["source"] == "notes/sub/b.txt" for p in got)
+    r = _cli("query", "ix", "who?", "--filter", '{"sorce": "x"}', cwd=tmp_path)
+    assert r.returncode != 0 and "sorce" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "notes" / "sub" / "b.txt").write_text("bob stone was born in lyon.",
+                                                       encoding="utf-8")
+    r = _cli("update", "ix", "--add", "notes", "--chunk-tokens", "12", "--chunk-overlap",
+             "0", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "replaced 1" in r.stdout or "deleted" in r.stdout, r.stdout
+    idx = PropositionIndex.load(tmp_path / "ix")
+    assert idx.meta["extractor"] == "phrases-v1"
+    b = [p.text for p in idx.passages if p.metadata.get("source") == "notes/sub/b.txt"]
+    assert b == ["bob stone was born in lyon."]
+
+
+def test_metadata_round_trips_and_old_indexes_load(tmp_path):
+    ps = [Passage("a", "A", "Alice met Bob.", {"year": 2001, "tags": ["x"]}),
+          Passage("b", "B", "Bob met Carl.")]
+    idx = PropositionIndex.build(ps, EMB, show_progress=False)
+    back = PropositionIndex.load(idx.save(tmp_path / "ix"))
+    assert [p.metadata for p in back.passages] == [{"year": 2001, "tags": ["x"]}, {}]
+    # a version-1 index (no metadata field) loads with empty metadata
+    man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    man["format_version"] = 1
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(man))
+    assert PropositionIndex.load(tmp_path / "ix").passages[1].metadata == {}
+    # a metadata change is an update: add() refuses the clash, upsert() replaces it
+    with pytest.raises(ValueError, match="other content"):
+        back.add([Passage("a", "A", "Alice met Bob.", {"year": 2002})], EMB)
+    up = back.upsert([Passage("a", "A", "Alice met Bob.", {"year": 2002})], EMB)
+    assert up.changes["replaced"] == ["a"]
+    with pytest.raises(ValueError, match="plain JSON"):
+        PropositionIndex.build([{"text": "x", "when": object()}], EMB, show_progress=False)
+
+
+def _entities(extractor, passages):
+    extractor.fit(passages)
+    return [sorted({e.casefold() for pr in extractor.extract(p) for e in pr.entities})
+            for p in passages]
+
+
+def test_phrase_extractor_does_not_need_capitals():
+    ps = [Passage("1", "Charles Babbage", "Charles Babbage designed the Analytical Engine. "
+                  "He worked in London."),
+          Passage("2", "Analytical Engine", "The Analytical Engine was a mechanical computer. "
+                  "Ada Lovelace wrote about the Analytical Engine."),
+          Passage("3", "Ada Lovelace", "Ada Lovelace was born in London in 1815.")]
+    lower = [Passage(p.id, p.title.lower(), p.text.lower()) for p in ps]
+    orig = _entities(PhraseExtractor(), ps)
+    low = _entities(PhraseExtractor(), lower)
+    assert orig == low  # letter case changes nothing
+    assert "analytical engine" in low[0] and "london" in low[0] and "ada lovelace" in low[1]
+    assert "1815" in low[2]
+    # the capitalised-name heuristic finds nothing but the title in lower-case text
+    h = [{e for pr in HeuristicExtractor().extract(p) for e in pr.entities} for p in lower]
+    assert h[0] == {"charles babbage"}
+
+
+def test_phrase_extractor_german_and_chinese():
+    de = [Passage(str(i), "", t) for i, t in enumerate([
+        "Der Hund lief durch den Park. Angela Merkel besuchte Hamburg.",
+        "Angela Merkel sprach in Hamburg über den Hafen.",
+        "Der Hund schlief. Der Park war leer.",
+        "Hamburg hat einen großen Hafen und einen Hund.",
+        "Ein Hund und eine Katze spielten im Garten."])]
+    ex = PhraseExtractor(max_df_min=3)  # at most 3 of these 5 passages
+    ents = _entities(ex, de)
+    assert "angela merkel" in ents[1] and "hamburg" in ents[3]
+    every = {e for row in ents for e in row}
+    assert "der" not in every and "hund" not in every  # a common noun in 4 of 5 is no name
+    zh = [Passage("a", "", "北京是中国的首都。长城在北京附近。"),
+          Passage("b", "", "长城很长。北京有很多人。"),
+          Passage("c", "", "上海是一个大城市。")]
+    ents = _entities(PhraseExtractor(), zh)
+    assert "北京" in ents[0] and "长城" in ents[1]
+    props = PhraseExtractor().fit(zh).extract(zh[0])
+    assert [p.text for p in props] == ["北京是中国的首都。", "长城在北京附近。"]
