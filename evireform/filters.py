@@ -157,8 +157,7 @@ class Filter:
                                  f"{missing[0]!r}; the keys present are "
                                  f"{sorted(_metadata_keys(index))[:20]} (use $exists to test "
                                  "for a key that may be absent)")
-        pred = self.predicate
-        return np.fromiter((pred(p.metadata) for p in index.passages), dtype=bool, count=n)
+        return self.predicate.mask(_Columns.of(index))
 
 
 def _metadata_keys(index) -> set:
@@ -168,11 +167,117 @@ def _metadata_keys(index) -> set:
     return out
 
 
-def _compile(clause, where: str, keys: set, in_exists: set):
+class _Columns:
+    """Per metadata key, the passages' values as arrays (built on first use, kept on the
+    index): ``kind`` (int8 code of :data:`_KINDS`, 0 = missing), ``num`` (float64, NaN
+    unless a number), ``obj`` (the values themselves)."""
+
+    def __init__(self, index):
+        self.index, self.cols = index, {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def of(index) -> "_Columns":
+        with _CACHE_LOCK:
+            c = index.__dict__.get("_columns")
+            if c is None:
+                c = index.__dict__["_columns"] = _Columns(index)
+            return c
+
+    @property
+    def n(self) -> int:
+        return self.index.n_passages
+
+    def get(self, key: str):
+        with self.lock:
+            got = self.cols.get(key)
+            if got is None:
+                vals = [p.metadata.get(key, _MISSING) for p in self.index.passages]
+                kind = np.fromiter((_KIND_CODE[_kind(v)] if v is not _MISSING else 0
+                                    for v in vals), dtype=np.int8, count=len(vals))
+                num = np.full(len(vals), np.nan)
+                isnum = kind == _KIND_CODE["number"]
+                if isnum.any():
+                    num[isnum] = [vals[i] for i in np.flatnonzero(isnum)]
+                obj = np.empty(len(vals), dtype=object)
+                obj[:] = vals
+                got = self.cols[key] = (kind, num, obj)
+            return got
+
+
+_KIND_CODE = {"bool": 1, "number": 2, "string": 3, "null": 4, "list": 5, "object": 6}
+
+
+class _Node:
+    """A compiled clause: ``mask(columns)`` (vectorised, bool per passage) and
+    ``__call__(metadata)`` (one passage)."""
+
+    def __init__(self, mask, one):
+        self.mask, self._one = mask, one
+
+    def __call__(self, md) -> bool:
+        return self._one(md)
+
+
+def _eq_mask(cols, key, v):
+    kind, num, obj = cols.get(key)
+    k = _kind(v)
+    if k == "number":
+        return num == v
+    if k == "string":
+        out = kind == _KIND_CODE["string"]
+        out[out] = obj[out] == v
+        return out
+    if k == "bool":
+        out = kind == _KIND_CODE["bool"]
+        out[out] = obj[out] == v
+        return out
+    if k == "null":
+        return kind == _KIND_CODE["null"]
+    cand = np.flatnonzero(kind == _KIND_CODE[k])  # lists and objects: compared whole
+    out = np.zeros(len(kind), dtype=bool)
+    out[cand] = [_json_equal(obj[i], v) for i in cand]
+    return out
+
+
+def _op_mask(op: str, key: str, v):
+    if op == "$eq":
+        return lambda cols: _eq_mask(cols, key, v)
+    if op == "$ne":
+        return lambda cols: ~_eq_mask(cols, key, v)
+    if op == "$in":
+        return lambda cols: np.logical_or.reduce([_eq_mask(cols, key, x) for x in v]) \
+            if len(v) else np.zeros(cols.n, dtype=bool)
+    if op == "$nin":
+        return lambda cols: ~np.logical_or.reduce([_eq_mask(cols, key, x) for x in v]) \
+            if len(v) else np.ones(cols.n, dtype=bool)
+    if op == "$exists":
+        return lambda cols: (cols.get(key)[0] != 0) == v
+    cmp = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less,
+           "$lte": np.less_equal}[op]
+    if _kind(v) == "number":
+        return lambda cols: cmp(cols.get(key)[1], v)  # NaN (not a number) compares False
+
+    def strings(cols):
+        kind, _, obj = cols.get(key)
+        out = kind == _KIND_CODE["string"]
+        out[out] = cmp(obj[out].astype(str), v) if out.any() else out[out]
+        return out
+    return strings
+
+
+def _all(nodes):
+    if len(nodes) == 1:
+        return nodes[0]
+    return _Node(lambda cols: np.logical_and.reduce([x.mask(cols) for x in nodes]),
+                 lambda md: all(x(md) for x in nodes))
+
+
+def _compile(clause, where: str, keys: set, in_exists: set) -> _Node:
     if not isinstance(clause, dict):
         raise ValueError(f"{where}: a where clause must be a JSON object; got {clause!r:.80}")
     if not clause:
-        return lambda md: True
+        return _Node(lambda cols: np.ones(cols.n, dtype=bool), lambda md: True)
     parts = []
     for name, value in clause.items():
         if not isinstance(name, str):
@@ -183,25 +288,28 @@ def _compile(clause, where: str, keys: set, in_exists: set):
                                  f"{value!r:.80}")
             subs = [_compile(c, f"{where}.{name}[{i}]", keys, in_exists)
                     for i, c in enumerate(value)]
-            parts.append((lambda ss: lambda md: all(s(md) for s in ss))(subs) if name == "$and"
-                         else (lambda ss: lambda md: any(s(md) for s in ss))(subs))
+            if name == "$and":
+                parts.append(_all(subs))
+            else:
+                parts.append(_Node(
+                    (lambda ss: lambda cols: np.logical_or.reduce([x.mask(cols) for x in ss]))(
+                        subs), (lambda ss: lambda md: any(x(md) for x in ss))(subs)))
             continue
         if name.startswith("$"):
             raise ValueError(f"{where}: unknown operator {name!r}; a clause's keys are "
                              f"metadata keys or one of {LOGICAL}")
         ops = value if isinstance(value, dict) and value and \
             all(isinstance(k, str) and k.startswith("$") for k in value) else {"$eq": value}
-        preds = []
         for op, v in ops.items():
             if op not in OPERATORS:
                 raise ValueError(f"{where}.{name}: unknown operator {op!r}; the operators are "
                                  f"{OPERATORS}")
             _check_operand(op, v, f"{where}.{name}")
             (in_exists if op == "$exists" else keys).add(name)
-            preds.append(_op_predicate(op, v))
-        parts.append((lambda n, ps: lambda md: all(p(md.get(n, _MISSING)) for p in ps))(
-            name, preds))
-    return parts[0] if len(parts) == 1 else (lambda ps: lambda md: all(p(md) for p in ps))(parts)
+            one = _op_predicate(op, v)
+            parts.append(_Node(_op_mask(op, name, v),
+                               (lambda n, f: lambda md: f(md.get(n, _MISSING)))(name, one)))
+    return _all(parts)
 
 
 def compile_filter(flt) -> Filter | None:
@@ -287,11 +395,14 @@ def _masked_graph(graph, prop_mask: np.ndarray):
     """``graph`` with inv_deg, diag and inv_w recounted over the propositions in
     ``prop_mask`` (as :meth:`EntityGraph.from_csr` counts them for a sub-index)."""
     from .kernels import config as kconfig
-    indptr, indices = graph.a_indptr, graph.a_indices
+    indices = graph.a_indices
     M, E = graph.n_props, graph.n_entities
-    counts = np.diff(indptr)
-    entry = np.repeat(prop_mask, counts)
-    rows = np.repeat(np.arange(M), counts)[entry]
+    all_rows = graph.__dict__.get("_entry_rows")  # the row of every incidence, kept
+    if all_rows is None:
+        all_rows = graph.__dict__["_entry_rows"] = np.repeat(
+            np.arange(M, dtype=np.int64), np.diff(graph.a_indptr))
+    entry = prop_mask[all_rows]
+    rows = all_rows[entry]
     ents = indices[entry]
     deg = np.bincount(ents, minlength=E).astype(np.float64)
     inv_deg = np.zeros(E, dtype=np.float64)

@@ -188,3 +188,32 @@ def test_filter_semantics_and_errors(rng):
     r = restriction(idx, ["a", "c"])
     assert r.graph.inv_deg.tolist() == [1.0] and idx.graph.inv_deg.tolist() == [0.5]
     assert restriction(idx, ["a", "c"]) is r             # cached per filter
+
+
+def test_vectorised_masks_equal_the_per_passage_predicate(rng):
+    values = [0, 1, 2.5, -3, True, False, None, "a", "b", "10", "2", [1, 2], {"x": 1}, []]
+    passages = []
+    for j in range(60):
+        md = {k: values[int(rng.integers(0, len(values)))]
+              for k in ("u", "v") if rng.random() < 0.8}
+        passages.append(Passage(f"p{j}", "", "t", md))
+    props = [Proposition("t", p.id, ()) for p in passages]
+    idx = PropositionIndex.from_propositions(passages, props,
+                                             np.ones((60, 2), np.float32), "e")
+    ops = ["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"]
+    for _ in range(300):
+        op = ops[int(rng.integers(0, len(ops)))]
+        v = values[int(rng.integers(0, len(values)))]
+        if op in ("$gt", "$gte", "$lt", "$lte") and not isinstance(v, (int, float, str)) \
+                or isinstance(v, bool) and op in ("$gt", "$gte", "$lt", "$lte"):
+            v = [1, "b", 2.5][int(rng.integers(0, 3))]
+        if op in ("$in", "$nin"):
+            v = [values[int(i)] for i in rng.integers(0, len(values), int(rng.integers(0, 4)))]
+        if op == "$exists":
+            v = bool(rng.random() < 0.5)
+        clause = {"u": {op: v}}
+        if rng.random() < 0.3:
+            clause = {"$or": [clause, {"v": values[int(rng.integers(0, 11))]}]}
+        f = compile_filter(clause)
+        want = [f.predicate(p.metadata) for p in passages]
+        assert f.passage_mask(idx).tolist() == want, clause
