@@ -40,6 +40,14 @@ for _ds in ("hotpotqa", "musique"):
                                     "--llm-replay", f"../shared/llm-replies/{_ds}.jsonl",
                                     "--markdown", "--quiet"]
 
+# text without capital letters: both LLM-free extractors on HotpotQA and its lower-cased copy
+for _ex in ("heuristic", "phrases"):
+    for _low in ((), ("--lowercase",)):
+        BLOCKS[f"case-{_ex}{'-lower' if _low else ''}"] = EV + [
+            "eval", "--dataset", "hotpotqa", "--methods", "dense,hipporag_ppr,evireform",
+            "--extractor", _ex, *_low, "--markdown", "--quiet"]
+BLOCKS["bench-filter"] = EV + ["bench", "--only", "filter"]
+
 
 def _pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -58,6 +66,8 @@ def main(names):
         out = subprocess.run(BLOCKS[name], cwd=ROOT, capture_output=True, text=True, check=True)
         body = "\n".join(l for l in out.stdout.splitlines() if not l.startswith("wrote "))
         cmd = "evireform " + " ".join(BLOCKS[name][3:])
+        if name.startswith("bench-"):  # a plain-text table
+            body = f"```\n{body.strip()}\n```"
         a, rest = texts[page].split(begin, 1)
         _, b = rest.split(end, 1)
         texts[page] = f"{a}{begin}\n`{cmd}`\n\n{body.strip()}\n{end}{b}"
