@@ -735,6 +735,23 @@ def _batch_query(args, retriever, qs) -> int:
     return _strict_status(args, qs, fell_back)
 
 
+def _cmd_verify(args) -> int:
+    """The full verification tier (evireform.store), then a new stamp: what to run after
+    copying or downloading an index (a load would run it once anyway)."""
+    from .index import PropositionIndex
+    t0 = time.perf_counter()
+    idx = PropositionIndex.load(args.index_dir, verify="full")
+    took = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    PropositionIndex.load(args.index_dir)
+    fast = time.perf_counter() - t1
+    print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
+          f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
+          f"embedding norms, texts" + (", HNSW graph" if idx.hnsw is not None else "")
+          + f" in {took:.2f} s; stamped: later loads take the fast tier ({fast:.2f} s)")
+    return 0
+
+
 def _cmd_serve(args) -> int:
     """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
     HTTP (:mod:`evireform.service`)."""
@@ -982,6 +999,11 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--force", action="store_true",
                     help="export: replace FILE when it exists")
     lc.set_defaults(func=_cmd_llm_cache)
+
+    ve = sub.add_parser("verify", help="verify every file of an index in full and stamp it "
+                                       "(after a copy or download)")
+    ve.add_argument("index_dir")
+    ve.set_defaults(func=_cmd_verify)
 
     sv = sub.add_parser("serve", help="a resident HTTP retrieval service over a saved index "
                                       "(extra 'serve': FastAPI + uvicorn)")

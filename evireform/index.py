@@ -57,6 +57,9 @@ class PropositionIndex:
     #: what the update that made this index did ({"added", "duplicates", "replaced",
     #: "deleted"}: passage ids); empty for a built or loaded index
     changes: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the verification tier a loaded index passed ("fast" or "full"; evireform.store);
+    #: "" for an index built in this process
+    verified: str = field(default="", repr=False, compare=False)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -79,8 +82,17 @@ class PropositionIndex:
     def owner(self) -> np.ndarray:
         return self.pmap.owner
 
-    def __post_init__(self):
-        self._pos = {p.id: i for i, p in enumerate(self.passages)}
+    @property
+    def _pos(self) -> dict:
+        """Passage id -> position, built on first use (adding, deleting, filtering by id) and
+        kept: a loaded index holds no per-passage Python objects until then."""
+        pos = self.__dict__.get("_pos_cache")
+        if pos is None:
+            from .strings import PassageTable
+            ids = self.passages.ids if isinstance(self.passages, PassageTable) else \
+                (p.id for p in self.passages)
+            pos = self.__dict__["_pos_cache"] = {pid: i for i, pid in enumerate(ids)}
+        return pos
 
     def passage_index(self, passage_id: str) -> int:
         """Position of a passage id; ``KeyError`` if unknown."""
@@ -320,7 +332,8 @@ class PropositionIndex:
         rows = [np.unique(np.asarray(r, dtype=np.int64))
                 for r in fold_mentions(props, names, {n: i for i, n in enumerate(names)})]
         out = PropositionIndex(
-            passages=self.passages + new, prop_texts=self.prop_texts + [p.text for p in props],
+            passages=list(self.passages) + new,
+            prop_texts=list(self.prop_texts) + [p.text for p in props],
             changes={"added": [p.id for p in new], "duplicates": dups},
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
@@ -416,17 +429,19 @@ class PropositionIndex:
         return save_index(self, path, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path, *, mmap: bool = True, verify: bool = True) -> "PropositionIndex":
-        """Load a saved index.  Every file's size and sha256, every array's dtype, shape and
-        bounds, and the derived arrays are checked first (:func:`evireform.store.load_index`);
-        any problem raises :class:`IndexFormatError` naming the file."""
+    def load(cls, path, *, mmap: bool = True, verify="auto") -> "PropositionIndex":
+        """Load a saved index, checked first (:func:`evireform.store.load_index`; any problem
+        raises :class:`IndexFormatError` naming the file).  ``verify="auto"`` runs the fast
+        tier (what the kernels trust: shapes, dtypes, bounds, sizes) when the index's stamp
+        says its files are the ones last fully verified, else the full tier (checksums,
+        derived arrays, embedding norms, HNSW vectors, texts) and stamps them; ``"full"`` or
+        ``"fast"`` force one.  Texts stay in the memory-mapped string file until read."""
         got = load_index(path, mmap=mmap, verify=verify)
-        passages = [Passage(id=p["id"], title=p["title"], text=p["text"],
-                            metadata=p.get("metadata") or {}) for p in got.passages]
-        idx = cls(passages=passages, prop_texts=got.propositions, entity_names=got.entities,
-                  graph=got.graph, pmap=got.pmap, embeddings=got.embeddings,
-                  embedder_name=got.manifest.get("embedder", ""),
-                  meta=dict(got.manifest.get("meta", {})))
+        idx = cls(passages=got.passages, prop_texts=got.propositions,
+                  entity_names=got.entities, graph=got.graph, pmap=got.pmap,
+                  embeddings=got.embeddings, embedder_name=got.manifest.get("embedder", ""),
+                  meta=dict(got.manifest.get("meta", {})),
+                  verified=got.manifest.get("verified", ""))
         idx.hnsw = got.hnsw
         idx.hnsw_ids = got.hnsw_ids
         return idx

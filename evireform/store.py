@@ -4,10 +4,15 @@ An index is a directory::
 
     manifest.json        format, version, embedder, dim, counts, meta, sha256 + size per file
     <array>.npy          one per array field of EntityGraph and PassageMap, plus embeddings
-    passages.json        [{"id", "title", "text", "metadata"?}, ...]  (metadata: version 2)
-    propositions.json    [text, ...]
-    entities.json        [canonical name, ...]
+    strings.utf8         every string, UTF-8, back to back: passage ids, titles, texts,
+                         metadata (JSON, "" when empty), proposition texts, entity names
+    string_offsets.npy   int64, string i = strings.utf8[offsets[i]:offsets[i + 1]]
     hnsw.bin             hnswlib graph (only when HNSW was built)
+    verified.json        the stamp: what the last full verification saw of every file
+
+Versions 1 and 2 held passages.json, propositions.json and entities.json instead of the two
+string files; they load as before (version 1 without passage metadata).  Version 3 maps the
+strings and decodes one when it is read (:mod:`evireform.strings`).
 
 The array names, dtypes and shapes are declared once, on the dataclass fields of
 :class:`~evireform.kernels.EntityGraph` and :class:`~evireform.kernels.PassageMap`
@@ -20,14 +25,31 @@ advisory lock on the parent directory.  A process killed at any point leaves the
 or the new one at the target: when a kill falls between the two renames, the next save or load
 puts the previous index back.  Leftover temporaries are removed by the next save.
 
-**Loading** (:func:`load_index`) checks, once and before any kernel sees the data: manifest field
-types; file names confined to the format's own names (no paths); every file's size and sha256;
-every array's dtype and shape against the manifest counts; CSR pointers monotone and ending at
-nnz; every index array within bounds; the stored degree terms and transpose equal to those
-recomputed from the incidence; finite embeddings; JSON files of the right shapes; and an
-``hnsw.bin`` whose header, neighbour lists, levels and labels are consistent, before hnswlib
-reads it.  Any problem raises :class:`IndexFormatError` naming the file and the value; no
-input file can crash the process.
+**Loading** (:func:`load_index`) verifies in two tiers.  Any problem raises
+:class:`IndexFormatError` naming the file and the value.
+
+* The **fast** tier, on every load, checks what the kernels and the readers trust, so that no
+  file can crash the process or reach outside the directory: manifest field types; file
+  names confined to the format's own names (no paths); every file present with the size the
+  manifest gives; every array's dtype and shape against the manifest counts; CSR pointers
+  monotone and ending at nnz; every index array (entity, proposition, passage ids) within
+  bounds; string offsets monotone, starting at 0 and ending at the blob's size; the
+  ``hnsw.bin`` header, neighbour lists, levels and labels consistent before hnswlib reads it.
+  Each is one vectorised pass over an array; nothing reads the embeddings or the texts.
+* The **full** tier adds what costs a pass over the data: every file's sha256; the degree
+  terms, the transpose and the passage map equal to a recomputation from the incidence;
+  every embedding row finite and of unit norm; the HNSW graph's stored vectors equal to the
+  embeddings; every string valid UTF-8, every passage's metadata a JSON object, passage ids
+  unique (for the JSON files of versions 1-2: their shapes).  Then it writes the stamp
+  ``verified.json``: for every file (the manifest included) its size, modification time,
+  inode and a digest of its first and last 64 KiB.
+
+``verify="auto"`` (the default) runs the fast tier when the stamp matches every file and the
+full tier otherwise (a copied or downloaded index, an edited or replaced file, no stamp);
+``"full"`` and ``"fast"`` force a tier (``evireform verify INDEX`` is the full one).  A save
+stamps what it wrote (the data came from this process).  The fast tier trusts the values of
+files it knows were verified; when forced on files that were not, it still cannot crash the
+process, only return wrong rankings (``tests/test_fuzz.py`` runs the crafted files against it).
 """
 from __future__ import annotations
 
@@ -51,11 +73,14 @@ from .kernels import EntityGraph, PassageMap, config as kconfig
 from .kernels.graph import array_fields
 
 FORMAT = "evireform-index"
-FORMAT_VERSION = 2
-#: versions this code reads: 1 (no passage metadata; loads with empty metadata) and 2
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: versions this code reads: 1 (JSON texts, no passage metadata), 2 (JSON texts) and 3
+READ_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 JSONS = ("passages.json", "propositions.json", "entities.json")
+STRINGS_FILE, OFFSETS_FILE = "strings.utf8", "string_offsets.npy"
+STAMP = "verified.json"
+TIERS = ("auto", "fast", "full")
 HNSW_FILE = "hnsw.bin"
 #: HNSW label -> proposition id after deletions (only then)
 HNSW_IDS_FILE = "hnsw_ids.npy"
@@ -93,8 +118,14 @@ def array_specs() -> tuple[ArraySpec, ...]:
 
 
 SPECS = array_specs()
-FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) + [HNSW_FILE, HNSW_IDS_FILE])
+FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
+                         [STRINGS_FILE, OFFSETS_FILE, HNSW_FILE, HNSW_IDS_FILE])
 OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE])
+
+
+def _required_files(version: int) -> frozenset:
+    texts = set(JSONS) if version in (1, 2) else {STRINGS_FILE, OFFSETS_FILE}
+    return frozenset(s.file for s in SPECS) | texts
 
 
 def file_sha256(path) -> str:
@@ -240,7 +271,7 @@ def index_files(path: Path) -> set[str] | None:
     if not isinstance(man, dict) or man.get("format") != FORMAT \
             or not isinstance(man.get("files"), dict):
         return None
-    return {MANIFEST, *map(str, man["files"])}
+    return {MANIFEST, STAMP, *map(str, man["files"])}
 
 
 def check_target(path, *, overwrite: bool = False) -> Path:
@@ -336,14 +367,12 @@ def index_arrays(idx) -> dict[str, np.ndarray]:
 
 def _write_files(idx, tmp: Path) -> None:
     from . import __version__
+    from .strings import pack
     for name, arr in index_arrays(idx).items():
         np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
-    _write_json(tmp / "passages.json",
-                [{"id": p.id, "title": p.title, "text": p.text, "metadata": p.metadata}
-                 if p.metadata else {"id": p.id, "title": p.title, "text": p.text}
-                 for p in idx.passages])
-    _write_json(tmp / "propositions.json", idx.prop_texts)
-    _write_json(tmp / "entities.json", idx.entity_names)
+    with open(tmp / STRINGS_FILE, "wb") as fh:
+        offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
+    np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
     if idx.hnsw is not None:
         idx.hnsw.save_index(str(tmp / HNSW_FILE))
         if getattr(idx, "hnsw_ids", None) is not None:
@@ -368,6 +397,7 @@ def _write_files(idx, tmp: Path) -> None:
     _write_json(tmp / (MANIFEST + ".part"), manifest, indent=1)
     _fsync(tmp / (MANIFEST + ".part"))
     os.replace(tmp / (MANIFEST + ".part"), tmp / MANIFEST)
+    write_stamp(tmp, list(files), "save")  # renaming the directory keeps inodes and mtimes
 
 
 # =========================================================================== loading
@@ -425,7 +455,7 @@ def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
         if not isinstance(info, dict) or not isinstance(info.get("sha256"), str) \
                 or not _is_int(info.get("bytes")):
             _fail(mpath, f"entry for {name} must be {{'sha256': str, 'bytes': int}}")
-    for name in sorted(FORMAT_FILES - OPTIONAL_FILES):
+    for name in sorted(_required_files(man["format_version"])):
         if name not in files:
             _fail(mpath, f"does not list {name}")
     return counts, files
@@ -505,13 +535,18 @@ def _check_unit_rows(f: Path, emb) -> None:
                      f"vectors (tolerance {NORM_TOLERANCE:g})")
 
 
-def _check_arrays(path: Path, arr: dict, sizes: dict) -> tuple[EntityGraph, PassageMap]:
+def _check_arrays(path: Path, arr: dict, sizes: dict,
+                  full: bool = True) -> tuple[EntityGraph, PassageMap]:
     M, E, N = sizes["M"], sizes["E"], sizes["N"]
     _check_ptr(path / "a_indptr.npy", arr["a_indptr"], sizes["nnz"])
     _check_ptr(path / "at_indptr.npy", arr["at_indptr"], sizes["nnz"])
     _check_range(path / "a_indices.npy", arr["a_indices"], E, "entity id")
     _check_range(path / "at_indices.npy", arr["at_indices"], M, "proposition id")
     _check_range(path / "owner.npy", arr["owner"], N, "passage")
+    if not full:  # the values the kernels only read as numbers are trusted in this tier
+        graph = EntityGraph(**{s.name: arr[s.name] for s in SPECS if s.owner == "graph"})
+        pmap = PassageMap(**{s.name: arr[s.name] for s in SPECS if s.owner == "pmap"})
+        return graph, pmap
     _check_unit_rows(path / "embeddings.npy", arr["embeddings"])
     # the degree terms and the transpose are derived data: they must equal a recomputation,
     # or propagation would silently use edited values
@@ -566,9 +601,10 @@ def _identity(path: Path):
     return (st.st_dev, st.st_ino)
 
 
-def load_index(path, *, mmap: bool = True, verify: bool = True) -> Loaded:
+def load_index(path, *, mmap: bool = True, verify="auto") -> Loaded:
     """Read and check an index directory (see the module docstring); raises
-    :class:`IndexFormatError` naming the file and the value for any problem.
+    :class:`IndexFormatError` naming the file and the value for any problem.  ``verify``:
+    ``"auto"`` (fast tier when the stamp matches, else full), ``"fast"``, ``"full"``.
 
     A read sees one version: saves swap whole directories, so when the directory at ``path``
     is replaced while it is being read (a concurrent ``update``), the read starts again on the
@@ -603,25 +639,149 @@ def _read_manifest(path: Path):
     return man, counts, files
 
 
-def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
+def _digest(f: Path, size: int) -> str:
+    """blake2b of the first and last 64 KiB and the size: binds a file's content cheaply."""
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(f, "rb") as fh:
+        h.update(fh.read(1 << 16))
+        if size > 1 << 17:
+            fh.seek(size - (1 << 16))
+        h.update(fh.read(1 << 16))
+    return h.hexdigest()
+
+
+def _seen(f: Path) -> list:
+    st = os.stat(f)
+    return [st.st_size, st.st_mtime_ns, st.st_ino, _digest(f, st.st_size)]
+
+
+def write_stamp(path: Path, names, tier: str) -> bool:
+    """Write ``verified.json`` binding the files ``names`` and the manifest as they are now
+    (:func:`stamp_matches` compares); False when the directory is not writable."""
+    try:
+        stamp = {"format": FORMAT, "verified": tier,
+                 "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                 "files": {n: _seen(path / n) for n in sorted({MANIFEST, *names})}}
+        tmp = path / (STAMP + f".{uuid.uuid4().hex}.part")
+        _write_json(tmp, stamp)
+        os.replace(tmp, path / STAMP)
+        return True
+    except OSError:
+        return False
+
+
+def stamp_matches(path: Path, names) -> bool:
+    """True when ``verified.json`` names exactly the manifest and ``names`` and each still
+    has the size, modification time, inode and edge digest it had when verified."""
+    try:
+        stamp = _json_loads((path / STAMP).read_text(encoding="utf-8"))
+        files = stamp["files"]
+        if not isinstance(files, dict) or set(files) != {MANIFEST, *names}:
+            return False
+        return all(files[n] == _seen(path / n) for n in files)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _tier(verify) -> str:
+    if verify is True:
+        return "full"
+    if verify is False:
+        return "fast"
+    if verify not in TIERS:
+        raise ValueError(f"verify must be one of {TIERS} (or True = 'full', False = 'fast'); "
+                         f"got {verify!r}")
+    return verify
+
+
+def _check_strings(path: Path, sizes: dict, full: bool):
+    """The string blob (memory-mapped) and its offsets, checked; ``(blob, offsets)``."""
+    from .strings import TABLES
+    f, fo = path / STRINGS_FILE, path / OFFSETS_FILE
+    n = sum(sizes[c] for _, c in TABLES)
+    try:
+        off = np.load(fo, allow_pickle=False)
+    except Exception as exc:
+        _fail(fo, f"unreadable ({exc})")
+    if not isinstance(off, np.ndarray) or off.dtype != np.int64 or off.shape != (n + 1,):
+        _fail(fo, f"must be int64 of shape ({n + 1},) (the manifest counts); got "
+                  f"{getattr(off, 'dtype', None)} {getattr(off, 'shape', None)}")
+    size = f.stat().st_size
+    _check_ptr(fo, off, size)
+    blob = np.memmap(f, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    if full:
+        step = 64 << 20
+        cuts = np.searchsorted(off, np.arange(step, size, step))  # decode at string ends
+        bounds = [0, *sorted({int(off[c]) for c in cuts if c < len(off)}), size]
+        for a, b in zip(bounds, bounds[1:]):
+            try:
+                bytes(blob[a:b]).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                _fail(f, f"not valid UTF-8 at byte {a + exc.start}")
+    return blob, off
+
+
+def _string_tables(path: Path, sizes: dict, full: bool):
+    """(passages, propositions, entities) of a version-3 index as tables over the blob."""
+    from .strings import TABLES, PassageTable, StringTable
+    blob, off = _check_strings(path, sizes, full)
+    tables, lo = {}, 0
+    for name, count in TABLES:
+        tables[name] = StringTable(blob, off, lo, lo + sizes[count])
+        lo += sizes[count]
+    passages = PassageTable(tables["passage_ids"], tables["passage_titles"],
+                            tables["passage_texts"], tables["passage_metadata"])
+    if full:
+        f = path / STRINGS_FILE
+        ids = list(tables["passage_ids"])
+        if len(set(ids)) != len(ids):
+            _fail(f, "passage ids are not unique")
+        for i, raw in enumerate(tables["passage_metadata"]):
+            if raw:
+                try:
+                    ok = isinstance(json.loads(raw), dict)
+                except ValueError:
+                    ok = False
+                if not ok:
+                    _fail(f, f"passage {i}'s metadata is not a JSON object: {raw!r:.80}")
+    return passages, tables["propositions"], tables["entities"]
+
+
+def _json_tables(path: Path, sizes: dict):
+    """(passages, propositions, entities) of a version-1/2 index, from its JSON files."""
+    from .types import Passage
+    raw = _load_json(path, "passages.json", sizes["N"], _passages_ok,
+                     "an object with string id, title and text (and an object metadata)")
+    ids = [p["id"] for p in raw]
+    if len(set(ids)) != len(ids):
+        _fail(path / "passages.json", "passage ids are not unique")
+    passages = [Passage(p["id"], p["title"], p["text"], p.get("metadata") or {}) for p in raw]
+    props = _load_json(path, "propositions.json", sizes["M"], _strings_ok, "a string")
+    ents = _load_json(path, "entities.json", sizes["E"], _strings_ok, "a string")
+    return passages, props, ents
+
+
+def _load_once(path: Path, mmap: bool, verify) -> Loaded:
     if not path.exists():
         with _dir_lock(path.parent) if path.parent.is_dir() else contextlib.nullcontext():
             recover(path)
     man, counts, files = _read_manifest(path)
-    _check_files(path, files, verify)
+    tier = _tier(verify)
+    _check_files(path, files, False)  # present, regular, the size the manifest gives
+    if tier == "auto":
+        tier = "fast" if stamp_matches(path, files) else "full"
+    full = tier == "full"
+    if full:
+        _check_files(path, files, True)
     sizes = {"M": counts["propositions"], "E": counts["entities"], "N": counts["passages"],
              "nnz": counts["incidence_nnz"], "dim": man["dim"]}
     sizes.update({f"{k}+1": v + 1 for k, v in list(sizes.items())})
     arr = _load_arrays(path, sizes, mmap)
-    graph, pmap = _check_arrays(path, arr, sizes)
-    passages = _load_json(path, "passages.json", sizes["N"], _passages_ok,
-                          "an object with string id, title and text (and an object "
-                          "metadata)")
-    ids = [p["id"] for p in passages]
-    if len(set(ids)) != len(ids):
-        _fail(path / "passages.json", "passage ids are not unique")
-    props = _load_json(path, "propositions.json", sizes["M"], _strings_ok, "a string")
-    ents = _load_json(path, "entities.json", sizes["E"], _strings_ok, "a string")
+    graph, pmap = _check_arrays(path, arr, sizes, full)
+    if man["format_version"] in (1, 2):
+        passages, props, ents = _json_tables(path, sizes)
+    else:
+        passages, props, ents = _string_tables(path, sizes, full)
     hnsw = hnsw_ids = None
     if HNSW_IDS_FILE in files and HNSW_FILE not in files:
         _fail(path / HNSW_IDS_FILE, f"present without {HNSW_FILE}")
@@ -630,8 +790,11 @@ def _load_once(path: Path, mmap: bool, verify: bool) -> Loaded:
         if HNSW_IDS_FILE in files:
             hnsw_ids = _load_hnsw_ids(path / HNSW_IDS_FILE, sizes["M"])
             n_labels = len(hnsw_ids)
-        hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"], arr["embeddings"],
-                         hnsw_ids)
+        hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"],
+                         arr["embeddings"] if full else None, hnsw_ids)
+    if full:
+        write_stamp(path, files, "full")
+    man = dict(man, verified=tier)
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids)
 
 

@@ -37,3 +37,32 @@ def random_seed(rng, M, n):
     if n > 2:
         ids[1] = ids[0]  # a repeated id
     return ids, rng.random(n)
+
+
+def as_old_format(ix, version):
+    """Rewrite the saved index at ``ix`` in the layout of format ``version`` (1 or 2): the
+    texts in passages.json / propositions.json / entities.json (version 1 without passage
+    metadata), no string files, no stamp; the manifest updated (what an older evireform
+    wrote)."""
+    import json
+    from evireform import PropositionIndex
+    from evireform.store import file_sha256
+    idx = PropositionIndex.load(ix)
+    recs = []
+    for p in idx.passages:
+        r = {"id": p.id, "title": p.title, "text": p.text}
+        if version >= 2 and p.metadata:
+            r["metadata"] = p.metadata
+        recs.append(r)
+    for name, obj in (("passages.json", recs), ("propositions.json", list(idx.prop_texts)),
+                      ("entities.json", list(idx.entity_names))):
+        (ix / name).write_text(json.dumps(obj), encoding="utf-8")
+    man = json.loads((ix / "manifest.json").read_text())
+    for name in ("strings.utf8", "string_offsets.npy", "verified.json"):
+        (ix / name).unlink(missing_ok=True)
+        man["files"].pop(name, None)
+    for name in ("passages.json", "propositions.json", "entities.json"):
+        man["files"][name] = {"sha256": file_sha256(ix / name),
+                              "bytes": (ix / name).stat().st_size}
+    man["format_version"] = version
+    (ix / "manifest.json").write_text(json.dumps(man))

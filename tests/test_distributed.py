@@ -198,6 +198,7 @@ def test_scale_curve_runs_small_sizes_and_skips_what_does_not_fit(tmp_path):
     r = rows[0]
     assert r["propositions"] == 3000 and r["disk_bytes"] > 3000 * 384 * 4
     assert 0 < r["search_p50_s"] <= r["p50_s"] and r["build_peak_anon"] > 0
+    assert r["load_tier"] == "fast" and r["load_full_s"] > 0  # the save stamped the files
     assert "skipped" in rows[1]
     table = scale_table(rows)
     assert "| 3,000 |" in table and "skipped" in table

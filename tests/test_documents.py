@@ -154,11 +154,15 @@ def test_metadata_round_trips_and_old_indexes_load(tmp_path):
     idx = PropositionIndex.build(ps, EMB, show_progress=False)
     back = PropositionIndex.load(idx.save(tmp_path / "ix"))
     assert [p.metadata for p in back.passages] == [{"year": 2001, "tags": ["x"]}, {}]
-    # a version-1 index (no metadata field) loads with empty metadata
-    man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    man["format_version"] = 1
-    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(man))
-    assert PropositionIndex.load(tmp_path / "ix").passages[1].metadata == {}
+    # indexes of the older formats load: version 2 (JSON texts) with their metadata,
+    # version 1 (no metadata field) with empty metadata
+    from helpers import as_old_format
+    as_old_format(tmp_path / "ix", 2)
+    old = PropositionIndex.load(tmp_path / "ix")
+    assert [p.metadata for p in old.passages] == [{"year": 2001, "tags": ["x"]}, {}]
+    assert old.verified == "full"
+    as_old_format(tmp_path / "ix", 1)
+    assert [p.metadata for p in PropositionIndex.load(tmp_path / "ix").passages] == [{}, {}]
     # a metadata change is an update: add() refuses the clash, upsert() replaces it
     with pytest.raises(ValueError, match="other content"):
         back.add([Passage("a", "A", "Alice met Bob.", {"year": 2002})], EMB)

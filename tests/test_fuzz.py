@@ -194,6 +194,26 @@ def test_crafted_arrays_are_refused_at_load(tmp_path, name, edit, msg):
         PropositionIndex.load(tmp_path / "ix")
 
 
+@pytest.mark.parametrize("name,edit,msg", CRAFTED)
+def test_crafted_arrays_cannot_crash_the_fast_tier(tmp_path, name, edit, msg):
+    """The fast tier forced on crafted files (their stamp forged to match): each is refused
+    by the checks the kernels rely on, or loads and answers without crashing."""
+    from evireform.store import write_stamp
+    small_index().save(tmp_path / "ix")
+    craft(tmp_path / "ix", name, edit)
+    man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    write_stamp(tmp_path / "ix", list(man["files"]), "forged")
+    try:
+        idx = PropositionIndex.load(tmp_path / "ix")  # auto: the forged stamp matches
+    except IndexFormatError:
+        return
+    assert idx.verified == "fast"
+    r = EviReform(idx, EviReformConfig(n_candidates=10), embedder=EMB)
+    for q in ("fact about e1", "fact 3"):
+        res = r.retrieve(q, 5)
+        assert len(res.passages) == 5
+
+
 def test_crafted_index_cannot_crash_evireform_query(tmp_path):
     """The original report: a_indices out of range made `evireform query` die of SIGSEGV."""
     small_index().save(tmp_path / "ix")
@@ -386,7 +406,9 @@ def test_manifest_field_types(tmp_path, field, value):
 
 
 def test_json_files_of_the_wrong_shape(tmp_path):
+    from helpers import as_old_format
     small_index().save(tmp_path / "ix")
+    as_old_format(tmp_path / "ix", 2)
     f = tmp_path / "ix" / "passages.json"
     ps = json.loads(f.read_text())
     ps[1]["text"] = 7
@@ -409,3 +431,29 @@ def test_bad_question_and_corpus_files_are_named(tmp_path):
     c.write_bytes(b'[{"title": "t", "text": "caf\xe9"}]')
     with pytest.raises(ValueError, match="corpus .*c.json is not UTF-8"):
         load_corpus(c)
+
+
+def test_crafted_string_files(tmp_path):
+    """String offsets are checked on every load; invalid UTF-8 is refused by the full tier
+    and decoded with U+FFFD by a forced fast tier."""
+    from evireform.store import write_stamp
+    for edit, msg in [(lambda a: a[::-1].copy(), "row pointers must start at 0"),
+                      (lambda a: np.r_[a[:-1], a[-1] + 1000], "end at nnz"),
+                      (lambda a: np.r_[a[:3], a[4:5], a[3:4], a[5:]], "must not decrease"),
+                      (lambda a: a[:-1].copy(), "must be int64 of shape")]:
+        small_index().save(tmp_path / "ix")
+        craft(tmp_path / "ix", "string_offsets", edit)
+        with pytest.raises(IndexFormatError, match=f"string_offsets.npy: .*{msg}"):
+            PropositionIndex.load(tmp_path / "ix", verify="fast")
+    small_index().save(tmp_path / "ix")
+    f = tmp_path / "ix" / "strings.utf8"
+    raw = bytearray(f.read_bytes())
+    raw[0] = 0xFF  # the first passage id's first byte
+    f.write_bytes(bytes(raw))
+    refresh_manifest(tmp_path / "ix", "strings.utf8")
+    with pytest.raises(IndexFormatError, match="strings.utf8: not valid UTF-8 at byte 0"):
+        PropositionIndex.load(tmp_path / "ix")
+    man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    write_stamp(tmp_path / "ix", list(man["files"]), "forged")
+    idx = PropositionIndex.load(tmp_path / "ix")
+    assert idx.verified == "fast" and idx.passages[0].id == "\ufffd0"

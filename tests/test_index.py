@@ -80,8 +80,8 @@ def test_save_load_roundtrip(tmp_path, rng):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]
 
 
-@pytest.mark.parametrize("victim", ["embeddings.npy", "a_indices.npy", "passages.json",
-                                    "entities.json"])
+@pytest.mark.parametrize("victim", ["embeddings.npy", "a_indices.npy", "strings.utf8",
+                                    "string_offsets.npy"])
 def test_truncated_or_edited_file_is_refused(tmp_path, rng, victim):
     tiny_index(rng).save(tmp_path / "ix")
     f = tmp_path / "ix" / victim
@@ -195,3 +195,60 @@ def test_propositions_of_matches_the_owner_map(rng):
     idx = PropositionIndex.from_propositions(ps, props, rng.standard_normal((40, 4)), "x")
     for j in range(7):
         np.testing.assert_array_equal(idx.propositions_of(j), np.flatnonzero(idx.owner == j))
+
+
+def test_verification_tiers_and_the_stamp(tmp_path, rng):
+    import os
+    import shutil
+    idx = tiny_index(rng)
+    idx.save(tmp_path / "ix")
+    assert PropositionIndex.load(tmp_path / "ix").verified == "fast"  # the save stamped it
+    shutil.copytree(tmp_path / "ix", tmp_path / "copy")  # new inodes: verified in full
+    assert PropositionIndex.load(tmp_path / "copy").verified == "full"
+    assert PropositionIndex.load(tmp_path / "copy").verified == "fast"  # and stamped
+    assert PropositionIndex.load(tmp_path / "copy", verify="full").verified == "full"
+    # an edit that keeps the size and puts the mtime back is still seen (edge digest)
+    f = tmp_path / "copy" / "inv_deg.npy"
+    st = os.stat(f)
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0x01
+    f.write_bytes(bytes(data))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(IndexFormatError, match="inv_deg.npy: sha256"):
+        PropositionIndex.load(tmp_path / "copy")
+    # a stamp that names other files, or no stamp, means full verification
+    (tmp_path / "ix" / "verified.json").write_text('{"files": {}}')
+    assert PropositionIndex.load(tmp_path / "ix").verified == "full"
+    (tmp_path / "ix" / "verified.json").unlink()
+    assert PropositionIndex.load(tmp_path / "ix").verified == "full"
+    with pytest.raises(ValueError, match="verify must be one of"):
+        PropositionIndex.load(tmp_path / "ix", verify="maybe")
+    # a read-only copy still loads (in full each time: the stamp cannot be written)
+    ro = tmp_path / "ro"
+    shutil.copytree(tmp_path / "ix", ro)
+    (ro / "verified.json").unlink(missing_ok=True)
+    for p in [ro, *ro.iterdir()]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        if os.access(ro, os.W_OK):  # root ignores permissions: nothing to check
+            return
+        assert PropositionIndex.load(ro).verified == "full"
+        assert not (ro / "verified.json").exists()
+    finally:
+        ro.chmod(0o755)
+
+
+def test_evireform_verify_command(tmp_path, rng, capsys):
+    import shutil
+    from evireform.cli import main
+    tiny_index(rng).save(tmp_path / "ix")
+    shutil.copytree(tmp_path / "ix", tmp_path / "copy")
+    assert main(["verify", str(tmp_path / "copy")]) == 0
+    assert "stamped" in capsys.readouterr().out
+    assert PropositionIndex.load(tmp_path / "copy").verified == "fast"
+    f = tmp_path / "copy" / "embeddings.npy"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x40  # in the middle, same size: only a checksum sees it
+    f.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path / "copy")]) == 2
+    assert "embeddings.npy: sha256" in capsys.readouterr().err
