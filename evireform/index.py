@@ -28,6 +28,7 @@ from .embed import Embedder, normalise_rows, spec_of
 from .entities import fold_mentions
 from .extract import Extractor, HeuristicExtractor, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
+from .kernels import quantize_int8, quantized_topk_batch
 from .kernels import w_nnz as _w_nnz
 from ._checks import as_list
 from .kernels.graph import append_rows, remove_rows
@@ -60,6 +61,12 @@ class PropositionIndex:
     #: the verification tier a loaded index passed ("fast" or "full"; evireform.store);
     #: "" for an index built in this process
     verified: str = field(default="", repr=False, compare=False)
+    #: int8 codes of the embeddings and their per-dimension scale (:meth:`quantize`), or None
+    codes: np.ndarray | None = field(default=None, repr=False, compare=False)
+    code_scale: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: "int8" (scan the codes, re-score a margin exactly: the same top-k) when the index has
+    #: codes, else "float32"; set to "float32" to scan the float32 embeddings
+    search_precision: str = field(default="auto", repr=False, compare=False)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -254,9 +261,37 @@ class PropositionIndex:
                                 threads=threads)
         self.hnsw_ids = None
 
+    def quantize(self, precision: str = "int8") -> "PropositionIndex":
+        """Store int8 codes of the embeddings beside them (in place; saved with the index):
+        exact search then scans the codes (a quarter of the bytes) and re-scores a margin
+        of candidates with the float32 rows, which returns the same top-k, ids and scores
+        (:func:`~evireform.kernels.quantized_topk_batch`).  ``precision="float32"`` drops
+        the codes.  Returns the index."""
+        if precision == "float32":
+            self.codes = self.code_scale = None
+        elif precision == "int8":
+            self.codes, self.code_scale = quantize_int8(self.embeddings)
+        else:
+            raise ValueError(f"precision must be 'int8' or 'float32'; got {precision!r}")
+        self.meta["precision"] = precision
+        return self
+
+    def _int8(self) -> bool:
+        want = self.search_precision
+        if want not in ("auto", "int8", "float32"):
+            raise ValueError(f"search_precision must be 'auto', 'int8' or 'float32'; got "
+                             f"{want!r}")
+        if want == "int8" and self.codes is None:
+            raise ValueError("search_precision='int8' needs codes: call quantize() first")
+        return self.codes is not None and want != "float32"
+
     def search(self, q, k: int, *, exact: bool | None = None):
         """Top-``k`` propositions for one query embedding: ``(ids, scores)``, positive only,
         best first, ties by lower id.  Uses HNSW when built unless ``exact=True``."""
+        if (exact or self.hnsw is None) and self._int8():
+            ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=True)
+            keep = ids[0] >= 0
+            return ids[0][keep], scores[0][keep]
         if exact or self.hnsw is None:
             return cosine_topk(self.embeddings, q, k)
         ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=False)
@@ -267,6 +302,8 @@ class PropositionIndex:
         """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, min(k, n_props)), padded
         with -1 / 0."""
         if exact or self.hnsw is None:
+            if self._int8():
+                return quantized_topk_batch(self.codes, self.code_scale, self.embeddings, Q, k)
             return cosine_topk_batch(self.embeddings, Q, k)
         return hnsw_topk_batch(self.hnsw, self.embeddings, Q, k, self.hnsw_ids)
 
@@ -340,6 +377,13 @@ class PropositionIndex:
                                        self.n_passages + len(new)),
             embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
             embedder_name=self.embedder_name, meta=dict(self.meta))
+        if self.codes is not None:  # the new rows on the same scale, or all re-quantized
+            try:
+                new_codes, _ = quantize_int8(emb, self.code_scale)
+                out.codes = np.concatenate([np.asarray(self.codes), new_codes])
+                out.code_scale = self.code_scale
+            except ValueError:
+                out.codes, out.code_scale = quantize_int8(out.embeddings)
         if self.hnsw is not None:
             h = _copy_hnsw(self.hnsw)  # the old index keeps its own graph
             n_labels = len(self.hnsw_ids) if self.hnsw_ids is not None else self.n_props
@@ -444,6 +488,7 @@ class PropositionIndex:
                   verified=got.manifest.get("verified", ""))
         idx.hnsw = got.hnsw
         idx.hnsw_ids = got.hnsw_ids
+        idx.codes, idx.code_scale = got.codes, got.code_scale
         return idx
 
 
@@ -474,8 +519,12 @@ def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
     graph, ents = remove_rows(idx.graph, mask)
     passages = [p for p, k in zip(idx.passages, keep) if k]
     pmap = PassageMap.from_owner(new_pos[idx.owner[props]], len(passages))
-    return PropositionIndex(passages=passages, prop_texts=[idx.prop_texts[i] for i in props],
-                            entity_names=[idx.entity_names[e] for e in ents], graph=graph,
-                            pmap=pmap,
-                            embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
-                            embedder_name=idx.embedder_name, meta=dict(idx.meta))
+    out = PropositionIndex(passages=passages, prop_texts=[idx.prop_texts[i] for i in props],
+                           entity_names=[idx.entity_names[e] for e in ents], graph=graph,
+                           pmap=pmap,
+                           embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
+                           embedder_name=idx.embedder_name, meta=dict(idx.meta))
+    if idx.codes is not None:  # the same scale still bounds the kept rows
+        out.codes = np.ascontiguousarray(np.asarray(idx.codes)[props])
+        out.code_scale = idx.code_scale
+    return out

@@ -80,6 +80,8 @@ MANIFEST = "manifest.json"
 JSONS = ("passages.json", "propositions.json", "entities.json")
 STRINGS_FILE, OFFSETS_FILE = "strings.utf8", "string_offsets.npy"
 STAMP = "verified.json"
+#: int8 codes of the embeddings and their per-dimension scale (PropositionIndex.quantize)
+CODES_FILE, SCALE_FILE = "codes.npy", "code_scale.npy"
 TIERS = ("auto", "fast", "full")
 HNSW_FILE = "hnsw.bin"
 #: HNSW label -> proposition id after deletions (only then)
@@ -119,8 +121,9 @@ def array_specs() -> tuple[ArraySpec, ...]:
 
 SPECS = array_specs()
 FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
-                         [STRINGS_FILE, OFFSETS_FILE, HNSW_FILE, HNSW_IDS_FILE])
-OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE])
+                         [STRINGS_FILE, OFFSETS_FILE, HNSW_FILE, HNSW_IDS_FILE, CODES_FILE,
+                          SCALE_FILE])
+OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE])
 
 
 def _required_files(version: int) -> frozenset:
@@ -373,6 +376,11 @@ def _write_files(idx, tmp: Path) -> None:
     with open(tmp / STRINGS_FILE, "wb") as fh:
         offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
     np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
+    if getattr(idx, "codes", None) is not None:
+        np.save(tmp / CODES_FILE, np.ascontiguousarray(idx.codes, dtype=np.int8),
+                allow_pickle=False)
+        np.save(tmp / SCALE_FILE, np.ascontiguousarray(idx.code_scale, dtype=np.float32),
+                allow_pickle=False)
     if idx.hnsw is not None:
         idx.hnsw.save_index(str(tmp / HNSW_FILE))
         if getattr(idx, "hnsw_ids", None) is not None:
@@ -409,11 +417,13 @@ class Loaded:
     graph: EntityGraph
     pmap: PassageMap
     embeddings: np.ndarray
-    passages: list            # [{"id", "title", "text", "metadata"?}]
+    passages: list            # Passage objects, or a PassageTable (version 3)
     propositions: list[str]
     entities: list[str]
     hnsw: object | None
     hnsw_ids: np.ndarray | None = None
+    codes: np.ndarray | None = None
+    code_scale: np.ndarray | None = None
 
 
 def _fail(path, msg: str):
@@ -792,10 +802,46 @@ def _load_once(path: Path, mmap: bool, verify) -> Loaded:
             n_labels = len(hnsw_ids)
         hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"],
                          arr["embeddings"] if full else None, hnsw_ids)
+    codes, scale = _load_codes(path, files, sizes, mmap, arr["embeddings"] if full else None)
     if full:
         write_stamp(path, files, "full")
     man = dict(man, verified=tier)
-    return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids)
+    return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids,
+                  codes, scale)
+
+
+def _load_codes(path: Path, files: dict, sizes: dict, mmap: bool, embeddings):
+    """The int8 codes and their scale, if the index has them: dtype and shape always; with
+    ``embeddings`` (the full tier) every code within half a scale step of its float32 value,
+    the bound the int8 search's exactness rests on."""
+    if CODES_FILE not in files and SCALE_FILE not in files:
+        return None, None
+    for name in (CODES_FILE, SCALE_FILE):
+        if name not in files:
+            _fail(path / name, f"missing: {CODES_FILE} and {SCALE_FILE} come together")
+    fc, fs = path / CODES_FILE, path / SCALE_FILE
+    try:
+        codes = np.load(fc, allow_pickle=False, mmap_mode="r" if mmap else None)
+        scale = np.load(fs, allow_pickle=False)
+    except Exception as exc:
+        _fail(fc, f"unreadable ({exc})")
+    if not isinstance(codes, np.ndarray) or codes.dtype != np.int8 \
+            or codes.shape != (sizes["M"], sizes["dim"]):
+        _fail(fc, f"must be int8 of shape ({sizes['M']}, {sizes['dim']})")
+    if not isinstance(scale, np.ndarray) or scale.dtype != np.float32 \
+            or scale.shape != (sizes["dim"],) or not np.all(np.isfinite(scale)) \
+            or not np.all(scale > 0):
+        _fail(fs, f"must be {sizes['dim']} positive finite float32 values")
+    if embeddings is not None:
+        step = 1 << 16
+        for lo in range(0, len(codes), step):
+            h = np.asarray(embeddings[lo:lo + step], np.float32)
+            err = np.abs(h - np.asarray(codes[lo:lo + step], np.float32) * scale)
+            bad = err > scale * np.float32(0.5) + np.float32(1e-6)
+            if bad.any():
+                r = lo + int(np.argmax(bad.any(axis=1)))
+                _fail(fc, f"row {r} is not the int8 code of its embedding (edited or corrupt)")
+    return codes, scale
 
 
 def load_embeddings(path, *, mmap: bool = True, verify: bool = True) -> np.ndarray:

@@ -553,3 +553,44 @@ def w_row_nnz(a_indptr, a_indices, at_indptr, at_indices, n_chunks):
                         cnt += 1
             out[i] = cnt
     return out
+
+
+# --------------------------------------------------------------------------- int8 scan
+_APPROX = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath=True)
+
+
+@njit(parallel=True, **_APPROX)
+def topk_i8(C, qs, k, n_chunks):
+    """Approximate top-``k`` of one query over int8 codes: score_r = sum_d C[r, d] qs[d]
+    (``qs`` = query x per-dimension scale), any sign, in any summation order (the caller
+    re-scores the candidates exactly).  Returns (ids, vals, count), best first."""
+    M, d = C.shape
+    cand_v = np.empty((n_chunks, k), dtype=np.float32)
+    cand_i = np.empty((n_chunks, k), dtype=np.int64)
+    cand_n = np.zeros(n_chunks, dtype=np.int64)
+    step = (M + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        lo = min(M, c * step)
+        hi = min(M, lo + step)
+        v = cand_v[c]
+        ix = cand_i[c]
+        n = 0
+        lim = np.float32(-np.inf)
+        for r in range(lo, hi):
+            s = np.float32(0.0)
+            row = C[r]
+            for j in range(d):
+                s += np.float32(row[j]) * qs[j]
+            if s > lim or n < k:
+                n = _heap_offer(v, ix, n, k, s, r)
+                if n == k:
+                    lim = v[0]
+        cand_n[c] = n
+    out_v = np.empty(k, dtype=np.float32)
+    out_i = np.empty(k, dtype=np.int64)
+    n = 0
+    for c in range(n_chunks):
+        for j in range(cand_n[c]):
+            n = _heap_offer(out_v, out_i, n, k, cand_v[c, j], cand_i[c, j])
+    _heap_sort(out_v, out_i, n)
+    return out_i, out_v, n

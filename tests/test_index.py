@@ -252,3 +252,34 @@ def test_evireform_verify_command(tmp_path, rng, capsys):
     f.write_bytes(bytes(data))
     assert main(["verify", str(tmp_path / "copy")]) == 2
     assert "embeddings.npy: sha256" in capsys.readouterr().err
+
+
+def test_int8_codes_search_exactly_and_persist(tmp_path, rng):
+    from evireform.embed import HashingEmbedder
+    emb = HashingEmbedder(32)
+    texts = [f"Alpha {i} met Beta {i % 7} in City {i % 5}. Beta {i % 7} liked Gamma {i % 3}."
+             for i in range(60)]
+    idx = PropositionIndex.build(texts, emb, show_progress=False)
+    Q = emb.encode(["Alpha 3 met whom?", "City 2", "Gamma 1 liked by?"])
+    want = idx.search_batch(Q, 25)
+    idx.quantize("int8")
+    assert idx.codes.dtype == np.int8 and idx._int8()
+    got = idx.search_batch(Q, 25)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    back = PropositionIndex.load(idx.save(tmp_path / "ix"), verify="full")
+    assert back.codes is not None and back.meta["precision"] == "int8"
+    np.testing.assert_array_equal(back.search_batch(Q, 25)[0], want[0])
+    grown = back.add(["Omega met Alpha 3 in City 9."], emb)  # codes carried
+    grown.search_precision = "float32"
+    f32 = grown.search_batch(Q, 25)
+    grown.search_precision = "auto"
+    np.testing.assert_array_equal(grown.search_batch(Q, 25)[0], f32[0])
+    smaller = grown.delete([grown.passages[0].id])
+    assert smaller.codes.shape == smaller.embeddings.shape
+    # an edited code is refused by the full tier
+    from test_fuzz import craft
+    craft(tmp_path / "ix", "codes", lambda a: np.where(np.arange(a.shape[0])[:, None] == 4,
+                                                       a ^ 0x10, a).astype(np.int8))
+    with pytest.raises(IndexFormatError, match="codes.npy: row 4 is not the int8 code"):
+        PropositionIndex.load(tmp_path / "ix")

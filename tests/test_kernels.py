@@ -367,3 +367,26 @@ def test_remove_rows_equals_from_csr(rng, M, Ne, p_drop):
                  "inv_w"):
         a, b = getattr(got, name), getattr(want, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("M,d,k", [(1, 8, 1), (5, 8, 10), (300, 16, 7), (2000, 32, 50),
+                                   (5000, 64, 100)])
+def test_int8_scan_with_exact_rescore_equals_the_exact_scan(rng, M, d, k):
+    from evireform.kernels import cosine_topk_batch, quantize_int8, quantized_topk_batch
+    H = unit_rows(rng, M, d)
+    if M > 10:  # exact duplicates and near-duplicates: ties across the margin
+        H[3] = H[7]
+        H[11] = H[7] * np.float32(1 - 1e-7)
+        H = (H / np.linalg.norm(H, axis=1, keepdims=True)).astype(np.float32)
+    codes, scale = quantize_int8(H)
+    assert codes.dtype == np.int8 and np.all(np.abs(H - codes * scale) <= scale / 2 + 1e-7)
+    Q = np.concatenate([H[rng.integers(0, M, 3)] + 0.1 * unit_rows(rng, 3, d),
+                        unit_rows(rng, 4, d), H[7:8]])
+    Q = (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32)
+    want = cosine_topk_batch(H, Q, k)
+    for margin in (0, 3, 64):  # a small margin must widen, not lose rows
+        got = quantized_topk_batch(codes, scale, H, Q, k, margin=margin)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    with pytest.raises(ValueError, match="exceeds the int8 range"):
+        quantize_int8(H * 2, scale)

@@ -97,6 +97,7 @@ def build_point(M: int, out: Path, seed: int = 0) -> dict:
                 prop_texts=[f"proposition {i}" for i in range(M)],
                 entity_names=[f"e{e}" for e in range(g.n_entities)], graph=g, pmap=pm,
                 embeddings=H, embedder_name="synthetic-384")
+            idx.quantize("int8")  # the int8 codes beside the float32 rows
             idx.save(out, overwrite=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -139,15 +140,24 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
             finally:
                 spent[0] += time.perf_counter() - t
         idx.search_batch = timed_search
-        times, in_search = [], []
-        for i, q in enumerate(qs):
-            spent[0] = 0.0
-            t = time.perf_counter()
-            res = retr.retrieve_embedded(q, V[i], 10, residual_embed=given)
-            times.append(time.perf_counter() - t)
-            in_search.append(spent[0])
-            assert len(res.passages) == 10
-            _ = [p.text for p in res.passages]  # what a caller reads of each result
+        runs = {}
+        for precision in ("float32", "int8"):  # the same questions over each storage
+            idx.search_precision = precision
+            times, in_search, ranked = [], [], []
+            for i, q in enumerate(qs):
+                spent[0] = 0.0
+                t = time.perf_counter()
+                res = retr.retrieve_embedded(q, V[i], 10, residual_embed=given)
+                times.append(time.perf_counter() - t)
+                in_search.append(spent[0])
+                assert len(res.passages) == 10
+                _ = [p.text for p in res.passages]  # what a caller reads of each result
+                ranked.append([(p.id, p.score) for p in res.passages])
+            runs[precision] = (times, in_search, ranked)
+        anon_query = _AnonPeak.now()
+    times, in_search, _ = runs["float32"]
+    i8_times, i8_search, i8_ranked = runs["int8"]
+    same = i8_ranked == runs["float32"][2]
     del idx, retr, res
     import gc
     gc.collect()
@@ -163,6 +173,9 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
             "p50_s": float(np.percentile(rest, 50)), "p95_s": float(np.percentile(rest, 95)),
             "search_p50_s": float(np.percentile(in_search[1:], 50)),
             "rest_p50_s": float(np.percentile(other, 50)),
+            "int8_p50_s": float(np.percentile(i8_times[1:], 50)),
+            "int8_search_p50_s": float(np.percentile(i8_search[1:], 50)),
+            "int8_same_rankings": bool(same), "anon_after_queries": anon_query,
             "n_queries": n_queries, "query_peak_rss": _peak_rss(), "query_peak_anon": anon.peak}
 
 
@@ -212,11 +225,11 @@ def _gib(b) -> str:
 def scale_table(rows: list[dict]) -> str:
     head = ("| propositions | entities | incidence nnz | build | disk | build peak RSS / anon "
             "| open (fast tier) | open (full tier) | first query | p50 | p95 "
-            "| p50 search / rest | query peak RSS / anon |")
-    lines = [head, "|" + "---|" * 13]
+            "| p50 search / rest | int8: p50 (search), same top-k | query peak RSS / anon |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['propositions']:,} | skipped: {r['skipped']} |" + " |" * 11)
+            lines.append(f"| {r['propositions']:,} | skipped: {r['skipped']} |" + " |" * 12)
             continue
         lines.append(
             f"| {r['propositions']:,} | {r['entities']:,} | {r['incidence_nnz']:,} "
@@ -228,5 +241,8 @@ def scale_table(rows: list[dict]) -> str:
             f"| {r['p50_s'] * 1e3:.1f} ms | {r['p95_s'] * 1e3:.1f} ms "
             f"| {r.get('search_p50_s', float('nan')) * 1e3:.1f} / "
             f"{r.get('rest_p50_s', float('nan')) * 1e3:.1f} ms "
+            f"| {r.get('int8_p50_s', float('nan')) * 1e3:.1f} ms "
+            f"({r.get('int8_search_p50_s', float('nan')) * 1e3:.1f} ms), "
+            f"{'yes' if r.get('int8_same_rankings') else 'NO'} "
             f"| {_gib(r['query_peak_rss'])} / {_gib(r['query_peak_anon'])} |")
     return "\n".join(lines)
