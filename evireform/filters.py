@@ -412,6 +412,9 @@ def _masked_graph(graph, prop_mask: np.ndarray):
     inv_w = np.zeros(M, dtype=np.float64)
     ok = w > kconfig.DEGREE_EPS
     inv_w[ok] = 1.0 / w[ok]
+    if not graph.inv_deg.flags.writeable:  # as the loaded (memory-mapped) arrays: the kernels
+        for a in (inv_deg, diag, inv_w):   # then run the variant they were compiled for
+            a.setflags(write=False)
     return replace(graph, inv_deg=inv_deg, diag=diag, inv_w=inv_w)
 
 

@@ -490,7 +490,7 @@ def _load_arrays(path: Path, sizes: dict, mmap: bool) -> dict[str, np.ndarray]:
         f = path / s.file
         try:
             a = np.load(f, allow_pickle=False,
-                        mmap_mode="r" if (mmap and s.name == "embeddings") else None)
+                        mmap_mode="r" if mmap else None)
         except Exception as exc:
             _fail(f, f"unreadable ({exc})")
         if not isinstance(a, np.ndarray):
@@ -710,7 +710,7 @@ def _check_strings(path: Path, sizes: dict, full: bool):
     f, fo = path / STRINGS_FILE, path / OFFSETS_FILE
     n = sum(sizes[c] for _, c in TABLES)
     try:
-        off = np.load(fo, allow_pickle=False)
+        off = np.load(fo, allow_pickle=False, mmap_mode="r")
     except Exception as exc:
         _fail(fo, f"unreadable ({exc})")
     if not isinstance(off, np.ndarray) or off.dtype != np.int64 or off.shape != (n + 1,):

@@ -526,6 +526,10 @@ def warm_up(batched: bool = True) -> None:
     H = np.eye(8, 8, dtype=np.float32)
     g = EntityGraph.from_lists([[0], [0, 1], [1], [], [1], [0], [1, 0], []], n_entities=2)
     pm = PassageMap.from_owner(np.array([0, 0, 1, 1, 2, 2, 3, 3], np.int32), 4)
+    for holder in (g, pm):  # a loaded index's arrays are read-only memory maps
+        for name in holder.__dataclass_fields__:
+            getattr(holder, name).setflags(write=False)
+    H.setflags(write=False)
     for b in ((1, int(config.SMALL_BATCH) + 1) if batched else (1,)):
         Q = np.ones((b, 8), np.float32)
         cosine_topk_batch(H, Q, 2)
