@@ -7,15 +7,18 @@ Importing this module imports neither CuPy nor CUDA.
 What is a library call and what is custom:
 
 * exact cosine top-k: GEMM (cuBLAS through ``xp.matmul``) over row blocks sized by a memory
-  budget; per-query top-k of each block by ``argpartition`` plus an exact tie rule (lower id
-  wins at the k-th score), merged across blocks with two stable sorts.  float32, or float16
+  budget; each block's top-k by a radix select (:func:`kth_key`: 8-bit histograms of
+  order-preserving keys, no sort of a row) with the exact tie rule (lower id wins at the k-th
+  score); the blocks' candidate lists are held side by side and reduced by the same
+  selection once (every :data:`MERGE_WIDTH` blocks, and at the end).  float32, or float16
   storage with float32 accumulation (:func:`cosine_topk_batch` ``half=True``).
 * batched propagation z = alpha s + (1 - alpha) (A De+ (A^T (Dw+ s)) - diag * Dw+ s): sparse
-  products (cuSPARSE SpGEMM through ``cupyx.scipy.sparse``) on the seed matrix; W is never
-  formed.
-* readout: a segment-sum of z into a dense (queries x passages) block -- on a device by the
-  custom CUDA kernel ``readout.cu`` (``scatter_readout``, atomicAdd; loaded with
-  ``cupy.RawModule``), on the CPU by ``np.add.at`` -- then the same exact top-k rule.
+  products (cuSPARSE SpGEMM through ``cupyx.scipy.sparse``) on the seed matrix, the diagonal
+  scalings applied to the values in place (:func:`scale_rows`); W is never formed.
+* readout: z's entries sorted by (query, passage), each run summed in z's order by the
+  custom CUDA kernel ``segment.cu`` (one thread a run, no atomics: deterministic, and
+  bitwise the CPU kernel's sums; ``add.reduceat`` on the CPU), then the top k per query from
+  those entries (:func:`topk_from_entries`): nothing of size queries x passages is formed.
 * fused propagation + readout: with C = R A (passages x entities, R = diag(1/sqrt|P_j|) B^T)
   precomputed, passage scores are alpha R s + (1 - alpha) (C De+ (A^T x) - R (diag * x)),
   x = Dw+ s, so the (propositions x queries) matrix z is never formed.
@@ -34,6 +37,8 @@ from ._backend import BackendUnavailable
 
 #: bytes of score block one search or readout step may allocate (queries x rows)
 DEFAULT_BUDGET = 1 << 30
+#: tiles' candidate lists (k each) held before they are reduced to k by one selection
+MERGE_WIDTH = 16
 
 #: the custom CUDA C sources shipped with the package (compiled by NVRTC in CI)
 CU_SOURCES = sorted(Path(__file__).parent.glob("*.cu"))
@@ -87,13 +92,58 @@ def namespace(name: str) -> Namespace:
 
 
 # --------------------------------------------------------------------------- top-k rule
+def order_keys(xp, S):
+    """Order-preserving unsigned keys of float32 (uint32) or float64 (uint64) values: a
+    larger value has a larger key; -0.0 and +0.0 get different keys (callers never rank
+    zeros against each other)."""
+    if S.dtype == xp.float32:
+        u, top = S.view(xp.uint32), xp.uint32(0x80000000)
+    else:
+        S = S.astype(xp.float64, copy=False)
+        u, top = S.view(xp.uint64), xp.uint64(0x8000000000000000)
+    return xp.where(u & top, ~u, u | top)
+
+
+def kth_key(ns: Namespace, keys, k: int):
+    """Per row of ``keys`` (B, n unsigned, k <= n): the k-th largest key and how many entries
+    equal to it belong to the top k, ``(t (B,), need (B,))``.  A radix select (8 bits per
+    pass, most significant first): each pass is one histogram of the still-tied entries'
+    next digit, so the cost is O(B n) a pass and nothing is sorted."""
+    xp = ns.xp
+    B, n = keys.shape
+    bits = keys.dtype.itemsize * 8
+    one = keys.dtype.type(1)
+    rows = xp.arange(B, dtype=xp.int64)[:, None] * 256
+    prefix = xp.zeros(B, dtype=keys.dtype)
+    need = xp.full(B, int(k), dtype=xp.int64)
+    for shift in range(bits - 8, -8, -8):
+        digit = ((keys >> keys.dtype.type(shift)) & keys.dtype.type(0xFF)).astype(xp.int64)
+        if shift == bits - 8:
+            live = xp.ones((B, n), dtype=bool)
+        else:
+            hi_mask = ~((one << keys.dtype.type(shift + 8)) - one)
+            live = (keys & hi_mask) == (prefix & hi_mask)[:, None]
+        # weights instead of a mask index: no data-dependent size, so no host sync
+        hist = xp.bincount((rows + digit).ravel(), weights=live.ravel(),
+                           minlength=B * 256).reshape(B, 256).astype(xp.int64)
+        ge = xp.cumsum(hist[:, ::-1], axis=1)[:, ::-1]  # ge[:, d] = live entries with digit >= d
+        d = (ge >= need[:, None]).sum(axis=1) - 1        # the largest digit reaching the rank
+        above = xp.where(d < 255, xp.take_along_axis(
+            ge, xp.minimum(d + 1, 255)[:, None], axis=1)[:, 0], 0)
+        need = need - above
+        prefix = prefix | (d.astype(keys.dtype) << keys.dtype.type(shift))
+    return prefix, need
+
+
 def topk_rows(ns: Namespace, S, k: int):
     """Per row of ``S`` (B, n): the ``min(k, n)`` columns with the largest values, ordered by
     descending value, ties by lower column.  Returns (cols int64, vals), both (B, kk).
 
-    ``argpartition`` picks the k-th largest value t; every entry > t is taken, and of the
-    entries == t the lowest columns fill the remaining places -- the exact tie rule, without
-    sorting whole rows."""
+    Selection without sorting the row: :func:`kth_key` finds the k-th largest value t by a
+    radix select; every entry > t is taken and, of the entries == t, the lowest columns fill
+    the remaining places (the exact tie rule); the kk chosen entries are written to their
+    slots by a scatter (no data-dependent sizes, so no host synchronisation) and only they are
+    sorted."""
     xp = ns.xp
     B, n = S.shape
     kk = min(int(k), n)
@@ -102,27 +152,27 @@ def topk_rows(ns: Namespace, S, k: int):
     if kk == n:
         cols = xp.broadcast_to(xp.arange(n, dtype=xp.int64), (B, n))
     else:
-        part = xp.argpartition(-S, kk - 1, axis=1)[:, :kk]
-        t = xp.take_along_axis(S, part, axis=1).min(axis=1)[:, None]
-        gt = S > t
-        eq = S == t
-        need = kk - gt.sum(axis=1, keepdims=True)
-        sel = gt | (eq & (xp.cumsum(eq, axis=1) <= need))
-        cols = xp.nonzero(sel)[1].reshape(B, kk).astype(xp.int64)
+        keys = order_keys(xp, S)
+        t, need = kth_key(ns, keys, kk)
+        gt = keys > t[:, None]
+        eq = keys == t[:, None]
+        sel = gt | (eq & (xp.cumsum(eq, axis=1) <= need[:, None]))
+        slot = xp.cumsum(sel, axis=1) - 1                  # kk selected per row, in column order
+        slot = xp.where(sel, slot, kk)                     # the rest go to a dump column
+        out = xp.zeros((B, kk + 1), dtype=xp.int64)
+        out[xp.arange(B)[:, None], slot] = xp.arange(n, dtype=xp.int64)[None, :]
+        cols = out[:, :kk]
     vals = xp.take_along_axis(S, cols, axis=1)
     order = xp.argsort(-vals, axis=1, kind="stable")  # cols ascending: ties keep lower col
     return xp.take_along_axis(cols, order, axis=1), xp.take_along_axis(vals, order, axis=1)
 
 
-def _merge(ns: Namespace, ids_a, vals_a, ids_b, vals_b, k: int):
-    """Best ``k`` of two candidate lists per row by (-value, id)."""
-    xp = ns.xp
-    ids = xp.concatenate([ids_a, ids_b], axis=1)
-    vals = xp.concatenate([vals_a, vals_b], axis=1)
-    o = xp.argsort(ids, axis=1, kind="stable")
-    ids, vals = xp.take_along_axis(ids, o, axis=1), xp.take_along_axis(vals, o, axis=1)
-    o = xp.argsort(-vals, axis=1, kind="stable")[:, :k]
-    return xp.take_along_axis(ids, o, axis=1), xp.take_along_axis(vals, o, axis=1)
+def _merge(ns: Namespace, ids, vals, k: int):
+    """Best ``k`` per row of candidate lists laid side by side (B, m) by (-value, id), where
+    equal values appear in increasing id order from left to right (lists from tiles of
+    increasing ids, each best first with ties by lower id): a select, then a sort of k."""
+    cols, best = topk_rows(ns, vals, k)
+    return ns.xp.take_along_axis(ids, cols, axis=1), best
 
 
 # --------------------------------------------------------------------------- cosine top-k
@@ -148,8 +198,8 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
         return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
     Q = Q.astype(xp.float32)
     rows = block_rows(B, kk, budget)
-    best_i = best_v = None
     neg = xp.float32(-np.inf)
+    cand_i, cand_v, width = [], [], 0
     for lo in range(0, n, rows):
         Hb = H[lo:lo + rows]
         if half or Hb.dtype != xp.float32:
@@ -157,11 +207,18 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
         S = Q @ Hb.T
         S = xp.where(S > 0, S, neg)
         ci, cv = topk_rows(ns, S, kk)
-        ci = ci + lo
-        if best_i is None:
-            best_i, best_v = ci, cv
-        else:
-            best_i, best_v = _merge(ns, best_i, best_v, ci, cv, kk)
+        cand_i.append(ci + lo)
+        cand_v.append(cv)
+        width += ci.shape[1]
+        if width >= MERGE_WIDTH * kk and len(cand_i) > 1:  # bound the candidates held
+            mi, mv = _merge(ns, xp.concatenate(cand_i, axis=1),
+                            xp.concatenate(cand_v, axis=1), kk)
+            cand_i, cand_v, width = [mi], [mv], kk
+    if len(cand_i) > 1:  # one selection over every tile's candidates
+        best_i, best_v = _merge(ns, xp.concatenate(cand_i, axis=1),
+                                xp.concatenate(cand_v, axis=1), kk)
+    else:
+        best_i, best_v = cand_i[0], cand_v[0]
     keep = best_v > 0
     return xp.where(keep, best_i, -1), xp.where(keep, best_v, xp.float32(0))
 
@@ -240,11 +297,25 @@ def seed_matrix(ns: Namespace, M: int, indptr, ids, vals):
     return S
 
 
+def scale_rows(ns: Namespace, X, v):
+    """diag(v) X without a diagonal matrix: a copy of the sparse ``X`` (CSR or CSC) with each
+    stored value multiplied by its row's ``v`` (one pass over the values; the sparse product
+    with ``diags(v)`` would convert the diagonal and run SpGEMM)."""
+    X = X.copy()
+    if X.format == "csc":
+        X.data *= v[X.indices]
+    else:
+        X = X.tocsr()
+        X.data *= v[row_of_entries(ns, ns.xp.asarray(X.indptr, dtype=ns.xp.int64))]
+    return X
+
+
 def _propagate_matrix(dg: DeviceGraph, S, alpha: float):
-    """Z = alpha S + (1 - alpha) (A De+ (A^T X) - diag X), X = Dw+ S, as sparse products."""
-    sp = dg.ns.sparse
-    X = sp.diags(dg.inv_w) @ S
-    Y = dg.A @ (sp.diags(dg.inv_deg) @ (dg.AT @ X)) - sp.diags(dg.diag) @ X
+    """Z = alpha S + (1 - alpha) (A De+ (A^T X) - diag X), X = Dw+ S: two sparse products,
+    the diagonal scalings applied to the values (:func:`scale_rows`)."""
+    ns = dg.ns
+    X = scale_rows(ns, S, dg.inv_w)
+    Y = dg.A @ scale_rows(ns, dg.AT @ X, dg.inv_deg) - scale_rows(ns, X, dg.diag)
     return (alpha * S + (1.0 - alpha) * Y).tocsc()
 
 
@@ -263,37 +334,6 @@ def propagate_batch(dg: DeviceGraph, indptr, ids, vals, alpha: float):
 _RAW = {}
 
 
-def _scatter_kernel(ns: Namespace):
-    """``scatter_readout`` from readout.cu, compiled once per process (device only)."""
-    if "scatter" not in _RAW:
-        src = Path(__file__).with_name("readout.cu").read_text()
-        mod = ns.xp.RawModule(code=src, options=("-std=c++14",))
-        _RAW["scatter"] = mod.get_function("scatter_readout")
-    return _RAW["scatter"]
-
-
-def scatter_readout(dp: DevicePassageMap, rows, ids, vals, out) -> None:
-    """out[rows[t], owner[ids[t]]] += inv_sqrt[owner[ids[t]]] * vals[t] for every entry t
-    (out is a dense (queries x passages) float64 block).  Device: readout.cu; CPU: add.at."""
-    ns = dp.ns
-    xp = ns.xp
-    if int(ids.shape[0]) == 0:
-        return
-    if ns.on_device:
-        n = int(ids.shape[0])
-        threads = 256
-        blocks = min(65535, (n + threads - 1) // threads)
-        _scatter_kernel(ns)((blocks,), (threads,),
-                            (xp.ascontiguousarray(rows, dtype=xp.int64),
-                             xp.ascontiguousarray(ids, dtype=xp.int64),
-                             xp.ascontiguousarray(vals, dtype=xp.float64),
-                             dp.owner, dp.inv_sqrt, out, np.int64(n),
-                             np.int64(out.shape[1])))
-    else:
-        j = dp.owner[ids]
-        np.add.at(out, (rows, j), dp.inv_sqrt[j] * vals)
-
-
 def row_of_entries(ns: Namespace, ptr):
     """For CSR row pointers ``ptr`` (starting at 0), the row of every entry (int64); a
     searchsorted, because cupy.repeat takes no array of counts."""
@@ -302,33 +342,110 @@ def row_of_entries(ns: Namespace, ptr):
     return xp.searchsorted(ptr[1:], xp.arange(n, dtype=ptr.dtype), side="right").astype(xp.int64)
 
 
-def _query_block(n_passages: int, budget: int) -> int:
-    return max(1, int(budget // max(1, n_passages * 8 * 3)))
+def _segment_sums_kernel(ns: Namespace):
+    """``segment_sums`` from segment.cu, compiled once per process (device only)."""
+    if "segment" not in _RAW:
+        src = Path(__file__).with_name("segment.cu").read_text()
+        mod = ns.xp.RawModule(code=src, options=("-std=c++14",))
+        _RAW["segment"] = mod.get_function("segment_sums")
+    return _RAW["segment"]
+
+
+def segment_sums(ns: Namespace, keys, vals):
+    """For ``keys`` sorted ascending: at the first entry of each run of equal keys, the sum of
+    the run's ``vals`` added one after another in order; 0 elsewhere.  Deterministic (no
+    atomics): one thread walks each run on a device (segment.cu); ``add.reduceat`` here."""
+    xp = ns.xp
+    n = int(keys.shape[0])
+    out = xp.zeros(n, dtype=xp.float64)
+    if n == 0:
+        return out
+    if ns.on_device:
+        threads = 256
+        blocks = min(65535, (n + threads - 1) // threads)
+        _segment_sums_kernel(ns)((blocks,), (threads,),
+                                 (xp.ascontiguousarray(keys, dtype=xp.int64),
+                                  xp.ascontiguousarray(vals, dtype=xp.float64), out,
+                                  np.int64(n)))
+    else:
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        out[starts] = np.add.reduceat(np.asarray(vals, np.float64), starts)
+    return out
+
+
+def topk_from_entries(ns: Namespace, rows, cols, scores, B: int, N: int, k: int):
+    """Top ``k`` passages per row from sparse entries (row, passage, score), at most one entry
+    per (row, passage): positive scores best first, ties by lower passage, then the other
+    passages in stored order at score 0 (the CPU readout's convention).  Sorts only the
+    entries and (B, k) arrays, never a row of N passages; fixed output sizes, so no host
+    synchronisation.  Returns (passages int64, scores float64), both (B, min(k, N))."""
+    xp = ns.xp
+    kk = min(int(k), N)
+    out_i = xp.zeros((B, kk + 1), dtype=xp.int64)
+    out_v = xp.zeros((B, kk + 1), dtype=xp.float64)
+    if B == 0 or kk == 0:
+        return out_i[:, :kk], out_v[:, :kk]
+    valid = scores > 0
+    rows = xp.asarray(rows, dtype=xp.int64)
+    cols = xp.asarray(cols, dtype=xp.int64)
+    # best first within each row, invalid entries last: (row, invalid, -score, passage)
+    o = xp.lexsort(xp.stack([cols, -scores, (~valid).astype(xp.int64), rows]))
+    r_o, c_o, s_o, v_o = rows[o], cols[o], scores[o], valid[o]
+    first = xp.searchsorted(r_o, xp.arange(B, dtype=xp.int64))  # each row's first entry
+    rank = xp.arange(r_o.shape[0], dtype=xp.int64) - first[r_o]
+    slot = xp.where(v_o & (rank < kk), rank, kk)
+    out_i[r_o, slot] = c_o
+    out_v[r_o, slot] = s_o
+    npos = xp.minimum(xp.bincount(r_o, weights=v_o, minlength=B).astype(xp.int64), kk)
+    # the zero-score fill: the f-th smallest passage id not among the row's positive ones is
+    # f + #{i : p_i - i <= f} over the row's positive passages p_0 < p_1 < ... (sorted)
+    o2 = xp.lexsort(xp.stack([cols, (~valid).astype(xp.int64), rows]))
+    r2, c2, v2 = rows[o2], cols[o2], valid[o2]
+    first2 = xp.searchsorted(r2, xp.arange(B, dtype=xp.int64))
+    rank2 = xp.arange(r2.shape[0], dtype=xp.int64) - first2[r2]
+    big = xp.int64(N + 1)
+    gkey = xp.where(v2, r2 * big + (c2 - rank2), r2 * big + N)  # invalid: past every query
+    f = xp.arange(kk, dtype=xp.int64)[None, :]
+    q = xp.arange(B, dtype=xp.int64)[:, None] * big + f
+    below = xp.searchsorted(gkey, q.ravel(), side="right").reshape(B, kk) - first2[:, None]
+    fill = f + below
+    pos = npos[:, None] + f                       # where the f-th filler goes
+    put = pos < kk
+    rr = xp.broadcast_to(xp.arange(B)[:, None], (B, kk))
+    out_i[rr, xp.where(put, pos, kk)] = xp.where(put, fill, 0)
+    out_v[rr, xp.where(put, pos, kk)] = 0.0
+    return out_i[:, :kk], out_v[:, :kk]
 
 
 def readout_topk_batch(dp: DevicePassageMap, indptr, ids, vals, k: int, *,
                        budget: int = DEFAULT_BUDGET):
     """Passage scores from z given as CSR rows, then the top ``k`` per row (positive scores
     best first, ties by passage order, then zero-score passages in stored order).  Returns
-    (passage ids int64, scores float64), both (B, min(k, N))."""
-    xp = dp.ns.xp
+    (passage ids int64, scores float64), both (B, min(k, N)).
+
+    Sparse and deterministic: the entries are sorted by (row, passage) keeping z's order
+    within a key, each run summed in that order (:func:`segment_sums`; the CPU kernel's
+    order, so the scores are bitwise the CPU's) and scaled by 1/sqrt|P_j|, then
+    :func:`topk_from_entries`.  No (rows x passages) block, no atomics.  ``budget`` is kept
+    for the signature (the work is linear in z's entries)."""
+    ns = dp.ns
+    xp = ns.xp
     N = dp.n_passages
     B = int(indptr.shape[0]) - 1
-    kk = min(int(k), N)
-    out_i = xp.zeros((B, kk), dtype=xp.int64)
-    out_v = xp.zeros((B, kk), dtype=xp.float64)
-    if B == 0 or kk == 0:
-        return out_i, out_v
     indptr = xp.asarray(indptr, dtype=xp.int64)
-    step = _query_block(N, budget)
-    for q0 in range(0, B, step):
-        q1 = min(B, q0 + step)
-        lo, hi = int(indptr[q0]), int(indptr[q1])
-        rows = row_of_entries(dp.ns, indptr[q0:q1 + 1] - lo)
-        D = xp.zeros((q1 - q0, N), dtype=xp.float64)
-        scatter_readout(dp, rows, ids[lo:hi], vals[lo:hi], D)
-        out_i[q0:q1], out_v[q0:q1] = topk_rows(dp.ns, D, kk)
-    return out_i, out_v
+    ids = xp.asarray(ids, dtype=xp.int64)
+    rows = row_of_entries(ns, indptr)
+    j = dp.owner[ids].astype(xp.int64)
+    key = rows * max(N, 1) + j
+    o = xp.argsort(key, kind="stable")
+    key_s = key[o]
+    sums = segment_sums(ns, key_s, xp.asarray(vals, dtype=xp.float64)[o])
+    j_s = j[o]
+    scores = sums * dp.inv_sqrt[j_s]
+    start = xp.concatenate([xp.ones(min(1, int(key_s.shape[0])), dtype=bool),
+                            key_s[1:] != key_s[:-1]])
+    scores = xp.where(start, scores, 0.0)  # one entry per (row, passage)
+    return topk_from_entries(ns, rows[o], j_s, scores, B, N, k)
 
 
 @dataclass
@@ -394,19 +511,13 @@ def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k:
     if B == 0 or kk == 0:
         return xp.zeros((B, kk), dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float64)
     S = seed_matrix(ns, dg.n_props, indptr, ids, vals)
-    X = sp.diags(dg.inv_w) @ S
-    P = alpha * (dp.R @ S) + (1.0 - alpha) * (di.C @ (sp.diags(dg.inv_deg) @ (dg.AT @ X))
-                                              - dp.R @ (sp.diags(dg.diag) @ X))
-    P = P.tocsc()  # (N x B): column b holds query b's passage scores
-    out_i = xp.zeros((B, kk), dtype=xp.int64)
-    out_v = xp.zeros((B, kk), dtype=xp.float64)
-    step = _query_block(N, di.budget)
-    for q0 in range(0, B, step):
-        q1 = min(B, q0 + step)
-        D = xp.asarray(P[:, q0:q1].T.toarray())
-        xp.maximum(D, 0.0, out=D)  # rounding can leave -1e-17 where a score cancels to 0
-        out_i[q0:q1], out_v[q0:q1] = topk_rows(ns, D, kk)
-    return out_i, out_v
+    X = scale_rows(ns, S, dg.inv_w)
+    P = alpha * (dp.R @ S) + (1.0 - alpha) * (di.C @ scale_rows(ns, dg.AT @ X, dg.inv_deg)
+                                              - dp.R @ scale_rows(ns, X, dg.diag))
+    P = P.tocoo()  # (N x B): entry (j, b) is passage j's score for query b
+    P.sum_duplicates()
+    # rounding can leave -1e-17 where a score cancels to 0: not positive, so not ranked
+    return topk_from_entries(ns, P.col, P.row, P.data, B, N, kk)
 
 
 def materialised_w_propagate(dg: DeviceGraph, indptr, ids, vals, alpha: float):
@@ -456,5 +567,6 @@ def copy_bandwidth(ns: Namespace, nbytes: int = 1 << 30, repeat: int = 5) -> flo
 __all__ = ["Namespace", "cpu_namespace", "gpu_namespace", "namespace", "topk_rows",
            "cosine_topk_batch", "full_scores_topk", "DeviceGraph", "DevicePassageMap",
            "DeviceIndex", "seed_matrix", "propagate_batch", "readout_topk_batch",
-           "propagate_readout_batch", "materialised_w_propagate", "scatter_readout",
+           "propagate_readout_batch", "materialised_w_propagate", "segment_sums", "scale_rows",
+           "topk_from_entries", "kth_key", "order_keys",
            "compile_sources", "copy_bandwidth", "block_rows", "DEFAULT_BUDGET"]
