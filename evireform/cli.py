@@ -814,8 +814,13 @@ def _cmd_bench(args) -> int:
             Path(args.json).write_text(json.dumps({"scale": rows}, indent=1))
             print(f"wrote {args.json}")
         return 0
+    def write(rep):  # after every case, atomically: a timeout keeps what was measured
+        if args.json:
+            tmp = Path(args.json).with_name(Path(args.json).name + ".part")
+            tmp.write_text(json.dumps(rep, indent=1))
+            tmp.replace(args.json)
     report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log, only=args.only,
-                       backend=args.backend, time_budget=args.time_budget)
+                       backend=args.backend, time_budget=args.time_budget, on_case=write)
     print(f"machine: {report['machine'].get('cpu', report['machine']['processor'])}, "
           f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}"
           + (f", device {report['machine']['device']}" if "device" in report["machine"] else ""))
@@ -825,8 +830,12 @@ def _cmd_bench(args) -> int:
         print()
         print(targets(report))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+        write(report)
         print(f"wrote {args.json}")
+    for f in report.get("failed", []):
+        print(f"CASE FAILED: {f['group']}: {f['error']}", file=sys.stderr)
+    if report.get("failed"):
+        return 1
     if args.check:
         bad = bench.check(report)
         for b in bad:

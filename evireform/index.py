@@ -444,7 +444,8 @@ class PropositionIndex:
                        "replaced": known, "duplicates": out.changes.get("duplicates", [])}
         return out
 
-    def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None):
+    def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None,
+                  precision: str = "fp32"):
         """The index resident on the GPU (once: later calls return the same object):
         a :class:`~evireform.kernels._gpu.DeviceIndex` for ``EviReform(..., backend=...)``.
 
@@ -452,15 +453,17 @@ class PropositionIndex:
         :class:`~evireform.kernels.BackendUnavailable` says what is missing);
         ``namespace="numpy"`` runs the same array code on the CPU (how CI verifies it).
         ``half=True`` stores the embeddings as float16 (scores still accumulate in float32);
-        ``budget`` caps the bytes of one score block (default 1 GiB)."""
+        ``precision="fp16"`` keeps the float32 rows and a float16 copy that the search scans
+        (tensor-core GEMM), re-ranking candidates exactly in float32: the same top-k as
+        ``"fp32"``; ``budget`` caps the bytes of one score block (default 1 GiB)."""
         from .kernels import _gpu
-        key = (namespace, bool(half), budget)
+        key = (namespace, bool(half), budget, precision)
         cache = self.__dict__.setdefault("_device", {})
         if key not in cache:
             ns = _gpu.namespace(namespace)
             cache[key] = _gpu.DeviceIndex.from_arrays(
                 ns, self.graph, self.pmap, self.embeddings, half=half,
-                budget=budget or _gpu.DEFAULT_BUDGET)
+                budget=budget or _gpu.DEFAULT_BUDGET, precision=precision)
         return cache[key]
 
     # ------------------------------------------------------------------ persistence

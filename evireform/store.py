@@ -471,7 +471,9 @@ def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
     return counts, files
 
 
-def _check_files(path: Path, files: dict, verify: bool) -> None:
+def _check_files(path: Path, files: dict, verify: bool, streamed=()) -> None:
+    """Every listed file present, regular and of its manifest size; with ``verify`` its
+    sha256 too, except the ``streamed`` ones (checked while their values are read)."""
     for name, info in files.items():
         f = path / name
         if f.is_symlink() or not f.is_file():
@@ -480,7 +482,7 @@ def _check_files(path: Path, files: dict, verify: bool) -> None:
         size = f.stat().st_size
         if size != info["bytes"]:
             _fail(f, f"{size} bytes, the manifest says {info['bytes']} (truncated or edited)")
-        if verify and file_sha256(f) != info["sha256"]:
+        if verify and name not in streamed and file_sha256(f) != info["sha256"]:
             _fail(f, "sha256 does not match the manifest (edited or corrupt)")
 
 
@@ -528,21 +530,77 @@ def _check_range(f: Path, a: np.ndarray, hi: int, what: str) -> None:
 NORM_TOLERANCE = 1e-3
 
 
-def _check_unit_rows(f: Path, emb) -> None:
-    """Every row finite and of unit L2 norm within :data:`NORM_TOLERANCE` (blocks of 64 MiB,
-    so a memory-mapped file is streamed, not copied)."""
+class _RawHash:
+    """sha256 of a memory-mapped ``.npy`` file fed as its array's rows are read (header
+    first), so checking the values and the checksum reads the file once."""
+
+    def __init__(self, f: Path, arr):
+        self.raw = np.memmap(f, dtype=np.uint8, mode="r")
+        self.off = int(arr.offset)
+        self.row = int(arr.strides[0]) if arr.ndim else 0
+        self.h = hashlib.sha256(self.raw[:self.off])
+        self.done = 0
+
+    def upto(self, hi: int) -> None:
+        if hi > self.done:
+            self.h.update(self.raw[self.off + self.done * self.row:self.off + hi * self.row])
+            self.done = hi
+
+    def hexdigest(self) -> str:
+        self.h.update(self.raw[self.off + self.done * self.row:])
+        self.done = -1
+        return self.h.hexdigest()
+
+
+def _hashable(arr) -> bool:
+    return isinstance(arr, np.memmap) and arr.ndim == 2 and arr.flags.c_contiguous
+
+
+def _check_unit_rows(f: Path, emb, codes=None, scale=None, fc: Path | None = None,
+                     sha: dict | None = None) -> None:
+    """Every row finite and of unit L2 norm within :data:`NORM_TOLERANCE`, and with
+    ``codes``, every int8 code within half a scale step of its value (what makes the int8
+    search exact): one pass in blocks of 64 MiB, so a memory-mapped file is streamed once,
+    not copied.  ``sha`` ({file: expected sha256}) checks the files' checksums in the same
+    pass; a checksum mismatch is reported before a value problem, as the separate checks
+    would."""
     step = max(1, (64 << 20) // max(1, 4 * (emb.shape[1] if emb.ndim == 2 else 1)))
+    half = None if scale is None else scale * np.float32(0.5) + np.float32(1e-6)
+    hashes = {}
+    for path, arr in ((f, emb), (fc, codes)):
+        if sha and path is not None and path.name in sha:
+            hashes[path] = _RawHash(path, arr)
+
+    def checksums():
+        for path, h in hashes.items():
+            if h.hexdigest() != sha[path.name]:
+                _fail(path, "sha256 does not match the manifest (edited or corrupt)")
+
+    def fail(path, msg):
+        checksums()  # an edited file is named as such first
+        _fail(path, msg)
+
     for lo in range(0, len(emb), step):
-        block = np.asarray(emb[lo:lo + step], dtype=np.float32)
+        hi = min(len(emb), lo + step)
+        for h in hashes.values():
+            h.upto(hi)
+        block = np.asarray(emb[lo:hi], dtype=np.float32)
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():
-            _fail(f, f"row {lo + int(np.argmin(finite))} holds NaN or inf")
+            fail(f, f"row {lo + int(np.argmin(finite))} holds NaN or inf")
         norm = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
         bad = np.abs(norm - 1.0) > NORM_TOLERANCE
         if bad.any():
             i = int(np.argmax(bad))
-            _fail(f, f"row {lo + i} has L2 norm {norm[i]:.6g}; stored embeddings are unit "
-                     f"vectors (tolerance {NORM_TOLERANCE:g})")
+            fail(f, f"row {lo + i} has L2 norm {norm[i]:.6g}; stored embeddings are unit "
+                    f"vectors (tolerance {NORM_TOLERANCE:g})")
+        if codes is not None:
+            err = np.abs(block - np.asarray(codes[lo:hi], np.float32) * scale)
+            wrong = (err > half).any(axis=1)
+            if wrong.any():
+                fail(fc, f"row {lo + int(np.argmax(wrong))} is not the int8 code of its "
+                         "embedding (edited or corrupt)")
+    checksums()
 
 
 def _check_arrays(path: Path, arr: dict, sizes: dict,
@@ -557,7 +615,8 @@ def _check_arrays(path: Path, arr: dict, sizes: dict,
         graph = EntityGraph(**{s.name: arr[s.name] for s in SPECS if s.owner == "graph"})
         pmap = PassageMap(**{s.name: arr[s.name] for s in SPECS if s.owner == "pmap"})
         return graph, pmap
-    _check_unit_rows(path / "embeddings.npy", arr["embeddings"])
+    # (the embeddings' values are checked later, in one pass with their checksum and the
+    # int8 codes: _check_unit_rows from _load_once)
     # the degree terms and the transpose are derived data: they must equal a recomputation,
     # or propagation would silently use edited values
     want_g = EntityGraph.from_csr(arr["a_indptr"], arr["a_indices"], E)
@@ -781,8 +840,10 @@ def _load_once(path: Path, mmap: bool, verify) -> Loaded:
     if tier == "auto":
         tier = "fast" if stamp_matches(path, files) else "full"
     full = tier == "full"
+    # the embeddings and codes are hashed while their values are checked, when memory-mapped
+    streamed = ("embeddings.npy", CODES_FILE) if mmap else ()
     if full:
-        _check_files(path, files, True)
+        _check_files(path, files, True, streamed)
     sizes = {"M": counts["propositions"], "E": counts["entities"], "N": counts["passages"],
              "nnz": counts["incidence_nnz"], "dim": man["dim"]}
     sizes.update({f"{k}+1": v + 1 for k, v in list(sizes.items())})
@@ -802,18 +863,25 @@ def _load_once(path: Path, mmap: bool, verify) -> Loaded:
             n_labels = len(hnsw_ids)
         hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"],
                          arr["embeddings"] if full else None, hnsw_ids)
-    codes, scale = _load_codes(path, files, sizes, mmap, arr["embeddings"] if full else None)
-    if full:
+    codes, scale = _load_codes(path, files, sizes, mmap)
+    if full:  # one streamed pass: checksums, finite unit rows, codes within half a step
+        emb = arr["embeddings"]
+        sha = {n: files[n]["sha256"] for n in streamed if n in files}
+        ok = _hashable(emb) and (codes is None or _hashable(codes))
+        if sha and not ok:  # not memory-mapped as expected: hash the files apart
+            _check_files(path, {n: files[n] for n in sha}, True)
+            sha = {}
+        _check_unit_rows(path / "embeddings.npy", emb, codes, scale, path / CODES_FILE, sha)
         write_stamp(path, files, "full")
     man = dict(man, verified=tier)
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids,
                   codes, scale)
 
 
-def _load_codes(path: Path, files: dict, sizes: dict, mmap: bool, embeddings):
-    """The int8 codes and their scale, if the index has them: dtype and shape always; with
-    ``embeddings`` (the full tier) every code within half a scale step of its float32 value,
-    the bound the int8 search's exactness rests on."""
+def _load_codes(path: Path, files: dict, sizes: dict, mmap: bool):
+    """The int8 codes and their scale, if the index has them (dtype, shape, finite positive
+    scale); the full tier checks their values against the embeddings
+    (:func:`_check_unit_rows`)."""
     if CODES_FILE not in files and SCALE_FILE not in files:
         return None, None
     for name in (CODES_FILE, SCALE_FILE):
@@ -832,15 +900,6 @@ def _load_codes(path: Path, files: dict, sizes: dict, mmap: bool, embeddings):
             or scale.shape != (sizes["dim"],) or not np.all(np.isfinite(scale)) \
             or not np.all(scale > 0):
         _fail(fs, f"must be {sizes['dim']} positive finite float32 values")
-    if embeddings is not None:
-        step = 1 << 16
-        for lo in range(0, len(codes), step):
-            h = np.asarray(embeddings[lo:lo + step], np.float32)
-            err = np.abs(h - np.asarray(codes[lo:lo + step], np.float32) * scale)
-            bad = err > scale * np.float32(0.5) + np.float32(1e-6)
-            if bad.any():
-                r = lo + int(np.argmax(bad.any(axis=1)))
-                _fail(fc, f"row {r} is not the int8 code of its embedding (edited or corrupt)")
     return codes, scale
 
 

@@ -223,6 +223,82 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
     return xp.where(keep, best_i, -1), xp.where(keep, best_v, xp.float32(0))
 
 
+#: precisions of the scan: exact float32, or a float16 GEMM (tensor cores, float32
+#: accumulation) whose candidates are re-ranked exactly in float32
+PRECISIONS = ("fp32", "fp16")
+
+
+def fp16_error_bound(xp, Q):
+    """Per query, the largest |q . h - fp16 GEMM score| for unit rows h: rounding q and h to
+    float16 (2 x 2^-11 of sum |q_d h_d| <= ||q||), float32 accumulation over d terms, and the
+    float16 output (2^-11 of |score| <= ||q||), with 25% to spare."""
+    d = Q.shape[1]
+    norm = xp.sqrt((Q.astype(xp.float64) ** 2).sum(axis=1))
+    return 1.25 * norm * (2.0 ** -10 + 2.0 ** -11 + d * 2.0 ** -23) + 1e-7
+
+
+def _gemm16(ns: Namespace, Q16, H16):
+    """Q16 @ H16.T as float16 with float32 accumulation: on a device cuBLAS's COMPUTE_32F
+    (tensor cores) set for this call; on the CPU the same arithmetic in float32."""
+    xp = ns.xp
+    if not ns.on_device:
+        return (Q16.astype(xp.float32) @ H16.astype(xp.float32).T).astype(xp.float16)
+    from cupy._core import _routines_linalg as L
+    before = L.get_compute_type(xp.float16)
+    L.set_compute_type(xp.float16, L.COMPUTE_TYPE_FP32)
+    try:
+        return Q16 @ H16.T
+    finally:
+        L.set_compute_type(xp.float16, before)
+
+
+def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DEFAULT_BUDGET,
+                           margin: int = 64):
+    """Exact top-``k`` (as :func:`cosine_topk_batch`, float32 scores of ``H``) found by
+    scanning ``H16`` (float16 copy of ``H``; half the bytes, tensor-core GEMM) and
+    re-ranking candidates with ``H``: the ``k + margin`` best float16 scores of each query are
+    kept; every row within twice :func:`fp16_error_bound` of the k-th float16 score is among
+    them, or the scan is repeated with four times the margin, so the re-ranked top k is the
+    exact one (ties by lower id).  Returns (ids, scores) on the namespace's device."""
+    xp = ns.xp
+    n, B = H.shape[0], Q.shape[0]
+    kk = min(int(k), n)
+    if kk == 0 or B == 0:
+        return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
+    Q = Q.astype(xp.float32)
+    Q16 = Q.astype(xp.float16)
+    eps = fp16_error_bound(xp, Q)
+    kc = min(n, kk + int(margin))
+    while True:
+        rows = block_rows(B, kc, budget, itemsize=2)
+        cand_i, cand_v, width = [], [], 0
+        for lo in range(0, n, rows):
+            S = _gemm16(ns, Q16, H16[lo:lo + rows]).astype(xp.float32)
+            ci, cv = topk_rows(ns, S, kc)
+            cand_i.append(ci + lo)
+            cand_v.append(cv)
+            width += ci.shape[1]
+            if width >= MERGE_WIDTH * kc and len(cand_i) > 1:
+                mi, mv = _merge(ns, xp.concatenate(cand_i, axis=1),
+                                xp.concatenate(cand_v, axis=1), kc)
+                cand_i, cand_v, width = [mi], [mv], kc
+        ci, cv = (_merge(ns, xp.concatenate(cand_i, axis=1), xp.concatenate(cand_v, axis=1),
+                         kc) if len(cand_i) > 1 else (cand_i[0], cand_v[0]))
+        floor = cv[:, kk - 1] - 2.0 * eps          # every true top-k row scores above it
+        if kc == n or bool(xp.all(cv[:, kc - 1] < floor)):  # one check a call, not a tile
+            break
+        kc = min(n, 4 * kc)
+    # exact float32 re-rank of the candidates, in id order so that ties keep the lower id
+    o = xp.argsort(ci, axis=1)
+    ci, cv = xp.take_along_axis(ci, o, axis=1), xp.take_along_axis(cv, o, axis=1)
+    exact = xp.einsum("bcd,bd->bc", H[ci].astype(xp.float32), Q)
+    ok = (cv >= floor[:, None]) & (exact > 0)
+    cols, best = topk_rows(ns, xp.where(ok, exact, xp.float32(-np.inf)), kk)
+    ids = xp.take_along_axis(ci, cols, axis=1)
+    keep = best > 0
+    return xp.where(keep, ids, -1), xp.where(keep, best, xp.float32(0))
+
+
 def full_scores_topk(ns: Namespace, H, Q, k: int):
     """The naive peer: the whole (B, n) score matrix, then a full stable argsort per row."""
     xp = ns.xp
@@ -461,16 +537,25 @@ class DeviceIndex:
     C: object
     half: bool = False
     budget: int = DEFAULT_BUDGET
+    #: "fp32" (exact scan) or "fp16" (float16 scan + exact float32 re-rank of candidates)
+    precision: str = "fp32"
+    embeddings16: object = None
 
     @classmethod
     def from_arrays(cls, ns: Namespace, graph, pmap, embeddings, *, half: bool = False,
-                    budget: int = DEFAULT_BUDGET) -> "DeviceIndex":
+                    budget: int = DEFAULT_BUDGET, precision: str = "fp32") -> "DeviceIndex":
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+        if half and precision == "fp16":
+            raise ValueError("half=True stores float16 only; precision='fp16' keeps the "
+                             "float32 rows to re-rank with: give one of them")
         xp = ns.xp
         H = xp.asarray(np.asarray(embeddings), dtype=xp.float16 if half else xp.float32)
+        H16 = H.astype(xp.float16) if precision == "fp16" else None
         dg = DeviceGraph.from_graph(ns, graph)
         dp = DevicePassageMap.from_pmap(ns, pmap)
         C = (dp.R @ dg.A).tocsr()
-        return cls(ns, H, dg, dp, C, half, int(budget))
+        return cls(ns, H, dg, dp, C, half, int(budget), precision, H16)
 
     @property
     def n_props(self) -> int:
@@ -479,8 +564,13 @@ class DeviceIndex:
     # host in, host out: what the retriever calls
     def search_batch(self, Q, k: int):
         ns = self.ns
-        ids, sc = cosine_topk_batch(ns, self.embeddings, ns.asarray(Q, ns.xp.float32), k,
-                                    budget=self.budget, half=self.half)
+        if self.precision == "fp16":
+            ids, sc = cosine_topk_batch_fp16(ns, self.embeddings16, self.embeddings,
+                                             ns.asarray(Q, ns.xp.float32), k,
+                                             budget=self.budget)
+        else:
+            ids, sc = cosine_topk_batch(ns, self.embeddings, ns.asarray(Q, ns.xp.float32), k,
+                                        budget=self.budget, half=self.half)
         return ns.to_host(ids), ns.to_host(sc)
 
     def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
@@ -569,4 +659,5 @@ __all__ = ["Namespace", "cpu_namespace", "gpu_namespace", "namespace", "topk_row
            "DeviceIndex", "seed_matrix", "propagate_batch", "readout_topk_batch",
            "propagate_readout_batch", "materialised_w_propagate", "segment_sums", "scale_rows",
            "topk_from_entries", "kth_key", "order_keys",
-           "compile_sources", "copy_bandwidth", "block_rows", "DEFAULT_BUDGET"]
+           "compile_sources", "copy_bandwidth", "block_rows", "DEFAULT_BUDGET",
+           "cosine_topk_batch_fp16", "fp16_error_bound", "PRECISIONS"]

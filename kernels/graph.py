@@ -111,9 +111,13 @@ class EntityGraph:
         M = len(indptr) - 1
         if rows_sorted_unique(indptr, indices):
             indices = indices.astype(np.int32)
-        else:  # sort and deduplicate within each row
+        else:  # sort and deduplicate within each row: one in-place sort, then a diff
             rows = np.repeat(np.arange(M, dtype=np.int64), np.diff(indptr))
-            key = np.unique(rows * max(n_entities, 1) + indices)
+            key = rows * max(n_entities, 1) + indices
+            del rows
+            key.sort()
+            if len(key) > 1:
+                key = key[np.concatenate(([True], key[1:] != key[:-1]))]
             rows = key // max(n_entities, 1)
             indices = (key % max(n_entities, 1)).astype(np.int32)
             indptr = np.zeros(M + 1, dtype=np.int64)

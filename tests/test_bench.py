@@ -1,4 +1,5 @@
 """The bench command's bookkeeping (timings themselves are never asserted)."""
+import pytest
 import numpy as np
 
 from evireform import bench
@@ -83,9 +84,52 @@ def test_gpu_cases_run_on_the_cpu_namespace():
     """Every GPU case, at tiny sizes with (numpy, scipy.sparse): they cannot rot here."""
     from evireform.kernels import _gpu
     report = bench.run(backend="gpu", namespace=_gpu.cpu_namespace(), log=lambda m: None)
-    groups = {k.split("/")[0] for k in report["cases"]}
-    assert groups == {"gpu_copy", "gpu_cosine_topk", "gpu_propagate", "gpu_readout",
-                      "gpu_retrieve_many"}
+    groups = list(dict.fromkeys(k.split("/")[0] for k in report["cases"]))
+    assert set(groups) == {"gpu_copy", "gpu_cosine_topk", "gpu_propagate", "gpu_readout",
+                      "gpu_cosine_fp16", "gpu_retrieve_many"}
     assert all(c["agree"] for c in report["cases"].values()), report["cases"]
+    assert report["failed"] == [] and list(groups) == list(dict.fromkeys(
+        g for g in bench.GPU_ORDER if g in groups))  # run in order of value
     assert bench.check(report) == []
     assert "gpu_propagate/2k 50 seeds vs cupy materialised W" in report["cases"]
+
+
+def test_a_failing_case_keeps_the_others_and_the_json_grows_after_each(tmp_path, monkeypatch):
+    """run() records a case that raises and goes on; the CLI's JSON is rewritten after every
+    case, so a run killed midway keeps what it measured."""
+    import json
+    from evireform.bench.harness import CASES
+    from evireform.kernels import _gpu
+    seen = []
+    broken = CASES["gpu_readout"]
+
+    def boom(inp, out):
+        raise MemoryError("out of device memory")
+    monkeypatch.setitem(CASES, "gpu_readout", broken.__class__(
+        broken.group, broken.labels, boom, broken.backend))
+    report = bench.run(backend="gpu", namespace=_gpu.cpu_namespace(), log=lambda m: None,
+                       only=["gpu_copy", "gpu_readout", "gpu_retrieve_many"],
+                       on_case=lambda rep: seen.append(sorted(rep["cases"])))
+    assert report["failed"] == [{"group": "gpu_readout",
+                                 "error": "MemoryError: out of device memory"}]
+    assert any(k.startswith("gpu_retrieve_many") for k in report["cases"])
+    assert len(seen) == 3 and len(seen[0]) < len(seen[-1])
+
+
+def test_gpu_run_script_reports_a_failed_preflight_by_its_exit_status(tmp_path):
+    """Without a device the preflight fails: run.sh stops there with exit status 10 and a
+    log that says why (no tests or bench attempted)."""
+    import os
+    import subprocess
+    import sys
+    from evireform.kernels._backend import gpu_missing_reason
+    if gpu_missing_reason() is None:
+        pytest.skip("a device is present: the preflight would pass")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(["bash", "benchmarks/gpu/run.sh", str(tmp_path)], cwd=repo,
+                       env={**os.environ, "PYTHON": sys.executable, "SKIP_INSTALL": "1"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 10, r.stdout + r.stderr
+    assert "preflight failed" in r.stdout and "no usable GPU namespace" in r.stdout
+    logs = list(tmp_path.glob("gpu-*.log"))
+    assert logs and "preflight failed" in logs[0].read_text()

@@ -459,3 +459,27 @@ def test_propagation_scales_values_instead_of_diagonal_products(rng):
         np.testing.assert_allclose(got, want, atol=1e-12)
     P2, S2 = K.readout_topk_batch(pm, cp, ci, cv, 12)
     np.testing.assert_allclose(S, S2, atol=1e-12)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES, ids=IDS)
+@pytest.mark.parametrize("M,d,B,k,margin,budget", [(1, 4, 1, 1, 64, 1 << 20),
+                                                   (500, 16, 5, 20, 0, 4000),
+                                                   (3000, 32, 7, 50, 5, 1 << 30),
+                                                   (2000, 384, 3, 100, 64, 300_000)])
+def test_fp16_scan_with_exact_rerank_equals_fp32(rng, ns, M, d, B, k, margin, budget):
+    H = unit_rows(rng, M, d)
+    if M > 20:
+        H[5] = H[9]  # an exact tie
+    Q = np.concatenate([unit_rows(rng, B - 1, d), H[9:10]]) if B > 1 else unit_rows(rng, 1, d)
+    want_i, want_v = _gpu.cosine_topk_batch(ns, ns.asarray(H), ns.asarray(Q), k)
+    got_i, got_v = _gpu.cosine_topk_batch_fp16(ns, ns.asarray(H.astype(np.float16)),
+                                               ns.asarray(H), ns.asarray(Q), k, margin=margin,
+                                               budget=budget)
+    _check_topk(H, Q, _host(ns, got_i), _host(ns, got_v), k)
+    np.testing.assert_allclose(_host(ns, got_v), _host(ns, want_v), rtol=1e-5, atol=1e-6)
+    di = _gpu.DeviceIndex.from_arrays(ns, random_graph(rng, M, 10), random_passages(rng, M, 7),
+                                      H, precision="fp16")
+    np.testing.assert_array_equal(di.search_batch(Q, k)[0], _host(ns, got_i))
+    with pytest.raises(ValueError, match="precision must be one of"):
+        _gpu.DeviceIndex.from_arrays(ns, random_graph(rng, M, 10), random_passages(rng, M, 7),
+                                     H, precision="bf16")

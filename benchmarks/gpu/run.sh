@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# The device check of the GPU path, as one prepared script (about 5 minutes on an H200):
-# the GPU tests, then `evireform bench --backend gpu`, writing a dated JSON and log.
+# The device check of the GPU path, as one prepared script that always returns its numbers:
 #
 #   benchmarks/gpu/run.sh [OUT_DIR]      # default: $OUT, else benchmarks/results
 #
+# 1. preflight (about 10 s, limit PREFLIGHT_SECONDS): the device, a GEMM, a sparse product
+#    and the custom kernels compiled and run once; a failure stops here with its reason;
+# 2. the GPU tests (limit GPU_TEST_SECONDS);
+# 3. `evireform bench --backend gpu` with a time budget (GPU_BENCH_SECONDS): the cases run in
+#    order of value and the JSON is rewritten after every case, so a timeout keeps what was
+#    measured; a case that fails is recorded and the others run.
+# Defaults fit one call in about 7 minutes, leaving a rerun within a 15-minute device budget
+# that includes the machine's start.  Exit status: 0 when every step passed, else the first
+# failing step's (preflight 10, tests 20, bench 30), after all steps that could run did.
+#
 # Needs on the machine: Python >= 3.10, a CUDA driver, CuPy for its CUDA major version
-# (cupy-cuda12x or cupy-cuda13x), numpy, scipy, numba and pytest.  Nothing is fetched: the
-# project is installed without dependencies (or, if that fails, put on PYTHONPATH as a
-# source tree), and any wheel left in benchmarks/gpu/wheels/ by fetch_wheels.sh (run
-# beforehand on a networked machine) is installed offline first.
+# (cupy-cuda12x or cupy-cuda13x), numpy, scipy, numba and pytest.  Nothing is fetched: wheels
+# left in benchmarks/gpu/wheels/ by fetch_wheels.sh (run beforehand on a networked machine)
+# are installed with --no-index, and the project with --no-index --no-deps (or, if that
+# fails, run from the source tree).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONDONTWRITEBYTECODE=1
@@ -18,37 +27,80 @@ STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 LOG="$OUT_DIR/gpu-$STAMP.log"
 JSON="$OUT_DIR/gpu-$STAMP.json"
 PY="${PYTHON:-python3}"
+PREFLIGHT_S="${PREFLIGHT_SECONDS:-60}"
 TEST_S="${GPU_TEST_SECONDS:-120}"
 BENCH_S="${GPU_BENCH_SECONDS:-200}"
+STATUS=0
+fail() { [ "$STATUS" -eq 0 ] && STATUS="$1"; }
 
-{
-  echo "== $(date -u)  $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
-  "$PY" -c "import sys, numpy, scipy, numba, cupy; print(sys.version.split()[0], 'numpy', numpy.__version__, 'scipy', scipy.__version__, 'numba', numba.__version__, 'cupy', cupy.__version__)"
+exec > >(tee "$LOG") 2>&1
+echo "== $(date -u)  $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
 
-  echo "== install (offline)"
-  if compgen -G "benchmarks/gpu/wheels/*.whl" > /dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps benchmarks/gpu/wheels/*.whl || true
+echo "== install (offline)"
+if [ -n "${SKIP_INSTALL:-}" ]; then
+  echo "skipped (SKIP_INSTALL is set)"
+elif compgen -G "benchmarks/gpu/wheels/*.whl" > /dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps benchmarks/gpu/wheels/*.whl || true
+fi
+if [ -z "${SKIP_INSTALL:-}" ] && ! "$PY" -m pip install -q --no-index --no-deps \
+    --no-build-isolation -e . 2> "$OUT_DIR/pip-$STAMP.err"; then
+  # e.g. a setuptools older than the build-system asks for: run from the source tree, with
+  # kernels/ linked where the package expects evireform.kernels (removed again at exit)
+  echo "pip could not install the project (see pip-$STAMP.err); running from the source tree"
+  if [ ! -e evireform/kernels ]; then
+    ln -s ../kernels evireform/kernels
+    trap 'rm -f evireform/kernels' EXIT
   fi
-  if ! "$PY" -m pip install -q --no-deps --no-build-isolation -e . 2> "$OUT_DIR/pip-$STAMP.err"; then
-    # e.g. a setuptools older than the build-system asks for: run from the source tree, with
-    # kernels/ linked where the package expects evireform.kernels (removed again at exit)
-    echo "pip could not install the project (see pip-$STAMP.err); running from the source tree"
-    if [ ! -e evireform/kernels ]; then
-      ln -s ../kernels evireform/kernels
-      trap 'rm -f evireform/kernels' EXIT
-    fi
-  fi
-  "$PY" -c "import evireform.kernels._gpu as g; g.gpu_namespace(); print('GPU namespace ok')"
+fi
 
-  echo "== GPU tests (limit ${TEST_S}s)"
-  timeout "$TEST_S" "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py \
-      "tests/test_bench.py::test_gpu_cases_run_on_the_cpu_namespace" -rs
-  echo "tests exit code: $?"
+echo "== preflight (limit ${PREFLIGHT_S}s)"
+timeout "$PREFLIGHT_S" "$PY" - <<'EOF'
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+try:
+    import cupy
+    from evireform.kernels import _gpu
+    ns = _gpu.gpu_namespace()
+except Exception as exc:
+    print(f"preflight: no usable GPU namespace: {type(exc).__name__}: {exc}")
+    sys.exit(1)
+xp = ns.xp
+facts = {"cupy": cupy.__version__, "numpy": np.__version__,
+         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()}
+a = xp.random.random((4096, 384), dtype=xp.float32)
+(a @ a.T).sum().item()                                            # cuBLAS
+(a.astype(xp.float16) @ a[:64].T.astype(xp.float16)).sum().item()  # fp16 GEMM
+S = ns.sparse.random(20000, 5000, density=1e-3, format="csr", dtype=xp.float64)
+(S @ S.T).sum()                                                   # cuSPARSE SpGEMM
+keys = xp.sort(xp.random.randint(0, 50, 1000)).astype(xp.int64)
+_gpu.segment_sums(ns, keys, xp.ones(1000)).sum().item()           # segment.cu via NVRTC
+ids, _ = _gpu.cosine_topk_batch(ns, a, a[:8], 10)                 # the select path
+assert (ids.get()[:, 0] == np.arange(8)).all(), "cosine top-k does not find the query rows"
+ns.synchronize()
+facts["seconds"] = round(time.perf_counter() - t0, 2)
+print("preflight ok", json.dumps(facts))
+EOF
+rc=$?
+if [ $rc -ne 0 ]; then
+  echo "preflight failed (exit $rc): no tests or bench run"
+  exit 10
+fi
 
-  echo "== GPU bench (budget ${BENCH_S}s)"
-  timeout $((BENCH_S + 90)) "$PY" -m evireform bench --backend gpu --time-budget "$BENCH_S" \
-      --json "$JSON"
-  echo "bench exit code: $?"
-  echo "== done $(date -u)"
-} 2>&1 | tee "$LOG"
+echo "== GPU tests (limit ${TEST_S}s)"
+timeout "$TEST_S" "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py \
+    "tests/test_bench.py::test_gpu_cases_run_on_the_cpu_namespace" -rs
+rc=$?
+echo "tests exit code: $rc"
+[ $rc -ne 0 ] && fail 20
+
+echo "== GPU bench (budget ${BENCH_S}s; JSON after every case: $JSON)"
+timeout $((BENCH_S + 90)) "$PY" -m evireform bench --backend gpu --time-budget "$BENCH_S" \
+    --json "$JSON"
+rc=$?
+echo "bench exit code: $rc"
+[ $rc -ne 0 ] && fail 30
+[ -s "$JSON" ] || { echo "no JSON was written"; fail 30; }
+echo "== done $(date -u), exit status $STATUS"
+exit "$STATUS"

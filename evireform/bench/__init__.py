@@ -28,15 +28,26 @@ def declared_labels() -> set[str]:
     return {label for c in CASES.values() for label in c.labels}
 
 
+#: the GPU cases in order of value, so that a spent time budget skips the least useful
+GPU_ORDER = ("gpu_copy", "gpu_cosine_topk", "gpu_propagate", "gpu_readout", "gpu_cosine_fp16",
+             "gpu_retrieve_many")
+
+
 def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cpu",
-        namespace=None, time_budget: float | None = None) -> dict:
+        namespace=None, time_budget: float | None = None, on_case=None) -> dict:
     """Run the cases of ``backend`` (all, or the groups named in ``only``) and return the
     report.  ``backend="gpu"`` needs CuPy and a device, unless ``namespace`` is given (the
     tests run the GPU cases on numpy at tiny sizes).  With ``time_budget`` (seconds), cases
-    that would start after it are skipped and listed in the report's ``skipped``."""
+    that would start after it are skipped and listed in the report's ``skipped``.  A case
+    that raises is recorded in ``failed`` (group and error) and the run goes on;
+    ``on_case(report)`` is called after every case with the report so far (the CLI writes
+    its JSON there, so a timeout loses nothing already measured)."""
     if backend not in ("cpu", "gpu"):
         raise ValueError(f"backend must be 'cpu' or 'gpu'; got {backend!r}")
     mine = {g: c for g, c in CASES.items() if c.backend == backend}
+    if backend == "gpu":
+        mine = dict(sorted(mine.items(), key=lambda gc: GPU_ORDER.index(gc[0])
+                           if gc[0] in GPU_ORDER else len(GPU_ORDER)))
     unknown = sorted(set(only or ()) - set(mine))
     if unknown:
         raise ValueError(f"unknown {backend} bench case(s) {unknown}; choose from "
@@ -49,6 +60,11 @@ def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cp
         inp = cases.Inputs(quick, Path(data) if data else None, log)
     rows: dict = {}
     skipped: list = []
+    failed: list = []
+    report = {"machine": machine(), "quick": quick, "backend": backend, "cases": rows,
+              "skipped": skipped, "failed": failed}
+    if backend == "gpu":
+        report["machine"]["device"] = _device_name(inp.ns)
     t_run = time.perf_counter()
     for group, c in mine.items():
         if only and group not in only:
@@ -59,17 +75,22 @@ def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cp
             continue
         t = time.perf_counter()
         out: dict = {}
-        c.fn(inp, out)
+        try:
+            c.fn(inp, out)
+        except Exception as exc:  # one broken case must not lose the others' numbers
+            if isinstance(exc, RuntimeError) and "undeclared" in str(exc):
+                raise
+            failed.append({"group": group, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+            log(f"  {group} FAILED: {type(exc).__name__}: {exc}")
         undeclared = sorted(set(out) - set(c.labels))
         if undeclared:
             raise RuntimeError(f"bench case {group!r} produced undeclared label(s) "
                                f"{undeclared}; add them to its @case(...)")
         rows.update(out)
+        report["seconds"] = round(time.perf_counter() - t_run, 2)
         log(f"  {group} done in {time.perf_counter() - t:.1f}s")
-    report = {"machine": machine(), "quick": quick, "backend": backend, "cases": rows,
-              "skipped": skipped}
-    if backend == "gpu":
-        report["machine"]["device"] = _device_name(inp.ns)
+        if on_case is not None:
+            on_case(report)
     return report
 
 
