@@ -32,19 +32,23 @@ class StringTable(Sequence):
     """Strings ``lo .. hi - 1`` of a blob with ``offsets`` (see the module docstring).
     Invalid UTF-8 decodes with U+FFFD (the full verification tier refuses it)."""
 
-    __slots__ = ("blob", "offsets", "lo", "n")
+    __slots__ = ("blob", "offsets", "lo", "n", "_mv", "_off")
 
     def __init__(self, blob, offsets: np.ndarray, lo: int = 0, hi: int | None = None):
         self.blob, self.offsets = blob, offsets
         self.lo = int(lo)
         self.n = int((len(offsets) - 1 if hi is None else hi) - lo)
+        # plain views: slicing a memoryview and indexing an ndarray skip np.memmap's
+        # per-item overhead (a few microseconds each)
+        self._mv = memoryview(np.asarray(blob).view(np.uint8)).cast("B")
+        self._off = np.asarray(offsets).view(np.ndarray)
 
     def __len__(self) -> int:
         return self.n
 
     def _one(self, i: int) -> str:
-        a, b = self.offsets[self.lo + i], self.offsets[self.lo + i + 1]
-        return bytes(self.blob[a:b]).decode("utf-8", "replace")
+        a, b = int(self._off[self.lo + i]), int(self._off[self.lo + i + 1])
+        return bytes(self._mv[a:b]).decode("utf-8", "replace")
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -57,9 +61,13 @@ class StringTable(Sequence):
         return self._one(i)
 
     def __iter__(self):
-        off = self.offsets
-        for i in range(self.lo, self.lo + self.n):
-            yield bytes(self.blob[off[i]:off[i + 1]]).decode("utf-8", "replace")
+        if self.n == 0:
+            return
+        off = self._off[self.lo:self.lo + self.n + 1].tolist()
+        base = off[0]
+        raw = bytes(self._mv[base:off[-1]])  # the table's bytes, read once
+        for a, b in zip(off, off[1:]):
+            yield raw[a - base:b - base].decode("utf-8", "replace")
 
     def __eq__(self, other):
         if not isinstance(other, Sequence) or isinstance(other, str):
@@ -73,7 +81,7 @@ class StringTable(Sequence):
         return f"StringTable({self.n} strings)"
 
     def nbytes(self) -> int:
-        return int(self.offsets[self.lo + self.n] - self.offsets[self.lo])
+        return int(self._off[self.lo + self.n] - self._off[self.lo])
 
 
 class PassageTable(Sequence):
