@@ -67,6 +67,7 @@ def token_counter(embedder=None):
             from tokenizers import Tokenizer
             tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
             tok.no_truncation()
+            tok.no_padding()  # a model's tokenizer.json may pad every text to a length
             return lambda texts: [len(e.ids) for e in
                                   tok.encode_batch(list(texts), add_special_tokens=False)]
         except Exception:

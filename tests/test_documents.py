@@ -214,3 +214,15 @@ def test_phrase_extractor_german_and_chinese():
     assert "北京" in ents[0] and "长城" in ents[1]
     props = PhraseExtractor().fit(zh).extract(zh[0])
     assert [p.text for p in props] == ["北京是中国的首都。", "长城在北京附近。"]
+
+
+def test_token_counter_uses_the_models_tokenizer_unpadded():
+    pytest.importorskip("tokenizers")
+    from evireform.documents import token_counter
+    from evireform.embed import MiniLMEmbedder
+    count = token_counter(MiniLMEmbedder())
+    n_short, n_long = count(["a cat.", "the quick brown fox jumps over the lazy dog."])
+    assert 1 <= n_short <= 4 and n_short < n_long <= 15  # no padding to a fixed length
+    text = " ".join(f"Sentence {i} is short." for i in range(80))
+    chunks = chunk_text(text, 50, 0, count=count)
+    assert 5 <= len(chunks) <= 12 and all(count([c])[0] <= 50 for c in chunks)
