@@ -183,6 +183,20 @@ def dot_one(H, q, S):
         S[8 * n8:] = out[:tail]
 
 
+@njit(**_JIT)
+def _merge_chunks(cand_v, cand_i, cand_n, k):
+    """The best ``k`` of the chunks' heaps (``cand_n[c]`` entries each): (ids, vals, count),
+    best first, ties by lower id."""
+    out_v = np.empty(k, dtype=np.float32)
+    out_i = np.empty(k, dtype=np.int64)
+    n = 0
+    for c in range(cand_v.shape[0]):
+        for j in range(cand_n[c]):
+            n = _heap_offer(out_v, out_i, n, k, cand_v[c, j], cand_i[c, j])
+    _heap_sort(out_v, out_i, n)
+    return out_i, out_v, n
+
+
 @njit(parallel=True, **_DOT)
 def topk_one(H, q, k, n_chunks):
     """Fused exact top-k positive scores of one query: each of ``n_chunks`` row ranges is scored
@@ -218,14 +232,7 @@ def topk_one(H, q, k, n_chunks):
                     if n == k:
                         lim = v[0]
         cand_n[c] = n
-    out_v = np.empty(k, dtype=np.float32)
-    out_i = np.empty(k, dtype=np.int64)
-    n = 0
-    for c in range(n_chunks):
-        for j in range(cand_n[c]):
-            n = _heap_offer(out_v, out_i, n, k, cand_v[c, j], cand_i[c, j])
-    _heap_sort(out_v, out_i, n)
-    return out_i, out_v, n
+    return _merge_chunks(cand_v, cand_i, cand_n, k)
 
 
 @njit(**_DOT)
@@ -586,11 +593,4 @@ def topk_i8(C, qs, k, n_chunks):
                 if n == k:
                     lim = v[0]
         cand_n[c] = n
-    out_v = np.empty(k, dtype=np.float32)
-    out_i = np.empty(k, dtype=np.int64)
-    n = 0
-    for c in range(n_chunks):
-        for j in range(cand_n[c]):
-            n = _heap_offer(out_v, out_i, n, k, cand_v[c, j], cand_i[c, j])
-    _heap_sort(out_v, out_i, n)
-    return out_i, out_v, n
+    return _merge_chunks(cand_v, cand_i, cand_n, k)
