@@ -484,7 +484,8 @@ def _cmd_eval(args) -> int:
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
                       graph_metrics=args.graph_metrics,
-                      extractor=make_extractor(args.extractor), lowercase=args.lowercase)
+                      extractor=make_extractor(args.extractor), lowercase=args.lowercase,
+                      filter=_filter_arg(args.filter))
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()
@@ -919,6 +920,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
     ev.add_argument("--extractor", choices=("heuristic", "phrases"), default="heuristic",
                     help="the LLM-free extractor the index is built with")
+    ev.add_argument("--filter", metavar="JSON",
+                    help="evaluate on the passages matching this where clause or id list "
+                         "(@FILE reads it): questions whose gold passages do not all match are "
+                         "left out; baselines' rankings are cut to the matching passages")
     ev.add_argument("--lowercase", action="store_true",
                     help="run on lower-cased copies of the corpus and questions (written once "
                          "under the cache directory)")

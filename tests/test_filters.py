@@ -217,3 +217,28 @@ def test_vectorised_masks_equal_the_per_passage_predicate(rng):
         f = compile_filter(clause)
         want = [f.predicate(p.metadata) for p in passages]
         assert f.passage_mask(idx).tolist() == want, clause
+
+
+def test_eval_under_a_filter(tmp_path, data_dir):
+    """eval --filter: only questions whose gold passages all match, and every method ranks
+    only matching passages (EviReform and BGR retrieve under the filter)."""
+    from evireform.evaluation import load_questions, run_eval
+    from evireform.corpus import load_corpus
+    qf = data_dir / "hotpotqa" / "hotpotqa.json"
+    cf = data_dir / "hotpotqa" / "hotpotqa_corpus.json"
+    passages = load_corpus(cf)
+    qs = load_questions(qf, passages)[:30]
+    keep = sorted({passages[j].id for q in qs[:12] for j in q.gold}
+                  | {p.id for p in passages[::5]})
+    rep = run_eval(qf, cf, ["dense", "bm25", "evireform", "bgr"], embedder=HashingEmbedder(256),
+                   n=30, cache_dir=tmp_path / "cache", show_progress=False, filter=keep)
+    allowed = {j for j, p in enumerate(passages) if p.id in set(keep)}
+    assert 12 <= rep.n_questions < 30
+    assert all(q.gold <= allowed for q in rep.questions)
+    for m in ("dense", "bm25", "evireform", "bgr"):
+        assert all(set(rk) <= allowed for rk in rep.rankings[m]), m
+    gold5 = {j for q in qs[:5] for j in q.gold}
+    outsider = next(p.id for j, p in enumerate(passages) if j not in gold5)
+    with pytest.raises(ValueError, match="leaves no question"):
+        run_eval(qf, cf, ["dense"], embedder=HashingEmbedder(256), n=5,
+                 cache_dir=tmp_path / "cache", show_progress=False, filter=[outsider])

@@ -118,7 +118,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
              reader_k: int = 5, max_workers: int = 1,
              graph_metrics: bool = False, extractor=None,
-             lowercase: bool = False) -> EvalReport:
+             lowercase: bool = False, filter=None) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
@@ -130,7 +130,11 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     ``extractor``: the index's extractor (an :class:`~evireform.extract.Extractor`; default
     the heuristic one).  ``lowercase=True`` runs on lower-cased copies of the corpus and the
     questions (:func:`~evireform.evaluation.data.lowercased_copy`): how the method fares on
-    text without capital letters.
+    text without capital letters.  ``filter`` (:mod:`evireform.filters`) evaluates on the
+    matching passages only: questions whose gold passages are not all among them are left
+    out; EviReform and the strategies retrieve under the filter (equal to an index of those
+    passages), the baselines' rankings are cut to the matching passages (equal to a run on
+    them for dense; BM25's and PPR's corpus statistics still span the whole corpus).
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -151,6 +155,14 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
                              show_progress=show_progress, extractor=extractor)
     qs = load_questions(questions_path, idx.passages)[:n]
+    keep_passage = None
+    if filter is not None:
+        from ..filters import restriction
+        r = restriction(idx, filter)
+        keep_passage = r.pmask
+        qs = [q for q in qs if all(keep_passage[j] for j in q.gold)]
+        if not qs:
+            raise ValueError("the filter leaves no question whose gold passages all match it")
     texts = [q.question for q in qs]
     base_cfg = config or EviReformConfig()
     kmax = max(KS)
@@ -162,9 +174,12 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         m = METHODS[name]
         if m.is_baseline:
             rankings[name] = BASELINES[m.baseline].rank(inputs)
+            if keep_passage is not None:  # cut to the matching passages
+                rankings[name] = [[j for j in rk if keep_passage[j]] for rk in rankings[name]]
             continue
         if m.strategy is not None:
-            res = make_strategy(m.strategy, idx, embedder, llm).retrieve_many(texts, kmax)
+            res = make_strategy(m.strategy, idx, embedder, llm).retrieve_many(texts, kmax,
+                                                                             filter=filter)
             rankings[name] = [[p.index for p in r.passages] for r in res]
             traces[name] = res
             continue
@@ -178,7 +193,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
                 roles = dict(selector=LLMSelector(llm, TopScoreSelector(sel_n)),
                              reformulator=LLMReformulator(llm), controller=LLMController(llm))
             r = EviReform(idx, cfg, embedder=embedder, max_workers=max_workers, **roles)
-            by_cfg[key] = r.retrieve_many(texts, kmax)
+            by_cfg[key] = r.retrieve_many(texts, kmax, filter=filter)
         rankings[name] = [[p.index for p in r.passages] for r in by_cfg[key]]
         traces[name] = by_cfg[key]
     report = EvalReport(
