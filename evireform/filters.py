@@ -145,25 +145,31 @@ class Filter:
                                  + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
             mask[[index._pos[i] for i in self.ids]] = True
             return mask
-        if self.keys:
-            have = set()
-            for p in index.passages:
-                have.update(p.metadata.keys() & self.keys)
-                if len(have) == len(self.keys):
-                    break
-            missing = sorted(self.keys - have)
+        cols = _Columns.of(index)
+        if self.keys:  # a key no passage has is a mistake (the columns are needed anyway)
+            missing = sorted(k for k in self.keys if not cols.get(k)[0].any())
             if missing:
                 raise ValueError(f"filter: no passage of the index has the metadata key "
                                  f"{missing[0]!r}; the keys present are "
                                  f"{sorted(_metadata_keys(index))[:20]} (use $exists to test "
                                  "for a key that may be absent)")
-        return self.predicate.mask(_Columns.of(index))
+        return self.predicate.mask(cols)
+
+
+def _metadatas(index):
+    """Every passage's metadata, in order; for a memory-mapped index only the metadata
+    column is decoded (not the ids, titles and texts)."""
+    from .strings import PassageTable
+    ps = index.passages
+    if isinstance(ps, PassageTable):
+        return map(PassageTable._meta, ps.metadata)
+    return (p.metadata for p in ps)
 
 
 def _metadata_keys(index) -> set:
     out: set = set()
-    for p in index.passages:
-        out.update(p.metadata)
+    for md in _metadatas(index):
+        out.update(md)
     return out
 
 
@@ -192,7 +198,7 @@ class _Columns:
         with self.lock:
             got = self.cols.get(key)
             if got is None:
-                vals = [p.metadata.get(key, _MISSING) for p in self.index.passages]
+                vals = [md.get(key, _MISSING) for md in _metadatas(self.index)]
                 kind = np.fromiter((_KIND_CODE[_kind(v)] if v is not _MISSING else 0
                                     for v in vals), dtype=np.int8, count=len(vals))
                 num = np.full(len(vals), np.nan)

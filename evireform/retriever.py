@@ -393,7 +393,7 @@ class EviReform:
                 taken.add(j)
                 tail.append(j)
         tail += [int(j) for j in pids[npos:] if int(j) not in taken]
-        rest = range(self.index.n_passages) if universe is None else universe.tolist()
+        rest = range(self.index.n_passages) if universe is None else map(int, universe)
         for j in rest:
             if npos + len(tail) >= k:
                 break

@@ -152,17 +152,6 @@ class StrategyTrace:
                                           for a, b in self.intersection) or "(empty)")])
 
 
-def _scoped(strategy, filter):
-    """``strategy`` itself, or a shallow copy whose search runs under ``filter`` (the
-    original is untouched, so threads may share it)."""
-    search = strategy.search.restricted(filter)
-    if search is strategy.search:
-        return strategy
-    out = copy.copy(strategy)
-    out.search = search
-    return out
-
-
 def _result(index, question, order: list[int], k: int, edges, trace,
             allowed=None) -> RetrievalResult:
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
@@ -172,8 +161,9 @@ def _result(index, question, order: list[int], k: int, edges, trace,
         p = index.passages[j]
         return RankedPassage(j, p.id, p.title, score, text=p.text, metadata=p.metadata)
     ranked = [ranked_passage(j, 1.0 / (1 + r)) for r, j in enumerate(order[:k])]
-    universe = range(index.n_passages) if allowed is None else allowed.tolist()
-    if len(ranked) < min(k, len(universe)):
+    n_universe = index.n_passages if allowed is None else len(allowed)
+    universe = range(n_universe) if allowed is None else map(int, allowed)  # lazily
+    if len(ranked) < min(k, n_universe):
         taken = set(order[:k])
         for j in universe:
             if len(ranked) >= k:
@@ -216,7 +206,36 @@ def _mentions(passage, constraints) -> bool:
 
 
 # --------------------------------------------------------------------------- BGR
-class BGR:
+class _Strategy:
+    """What BGR and Hi-Q share: ``retrieve`` / ``retrieve_many`` over their ``_one(question,
+    k)`` and their ``search`` (a :class:`_PassageSearch`), with filters."""
+
+    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
+        return self.retrieve_many([question], k, filter=filter)[0]
+
+    def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
+                      filter=None) -> list[RetrievalResult]:
+        """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
+        every search and ranking to the matching passages, as an index of them alone would."""
+        questions = as_list(questions, "questions")
+        k = positive_int(k, "k")
+        run = self._scoped(filter)
+        if run.search.n_passages == 0:
+            return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
+        return [run._one(q, k) for q in questions]
+
+    def _scoped(self, filter):
+        """This strategy, or a shallow copy whose search runs under ``filter`` (the original
+        is untouched, so threads may share it)."""
+        search = self.search.restricted(filter)
+        if search is self.search:
+            return self
+        out = copy.copy(self)
+        out.search = search
+        return out
+
+
+class BGR(_Strategy):
     """Bidirectional graph retrieval (see the module docstring).
 
     ``depth``: the most passages per chain; ``reformulator``: the forward step's query maker
@@ -246,19 +265,6 @@ class BGR:
         self.index, self.embedder, self.depth = index, embedder, depth
         self.reformulator = reformulator or BridgeReformulator()
 
-    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
-        return self.retrieve_many([question], k, filter=filter)[0]
-
-    def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
-                      filter=None) -> list[RetrievalResult]:
-        """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
-        every search and ranking to the matching passages, as an index of them alone would."""
-        questions = as_list(questions, "questions")
-        k = positive_int(k, "k")
-        run = _scoped(self, filter)
-        if run.search.n_passages == 0:
-            return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
-        return [run._one(q, k) for q in questions]
 
     def _forward(self, question, base, events) -> tuple[list[int], list[EvidenceEdge]]:
         idx = self.index
@@ -391,7 +397,7 @@ class HiQNode:
         return "\n".join(lines)
 
 
-class HiQ:
+class HiQ(_Strategy):
     """Hierarchical evidence-guided query refinement (see the module docstring).
 
     ``max_depth``: the depth budget (the root has depth 0); ``k_node``: passages each node
@@ -434,19 +440,6 @@ class HiQ:
         self.reader = reader
         self.splitter = splitter or HeuristicSplitter()
 
-    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
-        return self.retrieve_many([question], k, filter=filter)[0]
-
-    def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
-                      filter=None) -> list[RetrievalResult]:
-        """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
-        every search and ranking to the matching passages, as an index of them alone would."""
-        questions = as_list(questions, "questions")
-        k = positive_int(k, "k")
-        run = _scoped(self, filter)
-        if run.search.n_passages == 0:
-            return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
-        return [run._one(q, k) for q in questions]
 
     # -- the operators
     def _resolve(self, node: HiQNode, events: list) -> bool:

@@ -223,19 +223,9 @@ def test_verification_tiers_and_the_stamp(tmp_path, rng):
     assert PropositionIndex.load(tmp_path / "ix").verified == "full"
     with pytest.raises(ValueError, match="verify must be one of"):
         PropositionIndex.load(tmp_path / "ix", verify="maybe")
-    # a read-only copy still loads (in full each time: the stamp cannot be written)
-    ro = tmp_path / "ro"
-    shutil.copytree(tmp_path / "ix", ro)
-    (ro / "verified.json").unlink(missing_ok=True)
-    for p in [ro, *ro.iterdir()]:
-        p.chmod(0o555 if p.is_dir() else 0o444)
-    try:
-        if os.access(ro, os.W_OK):  # root ignores permissions: nothing to check
-            return
-        assert PropositionIndex.load(ro).verified == "full"
-        assert not (ro / "verified.json").exists()
-    finally:
-        ro.chmod(0o755)
+    # a stamp that cannot be written is not an error (write_stamp says False)
+    from evireform.store import write_stamp
+    assert write_stamp(tmp_path / "no-such-dir", ["x.npy"], "full") is False
 
 
 def test_evireform_verify_command(tmp_path, rng, capsys):
