@@ -42,3 +42,65 @@ def loads(text, where: str = "input"):
         return json.loads(text)
     except RecursionError:
         raise ValueError(f"{where}: JSON nested too deeply to read") from None
+
+
+def check_text(s: str, where: str) -> str:
+    """``s`` if it is valid Unicode text; ``ValueError`` naming ``where`` for a lone surrogate
+    (``"\\ud800"``: a JSON string cut inside an emoji, a file name decoded with
+    ``surrogateescape``), which no UTF-8 file can hold.  Such text is refused, never stored
+    altered."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: not valid Unicode text (a lone surrogate "
+                         f"{s[exc.start]!r} at character {exc.start}); fix the input "
+                         "(a truncated emoji or a file name that is not UTF-8)") from None
+    return s
+
+
+#: how deeply metadata values may nest
+MAX_JSON_DEPTH = 64
+
+
+def check_json_value(v, where: str, depth: int = 0) -> None:
+    """``ValueError`` naming ``where`` unless ``v`` is plain JSON that the index can store
+    and filters can compare exactly: valid Unicode strings (keys too), finite numbers,
+    integers within int64, nested at most :data:`MAX_JSON_DEPTH` levels."""
+    import math
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"{where}: metadata nested more than {MAX_JSON_DEPTH} levels deep")
+    if isinstance(v, str):
+        check_text(v, where)
+    elif isinstance(v, bool) or v is None:
+        return
+    elif isinstance(v, int):
+        if abs(v) > 2 ** 63 - 1:
+            raise ValueError(f"{where}: the integer {str(v)[:20]}... ({len(str(abs(v)))} "
+                             "digits) is beyond the 64-bit range (|n| <= 2**63 - 1)")
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{where}: the number {v} is not finite")
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            check_json_value(x, where, depth + 1)
+    elif isinstance(v, dict):
+        for key, x in v.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: metadata keys must be strings; got {key!r:.80}")
+            check_text(key, where)
+            check_json_value(x, where, depth + 1)
+    else:
+        raise ValueError(f"{where}: metadata must be plain JSON; got a {type(v).__name__}")
+
+
+def check_passage(p, where: str):
+    """A :class:`~evireform.types.Passage` whose id, title, text and metadata an index can
+    store (:func:`check_text`, :func:`check_json_value`); returns it."""
+    check_text(p.id, f"{where} (its id)")
+    check_text(p.title, f"{where} (its title)")
+    check_text(p.text, f"{where} (its text)")
+    if p.metadata:
+        check_json_value(p.metadata, f"{where} (its metadata)")
+    return p

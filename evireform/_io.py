@@ -104,3 +104,29 @@ def write_atomic(path, text: str, *, inputs=(), name: str = "output") -> None:
     """Write ``text`` to ``path`` through :class:`Outputs` (checked against ``inputs``)."""
     with Outputs({name: path}, inputs) as files:
         files[name].write(text)
+
+
+#: the most an option's input file (questions, ids to delete) may hold
+MAX_INPUT_BYTES = 256 << 20
+
+
+def read_text_file(path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of ``path`` for option ``what``, read in blocks up to ``limit`` bytes:
+    ``ValueError`` naming the option for a larger input (``/dev/zero``), one with NUL bytes
+    (not a text file) or one that is not UTF-8; ``OSError`` as raised."""
+    buf = bytearray()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                break
+            if b"\x00" in block:
+                raise ValueError(f"{what} {path}: holds NUL bytes; not a text file")
+            buf += block
+            if len(buf) > limit:
+                raise ValueError(f"{what} {path}: over {limit >> 20} MiB; give a smaller file")
+    try:
+        return buf.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {path}: not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})") from None

@@ -120,7 +120,7 @@ def _add_document_args(p) -> None:
                    help="skip unreadable files (reported by name) instead of stopping")
 
 
-def _read_paths(args, paths, embedder, whole: bool = False):
+def _read_paths(args, paths, embedder, whole: bool = False, roots=None):
     """Passages of the files and folders ``paths`` (:func:`evireform.documents.load_paths`),
     skipped files reported on stderr; ``whole=True`` returns the ``Loaded`` record."""
     from .documents import load_paths
@@ -130,7 +130,9 @@ def _read_paths(args, paths, embedder, whole: bool = False):
     loaded = load_paths(paths, chunk_tokens=args.chunk_tokens,
                         chunk_overlap=args.chunk_overlap, embedder=embedder,
                         include=args.include, exclude=args.exclude,
-                        skip_errors=args.skip_errors)
+                        skip_errors=args.skip_errors, roots=roots)
+    for msg in loaded.warnings:
+        print(f"warning: {msg}", file=sys.stderr)
     for _, msg in loaded.errors:
         print(f"skipped: {msg}", file=sys.stderr)
     if loaded.errors:
@@ -145,7 +147,8 @@ def _cmd_index(args) -> int:
     for src in args.paths:
         _check_index_target(args.out_dir, src, args.force)
     embedder = _embedder(args)
-    passages = _read_paths(args, args.paths, embedder)
+    loaded = _read_paths(args, args.paths, embedder, whole=True)
+    passages = loaded.passages
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
     show = not args.quiet and not args.json
     if args.ray:
@@ -187,9 +190,17 @@ def _cmd_index(args) -> int:
                                            hnsw=hnsw)
     if args.precision == "int8":
         idx.quantize("int8")
+    if loaded.sources:  # which passages are which file's chunks (update --add keys on it)
+        from .documents import DOCUMENTS
+        idx.meta[DOCUMENTS] = {src: {**loaded.files[src], "chunks": n}
+                               for src, n in loaded.sources.items() if n}
     out = idx.save(args.out_dir, overwrite=args.force)
     reloaded = PropositionIndex.load(out)
     same = arrays_equal(idx, reloaded)
+    if not same:
+        print(f"evireform index: error: the index saved at {out} does not reload identically "
+              "(its arrays or strings differ from what was built); it may be unusable: "
+              "run evireform verify on it", file=sys.stderr)
     stats = idx.stats()
     stats.update({"extractor": idx.meta.get("extractor"), "bytes_on_disk": disk_bytes(out),
                   "path": str(out), "reload_identical": same,
@@ -337,42 +348,50 @@ def _index_embedder(args, idx):
 
 def _cmd_update(args) -> int:
     """Add and/or delete passages of a saved index without rebuilding it, then save it back
-    atomically (the previous index stays until the new one is in place).  The index's lock is
-    held from load to save, so concurrent updates queue instead of losing each other."""
+    atomically (the previous index stays until the new one is in place).  Every input is
+    read before the index's lock is taken (a slow or blocked input never holds it); the lock
+    is then held from load to save, so concurrent updates queue instead of losing each
+    other.  The index is fully verified before it is rewritten (a save would otherwise
+    stamp data nobody checked)."""
+    from .documents import document_roots
     from .index import PropositionIndex
     from .store import index_lock
 
     if not args.add and not args.delete:
         raise ValueError("give --add FILE and/or --delete IDS_FILE")
     t0 = time.perf_counter()
-    ids = new = None  # the ids to delete are read before taking the lock
+    ids = loaded = None
     if args.delete:
-        try:
-            text = Path(args.delete).read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"--delete {args.delete}: not UTF-8 text ({exc})") from None
+        from ._io import read_text_file
+        text = read_text_file(args.delete, "--delete")
         ids = [l.strip() for l in text.splitlines() if l.strip()]
     if args.add and not Path(args.add).exists():
         raise ValueError(f"--add {args.add}: no such file or folder")
+    _check_update_target(args)
+    peek = PropositionIndex.load(args.index_dir)  # the embedder and the folder roots
+    emb = _index_embedder(args, peek) if args.add else None
+    if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
+        loaded = _read_paths(args, [args.add], emb, whole=True, roots=document_roots(peek))
+    del peek
     with index_lock(args.index_dir):
-        idx = PropositionIndex.load(args.index_dir)
-        if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
-            emb = _index_embedder(args, idx)
-            loaded = _read_paths(args, [args.add], emb, whole=True)
-            new = loaded.passages
+        idx = PropositionIndex.load(args.index_dir, verify="full")
         before = (idx.n_passages, idx.n_props)
         changes: dict = {}
         if ids is not None:
             idx = idx.delete(ids)
             changes.update(idx.changes)
-        if new is not None:
+        if loaded is not None:
+            new = loaded.passages
             extractor = _update_extractor(args, idx)
             kw = dict(show_progress=not args.quiet, extractor=extractor)
-            docs = [p for p in new if p.metadata.get("source") in loaded.sources]
-            rest = [p for p in new if p.metadata.get("source") not in loaded.sources]
-            if docs:  # chunked files: exactly their chunks are replaced
+            docs = [p for p in new if p.metadata.get("source") in loaded.sources
+                    and p.id.startswith(p.metadata["source"] + "#")]
+            rest = [p for p in new if not (p.metadata.get("source") in loaded.sources
+                                           and p.id.startswith(p.metadata["source"] + "#"))]
+            if loaded.sources:  # chunked files: the index made to match them
                 from .documents import Loaded, replace_sources
-                idx = replace_sources(idx, Loaded(docs, loaded.sources), emb, **kw)
+                idx = replace_sources(idx, Loaded(docs, loaded.sources, files=loaded.files,
+                                                  scopes=loaded.scopes), emb, **kw)
                 for key, v in idx.changes.items():
                     changes[key] = changes.get(key, []) + list(v)
             if rest:
@@ -391,6 +410,21 @@ def _cmd_update(args) -> int:
         print(f"{len(dups):,} passages were already in the index with the same content and "
               "were skipped", file=sys.stderr)
     return 0
+
+
+def _check_update_target(args) -> None:
+    """``update X --add X``, or an index directory that is not one: said in those words."""
+    from .store import _looks_like_index
+    ix = Path(args.index_dir)
+    if args.add and os.path.realpath(args.add) == os.path.realpath(ix):
+        raise ValueError(f"--add {args.add} is the index itself; give the files or folder "
+                         "to add")
+    if not ix.is_dir():
+        raise ValueError(f"{ix}: no index there (not a directory); build one with "
+                         "evireform index")
+    if not _looks_like_index(ix):
+        raise ValueError(f"{ix}: not an evireform index (no readable manifest.json of "
+                         "format 'evireform-index')")
 
 
 def _update_extractor(args, idx):
@@ -553,10 +587,8 @@ def read_questions(path) -> list[tuple[str, str]]:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"--questions {path}: is a directory; give a file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"questions file {path} is not UTF-8 text ({exc})") from None
+    from ._io import read_text_file
+    text = read_text_file(path, "--questions")
     if text.lstrip().startswith("["):  # a JSON list (the MuSiQue / HotpotQA question files)
         try:
             recs = _json_loads(text, str(path))
@@ -598,9 +630,10 @@ def _filter_arg(text):
         return None
     from .filters import compile_filter
     if text.startswith("@"):
+        from ._io import read_text_file
         try:
-            text = Path(text[1:]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_text_file(text[1:], "--filter", limit=64 << 20)
+        except OSError as exc:
             raise ValueError(f"--filter {text}: cannot read the file ({exc})") from None
     try:
         return compile_filter(text)
@@ -614,11 +647,7 @@ def _cmd_query(args) -> int:
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
-    import threading
-    from .kernels import warm_up
-    # the kernels load (numba, about a second cold) while the index and the encoder load
-    threading.Thread(target=warm_up, args=(args.questions is not None,), daemon=True,
-                     name="evireform-warm-up").start()
+    from .kernels import warm_up_in_background
     if args.questions is not None:  # the questions first: a bad file fails before any load
         qs = read_questions(args.questions)
     flt = _filter_arg(args.filter)
@@ -627,6 +656,9 @@ def _cmd_query(args) -> int:
         from .filters import restriction
         restriction(idx, flt)
     args.filter = flt
+    # the kernels load (numba, about a second cold) while the encoder loads; main() joins
+    # the thread on every exit path
+    warm_up_in_background(args.questions is not None)
     emb = _index_embedder(args, idx)
     roles = {}
     client = _llm_client(args)
@@ -740,18 +772,32 @@ def _batch_query(args, retriever, qs) -> int:
 
 def _cmd_verify(args) -> int:
     """The full verification tier (evireform.store), then a new stamp: what to run after
-    copying or downloading an index (a load would run it once anyway)."""
+    copying or downloading an index (a load would run it once anyway).  Says whether the
+    stamp was written (a read-only directory cannot take one)."""
     from .index import PropositionIndex
+    from .store import STAMP
+
+    def seen():
+        try:
+            st = (Path(args.index_dir) / STAMP).stat()
+            return st.st_ino, st.st_mtime_ns, st.st_size
+        except OSError:
+            return None
     t0 = time.perf_counter()
+    before = seen()
     idx = PropositionIndex.load(args.index_dir, verify="full")
     took = time.perf_counter() - t0
+    wrote = seen() not in (None, before)
     t1 = time.perf_counter()
     PropositionIndex.load(args.index_dir)
     fast = time.perf_counter() - t1
+    tail = (f"stamped: later loads take the fast tier ({fast:.2f} s)" if wrote else
+            "no stamp written (the directory is not writable); a later load took "
+            f"{fast:.2f} s")
     print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
           f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
           f"embedding norms, texts" + (", HNSW graph" if idx.hnsw is not None else "")
-          + f" in {took:.2f} s; stamped: later loads take the fast tier ({fast:.2f} s)")
+          + f" in {took:.2f} s; {tail}")
     return 0
 
 
@@ -1086,18 +1132,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from .kernels import BackendUnavailable
+    from .kernels import BackendUnavailable, join_warm_up
     args = build_parser().parse_args(argv)
     import sqlite3
     try:
         return args.func(args)
-    except (ValueError, TypeError, OSError, BackendUnavailable, sqlite3.Error) as exc:
+    except (ValueError, TypeError, OSError, BackendUnavailable, sqlite3.Error,
+            OverflowError, RecursionError) as exc:
         print(f"evireform {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return 2
     except KeyError as exc:  # an unknown passage id
         print(f"evireform {args.command}: error: {exc.args[0] if exc.args else exc}",
               file=sys.stderr)
         return 2
+    finally:  # no native (numba) thread may still run when the process exits
+        join_warm_up()
 
 
 def _describe(exc) -> str:

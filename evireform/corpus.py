@@ -27,6 +27,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from ._checks import check_json_value, check_passage
 from .types import Passage
 
 
@@ -67,6 +68,7 @@ def record_metadata(rec: dict, where: str) -> dict:
     if bad:
         raise ValueError(f"{where}: metadata keys must be strings; got {bad[0]!r:.80}")
     if out:
+        check_json_value(out, where)
         try:
             json.dumps(out, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -92,12 +94,14 @@ def passages_from_json(obj) -> list[Passage]:
 
     if isinstance(obj, dict):
         for title, value in obj.items():
-            out.append(Passage(id=str(title), title=str(title),
-                               text=_text(value, f"corpus entry {title!r:.80}")))
+            out.append(check_passage(Passage(id=str(title), title=str(title),
+                                             text=_text(value, f"corpus entry {title!r:.80}")),
+                                     f"corpus entry {title!r:.80}"))
     elif isinstance(obj, list):
         for pos, rec in enumerate(obj):
             if isinstance(rec, str):  # plain texts: ids from their content, no title
-                out.append(Passage(id=derived("", rec.strip()), title="", text=rec.strip()))
+                out.append(check_passage(Passage(id=derived("", rec.strip()), title="",
+                                                 text=rec.strip()), f"corpus record {pos}"))
                 continue
             if not isinstance(rec, dict):
                 raise ValueError(f"corpus record {pos} is a {type(rec).__name__}, "
@@ -110,8 +114,8 @@ def passages_from_json(obj) -> list[Passage]:
             text = _text(text, where)
             given = rec.get("id", rec.get("idx"))
             pid = _label(given, where, "its id") if given is not None else derived(title, text)
-            out.append(Passage(id=pid, title=title, text=text,
-                               metadata=record_metadata(rec, where)))
+            out.append(check_passage(Passage(id=pid, title=title, text=text,
+                                             metadata=record_metadata(rec, where)), where))
     else:
         raise ValueError("a corpus must be a JSON list of {title, text} records or an object "
                          f"mapping titles to sentences; got {type(obj).__name__}")
@@ -140,6 +144,8 @@ def as_passages(items, what: str = "passages") -> list[Passage]:
     are fine.  A bare string is refused (it is not a list of passages)."""
     items = as_list(items, what)
     if all(isinstance(p, Passage) for p in items):
+        for i, p in enumerate(items):
+            check_passage(p, f"{what}[{i}] {p.id!r:.60}")
         return items
     return passages_from_json([p if not isinstance(p, Passage) else
                                {"id": p.id, "title": p.title, "text": p.text,

@@ -14,14 +14,24 @@ update INDEX --add PATH``):
 * folders are walked recursively in sorted order, keeping the files whose path matches one
   of ``include`` (default: the suffixes above) and none of ``exclude`` (``fnmatch`` globs on
   the path relative to the folder, e.g. ``"drafts/*"``); hidden entries and evireform index
-  directories are skipped.
+  directories are skipped.  Only regular files are read: FIFOs, devices, sockets, links to
+  folders and links that point out of the folder are passed over with a warning
+  (``Loaded.warnings``); an entry that cannot be listed or read stops the command unless
+  ``skip_errors``.  A file name that is not valid UTF-8 is refused (rename the file).
 
-A chunk's passage has ``id = "{source}#{chunk}"``, ``title`` = the file's first Markdown
-heading (else its name without suffix) and ``metadata = {"source", "chunk", "title"}``, where
-``source`` is the file's path relative to the current directory (POSIX form; absolute when
-outside it), so the same file gives the same ids whether it is named alone or found in a
-folder, and re-indexing a changed file touches exactly its chunks
-(:func:`replace_sources`).
+A chunk's passage has ``id = "{source}#{chunk}"``, ``title`` = the front matter's ``title``,
+else the file's first Markdown heading, else its name without suffix, and ``metadata`` = the
+front matter's keys (a leading ``---`` YAML block, removed from the text) plus ``{"source",
+"chunk", "title"}``.  ``source`` is ``{root name}/{path below the root}``, where the root is
+the folder given (for a file given alone: the folder an index already holds it under, else
+its own folder), so it does not depend on the current directory; the index records each
+file's root and path (``index.meta["documents"]``, :func:`document_registry`), and
+``update --add`` of a folder makes the index match it: files added, changed, renamed,
+deleted or emptied since (:func:`replace_sources`).  Which passages are a file's chunks is
+never read from user metadata (a record's own ``source`` field is just metadata).
+
+A run without spaces longer than a chunk (a data URI, a file without spaces) is cut by
+characters: a chunk holds at most ``chunk_tokens * MAX_CHARS_PER_TOKEN`` characters.
 
 A file that cannot be read (not UTF-8, unreadable, a malformed corpus) raises ``ValueError``
 naming it; with ``skip_errors=True`` it is reported in the returned error list and skipped.
@@ -31,6 +41,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,10 +49,14 @@ from .text import sentences
 from .types import Passage
 
 __all__ = ["TEXT_SUFFIXES", "CORPUS_SUFFIXES", "load_paths", "chunk_text", "token_counter",
-           "replace_sources", "Loaded"]
+           "replace_sources", "Loaded", "front_matter", "document_registry", "document_roots",
+           "DOCUMENTS"]
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 CORPUS_SUFFIXES = (".json", ".jsonl", ".ndjson")
+#: a chunk holds at most chunk_tokens * MAX_CHARS_PER_TOKEN characters, whatever the
+#: tokenizer says of a long run without spaces
+MAX_CHARS_PER_TOKEN = 16
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
@@ -94,7 +109,11 @@ def chunk_text(text: str, chunk_tokens: int = 200, chunk_overlap: int = 30, *,
     if chunk_tokens < 1 or chunk_overlap < 0 or chunk_overlap >= chunk_tokens:
         raise ValueError(f"need chunk_tokens >= 1 and 0 <= chunk_overlap < chunk_tokens; got "
                          f"{chunk_tokens}, {chunk_overlap}")
-    count = count or _regex_count
+    base = count or _regex_count
+
+    def count(texts):  # one long "word" (a data URI, a file without spaces) is many tokens,
+        # though a tokenizer may call it one unknown token
+        return [max(n, -(-len(t) // MAX_CHARS_PER_TOKEN)) for t, n in zip(texts, base(texts))]
     sents = [s for s in sentences(text) if s.strip()]
     if not sents:
         return []
@@ -132,14 +151,6 @@ def _join(parts) -> str:
     return out
 
 
-def _source(path: Path) -> str:
-    try:
-        return Path(os.path.relpath(path.resolve(), Path.cwd().resolve())).as_posix() \
-            if path.resolve().is_relative_to(Path.cwd().resolve()) else path.resolve().as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
-
-
 def _title(text: str, path: Path) -> str:
     if path.suffix.lower() in (".md", ".markdown"):
         for line in text.splitlines():
@@ -152,62 +163,145 @@ def _title(text: str, path: Path) -> str:
 @dataclass
 class Loaded:
     """What :func:`load_paths` read: the passages, the text files chunked (``sources``:
-    source -> number of chunks; corpus files are not listed) and the files skipped with
-    their errors."""
+    source -> number of chunks, 0 for a file now empty; corpus files are not listed), the
+    files skipped with their errors, entries passed over with a warning (FIFOs, devices,
+    links out of the folder), ``files`` (source -> ``{"root", "path"}``: the folder root
+    and the path below it) and ``scopes`` (what was scanned: ``(root, path, is_folder)``),
+    which :func:`replace_sources` uses to make the index match the folders."""
 
     passages: list[Passage]
     sources: dict = field(default_factory=dict)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    files: dict = field(default_factory=dict)
+    scopes: list = field(default_factory=list)
 
 
-def _walk(folder: Path, include, exclude):
+def _name_ok(path: str) -> None:
+    """A path evireform can store: valid Unicode (a Latin-1 file name decodes with lone
+    surrogates, which no UTF-8 index can hold)."""
+    from ._checks import check_text
+    try:
+        check_text(path, "file name")
+    except ValueError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise ValueError(f"{shown}: the file name is not valid UTF-8; rename the file") \
+            from None
+
+
+def _root_of(real: str, roots) -> str | None:
+    """The longest of ``roots`` that is ``real`` or one of its parents."""
+    best = None
+    for r in roots or ():
+        if (real == r or real.startswith(r.rstrip("/") + "/")) and \
+                (best is None or len(r) > len(best)):
+            best = r
+    return best
+
+
+def _source_of(root: str, rel: str) -> str:
+    name = Path(root).name
+    return f"{name}/{rel}" if name and rel else (rel or name)
+
+
+def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
+    """Regular files under ``folder`` (real path), sorted: hidden entries and index
+    directories skipped; FIFOs, devices, sockets and links that leave ``folder`` passed
+    over with a warning; an entry that cannot be listed stops the walk unless
+    ``skip_errors``."""
     from .store import _looks_like_index
-    for root, dirs, files in os.walk(folder):
+
+    def failed(exc):
+        msg = f"{exc.filename or folder}: cannot be read ({exc.strerror or exc})"
+        if not skip_errors:
+            raise ValueError(msg + " (--skip-errors skips unreadable entries)")
+        out.errors.append((str(exc.filename or folder), msg))
+    for root, dirs, files in os.walk(folder, onerror=failed, followlinks=False):
         r = Path(root)
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
-                         and not _looks_like_index(r / d))
+        keep = []
+        for d in sorted(dirs):
+            if d.startswith(".") or _looks_like_index(r / d):
+                continue
+            if (r / d).is_symlink():
+                out.warnings.append(f"{r / d}: a link to a folder, not followed")
+                continue
+            keep.append(d)
+        dirs[:] = keep
         for f in sorted(files):
             if f.startswith("."):
                 continue
-            rel = (r / f).relative_to(folder).as_posix()
+            full = r / f
+            rel = full.relative_to(folder).as_posix()
             if include and not any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g)
                                    for g in include):
                 continue
             if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g) for g in exclude or ()):
                 continue
-            yield r / f
+            try:
+                if full.is_symlink():
+                    target = os.path.realpath(full)
+                    if not (target == folder or target.startswith(folder.rstrip("/") + "/")):
+                        out.warnings.append(f"{full}: a link that points out of {folder}, "
+                                            "not followed")
+                        continue
+                st = full.stat()
+            except OSError as exc:
+                failed(exc)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                out.warnings.append(f"{full}: not a regular file (a FIFO, device or socket), "
+                                    "skipped")
+                continue
+            yield full, rel
 
 
 def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embedder=None,
                include=None, exclude=None, skip_errors: bool = False,
-               show_progress: bool = False) -> Loaded:
-    """Passages from files and folders (see the module docstring).  ``ValueError`` when a
-    path does not exist, when nothing was found, or (unless ``skip_errors``) when a file
-    cannot be read."""
+               show_progress: bool = False, roots=None) -> Loaded:
+    """Passages from files and folders (see the module docstring).  ``roots``: folder roots
+    an index already knows (:func:`document_roots`), so a file or subfolder inside one keeps
+    the ids it got there.  ``ValueError`` when a path does not exist or is not a regular
+    file or folder, when no file was found, or (unless ``skip_errors``) when an entry cannot
+    be read."""
     from .corpus import load_corpus
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     include = list(include) if include else [f"*{s}" for s in TEXT_SUFFIXES + CORPUS_SUFFIXES]
-    files: list[Path] = []
+    out = Loaded([])
+    files: list[tuple[Path, str, str]] = []  # (path, root, path below the root)
     for p in map(Path, paths):
+        _name_ok(str(p))
         if p.is_dir():
-            files.extend(_walk(p, include, exclude))
+            real = os.path.realpath(p)
+            root = _root_of(real, roots) or real
+            scope = os.path.relpath(real, root) if real != root else ""
+            out.scopes.append((root, "" if scope == "." else Path(scope).as_posix(), True))
+            for f, rel in _walk(real, include, exclude, out, skip_errors):
+                below = Path(scope, rel).as_posix() if scope not in ("", ".") else rel
+                files.append((f, root, below))
         elif p.is_file():
-            files.append(p)
+            parent = os.path.realpath(p.parent)
+            root = _root_of(parent, roots) or parent
+            below = Path(os.path.relpath(parent, root), p.name).as_posix() \
+                if parent != root else p.name
+            out.scopes.append((root, below, False))
+            files.append((p, root, below))
+        elif p.exists():
+            raise ValueError(f"{p}: not a regular file or folder (a FIFO, device or socket)")
         else:
             raise ValueError(f"{p}: no such file or folder")
     count = token_counter(embedder)
-    out = Loaded([])
     seen: set = set()
     if show_progress:
         from tqdm.auto import tqdm
         files = tqdm(files, desc="read", unit="file")
-    for f in files:
-        src = _source(f)
+    for f, root, below in files:
+        src = _source_of(root, below)
         if src in seen:
             continue
         seen.add(src)
         try:
+            _name_ok(str(f))
             if f.suffix.lower() in CORPUS_SUFFIXES:
                 got = load_corpus(f)
             elif f.suffix.lower() in TEXT_SUFFIXES or f.suffix == "":
@@ -223,16 +317,59 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
             continue
         if f.suffix.lower() not in CORPUS_SUFFIXES:
             out.sources[src] = len(got)
+            out.files[src] = {"root": root, "path": below}
         out.passages.extend(got)
     ids = [p.id for p in out.passages]
     if len(set(ids)) != len(ids):
         from collections import Counter
         dup = Counter(ids).most_common(1)[0][0]
         raise ValueError(f"passage id {dup!r:.80} occurs in more than one file")
-    if not out.passages:
+    if not out.passages and not out.sources:
         raise ValueError("no passages found in " + ", ".join(map(str, paths))
                          + (f" ({len(out.errors)} files skipped)" if out.errors else ""))
     return out
+
+
+#: front matter: a block between ``---`` lines at the very start of a text file
+_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+
+
+def front_matter(text: str, where: str) -> tuple[dict, str]:
+    """``(metadata, body)``: a leading YAML front matter block (``---`` ... ``---``) read as
+    metadata (YAML's safe loader; dates and other non-JSON values as strings) and removed
+    from the text, so it is neither embedded nor returned as passage text.  A block that is
+    not a mapping raises ``ValueError`` naming the file."""
+    m = _FRONT.match(text)
+    if not m:
+        return {}, text
+    try:
+        import yaml
+        got = yaml.safe_load(m.group(1)) if m.group(1).strip() else {}
+    except ImportError:  # a minimal reader: "key: value" lines
+        got = {}
+        for line in m.group(1).splitlines():
+            k, sep, v = line.partition(":")
+            if sep and k.strip():
+                got[k.strip()] = v.strip().strip("'\"")
+    except Exception as exc:
+        raise ValueError(f"{where}: the front matter is not valid YAML ({exc})") from None
+    if got is None:
+        got = {}
+    if not isinstance(got, dict):
+        raise ValueError(f"{where}: the front matter must be a mapping of keys to values")
+
+    def plain(v):
+        if isinstance(v, dict):
+            return {str(a): plain(b) for a, b in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return str(v)  # dates, times
+    md = plain(got)
+    from ._checks import check_json_value
+    check_json_value(md, f"{where} (front matter)")
+    return md, text[m.end():]
 
 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
@@ -240,22 +377,93 @@ def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
         text = f.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    title = _title(text, f)
+    front, text = front_matter(text, str(f))
+    title = str(front["title"]) if isinstance(front.get("title"), (str, int, float)) \
+        and str(front.get("title")).strip() else _title(text, f)
+    extra = {k: v for k, v in front.items() if k not in ("source", "chunk", "title")}
     return [Passage(id=f"{src}#{i}", title=title, text=c,
-                    metadata={"source": src, "chunk": i, "title": title})
+                    metadata={**extra, "source": src, "chunk": i, "title": title})
             for i, c in enumerate(chunk_text(text, chunk_tokens, chunk_overlap, count=count))]
 
 
+#: where an index records the files it holds chunks of (``index.meta[DOCUMENTS]``):
+#: source -> ``{"root", "path", "chunks"}``; what :func:`replace_sources` keys on
+DOCUMENTS = "documents"
+
+
+def document_registry(index) -> dict:
+    """source -> ``{"root", "path", "chunks"}`` for the files ``index`` holds chunks of: the
+    record the loader left in ``index.meta``, else (an index built by the library from
+    :func:`load_paths` passages) the passages that carry exactly the loader's metadata and
+    id (``{source}#{chunk}``), never a record that merely has a ``source`` field."""
+    reg = index.meta.get(DOCUMENTS)
+    if isinstance(reg, dict):
+        return {k: dict(v) for k, v in reg.items() if isinstance(v, dict)}
+    out: dict = {}
+    for p in index.passages:
+        md = p.metadata
+        src, chunk = md.get("source"), md.get("chunk")
+        if isinstance(src, str) and isinstance(chunk, int) and not isinstance(chunk, bool) \
+                and p.id == f"{src}#{chunk}" and "title" in md:
+            e = out.setdefault(src, {"root": None, "path": None, "chunks": 0})
+            e["chunks"] = max(e["chunks"], chunk + 1)
+    return out
+
+
+def document_roots(index) -> list[str]:
+    """The folder roots ``index`` holds files of (for :func:`load_paths`'s ``roots``)."""
+    return sorted({e["root"] for e in document_registry(index).values() if e.get("root")})
+
+
+def _in_scope(src: str, entry: dict, scope) -> bool:
+    root, below, is_folder = scope
+    if entry.get("root") is not None:
+        if entry["root"] != root:
+            return False
+        path = entry.get("path") or ""
+    else:  # recorded without its root: by the source, which starts with the root's name
+        name = Path(root).name
+        if not src.startswith(name + "/"):
+            return False
+        path = src[len(name) + 1:]
+    if not is_folder:
+        return path == below
+    return below == "" or path == below or path.startswith(below + "/")
+
+
 def replace_sources(index, loaded: Loaded, embedder, **kw):
-    """``index`` with the files of ``loaded`` re-indexed: passages of those sources that
-    the files no longer hold are deleted, changed chunks replaced, new ones added, unchanged
-    ones kept (:meth:`~evireform.index.PropositionIndex.upsert`).  Returns the new index;
-    its ``changes`` list what moved."""
-    sources = set(loaded.sources)
+    """``index`` made to match the files and folders of ``loaded``: the chunks of files no
+    longer there (deleted, renamed, emptied) deleted, changed chunks replaced, new ones
+    added, unchanged ones kept (:meth:`~evireform.index.PropositionIndex.upsert`).  Which
+    passages are a file's chunks comes from the index's document registry
+    (:func:`document_registry`), never from user metadata such as a ``source`` field.
+    Returns the new index; its ``changes`` list what moved."""
+    reg = document_registry(index)
+    for src, where in loaded.files.items():
+        old = reg.get(src)
+        if old and old.get("root") not in (None, where["root"]):
+            raise ValueError(f"{src}: the index already holds a file of that name from "
+                             f"another folder ({old['root']}); index one of them under "
+                             "another folder name")
+    stale_sources = [src for src, e in reg.items() if src not in loaded.sources
+                     and any(_in_scope(src, e, sc) for sc in loaded.scopes)]
     new_ids = {p.id for p in loaded.passages}
-    stale = [p.id for p in index.passages if p.metadata.get("source") in sources
-             and p.id not in new_ids]
+    stale = []
+    for src in stale_sources + [s for s in loaded.sources if s in reg]:
+        stale += [f"{src}#{i}" for i in range(int(reg[src].get("chunks", 0)))
+                  if f"{src}#{i}" not in new_ids and f"{src}#{i}" in index._pos]
     base = index.delete(stale) if stale else index
-    out = base.upsert(loaded.passages, embedder, **kw)
-    out.changes = {**out.changes, "deleted": stale}
+    out = base.upsert(loaded.passages, embedder, **kw) if loaded.passages else base
+    for src in stale_sources:
+        reg.pop(src, None)
+    for src, n in loaded.sources.items():
+        if n:
+            reg[src] = {**loaded.files.get(src, {"root": None, "path": None}), "chunks": n}
+        else:
+            reg.pop(src, None)
+    if out is index:
+        from dataclasses import replace as _replace
+        out = _replace(index)
+    out.meta = {**out.meta, DOCUMENTS: reg}
+    out.changes = {**(out.changes if loaded.passages else {}), "deleted": stale}
     return out

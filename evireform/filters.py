@@ -34,10 +34,16 @@ that no passage of the index has (outside ``$exists``) raise ``ValueError`` nami
 a filter that matches no passage gives results with no passages (documented, not an error).
 
 How the index runs a filter: :func:`restriction` turns it into a :class:`Restriction` (the
-passage and proposition masks, the entity degree terms recounted over the matching
-propositions, and the matching embeddings gathered for an exact scan); restrictions are kept
-per index for the last :data:`CACHE_SIZE` filters, so a tenant's repeated queries pay for
-their filter once.  :class:`RestrictedEngine` runs search and ranking under it on the CPU
+passage and proposition masks and the entity degree terms recounted over the matching
+propositions: never a copy of the embeddings, which the exact scan reads through the memory
+map block by block); restrictions are kept per index for the last :data:`CACHE_SIZE` filters
+within :data:`CACHE_BYTES`, so a tenant's repeated queries pay for their filter once.  A
+filter on a key no passage has is refused and leaves nothing cached.
+
+**Numbers and strings.**  Integers compare exactly at any size up to the int64 range
+(``9007199254740993`` is not ``9007199254740992``), strings exactly (a trailing NUL counts);
+an operand beyond the int64 range or not finite is refused, as is an object mixing operators
+and keys (``{"$gt": 1, "x": 2}``).  ``$in``/``$nin`` cost O(passages + values).  :class:`RestrictedEngine` runs search and ranking under it on the CPU
 kernels.
 """
 from __future__ import annotations
@@ -54,8 +60,13 @@ __all__ = ["compile_filter", "Filter", "Restriction", "RestrictedEngine", "restr
 
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
 LOGICAL = ("$and", "$or")
-#: restrictions kept per index (the most recently used filters)
+#: restrictions kept per index (the most recently used filters) ...
 CACHE_SIZE = 16
+#: ... and the bytes they may hold together (masks and recounted degree terms; a single
+#: restriction over this is used once and not kept)
+CACHE_BYTES = 256 << 20
+#: matching embeddings gathered at most at once by a filtered exact scan
+SCAN_BLOCK_BYTES = 32 << 20
 
 _MISSING = object()
 
@@ -201,14 +212,46 @@ class _Columns:
                 vals = [md.get(key, _MISSING) for md in _metadatas(self.index)]
                 kind = np.fromiter((_KIND_CODE[_kind(v)] if v is not _MISSING else 0
                                     for v in vals), dtype=np.int8, count=len(vals))
+                if not kind.any():  # a key no passage has: nothing to keep
+                    return kind, None, None, None
                 num = np.full(len(vals), np.nan)
                 isnum = kind == _KIND_CODE["number"]
-                if isnum.any():
-                    num[isnum] = [vals[i] for i in np.flatnonzero(isnum)]
+                big = np.zeros(len(vals), dtype=bool)  # ints that float64 cannot hold exactly
+                for i in np.flatnonzero(isnum):
+                    num[i], big[i] = _as_float(vals[i])
                 obj = np.empty(len(vals), dtype=object)
                 obj[:] = vals
-                got = self.cols[key] = (kind, num, obj)
+                got = self.cols[key] = (kind, num, obj, big)
             return got
+
+
+def _as_float(v) -> tuple[float, bool]:
+    """``(float(v), inexact)``: an int beyond 2**53 may not convert exactly (or at all: a
+    value over float64's range becomes +-inf); ``inexact`` says the float is not the value."""
+    if isinstance(v, int) and abs(v) > 2 ** 53:
+        try:
+            f = float(v)
+        except OverflowError:
+            f = float("inf") if v > 0 else float("-inf")
+        return f, True
+    return float(v), False
+
+
+#: the largest magnitude of an integer a filter or metadata may hold (int64)
+MAX_INT = 2 ** 63 - 1
+
+
+def check_json_number(v, where: str) -> None:
+    """``ValueError`` for a number no filter can compare exactly: a non-finite float or an
+    integer beyond the int64 range (``10**400``), named by ``where``."""
+    import math
+    if isinstance(v, bool):
+        return
+    if isinstance(v, int) and abs(v) > MAX_INT:
+        raise ValueError(f"{where}: the integer {str(v)[:20]}... ({len(str(abs(v)))} digits) "
+                         f"is beyond the 64-bit range (|n| <= 2**63 - 1)")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{where}: the number {v} is not finite")
 
 
 _KIND_CODE = {"bool": 1, "number": 2, "string": 3, "null": 4, "list": 5, "object": 6}
@@ -225,18 +268,36 @@ class _Node:
         return self._one(md)
 
 
+def _num_cmp_mask(cols, key, v, cmp):
+    """``cmp(value, v)`` over the numbers of ``key``, exactly: float64 decides where the
+    floats differ (rounding is monotonic), Python's exact comparison where they are equal."""
+    import operator
+    kind, num, obj, big = cols.get(key)
+    if num is None:
+        return np.zeros(cols.n, dtype=bool)
+    fv, _ = _as_float(v)
+    npcmp = {operator.eq: np.equal, operator.gt: np.greater, operator.ge: np.greater_equal,
+             operator.lt: np.less, operator.le: np.less_equal}[cmp]
+    out = npcmp(num, fv)
+    tie = np.flatnonzero(num == fv)
+    if len(tie):
+        out[tie] = [cmp(obj[i], v) for i in tie]
+    return out
+
+
 def _eq_mask(cols, key, v):
-    kind, num, obj = cols.get(key)
+    import operator
+    kind, num, obj, big = cols.get(key)
     k = _kind(v)
+    if num is None:
+        return np.zeros(cols.n, dtype=bool)
     if k == "number":
-        return num == v
-    if k == "string":
-        out = kind == _KIND_CODE["string"]
-        out[out] = obj[out] == v
-        return out
-    if k == "bool":
-        out = kind == _KIND_CODE["bool"]
-        out[out] = obj[out] == v
+        return _num_cmp_mask(cols, key, v, operator.eq)
+    if k in ("string", "bool"):
+        out = kind == _KIND_CODE[k]
+        rows = np.flatnonzero(out)
+        if len(rows):
+            out[rows] = [x == v for x in obj[rows]]
         return out
     if k == "null":
         return kind == _KIND_CODE["null"]
@@ -252,24 +313,71 @@ def _op_mask(op: str, key: str, v):
     if op == "$ne":
         return lambda cols: ~_eq_mask(cols, key, v)
     if op == "$in":
-        return lambda cols: np.logical_or.reduce([_eq_mask(cols, key, x) for x in v]) \
-            if len(v) else np.zeros(cols.n, dtype=bool)
+        return lambda cols: _in_mask(cols, key, v)
     if op == "$nin":
-        return lambda cols: ~np.logical_or.reduce([_eq_mask(cols, key, x) for x in v]) \
-            if len(v) else np.ones(cols.n, dtype=bool)
+        return lambda cols: ~_in_mask(cols, key, v)
     if op == "$exists":
         return lambda cols: (cols.get(key)[0] != 0) == v
-    cmp = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less,
-           "$lte": np.less_equal}[op]
+    import operator
+    cmp = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt,
+           "$lte": operator.le}[op]
     if _kind(v) == "number":
-        return lambda cols: cmp(cols.get(key)[1], v)  # NaN (not a number) compares False
+        return lambda cols: _num_cmp_mask(cols, key, v, cmp)  # not a number: False
 
-    def strings(cols):
-        kind, _, obj = cols.get(key)
+    def strings(cols):  # Python's str order (a numpy str array would drop trailing NULs)
+        kind, _, obj, _ = cols.get(key)
         out = kind == _KIND_CODE["string"]
-        out[out] = cmp(obj[out].astype(str), v) if out.any() else out[out]
+        rows = np.flatnonzero(out)
+        if len(rows):
+            out[rows] = [cmp(x, v) for x in obj[rows]]
         return out
     return strings
+
+
+def _in_mask(cols, key, values):
+    """``$in``: one pass over the column and one over the values, O(N + L) time and memory
+    (hash membership by kind; numbers first by float64 ``isin``, then exactly)."""
+    kind, num, obj, big = cols.get(key)
+    out = np.zeros(cols.n, dtype=bool)
+    if num is None or not len(values):
+        return out
+    by: dict = {}
+    for x in values:
+        by.setdefault(_kind(x), []).append(x)
+    if "number" in by:
+        exact = set(by["number"])  # Python's int/float equality is exact (1 == 1.0)
+        fv = np.array([_as_float(x)[0] for x in by["number"]])
+        cand = np.flatnonzero((kind == _KIND_CODE["number"]) & np.isin(num, fv))
+        if len(cand):
+            out[cand] = [obj[i] in exact for i in cand]
+    for k in ("string", "bool"):
+        if k in by:
+            vals = set(by[k])
+            rows = np.flatnonzero(kind == _KIND_CODE[k])
+            if len(rows):
+                out[rows] = [x in vals for x in obj[rows]]
+    if "null" in by:
+        out |= kind == _KIND_CODE["null"]
+    for k in ("list", "object"):  # compared whole, with JSON equality
+        if k in by:
+            canon = {_canonical(x) for x in by[k]}
+            rows = np.flatnonzero(kind == _KIND_CODE[k])
+            if len(rows):
+                out[rows] = [_canonical(x) in canon for x in obj[rows]]
+    return out
+
+
+def _canonical(v):
+    """A hashable form of a JSON value under JSON equality (``1 == 1.0``; ``true`` is not
+    ``1``; object key order ignored)."""
+    k = _kind(v)
+    if k == "list":
+        return ("l", tuple(_canonical(x) for x in v))
+    if k == "object":
+        return ("o", tuple(sorted((str(a), _canonical(b)) for a, b in v.items())))
+    if k == "number":
+        return ("n", v)  # hash(1) == hash(1.0) and they compare equal
+    return (k, v)
 
 
 def _all(nodes):
@@ -279,7 +387,27 @@ def _all(nodes):
                  lambda md: all(x(md) for x in nodes))
 
 
-def _compile(clause, where: str, keys: set, in_exists: set) -> _Node:
+#: how deeply ``$and``/``$or`` may nest in one filter
+MAX_DEPTH = 32
+
+
+def _check_values(v, where: str, depth: int = 0) -> None:
+    """Every number in an operand exactly comparable (:func:`check_json_number`)."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where}: a value nested more than {MAX_DEPTH} levels deep")
+    if isinstance(v, (int, float)):
+        check_json_number(v, where)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _check_values(x, where, depth + 1)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _check_values(x, where, depth + 1)
+
+
+def _compile(clause, where: str, keys: set, in_exists: set, depth: int = 0) -> _Node:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where}: clauses nested more than {MAX_DEPTH} levels deep")
     if not isinstance(clause, dict):
         raise ValueError(f"{where}: a where clause must be a JSON object; got {clause!r:.80}")
     if not clause:
@@ -292,7 +420,7 @@ def _compile(clause, where: str, keys: set, in_exists: set) -> _Node:
             if not isinstance(value, (list, tuple)) or not value:
                 raise ValueError(f"{where}: {name} takes a non-empty list of clauses; got "
                                  f"{value!r:.80}")
-            subs = [_compile(c, f"{where}.{name}[{i}]", keys, in_exists)
+            subs = [_compile(c, f"{where}.{name}[{i}]", keys, in_exists, depth + 1)
                     for i, c in enumerate(value)]
             if name == "$and":
                 parts.append(_all(subs))
@@ -304,6 +432,12 @@ def _compile(clause, where: str, keys: set, in_exists: set) -> _Node:
         if name.startswith("$"):
             raise ValueError(f"{where}: unknown operator {name!r}; a clause's keys are "
                              f"metadata keys or one of {LOGICAL}")
+        if isinstance(value, dict) and any(isinstance(k, str) and k.startswith("$")
+                                           for k in value) \
+                and not all(isinstance(k, str) and k.startswith("$") for k in value):
+            raise ValueError(f"{where}.{name}: an object mixes operators and keys "
+                             f"({sorted(map(str, value))[:6]}); give operators only, or "
+                             "{\"$eq\": {...}} to match an object that has '$' keys")
         ops = value if isinstance(value, dict) and value and \
             all(isinstance(k, str) and k.startswith("$") for k in value) else {"$eq": value}
         for op, v in ops.items():
@@ -311,6 +445,7 @@ def _compile(clause, where: str, keys: set, in_exists: set) -> _Node:
                 raise ValueError(f"{where}.{name}: unknown operator {op!r}; the operators are "
                                  f"{OPERATORS}")
             _check_operand(op, v, f"{where}.{name}")
+            _check_values(v, f"{where}.{name}.{op}")
             (in_exists if op == "$exists" else keys).add(name)
             one = _op_predicate(op, v)
             parts.append(_Node(_op_mask(op, name, v),
@@ -325,8 +460,9 @@ def compile_filter(flt) -> Filter | None:
     if flt is None or isinstance(flt, Filter):
         return flt
     if isinstance(flt, (str, bytes)):
+        from ._checks import loads
         try:
-            flt = json.loads(flt)
+            flt = loads(flt, "filter")
         except json.JSONDecodeError as exc:
             raise ValueError(f"filter: not valid JSON ({exc})") from None
     if isinstance(flt, (list, tuple)):
@@ -365,8 +501,6 @@ class Restriction:
     props: np.ndarray
     prop_mask: np.ndarray
     graph: object
-    _emb: np.ndarray | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def n_passages(self) -> int:
@@ -376,12 +510,34 @@ class Restriction:
     def n_props(self) -> int:
         return len(self.props)
 
-    def embeddings(self, index) -> np.ndarray:
-        """The matching propositions' embeddings, gathered once (rows in ``props`` order)."""
-        with self._lock:
-            if self._emb is None:
-                self._emb = np.ascontiguousarray(np.asarray(index.embeddings)[self.props])
-            return self._emb
+    def nbytes(self) -> int:
+        """Bytes this restriction holds (what the cache bound counts)."""
+        g = self.graph
+        return int(self.passages.nbytes + self.pmask.nbytes + self.props.nbytes
+                   + self.prop_mask.nbytes + g.inv_deg.nbytes + g.diag.nbytes
+                   + g.inv_w.nbytes)
+
+    def search(self, embeddings, Q, k: int):
+        """Exact top-``k`` over the matching rows of ``embeddings`` (full-index positions),
+        as the sub-index's scan: read through the memory map in blocks of
+        :data:`SCAN_BLOCK_BYTES` (no copy of the matching embeddings is kept), each block
+        scanned by the CPU kernel and the blocks merged (best first, ties by lower id)."""
+        from .kernels import cosine_topk_batch
+        from .search import merge_topk
+        Q = np.asarray(Q, np.float32)
+        k = min(int(k), self.n_props)
+        if self.n_props == 0 or k == 0:
+            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
+        E = embeddings
+        step = max(1, SCAN_BLOCK_BYTES // max(1, E.shape[1] * 4))
+        parts = []
+        for lo in range(0, self.n_props, step):
+            rows = self.props[lo:lo + step]
+            ids, sc = cosine_topk_batch(np.ascontiguousarray(E[rows]), Q, k)
+            parts.append((np.where(ids >= 0, rows[np.maximum(ids, 0)], -1), sc))
+        if len(parts) == 1:
+            return parts[0]
+        return merge_topk(parts, k, len(Q))
 
     def fill(self, pids: np.ndarray, scores: np.ndarray, k: int):
         """A readout row completed as the sub-index's: its positive-score passages, then the
@@ -446,8 +602,11 @@ def restriction(index, flt) -> Restriction | None:
                     _masked_graph(index.graph, prop_mask))
     with _CACHE_LOCK:
         cache[f.key] = r
-        while len(cache) > CACHE_SIZE:
+        while len(cache) > CACHE_SIZE or (
+                len(cache) > 1 and sum(x.nbytes() for x in cache.values()) > CACHE_BYTES):
             cache.popitem(last=False)
+        if r.nbytes() > CACHE_BYTES:
+            cache.pop(f.key, None)
     return r
 
 
@@ -470,17 +629,13 @@ class RestrictedEngine:
         return self.index.n_props
 
     def search_batch(self, Q, k: int):
-        from .kernels import config as kconfig, cosine_topk_batch
+        from .kernels import config as kconfig
         idx, r = self.index, self.r
         if idx.hnsw is not None and r.n_props > kconfig.EXACT_SEARCH_MAX:
             from .search import hnsw_topk_batch
             return hnsw_topk_batch(idx.hnsw, idx.embeddings, Q, k, idx.hnsw_ids,
                                    allowed=r.prop_mask)
-        Q = np.asarray(Q, np.float32)
-        if r.n_props == 0:
-            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
-        ids, sc = cosine_topk_batch(r.embeddings(idx), Q, k)
-        return np.where(ids >= 0, r.props[np.maximum(ids, 0)], -1), sc
+        return r.search(idx.embeddings, Q, k)
 
     def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True):
         from . import kernels as K

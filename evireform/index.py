@@ -172,8 +172,10 @@ class PropositionIndex:
         passages = list(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
+        from ._checks import check_passage
         pos: dict[str, int] = {}
         for i, p in enumerate(passages):
+            check_passage(p, f"passages[{i}] {p.id!r:.60}")
             if p.id in pos:
                 raise ValueError(f"duplicate passage id {p.id!r}")
             pos[p.id] = i

@@ -177,12 +177,16 @@ _LOCKS_GUARD = threading.Lock()
 
 
 @contextlib.contextmanager
-def _dir_lock(parent: Path):
-    """Exclusive lock on ``parent``: a per-process re-entrant lock plus an advisory flock on the
-    directory itself (so no lock file is left behind; a no-op where flock is unavailable).
-    Re-entrant within a thread, so :func:`index_lock` can hold it across load -> modify ->
-    save while the save takes it again."""
-    key = os.path.realpath(parent)
+def _dir_lock(path: Path):
+    """Exclusive lock on the directory ``path`` (its saves, recoveries and read-modify-write
+    updates), per directory, not per parent: a per-process re-entrant lock plus an advisory
+    flock on a hidden sibling file ``.NAME-lock`` (the directory itself is swapped by a save,
+    so the lock cannot live inside it; the empty file is left in place).  Where that file
+    cannot be created (a read-only parent) the flock is skipped: nothing can be written
+    there anyway.  Re-entrant within a thread, so :func:`index_lock` can hold it across
+    load -> modify -> save while the save takes it again."""
+    path = Path(path)
+    key = os.path.join(os.path.realpath(path.parent), path.name)
     with _LOCKS_GUARD:
         entry = _LOCKS.setdefault(key, [threading.RLock(), 0, None])
     entry[0].acquire()
@@ -190,7 +194,7 @@ def _dir_lock(parent: Path):
         if entry[1] == 0:
             try:
                 import fcntl
-                fd = os.open(parent, os.O_RDONLY)
+                fd = os.open(path.parent / f".{path.name}-lock", os.O_RDWR | os.O_CREAT, 0o644)
             except (ImportError, OSError):
                 fd = None
             if fd is not None:
@@ -217,11 +221,12 @@ def _dir_lock(parent: Path):
 
 def index_lock(path):
     """The lock a read-modify-write of the index at ``path`` holds from load to save
-    (``evireform update``, the service's updates): concurrent updaters queue instead of
-    losing each other's changes.  Saving takes the same lock, re-entrantly."""
+    (``evireform update``, the service's updates): concurrent updaters of that index queue
+    instead of losing each other's changes; other indexes in the same folder are not
+    held up.  Saving takes the same lock, re-entrantly."""
     p = Path(path).absolute()
     p.parent.mkdir(parents=True, exist_ok=True)
-    return _dir_lock(p.parent)
+    return _dir_lock(p)
 
 
 def _siblings(path: Path, kind: str) -> list[Path]:
@@ -327,7 +332,7 @@ def write_dir_atomically(path, write, *, check=None, looks_like=None) -> Path:
     shard layouts are saved through it."""
     path = Path(path).absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _dir_lock(path.parent):
+    with _dir_lock(path):
         recover(path, looks_like)
         _clean_leftovers(path)
         if check is not None:
@@ -831,8 +836,8 @@ def _json_tables(path: Path, sizes: dict):
 
 
 def _load_once(path: Path, mmap: bool, verify) -> Loaded:
-    if not path.exists():
-        with _dir_lock(path.parent) if path.parent.is_dir() else contextlib.nullcontext():
+    if not path.exists() and path.parent.is_dir() and _siblings(path, "old"):
+        with _dir_lock(path):  # a save killed between its renames: put the index back
             recover(path)
     man, counts, files = _read_manifest(path)
     tier = _tier(verify)

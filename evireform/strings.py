@@ -141,7 +141,12 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
 
     def put(s: str):
         nonlocal held
-        b = s.encode("utf-8", "surrogatepass")
+        try:
+            b = s.encode("utf-8")
+        except UnicodeEncodeError:  # never write invalid UTF-8 (a copy could not load it)
+            from ._checks import check_text
+            check_text(s, f"string {len(sizes)} of the index ({s[:60]!r})")
+            raise
         sizes.append(len(b))
         buf.append(b)
         held += len(b)

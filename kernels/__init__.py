@@ -540,3 +540,39 @@ def warm_up(batched: bool = True) -> None:
     cosine_topk(H, np.ones(8, np.float32), 2)
     z_ids, z_vals = propagate(g, np.array([0], np.int64), np.array([1.0], np.float32))
     readout_topk(pm, z_ids, z_vals, 2)
+
+
+_WARMING: list = []
+_WARMING_LOCK = threading.Lock()
+
+
+def warm_up_in_background(batched: bool = True) -> threading.Thread:
+    """:func:`warm_up` on a thread of its own (see there), registered so that
+    :func:`join_warm_up` can wait for it: a process must not exit while the thread is inside
+    numba (the C++ runtime aborts with SIGABRT, "terminate called without an active
+    exception"), so every entry point that starts one joins it on every exit path."""
+    t = threading.Thread(target=_warm_quietly, args=(batched,), daemon=True,
+                         name="evireform-warm-up")
+    with _WARMING_LOCK:
+        _WARMING.append(t)
+    t.start()
+    return t
+
+
+def _warm_quietly(batched: bool) -> None:
+    try:
+        warm_up(batched)
+    except Exception:  # a warm-up is an optimisation: the first real call reports errors
+        pass
+
+
+def join_warm_up(timeout: float | None = None) -> bool:
+    """Wait for every thread :func:`warm_up_in_background` started; True when none is left
+    running."""
+    with _WARMING_LOCK:
+        threads = list(_WARMING)
+    for t in threads:
+        t.join(timeout)
+    with _WARMING_LOCK:
+        _WARMING[:] = [t for t in _WARMING if t.is_alive()]
+        return not _WARMING

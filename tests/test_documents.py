@@ -78,8 +78,9 @@ def test_load_paths_folders_globs_ids_and_metadata(tmp_path, monkeypatch):
     assert a0.metadata == {"source": "notes/a.md", "chunk": 0, "title": "Alpha notes"}
     assert next(p for p in got.passages if p.id == "c1").metadata == {"year": 2001}
     assert set(got.sources) == {"notes/a.md", "notes/sub/b.txt"}
-    # the same file named alone has the same ids
-    alone = load_paths(["notes/sub/b.txt"], chunk_tokens=12, chunk_overlap=0)
+    # the same file named alone has the same ids (given the roots the index knows)
+    roots = sorted({e["root"] for e in got.files.values()})
+    alone = load_paths(["notes/sub/b.txt"], chunk_tokens=12, chunk_overlap=0, roots=roots)
     assert [p.id for p in alone.passages] == [p.id for p in got.passages
                                              if p.metadata.get("source") == "notes/sub/b.txt"]
     only_md = load_paths(["notes"], include=["*.md"])

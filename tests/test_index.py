@@ -77,7 +77,8 @@ def test_save_load_roundtrip(tmp_path, rng):
     idx2 = tiny_index(rng, with_empty=False)
     idx2.save(tmp_path / "ix")
     assert PropositionIndex.load(tmp_path / "ix").n_passages == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]
+    # the per-index lock file (.ix-lock) stays beside it; nothing else
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ix-lock", "ix"]
 
 
 @pytest.mark.parametrize("victim", ["embeddings.npy", "a_indices.npy", "strings.utf8",
@@ -139,7 +140,8 @@ def test_interrupted_save_leaves_old_index(tmp_path, rng, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         tiny_index(rng, with_empty=False).save(tmp_path / "ix")
     assert (tmp_path / "ix" / "manifest.json").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]
+    # the per-index lock file (.ix-lock) stays beside it; nothing else
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ix-lock", "ix"]
     PropositionIndex.load(tmp_path / "ix")
     # an interrupted first save leaves nothing loadable at the target
     with pytest.raises(KeyboardInterrupt):
