@@ -28,6 +28,18 @@ def _int_at_least(low: int):
 _positive_int, _nonneg_int = _int_at_least(1), _int_at_least(0)
 
 
+def _port_number(text: str) -> int:
+    """A TCP port: an integer in 1..65535."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number (1-65535); got {text!r}") \
+            from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number (1-65535); got {v}")
+    return v
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -131,10 +143,12 @@ def _read_paths(args, paths, embedder, whole: bool = False, roots=None):
                         chunk_overlap=args.chunk_overlap, embedder=embedder,
                         include=args.include, exclude=args.exclude,
                         skip_errors=args.skip_errors, roots=roots)
+    def shown(m):
+        return m.encode("utf-8", "backslashreplace").decode("utf-8")
     for msg in loaded.warnings:
-        print(f"warning: {msg}", file=sys.stderr)
+        print(f"warning: {shown(msg)}", file=sys.stderr)
     for _, msg in loaded.errors:
-        print(f"skipped: {msg}", file=sys.stderr)
+        print(f"skipped: {shown(msg)}", file=sys.stderr)
     if loaded.errors:
         print(f"{len(loaded.errors)} files skipped (--skip-errors)", file=sys.stderr)
     return loaded if whole else loaded.passages
@@ -182,9 +196,11 @@ def _cmd_index(args) -> int:
                 return 3
     else:
         openie = Path(args.extractor)
-        if not openie.is_file():
-            raise SystemExit(f"evireform index: --extractor must be 'heuristic' or an OpenIE "
-                             f"JSON file; {openie} does not exist")
+        if not openie.is_file() or openie.stat().st_size == 0:
+            why = ("is empty or not a regular file" if openie.exists() else
+                   "is not a file that exists")
+            raise ValueError(f"--extractor must be 'heuristic', 'phrases', 'llm' or a "
+                             f"HippoRAG OpenIE JSON file; {openie} {why}")
         idx = PropositionIndex.from_openie(openie, passages, embedder,
                                            batch_size=args.batch_size, show_progress=show,
                                            hnsw=hnsw)
@@ -823,12 +839,16 @@ def _cmd_serve(args) -> int:
         from .llm import LLMController, LLMReformulator, LLMSelector
         roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                      controller=LLMController(client))
+    if args.max_wait_ms > 1000:
+        raise ValueError(f"--max-wait-ms must be at most 1000 (one second); got "
+                         f"{args.max_wait_ms:g}")
     svc = RetrievalService(args.index_dir, emb, roles=roles, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
                            max_queue=args.max_queue)
     print(f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
           f"(docs at /docs)", file=sys.stderr)
-    serve(svc, host=args.host, port=args.port, api_key=key)
+    serve(svc, host=args.host, port=args.port, api_key=key,
+          header_timeout=args.header_timeout, max_connections=args.max_connections)
     return 0
 
 
@@ -1076,7 +1096,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("index_dir")
     sv.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default localhost only)")
-    sv.add_argument("--port", type=_positive_int, default=8000)
+    sv.add_argument("--port", type=_port_number, default=8000,
+                    help="TCP port, 1-65535 (default 8000)")
+    sv.add_argument("--header-timeout", type=_positive_float, default=10.0, metavar="S",
+                    help="seconds a client may take to send a request's headers "
+                         "(default 10)")
+    sv.add_argument("--max-connections", type=_positive_int, default=1000,
+                    help="open connections at most; beyond, 503 (default 1000)")
     sv.add_argument("--api-key-env", metavar="VAR",
                     help="require 'Authorization: Bearer $VAR' on every endpoint but /health")
     sv.add_argument("--max-batch", type=_positive_int, default=64,
@@ -1150,7 +1176,12 @@ def main(argv=None) -> int:
 
 
 def _describe(exc) -> str:
-    """An exception as one line that names the file when the OS error has one."""
+    """An exception as one line that names the file when the OS error has one (a name that
+    is not valid UTF-8 shown with backslash escapes, so the message itself can be printed)."""
+    return _describe_raw(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _describe_raw(exc) -> str:
     if isinstance(exc, OSError) and getattr(exc, "filename", None) and \
             str(exc.filename) not in str(exc):
         return f"{exc.filename}: {exc.strerror or exc}"

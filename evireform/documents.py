@@ -123,7 +123,12 @@ def chunk_text(text: str, chunk_tokens: int = 200, chunk_overlap: int = 30, *,
             pieces.append((s, n))
         else:
             cut = _cut_long(s, n, chunk_tokens)
-            pieces.extend(zip(cut, count(cut)))
+            for c, m in zip(cut, count(cut)):
+                if m > chunk_tokens and len(c.split()) <= 1:  # one long word: by characters
+                    sub = _cut_long(c, m, chunk_tokens)
+                    pieces.extend(zip(sub, count(sub)))
+                else:
+                    pieces.append((c, m))
     chunks, cur, size = [], [], 0
     for s, n in pieces:
         if cur and size + n > chunk_tokens:
@@ -269,13 +274,17 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
     include = list(include) if include else [f"*{s}" for s in TEXT_SUFFIXES + CORPUS_SUFFIXES]
     out = Loaded([])
     files: list[tuple[Path, str, str]] = []  # (path, root, path below the root)
+    from .store import _looks_like_index
     for p in map(Path, paths):
         _name_ok(str(p))
+        if p.is_dir() and _looks_like_index(p) or p.is_file() and _looks_like_index(p.parent):
+            raise ValueError(f"{p} is an evireform index (or one of its files), not "
+                             "documents; give the files or folders to index")
         if p.is_dir():
             real = os.path.realpath(p)
             root = _root_of(real, roots) or real
-            scope = os.path.relpath(real, root) if real != root else ""
-            out.scopes.append((root, "" if scope == "." else Path(scope).as_posix(), True))
+            scope = Path(os.path.relpath(real, root)).as_posix() if real != root else ""
+            out.scopes.append((root, scope, True))
             for f, rel in _walk(real, include, exclude, out, skip_errors):
                 below = Path(scope, rel).as_posix() if scope not in ("", ".") else rel
                 files.append((f, root, below))

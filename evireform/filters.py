@@ -22,6 +22,19 @@ sub-index build on random corpora and random filters.  A reserved key such as ``
 therefore gives tenants exact isolation: nothing of another tenant's passages, not even
 their entity degrees, reaches a result.
 
+**What "equals the sub-index" covers.**  Exactly (rankings and scores) for exact search
+and for the int8 scan (whose re-score makes it equal to exact), with every extractor whose
+propositions for a passage depend on that passage alone (heuristic, OpenIE, LLM, your own
+propositions).  Two cases are weaker, and said here rather than hidden: with HNSW search
+(indexes above ``kernels.config.EXACT_SEARCH_MAX`` matching propositions) a filtered query
+is approximate, as HNSW itself is: it searches the same graph with the filter's label test,
+so its candidates can differ from the sub-index's own HNSW graph by HNSW's recall (about 5
+in 100 rankings in the report that found it), while below that threshold a filter scans
+exactly; and the ``phrases`` extractor learns its vocabulary from the text of the whole
+index at build (and at every add), so a sub-index built from some passages alone would
+have learnt other phrases: under ``phrases`` the equality holds for the propositions the
+index has, not for a rebuild, and one tenant's text can shape another's phrases.
+
 **Comparison rules.**  Equality is JSON equality (``1 == 1.0``, but ``true`` is not ``1``;
 lists and objects compare whole).  ``$gt $gte $lt $lte`` take a number or a string and match
 values of the same kind (a passage whose value is of another kind, or that lacks the key, does

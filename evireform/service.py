@@ -50,6 +50,10 @@ class Overloaded(RuntimeError):
     """The request queue is full: retry later (HTTP 503)."""
 
 
+class Unavailable(RuntimeError):
+    """The index files changed under the service and cannot be loaded (HTTP 503)."""
+
+
 @dataclass
 class Generation:
     """One index version with the retrievers over it."""
@@ -79,8 +83,11 @@ class RetrievalService:
             raise ValueError(f"max_wait must be in [0, 1] seconds; got {max_wait}")
         self.max_wait = float(max_wait)
         # ``index``: the index already loaded from ``index_dir`` (so it is not read twice)
+        self._ident = self._files_identity()
         self.gen = self._generation(index if index is not None
                                     else PropositionIndex.load(self.index_dir), 0)
+        self._broken: str | None = None  # why the files on disk cannot be served
+        self._inflight = 0  # strategy questions and batch questions being answered
         self._queue: asyncio.Queue | None = None
         self._batcher: asyncio.Task | None = None
         # one thread runs retrieval (the kernels and the encoder are multi-threaded inside);
@@ -97,6 +104,62 @@ class RetrievalService:
         r = EviReform(index, self.config, embedder=self.embedder, **self.roles)
         return Generation(number, index, r)
 
+    def _files_identity(self):
+        """(inode, size, mtime_ns) of the manifest and of every file it lists: what changes
+        when ``evireform update`` swaps in a new generation, or when someone truncates or
+        overwrites a file in place (which would crash a reader of the old memory map)."""
+        import os
+        from .store import MANIFEST, index_files
+        out = []
+        for name in sorted(index_files(self.index_dir) or {MANIFEST}):
+            try:
+                st = os.stat(self.index_dir / name)
+                out.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((name, None))
+        return tuple(out)
+
+    def current(self) -> Generation:
+        """The generation to answer with: the files on disk are checked (one stat each)
+        and, when they changed (an update by another process, a file replaced), the new
+        generation is loaded and swapped in; when they cannot be loaded the service refuses
+        (:class:`Unavailable`) instead of reading a changed memory map."""
+        ident = self._files_identity()
+        if ident == self._ident:
+            if self._broken:
+                raise Unavailable(self._broken)
+            return self.gen
+        with self._update_lock:
+            ident = self._files_identity()
+            if ident != self._ident:
+                from .index import PropositionIndex
+                try:
+                    idx = PropositionIndex.load(self.index_dir)
+                except Exception as exc:  # noqa: BLE001 - refused, named, until it is fixed
+                    self._broken = ("the index files changed on disk and no longer load "
+                                    f"({_no_paths(str(exc), self.index_dir)}); restore the "
+                                    "index or write it with evireform update, never by "
+                                    "copying over a served index")
+                    self._ident = ident
+                    raise Unavailable(self._broken) from None
+                self._broken = None
+                self.gen = self._generation(idx, self.gen.number + 1)
+                self._ident = ident
+                self.metrics.generation.set(self.gen.number)
+        if self._broken:
+            raise Unavailable(self._broken)
+        return self.gen
+
+    def _admit(self, n: int) -> None:
+        """Count ``n`` questions against the bounded queue (``Overloaded`` when it is full):
+        single questions, batches and every method share one bound."""
+        waiting = (self._queue.qsize() if self._queue is not None else 0) + self._inflight
+        if waiting + n > self.max_queue and (waiting > 0 or n > self.max_queue):
+            self.metrics.rejected.inc()
+            raise Overloaded(f"{waiting} questions are waiting (at most {self.max_queue}); "
+                             "retry shortly")
+        self._inflight += n
+
     def strategy(self, gen: Generation, method: str):
         if method == "evireform":
             return gen.retriever
@@ -106,7 +169,10 @@ class RetrievalService:
         return gen.strategies[method]
 
     def health(self) -> dict:
-        g = self.gen
+        try:
+            g = self.current()
+        except Unavailable as exc:
+            return {"status": "unavailable", "error": str(exc)}
         return {"status": "ok", "index": {"passages": g.index.n_passages,
                                           "propositions": g.index.n_props,
                                           "embedder": g.index.embedder_name,
@@ -143,12 +209,12 @@ class RetrievalService:
         from .filters import compile_filter
         filter = compile_filter(filter)
         if method != "evireform":
-            gen = self.gen
-            r = self.strategy(gen, method)
-            res = await asyncio.get_running_loop().run_in_executor(
-                self._work, functools.partial(r.retrieve, question, k, filter=filter))
-            return res, gen.number
+            return await self._run(1, lambda gen: functools.partial(
+                self.strategy(gen, method).retrieve, question, k, filter=filter))
         fut = asyncio.get_running_loop().create_future()
+        if self._queue.qsize() + self._inflight >= self.max_queue:
+            self.metrics.rejected.inc()
+            raise Overloaded(f"{self.max_queue} questions are waiting; retry shortly")
         try:
             self._queue.put_nowait((question, (int(k), filter), fut))
         except asyncio.QueueFull:
@@ -162,11 +228,20 @@ class RetrievalService:
         """``(results, generation number)`` for a list of questions: one ``retrieve_many``."""
         from .filters import compile_filter
         filter = compile_filter(filter)
-        gen = self.gen
-        r = self.strategy(gen, method)
-        res = await asyncio.get_running_loop().run_in_executor(
-            self._work, functools.partial(r.retrieve_many, list(questions), k, filter=filter))
-        return res, gen.number
+        questions = list(questions)
+        return await self._run(len(questions), lambda gen: functools.partial(
+            self.strategy(gen, method).retrieve_many, questions, k, filter=filter))
+
+    async def _run(self, n: int, call):
+        """``(call(generation)(), generation number)`` on the query thread, ``n`` questions
+        counted against the bounded queue while they wait and run."""
+        self._admit(n)
+        try:
+            gen = self.current()
+            res = await asyncio.get_running_loop().run_in_executor(self._work, call(gen))
+            return res, gen.number
+        finally:
+            self._inflight -= n
 
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -197,7 +272,13 @@ class RetrievalService:
             for it in items:
                 k, flt = it[1]
                 groups.setdefault((k, flt.key if flt is not None else None), []).append(it)
-            gen = self.gen  # the whole batch runs on one generation
+            try:
+                gen = self.current()  # the whole batch runs on one generation
+            except Unavailable as exc:
+                for it in items:
+                    if not it[2].done():
+                        it[2].set_exception(exc)
+                continue
             for group in groups.values():
                 k, flt = group[0][1]
                 self.metrics.batch_size.observe(len(group))
@@ -226,7 +307,8 @@ class RetrievalService:
         if not add and not delete:
             raise ValueError("give 'add' passages and/or 'delete' ids")
         with self._update_lock, index_lock(self.index_dir):
-            idx = PropositionIndex.load(self.index_dir)
+            # fully verified: a save would stamp data nobody checked (bit rot, a forged stamp)
+            idx = PropositionIndex.load(self.index_dir, verify="full")
             changes: dict = {}
             if delete:
                 idx = idx.delete(list(delete))
@@ -236,7 +318,7 @@ class RetrievalService:
                 changes.update(idx.changes)
             idx.save(self.index_dir)
             new = self._generation(idx, self.gen.number + 1)  # what was just saved
-            self.gen = new
+            self.gen, self._ident, self._broken = new, self._files_identity(), None
         self.metrics.generation.set(new.number)
         return {"generation": new.number, "passages": new.index.n_passages,
                 "propositions": new.index.n_props,
@@ -284,7 +366,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
     from contextlib import asynccontextmanager
-    from typing import Literal
+    from typing import Annotated, Literal
 
     Method = Literal["evireform", "bgr", "bgr_union", "hiq"]
 
@@ -311,7 +393,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         question: StrictStr = Field(min_length=1, max_length=4000)
 
     class BatchIn(Ask):
-        questions: list[StrictStr] = Field(min_length=1, max_length=max_questions)
+        questions: list[Annotated[StrictStr, Field(min_length=1, max_length=4000)]] = Field(
+            min_length=1, max_length=max_questions)
 
     class PassageIn(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -343,6 +426,9 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def invalid(request, exc):
         errs = exc.errors()
         first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":
+            return error(422, "the request body is not valid JSON "
+                              f"({(first.get('ctx') or {}).get('error', 'decode error')})")
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
         return error(422, f"{where or 'body'}: {first.get('msg', 'invalid request')}")
 
@@ -367,7 +453,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     @app.get("/health")
     async def health():
-        return JSONResponse(service.health())
+        h = service.health()
+        return JSONResponse(h, status_code=200 if h["status"] == "ok" else 503)
 
     @app.post("/query")
     async def query(body: QueryIn):
@@ -376,6 +463,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             res, gen = await service.query(body.question, body.k, body.method, body.where())
         except Overloaded as exc:
             return error(503, str(exc), {"Retry-After": "1"})
+        except Unavailable as exc:
+            return error(503, str(exc))
         except ValueError as exc:
             return error(400, str(exc))
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
@@ -387,6 +476,10 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         try:
             results, gen = await service.query_batch(body.questions, body.k, body.method,
                                                      body.where())
+        except Overloaded as exc:
+            return error(503, str(exc), {"Retry-After": "1"})
+        except Unavailable as exc:
+            return error(503, str(exc))
         except ValueError as exc:
             return error(400, str(exc))
         took = time.perf_counter() - t0
@@ -401,13 +494,29 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
         except (ValueError, TypeError) as exc:
-            return error(400, str(exc))
+            return error(400, _no_paths(str(exc), service.index_dir))
 
     @app.get("/metrics")
     async def metrics():
         return Response(m.text(), media_type="text/plain; version=0.0.4")
 
     return _Guard(app, m, api_key, max_body)
+
+
+def _no_paths(message: str, index_dir) -> str:
+    """``message`` without the server's absolute paths (the index directory's own path
+    and its parent become "the index")."""
+    import os
+    real = os.path.realpath(index_dir)
+    for p in sorted({str(Path(index_dir).absolute()), real, str(index_dir)}, key=len,
+                    reverse=True):
+        if p and p not in (".", "/"):
+            message = message.replace(p, "<index>")
+    for p in sorted({str(Path(index_dir).absolute().parent), os.path.dirname(real)}, key=len,
+                    reverse=True):
+        if len(p) > 1:
+            message = message.replace(p, "<index folder>")
+    return message
 
 
 class _BodyTooLarge(Exception):
@@ -460,12 +569,21 @@ class _Guard:
         started = [False]
         seen = [0]
 
+        over = [False]
+
         async def counting_send(msg):
             if msg["type"] == "http.response.start":
                 if started[0]:
                     return  # one response per request
+                if over[0]:  # the body passed the cap: 413, whatever the framework said
+                    started[0] = True
+                    status[0] = 413
+                    await self._send_json(send, 413, f"request body over {self.max_body} bytes")
+                    return
                 started[0] = True
                 status[0] = msg["status"]
+            elif over[0]:
+                return
             await send(msg)
 
         async def capped_receive():
@@ -473,6 +591,7 @@ class _Guard:
             if msg.get("type") == "http.request":
                 seen[0] += len(msg.get("body") or b"")
                 if seen[0] > self.max_body:
+                    over[0] = True
                     raise _BodyTooLarge()
             return msg
         try:
@@ -519,14 +638,59 @@ def _error_of(exc) -> tuple[int, str]:
     return 500, "internal error"
 
 
+def _protocol(header_timeout: float):
+    """uvicorn's h11 protocol with a header deadline: a connection that has not sent a whole
+    request head within ``header_timeout`` seconds of connecting (or of starting its next
+    request) is closed, so clients trickling headers cannot hold connections."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _hdr = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data):
+            if self._hdr is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm()
+            super().data_received(data)
+
+        def connection_lost(self, exc):
+            if self._hdr is not None:
+                self._hdr.cancel()
+                self._hdr = None
+            super().connection_lost(exc)
+
+        def _arm(self):
+            cycle = self.cycle
+
+            def expire():
+                self._hdr = None
+                if self.cycle is cycle and not self.transport.is_closing():
+                    self.transport.close()  # no request head in time
+            self._hdr = self.loop.call_later(header_timeout, expire)
+    return HeaderTimeoutProtocol
+
+
 def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 8000,
-          api_key: str | None = None, log_level: str = "warning") -> None:
-    """Run the service with uvicorn until interrupted."""
+          api_key: str | None = None, log_level: str = "warning",
+          header_timeout: float = 10.0, keep_alive: float = 5.0,
+          max_connections: int = 1000) -> None:
+    """Run the service with uvicorn until interrupted: request heads within
+    ``header_timeout`` seconds, idle keep-alive connections closed after ``keep_alive``
+    seconds, at most ``max_connections`` connections (beyond, 503).  A fatal signal (a
+    memory-mapped file truncated under the process) leaves a traceback on stderr
+    (``faulthandler``)."""
     try:
         import uvicorn
     except ImportError as exc:
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
+    import faulthandler
+    import sys
+    faulthandler.enable(sys.stderr)
     app = create_app(service, api_key=api_key)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                lifespan="on")
+                lifespan="on", http=_protocol(header_timeout), timeout_keep_alive=keep_alive,
+                limit_concurrency=max_connections)
