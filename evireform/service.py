@@ -28,9 +28,21 @@ started on.  :func:`create_app` puts it behind FastAPI (extra ``serve``):
 with ``filter``): a tenant sees exactly what an index of its own passages would return.
 Results carry each passage's ``metadata``.
 
-Errors are JSON ``{"error": message}`` with a 4xx/5xx status, never a traceback; a full
-queue answers 503 with ``Retry-After``; with an API key every endpoint but ``/health`` needs
-``Authorization: Bearer <key>``.
+Errors are JSON ``{"error": message}`` with a 4xx/5xx status, never a traceback or a server
+path; a full queue answers 503 with ``Retry-After`` (single questions, batches and every
+method count against one bound of ``max_queue`` questions); a full disk during ``/update``
+answers 507; with an API key every endpoint but ``/health`` needs ``Authorization: Bearer
+<key>`` (the scheme in any case, the key compared in constant time; a key with whitespace is
+refused at start).  The body cap counts streamed bytes (a chunked body too); a client has
+``header_timeout`` seconds to send a request head; connections are limited.
+
+**The index on disk.**  Before each batch the service stats the index's files (manifest and
+every listed file: inode, size, mtime).  A new generation written by ``evireform update``
+(another process) is loaded and served from the next batch on; a file changed in place
+(truncated, or copied over: never copy over a served index, write it with ``evireform
+update`` or save to a new directory) makes the service refuse with 503 naming the cause
+until a loadable index is back, instead of reading a changed memory map.  ``faulthandler``
+is enabled, so a fatal signal still leaves a traceback in the log.
 """
 
 

@@ -159,7 +159,8 @@ def test_a_kill_at_any_point_leaves_the_old_or_the_new_index(tmp_path, point):
     n = PropositionIndex.load(target).n_props  # recovers if needed
     assert n == (30 if point == "after-second-rename" else 27)
     small_index(n=31).save(target)  # the next save cleans every leftover
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ix", "kill.py"]
+    # nothing left but the index and its lock file (.ix-lock, kept beside it by design)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ix-lock", "ix", "kill.py"]
     assert PropositionIndex.load(target).n_props == 31
 
 
