@@ -250,23 +250,6 @@ def _as_float(v) -> tuple[float, bool]:
     return float(v), False
 
 
-#: the largest magnitude of an integer a filter or metadata may hold (int64)
-MAX_INT = 2 ** 63 - 1
-
-
-def check_json_number(v, where: str) -> None:
-    """``ValueError`` for a number no filter can compare exactly: a non-finite float or an
-    integer beyond the int64 range (``10**400``), named by ``where``."""
-    import math
-    if isinstance(v, bool):
-        return
-    if isinstance(v, int) and abs(v) > MAX_INT:
-        raise ValueError(f"{where}: the integer {str(v)[:20]}... ({len(str(abs(v)))} digits) "
-                         f"is beyond the 64-bit range (|n| <= 2**63 - 1)")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError(f"{where}: the number {v} is not finite")
-
-
 _KIND_CODE = {"bool": 1, "number": 2, "string": 3, "null": 4, "list": 5, "object": 6}
 
 
@@ -404,18 +387,11 @@ def _all(nodes):
 MAX_DEPTH = 32
 
 
-def _check_values(v, where: str, depth: int = 0) -> None:
-    """Every number in an operand exactly comparable (:func:`check_json_number`)."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"{where}: a value nested more than {MAX_DEPTH} levels deep")
-    if isinstance(v, (int, float)):
-        check_json_number(v, where)
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            _check_values(x, where, depth + 1)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _check_values(x, where, depth + 1)
+def _check_values(v, where: str) -> None:
+    """Every number in an operand exactly comparable (int64, finite) and every string valid
+    Unicode: the rule metadata is written under (:func:`evireform._checks.check_json_value`)."""
+    from ._checks import check_json_value
+    check_json_value(v, where)
 
 
 def _compile(clause, where: str, keys: set, in_exists: set, depth: int = 0) -> _Node:
