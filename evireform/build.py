@@ -4,7 +4,9 @@ A build is three steps, each a function from a batch (a ``dict`` of equal-length
 lists or numpy arrays) to a batch, so that one process, a thread pool or a Ray Data pipeline
 (:mod:`evireform.distributed`) can run them and get the same index:
 
-1. :func:`extract_batch` - passages ``{pos, id, title, text}`` to propositions
+1. :func:`extract_batch` - passages ``{pos, id, title, text}`` (and optionally ``metadata``,
+   compact JSON per row, for extractors that read it: the phrases extractor's namespaces)
+   to propositions
    ``{pos, ord, text, entities}`` (``pos``: the passage's position in the corpus, ``ord``: the
    proposition's position within its passage, ``entities``: a JSON list of mentions per row);
 2. :func:`embed_batch` - adds ``embedding``, float32 rows, one per proposition;
@@ -40,7 +42,14 @@ def passage_batch(passages: Sequence[Passage], start: int = 0) -> dict:
     """The passage batch of ``passages`` (positions from ``start``)."""
     return {"pos": np.arange(start, start + len(passages), dtype=np.int64),
             "id": [p.id for p in passages], "title": [p.title for p in passages],
-            "text": [p.text for p in passages]}
+            "text": [p.text for p in passages],
+            "metadata": [metadata_json(p.metadata) for p in passages]}
+
+
+def metadata_json(md: dict) -> str:
+    """A passage's metadata as the batch column (and the index's string table) hold it:
+    compact JSON, ``""`` for none."""
+    return json.dumps(md, ensure_ascii=False, separators=(",", ":")) if md else ""
 
 
 def _check(batch: dict, cols: Sequence[str], step: str) -> int:
@@ -58,7 +67,9 @@ def extract_batch(batch: dict, extractor, *, show_progress: bool = False) -> dic
     n = _check(batch, PASSAGE_COLUMNS, "extract_batch")
     ids, titles, texts = _strs(batch["id"]), _strs(batch["title"]), _strs(batch["text"])
     pos = np.asarray(batch["pos"], dtype=np.int64)
-    passages = [Passage(ids[i], titles[i], texts[i]) for i in range(n)]
+    mds = [json.loads(m) if m else {} for m in _strs(batch["metadata"])] \
+        if "metadata" in batch else [{}] * n
+    passages = [Passage(ids[i], titles[i], texts[i], mds[i]) for i in range(n)]
     found = extractor.extract_many(passages, show_progress=show_progress)
     if len(found) != n:
         raise ValueError(f"{type(extractor).__name__}.extract_many returned {len(found)} "

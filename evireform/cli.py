@@ -455,11 +455,10 @@ def _update_extractor(args, idx):
         from .llm import LLMExtractor
         args.llm = True
         return LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
-    from .extract import EXTRACTORS, make_extractor
+    from .extract import extractor_recorded, make_extractor
     if args.extractor is not None:
-        return make_extractor(args.extractor)
-    by_name = {cls.name: key for key, cls in EXTRACTORS.items()}
-    return make_extractor(by_name[built]) if built in by_name else None
+        return make_extractor(args.extractor, built)
+    return extractor_recorded(built)
 
 
 def _extraction_fallbacks(extractor) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ._checks import positive_int
-from .build import embed_batch, extract_batch
+from .build import embed_batch, extract_batch, metadata_json
 from .embed import embedder_from_spec, spec_of
 from .search import check_queries, merge_topk
 from .shards import shard_bounds
@@ -243,8 +243,8 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
     bars = ctx.enable_progress_bars
     ctx.enable_progress_bars = bool(show_progress)
     try:
-        items = [{"pos": i, "id": p.id, "title": p.title, "text": p.text}
-                 for i, p in enumerate(passages)]
+        items = [{"pos": i, "id": p.id, "title": p.title, "text": p.text,
+                  "metadata": metadata_json(p.metadata)} for i, p in enumerate(passages)]
         n_blocks = max(1, min(len(items), -(-len(items) // passages_per_batch)))
         ds = ray.data.from_items(items, override_num_blocks=n_blocks)
         ds = ds.map_batches(_extract, fn_kwargs={"extractor": extractor},

@@ -35,10 +35,13 @@ class Extractor(Protocol):
         """Propositions of one passage (``Proposition.passage`` = ``passage.id``)."""
         ...
 
-    def fit(self, passages: Sequence[Passage]) -> "Extractor":
+    def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
+            ) -> "Extractor":
         """Learn what extraction needs from the whole corpus (the passages of the index being
         built, or of the index plus those being added) before :meth:`extract_many`; a no-op
-        unless the extractor uses corpus statistics.  Returns the extractor."""
+        unless the extractor uses corpus statistics.  ``new``: the passages an add is about
+        to extract (among ``passages``), so an extractor may learn only what they need.
+        Returns the extractor."""
         return self
 
     def extract_many(self, passages: Sequence[Passage],
@@ -221,20 +224,36 @@ class PhraseExtractor(Extractor):
     plus numbers of three or more digits and the passage title (which links every
     proposition of a passage).  Nothing depends on letter case, so a lower-cased corpus
     gives the same graph as its original up to the title prefix's case.
+
+    **Namespaces.**  The vocabulary is learnt separately for each value of the metadata key
+    ``group_by`` (default ``"namespace"``, the key the service's ``namespace`` field
+    filters on; passages without it form one group of their own): a passage's propositions
+    depend on the text of its own namespace only, so one tenant's rankings never depend on
+    another tenant's passages, and a namespace of an index built with this extractor equals
+    an index built from that namespace's passages alone.  ``group_by=None`` learns one
+    vocabulary from the whole corpus.  An add learns the vocabulary of the namespaces it
+    touches again from their passages (old and new); the propositions already in the index
+    are kept as they were extracted.
     """
 
-    name = "phrases-v1"
+    #: ``"phrases-v2"``: a vocabulary per namespace; ``"phrases-v1"`` (``group_by=None``):
+    #: one for the corpus, as before namespaces were fitted apart
+    name = "phrases-v2"
 
     def __init__(self, max_n: int = 3, min_df: int = 2, max_df_share: float = 0.005,
                  max_df_min: int = 5, max_title_tokens: int = 8, title_prefix: bool = True,
-                 title_entity: bool = True, stopwords=STOPWORDS):
+                 title_entity: bool = True, stopwords=STOPWORDS,
+                 group_by: str | None = "namespace"):
         self.max_n, self.min_df = int(max_n), int(min_df)
+        self.group_by = group_by
+        if group_by is None:
+            self.name = "phrases-v1"
+        #: the vocabulary and longest phrase of each namespace (see the class docstring)
+        self.vocabs: dict = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
         self.max_title_tokens = int(max_title_tokens)
         self.title_prefix, self.title_entity = title_prefix, title_entity
         self.stopwords = frozenset(stopwords)
-        self.vocab: set | None = None
-        self._longest = 1
 
     def _ok_edges(self, gram: tuple) -> bool:
         return gram[0] not in self.stopwords and gram[-1] not in self.stopwords \
@@ -258,8 +277,34 @@ class PhraseExtractor(Extractor):
                     break
                 yield gram
 
-    def fit(self, passages: Sequence[Passage]) -> "PhraseExtractor":
-        """Learn the vocabulary (titles and recurring phrases) from ``passages``."""
+    def _group(self, metadata: dict):
+        """The namespace a passage's vocabulary comes from (JSON equality, as filters)."""
+        if self.group_by is None or self.group_by not in metadata:
+            return None
+        from .filters import _canonical
+        try:
+            return ("key", _canonical(metadata[self.group_by]))
+        except TypeError:  # unhashable (never from JSON): its own spelling
+            return ("repr", repr(metadata[self.group_by]))
+
+    def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
+            ) -> "PhraseExtractor":
+        """Learn the vocabulary (titles and recurring phrases) of each namespace from its
+        ``passages``; with ``new``, only the namespaces of those passages (reading the text
+        of no other passage)."""
+        from .strings import Take, metadata_of
+        groups = [self._group(md) for md in metadata_of(passages)]
+        wanted = None if new is None else {self._group(p.metadata) for p in new}
+        members: dict = {}
+        for i, g in enumerate(groups):
+            if wanted is None or g in wanted:
+                members.setdefault(g, []).append(i)
+        for g, pos in members.items():
+            self.vocabs[g] = self._learn(Take(passages, pos))
+        return self
+
+    def _learn(self, passages: Sequence[Passage]) -> tuple[set, int]:
+        """(vocabulary, longest phrase) of one namespace's passages."""
         from collections import Counter
         from .text import sentences, tokens
         df: Counter = Counter()
@@ -274,17 +319,15 @@ class PhraseExtractor(Extractor):
             df.update(seen)
         cap = max(self.max_df_min, int(self.max_df_share * len(passages)))
         vocab.update(g for g, c in df.items() if self.min_df <= c <= cap)
-        self.vocab = vocab
-        self._longest = max((len(g) for g in vocab), default=1)
-        return self
+        return vocab, max((len(g) for g in vocab), default=1)
 
-    def _spot(self, toks: list[str]) -> list[str]:
+    def _spot(self, toks: list[str], vocab: set, longest: int) -> list[str]:
         from .text import is_cjk
         out, i, n = [], 0, len(toks)
         while i < n:
-            for m in range(min(self._longest, n - i), 0, -1):
+            for m in range(min(longest, n - i), 0, -1):
                 gram = tuple(toks[i:i + m])
-                if gram in self.vocab:
+                if gram in vocab:
                     out.append(("" if is_cjk(gram[0]) else " ").join(gram))
                     i += m
                     break
@@ -296,18 +339,21 @@ class PhraseExtractor(Extractor):
 
     def extract_many(self, passages: Sequence[Passage],
                      show_progress: bool = False) -> list[list[Proposition]]:
-        if self.vocab is None:  # not fitted: learn from these passages
-            self.fit(passages)
+        missing = [p for p in passages if self._group(p.metadata) not in self.vocabs]
+        if missing:  # namespaces not fitted: learn them from these passages
+            self.fit(passages, new=missing)
         return super().extract_many(passages, show_progress)
 
     def extract(self, passage: Passage) -> list[Proposition]:
         from .text import sentences, tokens
-        if self.vocab is None:
+        g = self._group(passage.metadata)
+        if g not in self.vocabs:
             self.fit([passage])
+        vocab, longest = self.vocabs[g]
         title = passage.title.strip()
         out = []
         for sent in sentences(passage.text):
-            ents = self._spot(tokens(sent))
+            ents = self._spot(tokens(sent), vocab, longest)
             if title and self.title_entity:
                 ents.append(title)
             text = sent
@@ -322,13 +368,27 @@ class PhraseExtractor(Extractor):
 EXTRACTORS = {"heuristic": HeuristicExtractor, "phrases": PhraseExtractor}
 
 
-def make_extractor(name: str) -> Extractor:
-    """``"heuristic"`` or ``"phrases"``: a fresh LLM-free extractor."""
+def make_extractor(name: str, recorded: str | None = None) -> Extractor:
+    """``"heuristic"`` or ``"phrases"``: a fresh LLM-free extractor.  ``recorded``: the
+    extractor name an index recorded, so an update extracts as its build did (an index
+    recorded as ``phrases-v1`` gets ``PhraseExtractor(group_by=None)``)."""
+    if name == "phrases" and recorded == "phrases-v1":
+        return PhraseExtractor(group_by=None)
     try:
         return EXTRACTORS[name]()
     except KeyError:
         raise ValueError(f"unknown extractor {name!r}; the LLM-free ones are "
                          f"{sorted(EXTRACTORS)}") from None
+
+
+def extractor_recorded(recorded) -> Extractor | None:
+    """A fresh LLM-free extractor that writes the name ``recorded`` (from an index's
+    ``meta["extractor"]``), or None when no LLM-free extractor does."""
+    for key in EXTRACTORS:
+        found = make_extractor(key, recorded)
+        if found.name == recorded:
+            return found
+    return None
 
 
 # --------------------------------------------------------------------------- OpenIE file

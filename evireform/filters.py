@@ -25,15 +25,17 @@ their entity degrees, reaches a result.
 **What "equals the sub-index" covers.**  Exactly (rankings and scores) for exact search
 and for the int8 scan (whose re-score makes it equal to exact), with every extractor whose
 propositions for a passage depend on that passage alone (heuristic, OpenIE, LLM, your own
-propositions).  Two cases are weaker, and said here rather than hidden: with HNSW search
-(indexes above ``kernels.config.EXACT_SEARCH_MAX`` matching propositions) a filtered query
-is approximate, as HNSW itself is: it searches the same graph with the filter's label test,
-so its candidates can differ from the sub-index's own HNSW graph by HNSW's recall (about 5
-in 100 rankings in the report that found it), while below that threshold a filter scans
-exactly; and the ``phrases`` extractor learns its vocabulary from the text of the whole
-index at build (and at every add), so a sub-index built from some passages alone would
-have learnt other phrases: under ``phrases`` the equality holds for the propositions the
-index has, not for a rebuild, and one tenant's text can shape another's phrases.
+propositions).  With HNSW search (indexes above ``kernels.config.EXACT_SEARCH_MAX``
+matching propositions) a filtered query is approximate, as HNSW itself is: it searches the
+same graph with the filter's label test, so its candidates can differ from the sub-index's
+own HNSW graph by HNSW's recall (about 5 in 100 rankings in the report that found it),
+while below that threshold a filter scans exactly.  The ``phrases`` extractor learns its
+vocabulary per namespace (:class:`~evireform.extract.PhraseExtractor`, the metadata key
+``namespace``): a filter that selects one namespace equals an index built from that
+namespace's passages alone, and no tenant's text shapes another tenant's phrases; a filter
+that selects part of a namespace keeps the phrases its namespace learnt (a rebuild from
+just those passages would learn fewer).  ``tests/test_hostile4.py`` checks each of these
+statements.
 
 **Comparison rules.**  Equality is JSON equality (``1 == 1.0``, but ``true`` is not ``1``;
 lists and objects compare whole).  ``$gt $gte $lt $lte`` take a number or a string and match
@@ -183,11 +185,8 @@ class Filter:
 def _metadatas(index):
     """Every passage's metadata, in order; for a memory-mapped index only the metadata
     column is decoded (not the ids, titles and texts)."""
-    from .strings import PassageTable
-    ps = index.passages
-    if isinstance(ps, PassageTable):
-        return map(PassageTable._meta, ps.metadata)
-    return (p.metadata for p in ps)
+    from .strings import metadata_of
+    return metadata_of(index.passages)
 
 
 def _metadata_keys(index) -> set:

@@ -32,6 +32,7 @@ from .kernels import quantize_int8, quantized_topk_batch
 from .kernels import w_nnz as _w_nnz
 from ._checks import as_list
 from .kernels.graph import append_rows, remove_rows
+from .strings import Concat, Take
 from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
     save_index
 from .search import build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch
@@ -95,9 +96,8 @@ class PropositionIndex:
         kept: a loaded index holds no per-passage Python objects until then."""
         pos = self.__dict__.get("_pos_cache")
         if pos is None:
-            from .strings import PassageTable
-            ids = self.passages.ids if isinstance(self.passages, PassageTable) else \
-                (p.id for p in self.passages)
+            from .strings import column
+            ids = column(self.passages, "ids")
             pos = self.__dict__["_pos_cache"] = {pid: i for i, pid in enumerate(ids)}
         return pos
 
@@ -352,7 +352,7 @@ class PropositionIndex:
                              "--extractor)")
         fit = getattr(extractor, "fit", None)
         if callable(fit) and new:  # corpus statistics over the index and the new passages
-            fit(self.passages + new)
+            fit(Concat(self.passages, new), new=new)
         props: list[Proposition] = []
         for found in extractor.extract_many(new, show_progress=show_progress):
             props.extend(found)
@@ -371,8 +371,8 @@ class PropositionIndex:
         rows = [np.unique(np.asarray(r, dtype=np.int64))
                 for r in fold_mentions(props, names, {n: i for i, n in enumerate(names)})]
         out = PropositionIndex(
-            passages=list(self.passages) + new,
-            prop_texts=list(self.prop_texts) + [p.text for p in props],
+            passages=Concat(self.passages, new),  # read in place: save copies their bytes
+            prop_texts=Concat(self.prop_texts, [p.text for p in props]),
             changes={"added": [p.id for p in new], "duplicates": dups},
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
@@ -522,9 +522,9 @@ def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
     mask = keep[idx.owner]
     props = np.flatnonzero(mask)
     graph, ents = remove_rows(idx.graph, mask)
-    passages = [p for p, k in zip(idx.passages, keep) if k]
+    passages = Take(idx.passages, np.flatnonzero(keep))  # read in place (strings.pack)
     pmap = PassageMap.from_owner(new_pos[idx.owner[props]], len(passages))
-    out = PropositionIndex(passages=passages, prop_texts=[idx.prop_texts[i] for i in props],
+    out = PropositionIndex(passages=passages, prop_texts=Take(idx.prop_texts, props),
                            entity_names=[idx.entity_names[e] for e in ents], graph=graph,
                            pmap=pmap,
                            embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),

@@ -784,15 +784,31 @@ def _check_strings(path: Path, sizes: dict, full: bool):
     _check_ptr(fo, off, size)
     blob = np.memmap(f, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
     if full:
-        step = 64 << 20
-        cuts = np.searchsorted(off, np.arange(step, size, step))  # decode at string ends
-        bounds = [0, *sorted({int(off[c]) for c in cuts if c < len(off)}), size]
-        for a, b in zip(bounds, bounds[1:]):
-            try:
-                bytes(blob[a:b]).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                _fail(f, f"not valid UTF-8 at byte {a + exc.start}")
+        _check_utf8(f, blob, off)
     return blob, off
+
+
+def _check_utf8(f: Path, blob, off) -> None:
+    """Every string of the blob valid UTF-8, in memory bounded by one 16 MiB step whatever
+    the strings' sizes: the blob decodes as one stream, and no string starts with a
+    continuation byte (so none ends inside a character)."""
+    import codecs
+    from .strings import release_pages
+    size = len(blob)
+    starts = np.asarray(off[:-1])[np.asarray(off[:-1]) < size]
+    cont = np.flatnonzero((np.asarray(blob[starts]) & 0xC0) == 0x80) if len(starts) else []
+    if len(cont):
+        _fail(f, f"not valid UTF-8 at byte {int(starts[cont[0]])} (a string starts inside a "
+                 "character)")
+    dec = codecs.getincrementaldecoder("utf-8")()
+    step = 16 << 20
+    for a in range(0, size, step):
+        held = len(dec.getstate()[0])  # bytes of a character cut by the previous step
+        try:
+            dec.decode(bytes(blob[a:a + step]), final=a + step >= size)
+        except UnicodeDecodeError as exc:
+            _fail(f, f"not valid UTF-8 at byte {a - held + exc.start}")
+        release_pages(blob, a, min(a + step, size))
 
 
 def _string_tables(path: Path, sizes: dict, full: bool):

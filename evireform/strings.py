@@ -11,17 +11,27 @@ decoded when it is read (the passages a result returns, the candidates a selecto
 tables (ids, titles, texts, metadata as JSON).  Both compare equal to lists with the same
 items, and ``list(table)`` materialises them.  :func:`pack` writes the blob and offsets of
 any sequences of strings.
+
+An update never decodes the strings it keeps: :meth:`PropositionIndex.add
+<evireform.PropositionIndex.add>` holds the old passages and the new ones as a
+:class:`Concat`, :func:`~evireform.index.subset_index` the kept ones as a :class:`Take`, and
+:func:`pack` copies the bytes of every table range such views cover straight from the old
+blob (an update's memory is proportional to what it changes, not to the texts).
 """
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
+from .build import metadata_json
 from .types import Passage
 
-__all__ = ["StringTable", "PassageTable", "pack", "TABLES"]
+__all__ = ["StringTable", "PassageTable", "Concat", "Take", "column", "metadata_of", "pack",
+           "TABLES"]
 
 #: the tables of an index, in blob order, with the count each spans
 TABLES = (("passage_ids", "N"), ("passage_titles", "N"), ("passage_texts", "N"),
@@ -128,26 +138,151 @@ class PassageTable(Sequence):
         return f"PassageTable({len(self)} passages)"
 
 
-def _metadata_json(md: dict) -> str:
-    return json.dumps(md, ensure_ascii=False, separators=(",", ":")) if md else ""
+class _View(Sequence):
+    """Shared behaviour of the read-only views: list equality, ``+`` makes a list."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def _index(self, i) -> int:
+        i = int(i)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"item {i} of a sequence of {n}")
+        return i
+
+
+class Concat(_View):
+    """The sequences ``parts`` one after another (tables, lists, other views), read in place:
+    nothing is copied or decoded until an item is read."""
+
+    __slots__ = ("parts", "_ends")
+
+    def __init__(self, *parts):
+        flat: list = []
+        for part in parts:
+            flat.extend(part.parts if isinstance(part, Concat) else [part])
+        self.parts = [part for part in flat if len(part)]
+        self._ends = np.cumsum([len(part) for part in self.parts], dtype=np.int64).tolist()
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = self._index(i)
+        k = bisect_right(self._ends, i)
+        return self.parts[k][i - (self._ends[k - 1] if k else 0)]
+
+    def __iter__(self):
+        return chain.from_iterable(self.parts)
+
+    def __repr__(self) -> str:
+        return f"Concat({len(self)} items in {len(self.parts)} parts)"
+
+
+class Take(_View):
+    """Items ``positions`` (ascending or not) of ``base``, read in place."""
+
+    __slots__ = ("base", "positions")
+
+    def __init__(self, base, positions):
+        if isinstance(base, Take):  # a view of a view reads the first base directly
+            positions, base = base.positions[np.asarray(positions, dtype=np.int64)], base.base
+        self.base = base
+        self.positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.base[int(self.positions[self._index(i)])]
+
+    def __iter__(self):
+        base = self.base
+        return (base[j] for j in self.positions.tolist())
+
+    def __repr__(self) -> str:
+        return f"Take({len(self)} of {len(self.base)} items)"
+
+
+_GETTERS = {"ids": lambda p: p.id, "titles": lambda p: p.title, "texts": lambda p: p.text,
+            "metadata": lambda p: metadata_json(p.metadata)}
+
+
+def column(passages, name: str):
+    """The strings of one passage field (``"ids"``, ``"titles"``, ``"texts"`` or
+    ``"metadata"`` as stored: compact JSON, ``""`` for none) of any passage sequence: a
+    table's own :class:`StringTable`, views of the views' columns, a list for
+    :class:`Passage` objects."""
+    if isinstance(passages, PassageTable):
+        return getattr(passages, name)
+    if isinstance(passages, Concat):
+        return Concat(*(column(part, name) for part in passages.parts))
+    if isinstance(passages, Take):
+        return Take(column(passages.base, name), passages.positions)
+    return [_GETTERS[name](p) for p in passages]
+
+
+def metadata_of(passages):
+    """Every passage's metadata dict, in order, decoding only the metadata column of tables
+    (not their ids, titles and texts)."""
+    if isinstance(passages, (PassageTable, Concat, Take)):
+        return map(PassageTable._meta, column(passages, "metadata"))
+    return (p.metadata for p in passages)
+
+
+def release_pages(blob, a: int, b: int) -> None:
+    """Drop the pages of bytes a .. b of a memory-mapped blob from this process (they stay
+    in the file and the page cache): copying a large blob leaves the process's resident
+    memory where it was.  A no-op for blobs in memory."""
+    import mmap
+    mm = getattr(blob, "_mmap", None)
+    if mm is None or getattr(blob, "offset", 1) != 0 or not hasattr(mm, "madvise"):
+        return
+    page = mmap.PAGESIZE
+    a0 = a - a % page
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, a0, b - a0)
+    except (OSError, ValueError):  # a platform without it: only the residency differs
+        pass
 
 
 def pack(passages, propositions, entities, write) -> np.ndarray:
     """Write the UTF-8 blob of an index's strings (in :data:`TABLES` order) through
-    ``write(bytes)`` in chunks, and return the offsets (int64, one more than strings)."""
-    sizes: list[int] = []
-    buf: list[bytes] = []
+    ``write(bytes)`` in chunks, and return the offsets (int64, one more than strings).
+
+    Ranges of a :class:`StringTable` (directly, or inside a :class:`Concat` or
+    :class:`Take`) are copied as bytes, never decoded; other strings are encoded strictly
+    (a lone surrogate raises ``ValueError`` naming the string: never invalid UTF-8)."""
+    chunks: list[np.ndarray] = []   # string sizes, in order
+    sizes: list[int] = []           # sizes of the strings encoded since the last chunk
+    buf: list = []
     held = 0
+    count = 0
 
     def put(s: str):
-        nonlocal held
+        nonlocal held, count
         try:
             b = s.encode("utf-8")
         except UnicodeEncodeError:  # never write invalid UTF-8 (a copy could not load it)
             from ._checks import check_text
-            check_text(s, f"string {len(sizes)} of the index ({s[:60]!r})")
+            check_text(s, f"string {count} of the index ({s[:60]!r})")
             raise
         sizes.append(len(b))
+        count += 1
         buf.append(b)
         held += len(b)
         if held >= 1 << 24:
@@ -155,25 +290,51 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
 
     def flush():
         nonlocal held
-        write(b"".join(buf))
-        buf.clear()
+        if buf:
+            write(b"".join(buf))
+            buf.clear()
         held = 0
+        if sizes:
+            chunks.append(np.asarray(sizes, dtype=np.int64))
+            sizes.clear()
 
-    if isinstance(passages, PassageTable):  # no Passage objects for a table's columns
-        cols = (passages.ids, passages.titles, passages.texts, passages.metadata)
-        for col in cols:
+    def raw(table: StringTable, a: int, b: int):
+        """Strings a .. b - 1 of ``table``, copied as bytes."""
+        nonlocal count
+        if b <= a:
+            return
+        flush()
+        off = table._off[table.lo + a:table.lo + b + 1]
+        lo, hi = int(off[0]), int(off[-1])
+        step = 1 << 24
+        for x in range(lo, hi, step):
+            write(table._mv[x:min(x + step, hi)])
+            release_pages(table.blob, x, min(x + step, hi))
+        chunks.append(np.diff(off).astype(np.int64))
+        count += b - a
+
+    def put_all(col):
+        if isinstance(col, StringTable):
+            raw(col, 0, len(col))
+        elif isinstance(col, Concat):
+            for part in col.parts:
+                put_all(part)
+        elif isinstance(col, Take) and isinstance(col.base, StringTable):
+            pos = col.positions
+            if len(pos):  # runs of consecutive positions, one copy each
+                breaks = np.flatnonzero(np.diff(pos) != 1) + 1
+                for r in np.split(pos, breaks):
+                    raw(col.base, int(r[0]), int(r[-1]) + 1)
+        else:
             for s in col:
                 put(s)
-    else:
-        for get in (lambda p: p.id, lambda p: p.title, lambda p: p.text,
-                    lambda p: _metadata_json(p.metadata)):
-            for p in passages:
-                put(get(p))
-    for s in propositions:
-        put(s)
-    for s in entities:
-        put(s)
+
+    for name in ("ids", "titles", "texts", "metadata"):
+        put_all(column(passages, name))
+    put_all(propositions)
+    put_all(entities)
     flush()
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(np.asarray(sizes, dtype=np.int64), out=offsets[1:])
+    allsizes = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+    offsets = np.zeros(len(allsizes) + 1, dtype=np.int64)
+    np.cumsum(allsizes, out=offsets[1:])
     return offsets

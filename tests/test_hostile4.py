@@ -522,31 +522,48 @@ def test_12_batches_and_strategies_share_the_bounded_queue(tmp_path):
 
 
 # =========================================================================== 13. locks
-def test_13_an_update_waiting_for_input_holds_no_lock(tmp_path):
+@pytest.mark.parametrize("flag", ["--add", "--delete"])
+def test_13_an_update_waiting_for_input_holds_no_lock(tmp_path, flag):
+    """The reported case: ``update --add DIR`` of a folder holding a FIFO (opened, at
+    c4363ba, under a lock on the index's parent folder, so every update in that folder hung
+    behind it); and ``--delete FIFO``, which waits for its writer before taking any lock."""
     a = _index(tmp_path, _ps(3), "a")
     b = _index(tmp_path, _ps(3), "b")
-    fifo = tmp_path / "ids.fifo"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "kept.txt").write_text("Omega Point met Sigma Ray.")
+    fifo = notes / "pipe.txt" if flag == "--add" else tmp_path / "ids.fifo"
     os.mkfifo(fifo)
-    blocked = subprocess.Popen([sys.executable, "-m", "evireform", "update", str(a),
-                                "--delete", str(fifo)], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    blocked = subprocess.Popen([sys.executable, "-m", "evireform", "update", str(a), flag,
+                                str(notes if flag == "--add" else fifo), "--quiet"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env={**os.environ, "PYTHONPATH": REPO})
     try:
-        time.sleep(3)  # it waits on the FIFO
+        time.sleep(3)  # it waits on the FIFO (--delete) or has skipped it (--add)
         ids = tmp_path / "del.txt"
         ids.write_text("p0\n")
         done = []
         t = threading.Thread(target=lambda: done.append(
-            main(["update", str(a), "--delete", str(ids), "--quiet"])))
+            main(["update", str(a), "--delete", str(ids), "--quiet"])), daemon=True)
         t.start()
         t.join(60)
         assert done == [0], "an update of the same index waited for the blocked one"
         assert main(["update", str(b), "--delete", str(ids), "--quiet"]) == 0
     finally:
-        with open(fifo, "w") as f:  # release it
-            f.write("p1\n")
-        blocked.communicate(timeout=120)
-    assert sorted(p.id for p in PropositionIndex.load(a).passages) == ["p2"]
+        try:  # release a reader still waiting (never block here if there is none)
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"p1\n" if flag == "--delete" else b"[]")
+            os.close(fd)
+        except OSError:
+            pass
+        out, err = blocked.communicate(timeout=120)
+    if flag == "--add":  # only regular files are read: the FIFO skipped with a warning
+        assert blocked.returncode == 0, err.decode()[-400:]
+        assert "pipe.txt" in err.decode()
+        texts = [p.text for p in PropositionIndex.load(a).passages]
+        assert "Omega Point met Sigma Ray." in texts and len(texts) == 3
+    else:
+        assert sorted(p.id for p in PropositionIndex.load(a).passages) == ["p2"]
 
 
 def test_13_locks_are_per_index_not_per_folder(tmp_path):
@@ -562,15 +579,167 @@ def test_13_locks_are_per_index_not_per_folder(tmp_path):
         assert r.stdout.strip() == "got it"
 
 
+# =========================================================================== 5. memory
+def _big_index(tmp_path, mb: int):
+    """An index whose first passage holds ``mb`` MiB of text (its propositions are small)."""
+    from evireform import Proposition
+    ps = [Passage("big", "Big", "lorem ipsum dolor " * (mb * 58254))] + _ps(20)
+    props = [Proposition(f"Alpha {i} met Gamma Ray.", p.id, (f"Alpha {i}", "Gamma Ray"))
+             for i, p in enumerate(ps)]
+    emb = EMB.encode([p.text for p in props])
+    return PropositionIndex.from_propositions(ps, props, emb, EMB.name).save(tmp_path / "ix")
+
+
+@pytest.mark.parametrize("op", ["add", "delete", "upsert"])
+def test_5_a_one_passage_update_never_decodes_the_texts_it_keeps(tmp_path, op):
+    import tracemalloc
+    ix = _big_index(tmp_path, 48)
+    idx = PropositionIndex.load(ix, verify="fast")
+    one = [Passage("new", "New", "Epsilon met Zeta Ray.")]
+    tracemalloc.start()
+    try:
+        out = {"add": lambda: idx.add(one, EMB), "delete": lambda: idx.delete(["p3"]),
+               "upsert": lambda: idx.upsert([Passage("p4", "T", "Changed text.")], EMB)}[op]()
+        out.save(ix)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{op} of one passage allocated {peak >> 20} MiB (the text: 48)"
+    back = PropositionIndex.load(ix, verify="full")  # the copied bytes are the same strings
+    assert back.passages[0] == Passage("big", "Big", "lorem ipsum dolor " * (48 * 58254))
+    ids = [p.id for p in back.passages]
+    assert {"add": "new" in ids, "delete": "p3" not in ids,
+            "upsert": back.passages[ids.index("p4")].text == "Changed text."}[op]
+    assert back.prop_texts == [t for t in back.prop_texts]  # every table reads back
+
+
+def test_5_full_verification_of_a_large_text_runs_in_bounded_memory(tmp_path):
+    import tracemalloc
+    ix = _big_index(tmp_path, 48)
+    tracemalloc.start()
+    try:
+        PropositionIndex.load(ix, verify="full")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 << 20, f"verifying a 48 MiB text allocated {peak >> 20} MiB"
+
+
+def test_5_the_utf8_check_finds_a_character_cut_between_two_strings(tmp_path):
+    """The blob decodes as a stream, so a character split across two strings would pass it:
+    the check also refuses a string that starts with a continuation byte."""
+    from evireform import IndexFormatError
+    from evireform.store import _check_utf8
+    blob = np.frombuffer("aé".encode() + b"b", np.uint8)  # 'a', 0xC3 0xA9, 'b'
+    _check_utf8(tmp_path / "s", blob, np.array([0, 1, 4], np.int64))
+    with pytest.raises(IndexFormatError, match="at byte 2"):
+        _check_utf8(tmp_path / "s", blob, np.array([0, 2, 4], np.int64))
+    with pytest.raises(IndexFormatError, match="at byte 1"):  # an invalid byte, any step
+        _check_utf8(tmp_path / "s", np.frombuffer(b"a\xffb", np.uint8),
+                    np.array([0, 3], np.int64))
+
+
 # =========================================================================== 16, 17
-def test_17_filtered_hnsw_is_documented_as_approximate():
+def _tenants(t2_text: str):
+    """Two namespaces of lower-case text (what --extractor phrases is for)."""
+    out = []
+    for i in range(30):
+        out.append(Passage(f"a{i}", f"item {i % 7}", f"the red fox {i % 5} ran with the "
+                           f"blue heron by lake {i % 10}. it was seen by ann {i % 4}.",
+                           {"namespace": "t1"}))
+    for i in range(30):
+        out.append(Passage(f"b{i}", f"item {i % 7}", t2_text.format(i=i % 6),
+                           {"namespace": "t2"}))
+    return out
+
+
+def _ranks(idx, questions, flt):
+    from evireform.retriever import EviReform, EviReformConfig
+    r = EviReform(idx, EviReformConfig(n_candidates=8, k_residual=3), embedder=EMB)
+    return [[(p.id, round(p.score, 12)) for p in r.retrieve(q, k=10, filter=flt).passages]
+            for q in questions]
+
+
+QS = ["where did the red fox run?", "who saw the blue heron?", "lake 2 and item 3",
+      "what ran near lake 1 with ann 2?"]
+
+
+def test_16_a_namespace_never_depends_on_another_namespaces_text():
+    from evireform.extract import PhraseExtractor
+    one = PropositionIndex.build(_tenants("a grey cat {i} sat on the mat."),
+                                 EMB, extractor=PhraseExtractor(), show_progress=False)
+    two = PropositionIndex.build(_tenants("ann walked past lake {i} today."),
+                                 EMB, extractor=PhraseExtractor(), show_progress=False)
+    t1 = {"namespace": "t1"}
+    assert _ranks(one, QS, t1) == _ranks(two, QS, t1)
+    # and t1 equals an index built from its passages alone, with the same extractor
+    alone = PropositionIndex.build([p for p in _tenants("x") if p.id.startswith("a")], EMB,
+                                   extractor=PhraseExtractor(), show_progress=False)
+    assert _ranks(one, QS, t1) == _ranks(alone, QS, None)
+    # group_by=None keeps the old behaviour (one vocabulary): there t2's text does reach t1
+    old = [PropositionIndex.build(_tenants(t), EMB, extractor=PhraseExtractor(group_by=None),
+                                  show_progress=False)
+           for t in ("a grey cat {i} sat on the mat.",
+                     "ann walked past lake {i} today.")]
+    assert old[0].meta["extractor"] == "phrases-v1" and one.meta["extractor"] == "phrases-v2"
+    assert old[0].prop_texts[:30] == old[1].prop_texts[:30]
+    assert _entities_of_t1(old[0]) != _entities_of_t1(old[1])
+    assert _entities_of_t1(one) == _entities_of_t1(two)
+
+
+def _entities_of_t1(idx):
+    g = idx.graph
+    out = set()
+    for i in np.flatnonzero(np.asarray(idx.owner) < 30):  # t1's propositions
+        for e in np.asarray(g.a_indices)[g.a_indptr[i]:g.a_indptr[i + 1]]:
+            out.add(idx.entity_names[int(e)])
+    return out
+
+
+def test_16_an_add_learns_only_the_namespaces_it_touches(tmp_path):
+    from evireform.extract import PhraseExtractor
+    ps = _tenants("a grey cat {i} sat on the mat.")
+    idx = PropositionIndex.build(ps[:25] + ps[30:], EMB, extractor=PhraseExtractor(),
+                                 show_progress=False)
+    ex = PhraseExtractor()
+    out = idx.add(ps[25:30], EMB, extractor=ex)
+    assert set(ex.vocabs) == {("key", ("string", "t1"))}, "fitted a namespace it did not add"
+    # the CLI keeps the recorded variant: an index built as phrases-v1 updates as v1
+    from evireform.extract import extractor_recorded, make_extractor
+    assert extractor_recorded("phrases-v1").name == "phrases-v1"
+    assert make_extractor("phrases", "phrases-v1").group_by is None
+    assert extractor_recorded("phrases-v2").group_by == "namespace"
+    assert out.n_passages == 60
+
+
+def test_17_filtered_hnsw_is_documented_and_exact_search_equals_the_sub_index(monkeypatch):
+    """What the filters' docstring says, checked: below the HNSW threshold a filter equals
+    the sub-index exactly; with HNSW (the threshold lowered so this small index uses it) the
+    filtered candidates come from the same graph and the docstring calls it approximate."""
     import evireform.filters as F
     assert "HNSW" in F.__doc__ and "approximate" in F.__doc__
+    ps = _ps(40, md=lambda i: {"namespace": f"t{i % 2}"})
+    idx = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=False)
+    sub = PropositionIndex.build([p for p in ps if p.metadata["namespace"] == "t0"], EMB,
+                                 show_progress=False, hnsw=False)
+    qs = ["Alpha 4 met whom?", "Gamma Ray in 1910", "Alpha 12"]
+    assert _ranks(idx, qs, {"namespace": "t0"}) == _ranks(sub, qs, None)
+    q8 = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=False)
+    q8.quantize("int8")  # the int8 scan re-scores exactly: the same rankings
+    assert q8.search_precision == "auto" and q8.codes is not None
+    assert _ranks(q8, qs, {"namespace": "t0"}) == _ranks(sub, qs, None)
+    hn = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=True)
+    got = _ranks(hn, qs, {"namespace": "t0"})
+    assert all(pid.endswith(("0", "2", "4", "6", "8")) for r in got for pid, _ in r)
 
 
 # =========================================================================== 18. verify
 def test_18_an_update_refuses_data_its_fast_tier_would_have_trusted(tmp_path):
-    ix = _index(tmp_path, _ps(5))
+    """Bit rot in the middle of a file over 128 KiB: outside the stamp's edge digest, so
+    only a full verification sees it (c4363ba's update trusted the fast tier)."""
+    wide = HashingEmbedder(256)
+    ix = PropositionIndex.build(_ps(200), wide, show_progress=False).save(tmp_path / "ix")
+    assert (ix / "embeddings.npy").stat().st_size > 3 << 16
     PropositionIndex.load(ix)
     # bit rot inside the embeddings, size and mtime kept: the stamp still matches
     f = ix / "embeddings.npy"
@@ -579,6 +748,7 @@ def test_18_an_update_refuses_data_its_fast_tier_would_have_trusted(tmp_path):
     raw[len(raw) // 2] ^= 0x40
     f.write_bytes(bytes(raw))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert PropositionIndex.load(ix).verified == "fast"  # the stamp still vouches for it
     ids = tmp_path / "del.txt"
     ids.write_text("p0\n")
     assert main(["update", str(ix), "--delete", str(ids), "--quiet"]) == 2
