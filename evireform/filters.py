@@ -80,8 +80,6 @@ CACHE_SIZE = 16
 #: ... and the bytes they may hold together (masks and recounted degree terms; a single
 #: restriction over this is used once and not kept)
 CACHE_BYTES = 256 << 20
-#: matching embeddings gathered at most at once by a filtered exact scan
-SCAN_BLOCK_BYTES = 32 << 20
 
 _MISSING = object()
 
@@ -507,25 +505,15 @@ class Restriction:
 
     def search(self, embeddings, Q, k: int):
         """Exact top-``k`` over the matching rows of ``embeddings`` (full-index positions),
-        as the sub-index's scan: read through the memory map in blocks of
-        :data:`SCAN_BLOCK_BYTES` (no copy of the matching embeddings is kept), each block
-        scanned by the CPU kernel and the blocks merged (best first, ties by lower id)."""
+        as the sub-index's scan (the same scores bitwise): the kernel reads the matching rows
+        in place through the memory map (``cosine_topk_batch(..., rows=)``; no copy of the
+        matching embeddings is kept)."""
         from .kernels import cosine_topk_batch
-        from .search import merge_topk
         Q = np.asarray(Q, np.float32)
         k = min(int(k), self.n_props)
         if self.n_props == 0 or k == 0:
             return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
-        E = embeddings
-        step = max(1, SCAN_BLOCK_BYTES // max(1, E.shape[1] * 4))
-        parts = []
-        for lo in range(0, self.n_props, step):
-            rows = self.props[lo:lo + step]
-            ids, sc = cosine_topk_batch(np.ascontiguousarray(E[rows]), Q, k)
-            parts.append((np.where(ids >= 0, rows[np.maximum(ids, 0)], -1), sc))
-        if len(parts) == 1:
-            return parts[0]
-        return merge_topk(parts, k, len(Q))
+        return cosine_topk_batch(embeddings, Q, k, rows=self.props)
 
     def fill(self, pids: np.ndarray, scores: np.ndarray, k: int):
         """A readout row completed as the sub-index's: its positive-score passages, then the

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import positive_int
-from .kernels import config as kconfig, cosine_scores
+from .kernels import config as kconfig, cosine_scores, merge_topk
 
 __all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge_topk"]
 
@@ -87,25 +87,4 @@ def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None, allowed=None):
         o = np.lexsort((ids, -sc.astype(np.float64)))
         out_i[b, :len(o)] = ids[o]
         out_s[b, :len(o)] = sc[o]
-    return out_i, out_s
-
-
-def merge_topk(parts, k: int, n_queries: int):
-    """Merge per-shard ``(ids, scores)`` pairs (global ids, shape (batch, k_s), padded with
-    -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
-    padded with -1 / 0."""
-    out_i = np.full((n_queries, k), -1, np.int64)
-    out_s = np.zeros((n_queries, k), np.float32)
-    parts = [(np.asarray(i, np.int64), np.asarray(s, np.float32)) for i, s in parts
-             if np.asarray(i).size]
-    if not parts or k == 0:
-        return out_i, out_s
-    ids = np.concatenate([p[0] for p in parts], axis=1)
-    sc = np.concatenate([p[1] for p in parts], axis=1)
-    for b in range(n_queries):
-        keep = ids[b] >= 0
-        i, s = ids[b][keep], sc[b][keep]
-        o = np.lexsort((i, -s.astype(np.float64)))[:k]
-        out_i[b, :len(o)] = i[o]
-        out_s[b, :len(o)] = s[o]
     return out_i, out_s

@@ -25,6 +25,7 @@ __all__ = [
     "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
     "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
+    "merge_topk",
 ]
 
 
@@ -122,27 +123,50 @@ def _pad4(Q: np.ndarray) -> np.ndarray:
     return out
 
 
-def cosine_topk(H, q, k: int, *, backend: str = "auto"):
+def _check_rows(rows, M: int) -> np.ndarray | None:
+    """Candidate rows: int64 positions in [0, M), strictly ascending (ties resolve by lower
+    id, as in a matrix of just those rows); None for every row."""
+    if rows is None:
+        return None
+    r = np.ascontiguousarray(np.asarray(rows), dtype=np.int64).reshape(-1) \
+        if np.asarray(rows).dtype.kind in "iu" or len(rows) == 0 else None
+    if r is None:
+        raise ValueError("rows must be integer positions")
+    if len(r) and (r[0] < 0 or r[-1] >= M or np.any(r[1:] <= r[:-1])):
+        raise ValueError(f"rows must be strictly ascending positions in [0, {M})")
+    return r
+
+
+def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
     """Exact top-``k`` rows of ``H`` (float32, L2-normalised) by cosine with ``q``.
 
     Returns ``(ids, scores)``: int64 ids and float32 scores, best first, ties by lower id.
     Only positive scores are returned, so there may be fewer than ``k``.  The single-query
     and batched kernels accumulate every dot product in the same order, so a query gets
     bitwise the same result here and in :func:`cosine_topk_batch`, whatever the batch.
+
+    ``rows`` (strictly ascending positions): only those rows are candidates, read in place
+    (a memory-mapped ``H`` is not copied); the ids are positions in ``H`` and the scores
+    bitwise those of a search over ``H[rows]`` alone: how a filter searches its matching
+    propositions.
     """
     H = _check_matrix(H)
     q = _check_queries(q, H.shape[1], 1)
     k = _check_k(k)
+    rows = _check_rows(rows, H.shape[0])
     if resolve(backend) == "gpu":
-        ids, vals = cosine_topk_batch(H, q[None, :], k, backend="gpu")
+        ids, vals = cosine_topk_batch(H, q[None, :], k, rows=rows, backend="gpu")
         keep = ids[0] >= 0
         return ids[0][keep], vals[0][keep]
-    M = H.shape[0]
+    M = H.shape[0] if rows is None else len(rows)
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     # one row range per thread (numba splits a prange evenly, so more would only unbalance)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
-    ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
+    if rows is None:
+        ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
+    else:
+        ids, vals, n = _kernels().topk_rows(H, rows, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
 
 
@@ -150,7 +174,7 @@ def cosine_topk(H, q, k: int, *, backend: str = "auto"):
 _QUERY_GROUP = 1024
 
 
-def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
+def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
     """Batched :func:`cosine_topk`.
 
     Returns ``(ids, scores)`` of shape ``(batch, min(k, n))`` (memory scales with the index,
@@ -158,10 +182,17 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     Each thread scores ``config.BATCH_BLOCK_ROWS``
     rows at a time against the whole batch and folds the block into per-query heaps at once,
     so no (batch x n) score matrix is ever formed.
+
+    ``rows``: only those rows (see :func:`cosine_topk`; n is their number).  Up to
+    ``config.SMALL_BATCH`` queries read them in place; a larger batch copies them into blocks
+    of ``config.SUBSET_BLOCK_BYTES`` and merges the blocks' top-k.
     """
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
     k = _check_k(k)
+    rows = _check_rows(rows, H.shape[0])
+    if rows is not None:
+        return _topk_batch_rows(H, Q, k, rows, backend)
     if resolve(backend) == "gpu":
         from . import _gpu
         ns = _gpu.gpu_namespace()
@@ -188,6 +219,50 @@ def cosine_topk_batch(H, Q, k: int, *, backend: str = "auto"):
     if len(parts) == 1:
         return parts[0]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def merge_topk(parts, k: int, n_queries: int):
+    """Merge per-shard (or per-block) ``(ids, scores)`` pairs (global ids, shape
+    (batch, k_s), padded with -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
+    padded with -1 / 0."""
+    out_i = np.full((n_queries, k), -1, np.int64)
+    out_s = np.zeros((n_queries, k), np.float32)
+    parts = [(np.asarray(i, np.int64), np.asarray(s, np.float32)) for i, s in parts
+             if np.asarray(i).size]
+    if not parts or k == 0:
+        return out_i, out_s
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    sc = np.concatenate([p[1] for p in parts], axis=1)
+    for b in range(n_queries):
+        keep = ids[b] >= 0
+        i, s = ids[b][keep], sc[b][keep]
+        o = np.lexsort((i, -s.astype(np.float64)))[:k]
+        out_i[b, :len(o)] = i[o]
+        out_s[b, :len(o)] = s[o]
+    return out_i, out_s
+
+
+def _topk_batch_rows(H, Q, k: int, rows: np.ndarray, backend: str):
+    """:func:`cosine_topk_batch` over the candidate ``rows`` only."""
+    B, R = Q.shape[0], len(rows)
+    k = min(k, R)
+    if B == 0 or R == 0:
+        return np.full((B, k), -1, np.int64), np.zeros((B, k), np.float32)
+    if B <= config.SMALL_BATCH and resolve(backend) != "gpu":
+        heap_i = np.full((B, k), -1, np.int64)
+        heap_v = np.zeros((B, k), np.float32)
+        for b in range(B):
+            ids, vals = cosine_topk(H, Q[b], k, rows=rows)
+            heap_i[b, :len(ids)] = ids
+            heap_v[b, :len(ids)] = vals
+        return heap_i, heap_v
+    step = max(1, int(config.SUBSET_BLOCK_BYTES) // max(1, H.shape[1] * 4))
+    parts = []
+    for lo in range(0, R, step):
+        part = rows[lo:lo + step]
+        ids, vals = cosine_topk_batch(H[part], Q, k, backend=backend)
+        parts.append((np.where(ids >= 0, part[np.maximum(ids, 0)], -1), vals))
+    return parts[0] if len(parts) == 1 else merge_topk(parts, k, B)
 
 
 # --------------------------------------------------------------------------- int8 storage
@@ -538,6 +613,7 @@ def warm_up(batched: bool = True) -> None:
                                      np.ones(b, np.float32))
         readout_topk_batch(pm, zp, zi, zv, 2)
     cosine_topk(H, np.ones(8, np.float32), 2)
+    cosine_topk(H, np.ones(8, np.float32), 2, rows=np.arange(1, 8))  # a filter's search
     z_ids, z_vals = propagate(g, np.array([0], np.int64), np.array([1.0], np.float32))
     readout_topk(pm, z_ids, z_vals, 2)
 

@@ -235,6 +235,42 @@ def topk_one(H, q, k, n_chunks):
     return _merge_chunks(cand_v, cand_i, cand_n, k)
 
 
+@njit(parallel=True, **_DOT)
+def topk_rows(H, rows, q, k, n_chunks):
+    """:func:`topk_one` over the rows ``rows`` of ``H`` only (ascending positions): each
+    group of eight is copied into a scratch block and scored by the same eight-row dot
+    product, so every score equals bitwise the one a matrix of just those rows would get;
+    ids are positions in ``H``.  Nothing proportional to ``rows`` is allocated."""
+    R = rows.shape[0]
+    d = H.shape[1]
+    cand_v = np.empty((n_chunks, k), dtype=np.float32)
+    cand_i = np.empty((n_chunks, k), dtype=np.int64)
+    cand_n = np.zeros(n_chunks, dtype=np.int64)
+    step = (R + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        lo = min(R, c * step)
+        hi = min(R, lo + step)
+        v = cand_v[c]
+        ix = cand_i[c]
+        buf = np.empty(8, dtype=np.float32)
+        T = np.zeros((8, d), dtype=np.float32)
+        n = 0
+        lim = np.float32(0.0)
+        for g0 in range(lo, hi, 8):
+            m = min(hi, g0 + 8) - g0
+            for j in range(m):
+                T[j, :] = H[rows[g0 + j], :]
+            _rows8(T, 0, q, buf, 0)
+            for j in range(m):
+                s = buf[j]
+                if s > lim:
+                    n = _heap_offer(v, ix, n, k, s, rows[g0 + j])
+                    if n == k:
+                        lim = v[0]
+        cand_n[c] = n
+    return _merge_chunks(cand_v, cand_i, cand_n, k)
+
+
 @njit(**_DOT)
 def _dot_block(H, lo, hi, Q, S, T):
     """S[:, r - lo] = Q . H[r] for lo <= r < hi; Q has a multiple of 4 rows, S at least

@@ -43,6 +43,12 @@ DEGREE_EPS = 1e-12
 #: instead of allocating index-sized scratch per call).  Results are the same either way.
 SMALL_BATCH = 4
 
+#: A search over some rows (``cosine_topk_batch(..., rows=...)``: a filter's matching
+#: propositions) with more than ``SMALL_BATCH`` queries copies the rows into blocks of at
+#: most this many bytes and scans each with the batch kernel; fewer queries read the rows in
+#: place (eight at a time), with no copy at all.
+SUBSET_BLOCK_BYTES = 32 << 20
+
 #: ``backend="auto"`` (evireform.engine.make_engine) runs on the GPU only for indexes of at
 #: least this many propositions, and only when a CUDA device is usable: below it a question's
 #: transfers and launches cost more than the CPU kernels take.

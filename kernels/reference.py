@@ -15,23 +15,26 @@ def _order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.lexsort((ids, -scores.astype(np.float64)))
 
 
-def cosine_topk(H: np.ndarray, q: np.ndarray, k: int):
-    """Top-k rows of ``H`` by ``H @ q`` with positive score; ties by lower id."""
-    scores = (H @ q).astype(np.float32)
-    ids = np.flatnonzero(scores > 0)
-    vals = scores[ids]
+def cosine_topk(H: np.ndarray, q: np.ndarray, k: int, rows=None):
+    """Top-k rows of ``H`` by ``H @ q`` with positive score; ties by lower id.  ``rows``:
+    only those rows (positions in ``H``) are candidates."""
+    cand = np.arange(H.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
+    scores = (H[cand] @ q).astype(np.float32)
+    keep = scores > 0
+    ids, vals = cand[keep], scores[keep]
     o = _order(vals, ids)[:k]
     return ids[o].astype(np.int64), vals[o]
 
 
-def cosine_topk_batch(H: np.ndarray, Q: np.ndarray, k: int):
-    """Batched :func:`cosine_topk`: shape (batch, min(k, n)), rows padded with id -1, score 0."""
+def cosine_topk_batch(H: np.ndarray, Q: np.ndarray, k: int, rows=None):
+    """Batched :func:`cosine_topk`: shape (batch, min(k, n)), rows padded with id -1, score 0
+    (n: the candidate rows)."""
     B = Q.shape[0]
-    k = min(k, H.shape[0])
+    k = min(k, H.shape[0] if rows is None else len(rows))
     out_ids = np.full((B, k), -1, dtype=np.int64)
     out_vals = np.zeros((B, k), dtype=np.float32)
     for b in range(B):
-        ids, vals = cosine_topk(H, Q[b], k)
+        ids, vals = cosine_topk(H, Q[b], k, rows)
         out_ids[b, : len(ids)] = ids
         out_vals[b, : len(ids)] = vals
     return out_ids, out_vals

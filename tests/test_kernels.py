@@ -51,6 +51,44 @@ def test_cosine_topk_batch_matches_reference(rng, backend, M, d, B, k, block, mo
         _assert_topk_equal(H, Q[b], ids[b], vals[b], rids[b], rvals[b])
 
 
+@pytest.mark.parametrize("M,d,share,B", [(1, 4, 1.0, 1), (9, 3, 0.5, 2), (300, 16, 0.1, 1),
+                                          (300, 16, 0.1, 7), (40000, 32, 0.3, 3),
+                                          (40000, 32, 0.02, 9), (50, 8, 0.0, 2)])
+def test_cosine_topk_over_rows_equals_the_sub_matrix_bitwise(rng, M, d, share, B,
+                                                             monkeypatch):
+    """``rows=``: a search over some rows read in place equals, score for score and bit for
+    bit, the search of a matrix of just those rows (ids mapped back); small batches read the
+    rows eight at a time, larger ones copy blocks (a tiny block size: many blocks)."""
+    monkeypatch.setattr(K.config, "SUBSET_BLOCK_BYTES", 64 * d * 4)
+    H = unit_rows(rng, M, d)
+    H.setflags(write=False)  # as a memory-mapped index
+    rows = np.flatnonzero(rng.random(M) < share).astype(np.int64)
+    Q = unit_rows(rng, B, d)
+    for k in (1, 5, 50):
+        ids, vals = K.cosine_topk_batch(H, Q, k, rows=rows)
+        sub_i, sub_v = K.cosine_topk_batch(np.ascontiguousarray(H[rows]), Q, k)
+        np.testing.assert_array_equal(vals, sub_v)
+        np.testing.assert_array_equal(ids, np.where(sub_i >= 0, rows[np.maximum(sub_i, 0)], -1))
+        rids, rvals = R.cosine_topk_batch(H, Q, k, rows)
+        for b in range(B):
+            _assert_topk_equal(H, Q[b], ids[b], vals[b], rids[b], rvals[b])
+        i1, v1 = K.cosine_topk(H, Q[0], k, rows=rows)
+        n = int(np.sum(ids[0] >= 0))
+        np.testing.assert_array_equal(i1, ids[0][:n])
+        np.testing.assert_array_equal(v1, vals[0][:n])
+
+
+def test_cosine_topk_rows_are_checked(rng):
+    H = unit_rows(rng, 10, 4)
+    for bad in ([3, 2], [1, 1], [-1, 2], [2, 10], [0.5]):
+        with pytest.raises(ValueError, match="rows"):
+            K.cosine_topk(H, H[0], 3, rows=np.asarray(bad))
+    ids, vals = K.cosine_topk(H, H[0], 3, rows=np.zeros(0, np.int64))
+    assert ids.size == 0 and vals.size == 0
+    bi, _ = K.cosine_topk_batch(H, H[:2], 3, rows=[])
+    assert bi.shape == (2, 0)
+
+
 def test_cosine_topk_ties_and_nonpositive():
     # exact ties (duplicated rows) resolve to the lower id; zero and negative scores are excluded
     H = np.array([[0, 1], [1, 0], [0, 1], [-1, 0], [1, 0], [0, -1]], dtype=np.float32)

@@ -506,7 +506,8 @@ def case_filter(inp, out):
     """A metadata filter matching 10% of the 2Wiki passages (``{"bucket": 3}``, buckets
     j % 10) against the same questions unfiltered: Algorithm 1 minus the embedder and the
     reformulator (their outputs given), the filter's restriction cached (a tenant's repeated
-    queries) or built on every call (cold: mask, recounted degrees, gathered embeddings).
+    queries) or built on every call (cold: mask, recounted degrees; the matching embeddings
+    are read in place by ``cosine_topk_batch(..., rows=)``, never copied).
     agree = the filtered rankings and scores equal those of an index built from the matching
     passages alone."""
     from dataclasses import replace

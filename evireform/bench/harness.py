@@ -31,7 +31,9 @@ FLOORS = {
     # two runs here: 43.5x (full), 54.4x (quick)
     "update/2wiki add 1% vs rebuild": 10.0,
     # issue 28's goal: a filtered query costs at most 1.5x an unfiltered one (0.67x as a
-    # ratio); three runs here: 3.6-4.3x with the filter's restriction cached, 1.8-2.3x cold
+    # ratio); three runs on an AMD EPYC: 3.6-4.3x with the filter's restriction cached,
+    # 1.8-2.3x cold (the matching embeddings then copied and cached); read in place since
+    # round 4 (no copies), four runs on a 2-core Xeon: 1.7-1.9x cached, 1.1-1.3x cold
     "filter/2wiki 10% vs unfiltered": 1.5,
     "filter/2wiki 10% cold vs unfiltered": 0.67,
 }
