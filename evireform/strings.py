@@ -38,7 +38,31 @@ TABLES = (("passage_ids", "N"), ("passage_titles", "N"), ("passage_texts", "N"),
           ("passage_metadata", "N"), ("propositions", "M"), ("entities", "E"))
 
 
-class StringTable(Sequence):
+class _View(Sequence):
+    """What the tables and views share: equal to a list with the same items, ``+`` makes a
+    list."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def _index(self, i) -> int:
+        i = int(i)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"item {i} of a sequence of {n}")
+        return i
+
+
+class StringTable(_View):
     """Strings ``lo .. hi - 1`` of a blob with ``offsets`` (see the module docstring).
     Invalid UTF-8 decodes with U+FFFD (the full verification tier refuses it)."""
 
@@ -79,14 +103,6 @@ class StringTable(Sequence):
         for a, b in zip(off, off[1:]):
             yield raw[a - base:b - base].decode("utf-8", "replace")
 
-    def __eq__(self, other):
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(other) == self.n and all(a == b for a, b in zip(self, other))
-
-    def __add__(self, other):
-        return list(self) + list(other)
-
     def __repr__(self) -> str:
         return f"StringTable({self.n} strings)"
 
@@ -94,7 +110,7 @@ class StringTable(Sequence):
         return int(self._off[self.lo + self.n] - self._off[self.lo])
 
 
-class PassageTable(Sequence):
+class PassageTable(_View):
     """:class:`Passage` objects built on access from four :class:`StringTable` columns."""
 
     __slots__ = ("ids", "titles", "texts", "metadata")
@@ -126,39 +142,8 @@ class PassageTable(Sequence):
         for pid, t, x, m in zip(self.ids, self.titles, self.texts, self.metadata):
             yield Passage(pid, t, x, self._meta(m))
 
-    def __eq__(self, other):
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-
-    def __add__(self, other):
-        return list(self) + list(other)
-
     def __repr__(self) -> str:
         return f"PassageTable({len(self)} passages)"
-
-
-class _View(Sequence):
-    """Shared behaviour of the read-only views: list equality, ``+`` makes a list."""
-
-    __slots__ = ()
-
-    def __eq__(self, other):
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-
-    def __add__(self, other):
-        return list(self) + list(other)
-
-    def _index(self, i) -> int:
-        i = int(i)
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"item {i} of a sequence of {n}")
-        return i
 
 
 class Concat(_View):
