@@ -300,8 +300,8 @@ class _ShardActor:
         else:
             self.shard = Shard.build(np.asarray(embeddings), offset, hnsw, **hnsw_kw)
 
-    def search_batch(self, Q, k):
-        return self.shard.search_batch(Q, k)
+    def search_batch(self, Q, k, rows=None):
+        return self.shard.search_batch(Q, k, rows=rows)
 
 
 class RayShardedSearcher:
@@ -348,11 +348,16 @@ class RayShardedSearcher:
                                     (str(shard_dir), e, str(index_dir))) for e in entries]
         return self
 
-    def search_batch(self, Q, k: int):
+    def search_batch(self, Q, k: int, *, rows=None):
+        """As :meth:`evireform.shards.ShardedSearcher.search_batch` (``rows``: only those
+        candidates, sent to every actor once per call)."""
         Q, k = check_queries(Q, k, self.dim)
-        k = min(k, self.n_props)
+        k = min(k, self.n_props if rows is None else len(rows))
+        if k == 0:
+            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
         ref = self._ray.put(Q)
-        parts = self._ray.get([a.search_batch.remote(ref, k) for a in self.actors])
+        rref = None if rows is None else self._ray.put(np.asarray(rows, np.int64))
+        parts = self._ray.get([a.search_batch.remote(ref, k, rref) for a in self.actors])
         return merge_topk(parts, k, len(Q))
 
     def close(self) -> None:

@@ -2,18 +2,26 @@
 
 An engine answers two calls, host arrays in and out:
 
-* ``search_batch(Q, k) -> (ids, scores)``: the top-``k`` propositions of each query row
-  (best first, ties by lower id, padded with -1 / 0);
-* ``rank_batch(indptr, ids, vals, alpha, k, *, propagation=True) -> (P, S)``: one propagation
-  step of each seed (CSR rows over propositions), unless ``propagation=False``, then the
-  top-``k`` passages of each.
+* ``search_batch(Q, k, *, restriction=None) -> (ids, scores)``: the top-``k`` propositions
+  of each query row (best first, ties by lower id, padded with -1 / 0);
+* ``rank_batch(indptr, ids, vals, alpha, k, *, propagation=True, restriction=None) -> (P, S)``:
+  one propagation step of each seed (CSR rows over propositions), unless
+  ``propagation=False``, then the top-``k`` passages of each.
 
-:class:`CpuEngine` runs the numba kernels and the index's exact or HNSW search, or a sharded
-searcher (:mod:`evireform.shards`, :mod:`evireform.distributed`) when given one; the GPU
-engine is :class:`evireform.kernels._gpu.DeviceIndex` (``index.to_device()``).
-:func:`make_engine` is the one place that picks between them; :class:`~evireform.EviReform`,
-:class:`~evireform.strategies.BGR` and :class:`~evireform.strategies.HiQ` take ``engine=``
-(or ``backend=``, which goes through :func:`make_engine`).
+``restriction`` (a :class:`~evireform.filters.Restriction`, what a filter compiles to) makes
+both calls answer as an index of the matching passages alone would: the search sees only the
+matching propositions, the propagation uses the entity degrees recounted over them and drops
+what lies outside, the readout fills with matching passages.  Every engine here takes it and
+runs a filtered question itself, where it runs an unfiltered one: nothing swaps the engine
+under a filter.
+
+:class:`CpuEngine` runs the numba kernels and the index's exact, int8 or HNSW search, or a
+sharded searcher (:mod:`evireform.shards`, :mod:`evireform.distributed`) when given one;
+:class:`DeviceEngine` runs a :class:`evireform.kernels._gpu.DeviceIndex`
+(``index.to_device()``).  :func:`make_engine` is the one place that picks between them;
+:class:`~evireform.EviReform`, :class:`~evireform.strategies.BGR` and
+:class:`~evireform.strategies.HiQ` take ``engine=`` (or ``backend=``, which goes through
+:func:`make_engine`).
 
 ``backend="auto"`` picks the GPU when the index holds at least
 :data:`evireform.kernels.config.GPU_AUTO_MIN_PROPS` propositions, no sharded searcher is
@@ -24,19 +32,27 @@ and a small index never pays for importing CuPy.
 from __future__ import annotations
 
 import functools
+import inspect
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
 from . import kernels as K
 
-__all__ = ["CpuEngine", "make_engine", "gpu_usable"]
+__all__ = ["CpuEngine", "DeviceEngine", "make_engine", "gpu_usable", "check_restriction",
+           "search", "rank", "pack_seeds"]
 
 
 class CpuEngine:
     """The numba kernels over an index, searching with ``searcher`` (a sharded searcher) or
-    the index's own exact / HNSW search."""
+    the index's own exact / int8 / HNSW search.  Under a restriction the search reads the
+    matching rows in place (float32; HNSW with a label filter at HNSW sizes), in each shard
+    when sharded."""
 
     kind = "cpu"
+    #: search_batch and rank_batch take ``restriction=`` (see the module docstring)
+    takes_restriction = True
 
     def __init__(self, index, searcher=None):
         if searcher is not None:
@@ -51,17 +67,108 @@ class CpuEngine:
     def n_props(self) -> int:
         return self.index.n_props
 
-    def search_batch(self, Q, k: int):
-        if self.searcher is not None:
-            return self.searcher.search_batch(Q, k)
-        return self.index.search_batch(Q, k)
+    def search_batch(self, Q, k: int, *, restriction=None):
+        rows = None if restriction is None else restriction.props
+        target = self.searcher if self.searcher is not None else self.index
+        if rows is None:
+            return target.search_batch(Q, k)
+        if "rows" not in inspect.signature(target.search_batch).parameters:
+            raise ValueError(f"the searcher {type(target).__name__} cannot search some rows "
+                             "only (its search_batch takes no rows=): a filtered query needs "
+                             "one that does (ShardedSearcher, RayShardedSearcher)")
+        return target.search_batch(Q, k, rows=rows)
 
-    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True):
-        idx = self.index
+    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
+                   restriction=None):
+        idx, r = self.index, restriction
+        if r is not None:
+            k = r.clip_k(k)
         if propagation:
-            indptr, ids, vals = K.propagate_batch(idx.graph, indptr, ids, vals, alpha,
-                                                  backend="cpu")
-        return K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
+            indptr, ids, vals = K.propagate_batch(idx.graph if r is None else r.graph, indptr,
+                                                  ids, vals, alpha, backend="cpu")
+            if r is not None:
+                indptr, ids, vals = r.keep_inside(indptr, ids, vals)
+        P, S = K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
+        return (P, S) if r is None else r.fill_batch(P, S, k)
+
+
+class DeviceEngine:
+    """A :class:`~evireform.kernels._gpu.DeviceIndex` (the index resident on the GPU, or on
+    the numpy namespace in CI) as an engine.  Under a restriction the device scans the
+    matching rows (gathered on the device for the call) and propagates with the recounted
+    degree terms (uploaded once per filter, for the last ``filters.CACHE_SIZE`` filters;
+    the incidence itself is shared), masking the passages outside the filter."""
+
+    kind = "gpu"
+    takes_restriction = True
+
+    def __init__(self, index, device):
+        if int(device.n_props) != index.n_props:
+            raise ValueError(f"the device index covers {device.n_props} propositions, the "
+                             f"index {index.n_props}")
+        self.index, self.device = index, device
+        self._graphs: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def n_props(self) -> int:
+        return self.index.n_props
+
+    def search_batch(self, Q, k: int, *, restriction=None):
+        rows = None if restriction is None else restriction.props
+        return self.device.search_batch(Q, k, rows=rows)
+
+    def _graph(self, r):
+        from .filters import CACHE_SIZE
+        key = r.filter.key
+        with self._lock:
+            got = self._graphs.get(key)
+            if got is not None and got[0] is r.graph:
+                self._graphs.move_to_end(key)
+                return got[1]
+        dg = self.device.graph.with_degrees(r.graph)
+        with self._lock:
+            self._graphs[key] = (r.graph, dg)
+            while len(self._graphs) > CACHE_SIZE:
+                self._graphs.popitem(last=False)
+        return dg
+
+    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
+                   restriction=None):
+        r = restriction
+        if r is None:
+            return self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
+        k = r.clip_k(k)
+        P, S = self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation,
+                                      graph=self._graph(r) if propagation else None,
+                                      passage_mask=r.pmask)
+        return r.fill_batch(P, S, k)
+
+
+def search(engine, Q, k: int, restriction=None):
+    """``engine.search_batch(Q, k)``, with ``restriction=`` only when there is one (an engine
+    object of your own need not take it for unfiltered queries)."""
+    if restriction is None:
+        return engine.search_batch(Q, k)
+    return engine.search_batch(Q, k, restriction=restriction)
+
+
+def rank(engine, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
+         restriction=None):
+    """``engine.rank_batch(...)``, with ``restriction=`` only when there is one."""
+    if restriction is None:
+        return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
+    return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation,
+                             restriction=restriction)
+
+
+def check_restriction(engine, restriction) -> None:
+    """Refuse, naming the engine, a restriction for an engine that cannot take one (an
+    engine object of your own): a filtered query never falls back to another engine."""
+    if restriction is not None and not getattr(engine, "takes_restriction", False):
+        raise ValueError(f"the engine {type(engine).__name__} does not take restriction= "
+                         "(search_batch and rank_batch under a filter); filtered queries need "
+                         "one that does (CpuEngine, DeviceEngine: make_engine builds them)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,9 +182,13 @@ def make_engine(index, backend="auto", *, searcher=None):
     """The engine for ``index``: ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the
     index's :meth:`~evireform.index.PropositionIndex.to_device`, or
     :class:`~evireform.kernels.BackendUnavailable` naming what is missing), or an engine
-    object itself (anything with ``search_batch`` and ``rank_batch``, e.g. a
-    ``DeviceIndex``), returned as it is.  ``searcher`` (sharded search) runs on the CPU."""
+    object itself (anything with ``search_batch`` and ``rank_batch``), returned as it is
+    (a ``DeviceIndex`` is wrapped in a :class:`DeviceEngine`).  ``searcher`` (sharded
+    search) runs on the CPU."""
     if not isinstance(backend, str):
+        from .kernels._gpu import DeviceIndex
+        if isinstance(backend, DeviceIndex):
+            return DeviceEngine(index, backend)
         if not (callable(getattr(backend, "search_batch", None))
                 and callable(getattr(backend, "rank_batch", None))):
             raise ValueError(f"backend must be 'auto', 'cpu', 'gpu' or an engine (with "
@@ -93,10 +204,10 @@ def make_engine(index, backend="auto", *, searcher=None):
             raise ValueError("a sharded searcher runs on the CPU; use backend='cpu' (or "
                              "'auto') with searcher=")
         K.resolve("gpu")  # BackendUnavailable naming what is missing
-        return index.to_device()
+        return DeviceEngine(index, index.to_device())
     if backend == "auto" and searcher is None \
             and index.n_props >= K.config.GPU_AUTO_MIN_PROPS and gpu_usable():
-        return index.to_device()
+        return DeviceEngine(index, index.to_device())
     return CpuEngine(index, searcher)
 
 

@@ -50,16 +50,20 @@ a filter that matches no passage gives results with no passages (documented, not
 
 How the index runs a filter: :func:`restriction` turns it into a :class:`Restriction` (the
 passage and proposition masks and the entity degree terms recounted over the matching
-propositions: never a copy of the embeddings, which the exact scan reads through the memory
-map block by block); restrictions are kept per index for the last :data:`CACHE_SIZE` filters
+propositions: never a copy of the embeddings, which the exact scan reads in place through
+the memory map); restrictions are kept per index for the last :data:`CACHE_SIZE` filters
 within :data:`CACHE_BYTES`, so a tenant's repeated queries pay for their filter once.  A
 filter on a key no passage has is refused and leaves nothing cached.
 
 **Numbers and strings.**  Integers compare exactly at any size up to the int64 range
 (``9007199254740993`` is not ``9007199254740992``), strings exactly (a trailing NUL counts);
 an operand beyond the int64 range or not finite is refused, as is an object mixing operators
-and keys (``{"$gt": 1, "x": 2}``).  ``$in``/``$nin`` cost O(passages + values).  :class:`RestrictedEngine` runs search and ranking under it on the CPU
-kernels.
+and keys (``{"$gt": 1, "x": 2}``).  ``$in``/``$nin`` cost O(passages + values).
+
+**Who runs it.**  The retriever's own engine (:mod:`evireform.engine`): a restriction is an
+argument of its ``search_batch`` and ``rank_batch``, so a filtered question runs where an
+unfiltered one does (the CPU kernels, a sharded searcher, the GPU engine); nothing swaps the
+engine under a filter.
 """
 from __future__ import annotations
 
@@ -70,7 +74,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["compile_filter", "Filter", "Restriction", "RestrictedEngine", "restriction",
+__all__ = ["compile_filter", "Filter", "Restriction", "restriction",
            "OPERATORS", "CACHE_SIZE"]
 
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
@@ -503,17 +507,32 @@ class Restriction:
                    + self.prop_mask.nbytes + g.inv_deg.nbytes + g.diag.nbytes
                    + g.inv_w.nbytes)
 
-    def search(self, embeddings, Q, k: int):
-        """Exact top-``k`` over the matching rows of ``embeddings`` (full-index positions),
-        as the sub-index's scan (the same scores bitwise): the kernel reads the matching rows
-        in place through the memory map (``cosine_topk_batch(..., rows=)``; no copy of the
-        matching embeddings is kept)."""
-        from .kernels import cosine_topk_batch
-        Q = np.asarray(Q, np.float32)
-        k = min(int(k), self.n_props)
-        if self.n_props == 0 or k == 0:
-            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
-        return cosine_topk_batch(embeddings, Q, k, rows=self.props)
+    def clip_k(self, k: int) -> int:
+        """``k`` passages as the sub-index can return them (at least 1)."""
+        return max(1, min(int(k), max(self.n_passages, 1)))
+
+    def keep_inside(self, indptr, ids, vals):
+        """Propagated rows (CSR) without the propositions outside the filter (reached
+        through a shared entity: the sub-index does not have them)."""
+        keep = self.prop_mask[ids]
+        if keep.all():
+            return indptr, ids, vals
+        B = len(indptr) - 1
+        rows = np.repeat(np.arange(B), np.diff(indptr))
+        out = np.zeros(B + 1, np.int64)
+        np.cumsum(np.bincount(rows[keep], minlength=B), out=out[1:])
+        return out, ids[keep], vals[keep]
+
+    def fill_batch(self, P, S, k: int):
+        """Readout rows ``(P, S)`` completed as the sub-index's (:meth:`fill` per row):
+        ``(passages, scores)`` of shape (batch, min(k, matching passages))."""
+        kk = min(k, self.n_passages)
+        out_p = np.full((len(P), kk), -1, np.int64)
+        out_s = np.zeros((len(P), kk))
+        for b, (p, s) in enumerate(zip(P, S)):
+            p, s = self.fill(p, s, kk)
+            out_p[b, :len(p)], out_s[b, :len(s)] = p, s
+        return out_p, out_s
 
     def fill(self, pids: np.ndarray, scores: np.ndarray, k: int):
         """A readout row completed as the sub-index's: its positive-score passages, then the
@@ -584,54 +603,3 @@ def restriction(index, flt) -> Restriction | None:
         if r.nbytes() > CACHE_BYTES:
             cache.pop(f.key, None)
     return r
-
-
-class RestrictedEngine:
-    """Search and ranking under a :class:`Restriction`, on the CPU kernels: the engine
-    protocol of :mod:`evireform.engine` with the results a sub-index of the matching
-    passages would give (positions stay the full index's).
-
-    Search is exact over the gathered matching embeddings, or, on an HNSW index whose
-    matching propositions exceed ``kernels.config.EXACT_SEARCH_MAX``, HNSW with a label
-    filter (re-scored exactly), as the sub-index would search."""
-
-    kind = "cpu-filtered"
-
-    def __init__(self, index, r: Restriction):
-        self.index, self.r = index, r
-
-    @property
-    def n_props(self) -> int:
-        return self.index.n_props
-
-    def search_batch(self, Q, k: int):
-        from .kernels import config as kconfig
-        idx, r = self.index, self.r
-        if idx.hnsw is not None and r.n_props > kconfig.EXACT_SEARCH_MAX:
-            from .search import hnsw_topk_batch
-            return hnsw_topk_batch(idx.hnsw, idx.embeddings, Q, k, idx.hnsw_ids,
-                                   allowed=r.prop_mask)
-        return r.search(idx.embeddings, Q, k)
-
-    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True):
-        from . import kernels as K
-        r, idx = self.r, self.index
-        k = max(1, min(k, max(r.n_passages, 1)))
-        if propagation:
-            indptr, ids, vals = K.propagate_batch(r.graph, indptr, ids, vals, alpha,
-                                                  backend="cpu")
-            keep = r.prop_mask[ids]
-            if not keep.all():  # reached through an entity, outside the filter: dropped
-                B = len(indptr) - 1
-                rows = np.repeat(np.arange(B), np.diff(indptr))
-                indptr = np.zeros(B + 1, np.int64)
-                np.cumsum(np.bincount(rows[keep], minlength=B), out=indptr[1:])
-                ids, vals = ids[keep], vals[keep]
-        P, S = K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
-        rows = [r.fill(p, s, min(k, r.n_passages)) for p, s in zip(P, S)]
-        kk = min(k, r.n_passages)
-        out_p = np.full((len(rows), kk), -1, np.int64)
-        out_s = np.zeros((len(rows), kk))
-        for b, (p, s) in enumerate(rows):
-            out_p[b, :len(p)], out_s[b, :len(s)] = p, s
-        return out_p, out_s

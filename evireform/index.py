@@ -35,7 +35,8 @@ from .kernels.graph import append_rows, remove_rows
 from .strings import Concat, Take
 from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
     save_index
-from .search import build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch
+from .search import build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch, \
+    search_rows, uses_hnsw
 from .types import Passage, Proposition
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
@@ -200,7 +201,7 @@ class PropositionIndex:
         idx = cls(passages=passages, prop_texts=[p.text for p in props], entity_names=names,
                   graph=graph, pmap=pmap, embeddings=emb, embedder_name=str(embedder_name),
                   meta=dict(meta or {}))
-        if hnsw or (hnsw is None and len(props) >= kconfig.EXACT_SEARCH_MAX):
+        if hnsw or (hnsw is None and uses_hnsw(len(props))):
             idx.build_hnsw()
         return idx
 
@@ -300,9 +301,16 @@ class PropositionIndex:
         keep = ids[0] >= 0
         return ids[0][keep], scores[0][keep]
 
-    def search_batch(self, Q, k: int, *, exact: bool | None = None):
+    def search_batch(self, Q, k: int, *, exact: bool | None = None, rows=None):
         """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, min(k, n_props)), padded
-        with -1 / 0."""
+        with -1 / 0.  ``rows`` (strictly ascending positions, a filter's matching
+        propositions): only those are candidates (:func:`evireform.search.search_rows`: the
+        float32 rows read in place, or HNSW with a label filter at HNSW sizes); the int8
+        codes serve full scans only (the re-scored int8 scan equals the exact one, so the
+        results are the same)."""
+        if rows is not None:
+            return search_rows(self.embeddings, Q, k, rows,
+                               hnsw=None if exact else self.hnsw, label_ids=self.hnsw_ids)
         if exact or self.hnsw is None:
             if self._int8():
                 return quantized_topk_batch(self.codes, self.code_scale, self.embeddings, Q, k)

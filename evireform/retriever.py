@@ -28,9 +28,9 @@ import numpy as np
 
 from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
-from .engine import make_engine, pack_seeds
+from .engine import check_restriction, make_engine, pack_seeds, rank, search
 from .explain import EvidenceGraph, evireform_edges
-from .filters import RestrictedEngine, restriction
+from .filters import restriction
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
                     ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
@@ -218,8 +218,8 @@ class EviReform:
         #: :class:`evireform.distributed.RayShardedSearcher`); the roles stay on the host
         if engine is not None and (searcher is not None or backend != "auto"):
             raise ValueError("give engine=, or backend= / searcher=, not both")
-        self.engine = engine if engine is not None else make_engine(index, backend,
-                                                                    searcher=searcher)
+        self.engine = make_engine(index, engine if engine is not None else backend,
+                                  searcher=searcher)
         self.config = config or EviReformConfig()
         if embedder is not None:
             check_embedder(index, embedder)
@@ -356,7 +356,8 @@ class EviReform:
         alpha = cfg.alpha if cfg.propagation else 1.0
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
                                             for st in states])
-        P, S = engine.rank_batch(indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation)
+        P, S = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
+                    restriction=r)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
         out = []
         for st, pids, scores in zip(states, P, S):
@@ -437,17 +438,18 @@ class EviReform:
         return self._run(questions, self._embed(questions), k, self._embed, filter)
 
     def scope(self, filter=None):
-        """``(engine, restriction)`` for ``filter``: the retriever's engine and None without
-        one, else a :class:`~evireform.filters.RestrictedEngine` over the filter's cached
-        :class:`~evireform.filters.Restriction`."""
+        """``(engine, restriction)`` for ``filter``: the retriever's own engine, with the
+        filter's cached :class:`~evireform.filters.Restriction` (None without a filter) that
+        every search and ranking of the question passes to it."""
         r = restriction(self.index, filter)
-        return (self.engine, None) if r is None else (RestrictedEngine(self.index, r), r)
+        check_restriction(self.engine, r)
+        return self.engine, r
 
-    def _search(self, H, k, engine=None):
+    def _search(self, H, k, restriction=None):
         """Batched proposition search; the kernels score each query alike in any batch.
         ``k`` is clipped to the number of propositions (memory scales with the index)."""
         k = max(1, min(k, self.index.n_props))
-        ids, scores = (engine or self.engine).search_batch(H, k)
+        ids, scores = search(self.engine, H, k, restriction)
         return ids, scores.astype(np.float64)
 
     def _map(self, fn, items) -> list:
@@ -479,7 +481,7 @@ class EviReform:
             if r.n_passages == 0:  # nothing matches: documented empty results
                 return [RetrievalResult(q, [], Trace()) for q in questions]
             k = min(k, r.n_passages)
-        cand_i, cand_s = self._search(H_q, cfg.n_candidates, engine)
+        cand_i, cand_s = self._search(H_q, cfg.n_candidates, r)
         states = []
         for t, q in enumerate(questions):
             keep = cand_i[t] >= 0
@@ -499,7 +501,7 @@ class EviReform:
             flat = [(st, q) for st, qs in zip(active, made) for q in qs]
             if flat:
                 H_r = embed([q for _, q in flat])
-                hi, hs = self._search(H_r, cfg.k_residual, engine)
+                hi, hs = self._search(H_r, cfg.k_residual, r)
                 for (st, q), ids, sc in zip(flat, hi, hs):
                     keep = ids >= 0
                     st.residual_hits.append(SparseSignal(ids[keep], sc[keep]))

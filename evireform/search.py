@@ -12,7 +12,8 @@ import numpy as np
 from ._checks import positive_int
 from .kernels import config as kconfig, cosine_scores, merge_topk
 
-__all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge_topk"]
+__all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge_topk",
+           "search_rows", "uses_hnsw"]
 
 
 def check_queries(Q, k, dim: int):
@@ -69,9 +70,8 @@ def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None, allowed=None):
                                     filter=lambda label: bool(ok[label]))
         except RuntimeError:  # fewer reachable allowed items than k: scan them exactly
             from .kernels import cosine_topk_batch
-            rows = np.flatnonzero(allowed)
-            ids, sc = cosine_topk_batch(np.ascontiguousarray(embeddings[rows]), Q, kk)
-            out_i[:, :ids.shape[1]] = np.where(ids >= 0, rows[np.maximum(ids, 0)], -1)
+            ids, sc = cosine_topk_batch(embeddings, Q, kk, rows=np.flatnonzero(allowed))
+            out_i[:, :ids.shape[1]] = ids
             out_s[:, :ids.shape[1]] = sc
             return out_i, out_s
     else:
@@ -88,3 +88,26 @@ def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None, allowed=None):
         out_i[b, :len(o)] = ids[o]
         out_s[b, :len(o)] = sc[o]
     return out_i, out_s
+
+
+def uses_hnsw(n: int) -> bool:
+    """The one size rule: search over ``n`` candidates goes through HNSW (where a graph is
+    built) at or above ``kernels.config.EXACT_SEARCH_MAX``, exactly below it; a build makes
+    a graph by the same rule (``hnsw=None``)."""
+    return int(n) >= kconfig.EXACT_SEARCH_MAX
+
+
+def search_rows(embeddings, Q, k: int, rows, *, hnsw=None, label_ids=None):
+    """Top-``k`` over the candidate ``rows`` only (a filter's matching propositions, strictly
+    ascending), as an index of just those rows would search: exact, read in place by the
+    kernel (``cosine_topk_batch(..., rows=)``), or, where ``hnsw`` is built and
+    :func:`uses_hnsw` says so for ``len(rows)``, HNSW with the rows as its filter (re-scored
+    exactly; approximate as HNSW is).  ``(ids, scores)``: positions in ``embeddings``,
+    shape (batch, min(k, len(rows)))."""
+    from .kernels import cosine_topk_batch
+    rows = np.asarray(rows, dtype=np.int64)
+    if hnsw is not None and uses_hnsw(len(rows)):
+        allowed = np.zeros(int(embeddings.shape[0]), dtype=bool)
+        allowed[rows] = True
+        return hnsw_topk_batch(hnsw, embeddings, Q, k, label_ids, allowed=allowed)
+    return cosine_topk_batch(embeddings, Q, k, rows=rows)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .kernels import cosine_topk_batch
-from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk
+from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk, search_rows
 
 __all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
            "save_shards", "read_shard_manifest", "load_shard"]
@@ -50,12 +50,19 @@ class Shard:
     offset: int
     hnsw: object | None = None
 
-    def search_batch(self, Q, k: int):
-        """This shard's top-``k`` with global ids."""
+    def search_batch(self, Q, k: int, *, rows=None):
+        """This shard's top-``k`` with global ids.  ``rows`` (global positions, strictly
+        ascending): only those are candidates (:func:`~evireform.search.search_rows` over the
+        ones in this shard)."""
         n = int(self.embeddings.shape[0])
         if n == 0:
             return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
-        if self.hnsw is None:
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64)
+            lo, hi = np.searchsorted(rows, [self.offset, self.offset + n])
+            ids, sc = search_rows(self.embeddings, Q, k, rows[lo:hi] - self.offset,
+                                  hnsw=self.hnsw)
+        elif self.hnsw is None:
             ids, sc = cosine_topk_batch(self.embeddings, Q, k)
         else:
             ids, sc = hnsw_topk_batch(self.hnsw, self.embeddings, Q, k)
@@ -118,17 +125,20 @@ class ShardedSearcher:
         entries = read_shard_manifest(path, int(emb.shape[0]), int(emb.shape[1]))
         return cls([load_shard(path, e, emb) for e in entries], max_workers=max_workers)
 
-    def search_batch(self, Q, k: int):
-        """``(ids, scores)`` of shape (batch, min(k, n_props)): the exact merge of every
-        shard's top-``k``."""
+    def search_batch(self, Q, k: int, *, rows=None):
+        """``(ids, scores)`` of shape (batch, min(k, n)): the exact merge of every shard's
+        top-``k``; ``rows`` (strictly ascending positions): only those are candidates (n:
+        their number), each shard searching its own."""
         Q, k = check_queries(Q, k, self.dim)
-        k = min(k, self.n_props)
+        k = min(k, self.n_props if rows is None else len(rows))
+        if k == 0:
+            return np.full((len(Q), 0), -1, np.int64), np.zeros((len(Q), 0), np.float32)
         if self.max_workers > 1 and len(self.shards) > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(self.max_workers) as pool:
-                parts = list(pool.map(lambda s: s.search_batch(Q, k), self.shards))
+                parts = list(pool.map(lambda s: s.search_batch(Q, k, rows=rows), self.shards))
         else:
-            parts = [s.search_batch(Q, k) for s in self.shards]
+            parts = [s.search_batch(Q, k, rows=rows) for s in self.shards]
         return merge_topk(parts, k, len(Q))
 
 

@@ -48,10 +48,10 @@ from typing import Sequence
 import numpy as np
 
 from .embed import encode_queries
-from .engine import make_engine, pack_seeds
+from .engine import check_restriction, make_engine, pack_seeds, rank, search
 from .entities import canonical_entity
 from .explain import EvidenceEdge
-from .filters import RestrictedEngine, restriction
+from .filters import restriction
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
@@ -74,19 +74,22 @@ class _PassageSearch:
             raise ValueError("give engine= or backend=, not both")
         self.index, self.embedder = index, embedder
         self.n_candidates = n_candidates
-        self.engine = engine if engine is not None else make_engine(index, backend)
-        #: the passage positions a filter allows (stored order; None: all) and the graph
-        #: whose degree terms the search propagates with
-        self.allowed, self.graph = None, index.graph
+        self.engine = make_engine(index, engine if engine is not None else backend)
+        #: the filter's restriction every search and ranking passes to the engine (None:
+        #: no filter), the passage positions it allows (stored order; None: all) and the
+        #: graph whose degree terms the search propagates with
+        self.restriction, self.allowed, self.graph = None, None, index.graph
 
     def restricted(self, filter) -> "_PassageSearch":
-        """This search under ``filter`` (:mod:`evireform.filters`): a copy whose engine is a
-        :class:`~evireform.filters.RestrictedEngine`; itself when ``filter`` is None."""
+        """This search under ``filter`` (:mod:`evireform.filters`): a copy whose searches
+        and rankings pass the filter's restriction to the same engine; itself when
+        ``filter`` is None."""
         r = restriction(self.index, filter)
         if r is None:
             return self
+        check_restriction(self.engine, r)
         out = copy.copy(self)
-        out.engine, out.allowed, out.graph = RestrictedEngine(self.index, r), r.passages, r.graph
+        out.restriction, out.allowed, out.graph = r, r.passages, r.graph
         return out
 
     @property
@@ -105,7 +108,7 @@ class _PassageSearch:
         idx = self.index
         H = self.embed(texts) if H is None else H
         kc = max(1, min(self.n_candidates, idx.n_props))
-        ids, sc = self.engine.search_batch(H, kc)
+        ids, sc = search(self.engine, H, kc, self.restriction)
         seeds = []
         for i, s in zip(ids, sc):
             keep = (i >= 0) & (s > 0)
@@ -114,9 +117,8 @@ class _PassageSearch:
         return self._readout(seeds, k)
 
     def _readout(self, seeds, k, alpha: float = 1.0, propagation: bool = False):
-        P, S = self.engine.rank_batch(*pack_seeds(seeds), alpha,
-                                      max(1, min(k, self.n_passages)),
-                                      propagation=propagation)
+        P, S = rank(self.engine, *pack_seeds(seeds), alpha, max(1, min(k, self.n_passages)),
+                    propagation=propagation, restriction=self.restriction)
         return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
 
     def neighbours(self, passages: Sequence[int], k: int):

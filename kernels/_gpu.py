@@ -336,6 +336,13 @@ class DeviceGraph:
                             xp.asarray(g.at_indptr, dtype=xp.int32)), shape=(Ne, M))
         return cls(ns, A, AT, xp.asarray(g.inv_deg), xp.asarray(g.diag), xp.asarray(g.inv_w))
 
+    def with_degrees(self, g) -> "DeviceGraph":
+        """This incidence with the degree terms of the host graph ``g`` (the same A: a
+        filter's degrees recounted over its matching propositions); A and A^T are shared."""
+        xp = self.ns.xp
+        return DeviceGraph(self.ns, self.A, self.AT, xp.asarray(g.inv_deg),
+                           xp.asarray(g.diag), xp.asarray(g.inv_w))
+
 
 @dataclass
 class DevicePassageMap:
@@ -562,39 +569,68 @@ class DeviceIndex:
         return int(self.embeddings.shape[0])
 
     # host in, host out: what the retriever calls
-    def search_batch(self, Q, k: int):
+    def search_batch(self, Q, k: int, *, rows=None):
+        """Top-``k`` propositions of each query row (host arrays).  ``rows`` (host, strictly
+        ascending positions): only those rows are candidates; they are gathered on the
+        device for the call (the index's own copy is never changed) and the ids are
+        positions in the index."""
         ns = self.ns
+        xp = ns.xp
+        H, H16 = self.embeddings, self.embeddings16
+        d_rows = None
+        if rows is not None:
+            d_rows = xp.asarray(np.asarray(rows, dtype=np.int64))
+            H = H[d_rows]
+            H16 = H16[d_rows] if H16 is not None else None
+            if int(d_rows.shape[0]) == 0:
+                B = int(np.asarray(Q).shape[0])
+                return np.full((B, 0), -1, np.int64), np.zeros((B, 0), np.float32)
         if self.precision == "fp16":
-            ids, sc = cosine_topk_batch_fp16(ns, self.embeddings16, self.embeddings,
-                                             ns.asarray(Q, ns.xp.float32), k,
+            ids, sc = cosine_topk_batch_fp16(ns, H16, H, ns.asarray(Q, xp.float32), k,
                                              budget=self.budget)
         else:
-            ids, sc = cosine_topk_batch(ns, self.embeddings, ns.asarray(Q, ns.xp.float32), k,
+            ids, sc = cosine_topk_batch(ns, H, ns.asarray(Q, xp.float32), k,
                                         budget=self.budget, half=self.half)
+        if d_rows is not None:
+            ids = xp.where(ids >= 0, d_rows[xp.maximum(ids, 0)], -1)
         return ns.to_host(ids), ns.to_host(sc)
 
     def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
-                   fused: bool = True):
-        """Propagate (unless ``propagation=False``) and read out; host (B, k') arrays."""
+                   fused: bool = True, graph: DeviceGraph | None = None, passage_mask=None):
+        """Propagate (unless ``propagation=False``) and read out; host (B, k') arrays.
+        ``graph``: propagate with these degree terms (:meth:`DeviceGraph.with_degrees`)
+        instead of the index's; ``passage_mask`` (host bool per passage): the passages
+        outside it get no score (never ranked among the positive ones)."""
         ns = self.ns
-        d_indptr, d_ids, d_vals = (ns.asarray(indptr, ns.xp.int64), ns.asarray(ids, ns.xp.int64),
-                                   ns.asarray(vals, ns.xp.float64))
+        xp = ns.xp
+        d_indptr, d_ids, d_vals = (ns.asarray(indptr, xp.int64), ns.asarray(ids, xp.int64),
+                                   ns.asarray(vals, xp.float64))
+        pm = None if passage_mask is None else xp.asarray(np.asarray(passage_mask, bool))
+        dg = graph if graph is not None else self.graph
         if not propagation:
+            if pm is not None:
+                d_vals = xp.where(pm[self.pmap.owner[d_ids]], d_vals, 0.0)
             P, S = readout_topk_batch(self.pmap, d_indptr, d_ids, d_vals, k, budget=self.budget)
         elif fused:
-            P, S = propagate_readout_batch(self, d_indptr, d_ids, d_vals, alpha, k)
+            P, S = propagate_readout_batch(self, d_indptr, d_ids, d_vals, alpha, k, dg=dg,
+                                           passage_mask=pm)
         else:
-            zp, zi, zv = propagate_batch(self.graph, d_indptr, d_ids, d_vals, alpha)
+            zp, zi, zv = propagate_batch(dg, d_indptr, d_ids, d_vals, alpha)
+            if pm is not None:
+                zv = xp.where(pm[self.pmap.owner[zi]], zv, 0.0)
             P, S = readout_topk_batch(self.pmap, zp, zi, zv, k, budget=self.budget)
         return ns.to_host(P), ns.to_host(S)
 
 
-def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k: int):
+def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k: int, *,
+                            dg: DeviceGraph | None = None, passage_mask=None):
     """Fused propagation + readout at passage level (z never formed):
-    scores = alpha R S + (1 - alpha) (C De+ (A^T X) - R (diag X)), X = Dw+ S; then top ``k``."""
+    scores = alpha R S + (1 - alpha) (C De+ (A^T X) - R (diag X)), X = Dw+ S; then top ``k``.
+    ``dg``: other degree terms over the same incidence; ``passage_mask`` (device bool per
+    passage): passages outside it score 0 (not ranked)."""
     ns = di.ns
     xp, sp = ns.xp, ns.sparse
-    dg, dp = di.graph, di.pmap
+    dg, dp = (dg if dg is not None else di.graph), di.pmap
     N = dp.n_passages
     B = int(indptr.shape[0]) - 1
     kk = min(int(k), N)
@@ -606,8 +642,9 @@ def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k:
                                               - dp.R @ scale_rows(ns, X, dg.diag))
     P = P.tocoo()  # (N x B): entry (j, b) is passage j's score for query b
     P.sum_duplicates()
+    data = P.data if passage_mask is None else xp.where(passage_mask[P.row], P.data, 0.0)
     # rounding can leave -1e-17 where a score cancels to 0: not positive, so not ranked
-    return topk_from_entries(ns, P.col, P.row, P.data, B, N, kk)
+    return topk_from_entries(ns, P.col, P.row, data, B, N, kk)
 
 
 def materialised_w_propagate(dg: DeviceGraph, indptr, ids, vals, alpha: float):

@@ -8,7 +8,7 @@ import pytest
 
 from evireform import BGR, EviReform, HiQ, PropositionIndex
 from evireform.embed import HashingEmbedder
-from evireform.engine import CpuEngine, make_engine
+from evireform.engine import CpuEngine, DeviceEngine, make_engine
 from evireform.kernels import BackendUnavailable
 
 EMB = HashingEmbedder(32)
@@ -30,7 +30,10 @@ def test_make_engine_picks_once(idx, monkeypatch):
     assert isinstance(make_engine(idx, "cpu"), CpuEngine)
     assert isinstance(make_engine(idx, "auto"), CpuEngine)  # small index: never the GPU
     dev = idx.to_device("numpy")
-    assert make_engine(idx, dev) is dev
+    got = make_engine(idx, dev)  # a DeviceIndex becomes the engine that takes restrictions
+    assert isinstance(got, DeviceEngine) and got.device is dev and got.takes_restriction
+    mine = CpuEngine(idx)
+    assert make_engine(idx, mine) is mine  # an engine object is used as it is
     with pytest.raises(ValueError, match="engine"):
         make_engine(idx, object())
     with pytest.raises(ValueError, match="backend must be one of"):
@@ -43,7 +46,7 @@ def test_make_engine_picks_once(idx, monkeypatch):
     monkeypatch.setattr(E.K.config, "GPU_AUTO_MIN_PROPS", idx.n_props)
     monkeypatch.setattr(E, "gpu_usable", lambda: True)
     monkeypatch.setattr(type(idx), "to_device", lambda self: dev)
-    assert make_engine(idx, "auto") is dev
+    assert make_engine(idx, "auto").device is dev
     assert isinstance(make_engine(idx, "auto", searcher=CpuEngine(idx)), CpuEngine)
     with pytest.raises(ValueError, match="not both"):
         EviReform(idx, embedder=EMB, engine=dev, backend="cpu")

@@ -132,12 +132,12 @@ def test_hnsw_index_filtered_search(rng, monkeypatch):
     emb_q = HashingEmbedder(DIM)
     full = PropositionIndex.from_propositions(passages, props, emb, emb_q.name, hnsw=True)
     r = restriction(full, {"lang": "en"})
-    from evireform.filters import RestrictedEngine
+    from evireform.engine import CpuEngine
     from evireform.kernels import config as kconfig
     Q = rng.normal(size=(4, DIM)).astype(np.float32)
-    exact = RestrictedEngine(full, r).search_batch(Q, 5)
+    exact = CpuEngine(full).search_batch(Q, 5, restriction=r)
     monkeypatch.setattr(kconfig, "EXACT_SEARCH_MAX", 0)  # force the HNSW filter path
-    got = RestrictedEngine(full, r).search_batch(Q, 5)
+    got = CpuEngine(full).search_batch(Q, 5, restriction=r)
     ids = got[0][got[0] >= 0]
     assert r.prop_mask[ids].all()
     np.testing.assert_array_equal(got[0], exact[0])  # a tiny graph searches exactly

@@ -1,0 +1,215 @@
+"""One path for every question: each engine x each filter x each entry point gives the ids and
+scores of the reference (the exact CPU engine over the full index without a filter; with a
+filter, over the sub-index built from the matching passages alone).
+
+The engine runs the filtered question itself (a restriction is an argument of its search
+and ranking), so this is what catches a filter that drops the engine the user chose."""
+import numpy as np
+import pytest
+
+from evireform import PropositionIndex
+from evireform.embed import HashingEmbedder
+from evireform.engine import CpuEngine, DeviceEngine, make_engine
+from evireform.filters import compile_filter
+from evireform.retriever import EviReform, EviReformConfig
+from evireform.shards import ShardedSearcher
+from evireform.strategies import BGR, HiQ
+
+from test_filters import DIM, random_corpus, sub_index
+
+QS = ["Alice Smith met whom?", "Paris France", "who is Carl Jung", "Nile River Delta Inc",
+      "Eve Park and Gina Lane", "Fjord Bay"]
+CFG = EviReformConfig(n_candidates=8, k_residual=3)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return random_corpus(np.random.default_rng(20261201), 60)
+
+
+def _engine(kind, full, monkeypatch):
+    """The engine of ``kind`` over ``full`` (a fresh index object per engine)."""
+    if kind == "cpu exact":
+        return CpuEngine(full)
+    if kind == "cpu int8":
+        full.quantize("int8")
+        return CpuEngine(full)
+    if kind == "cpu hnsw":
+        full.build_hnsw()
+        # HNSW for every search (filtered ones too): a graph this small recalls exactly
+        from evireform.kernels import config as kconfig
+        monkeypatch.setattr(kconfig, "EXACT_SEARCH_MAX", 0)
+        return CpuEngine(full)
+    if kind == "sharded":
+        return CpuEngine(full, ShardedSearcher.from_index(full, 3))
+    if kind == "device (numpy)":
+        return make_engine(full, full.to_device("numpy"))
+    raise AssertionError(kind)
+
+
+ENGINES = ["cpu exact", "cpu int8", "cpu hnsw", "sharded", "device (numpy)"]
+FILTERS = {"none": None, "where": {"lang": {"$in": ["de", "fr"]}},
+           "ids": "every third passage", "namespace": {"namespace": "t1"}}
+
+
+def _filter(name, passages):
+    flt = FILTERS[name]
+    if flt == "every third passage":
+        return [p.id for p in passages[::3]]
+    return flt
+
+
+def _reference(passages, props, emb, flt):
+    if flt is None:
+        keep = {p.id for p in passages}
+    else:
+        f = compile_filter(flt)
+        keep = set(f.ids) if f.ids is not None else \
+            {p.id for p in passages if f.predicate(p.metadata)}
+    return sub_index(passages, props, emb, keep)
+
+
+def _full(passages, props, emb):
+    return PropositionIndex.from_propositions(passages, props, emb, HashingEmbedder(DIM).name,
+                                              hnsw=False)
+
+
+def _ranking(results):
+    return [[(p.id, p.score) for p in r.passages] for r in results]
+
+
+def _same(got, want, engine_kind="cpu exact"):
+    """Same ids, same scores: to rounding on the CPU engines (bitwise-equal proposition
+    scores, float64 sums), to float32 rounding on the device (its GEMM sums the dot products
+    in another order)."""
+    assert [[i for i, _ in r] for r in got] == [[i for i, _ in r] for r in want]
+    rtol = 1e-5 if engine_kind.startswith("device") else 1e-9
+    for a, b in zip(got, want):
+        np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=rtol, atol=1e-12)
+
+
+ENTRY = ["retrieve", "retrieve_many", "bgr", "hiq", "langchain", "llama_index"]
+
+
+def _run(entry, index, engine, flt, emb_q):
+    if entry == "retrieve":
+        r = EviReform(index, CFG, embedder=emb_q, engine=engine)
+        return _ranking([r.retrieve(q, 8, filter=flt) for q in QS])
+    if entry == "retrieve_many":
+        r = EviReform(index, CFG, embedder=emb_q, engine=engine)
+        return _ranking(r.retrieve_many(QS, 8, filter=flt))
+    if entry == "bgr":
+        return _ranking(BGR(index, emb_q, engine=engine).retrieve_many(QS, 6, filter=flt))
+    if entry == "hiq":
+        return _ranking(HiQ(index, emb_q, engine=engine).retrieve_many(QS, 6, filter=flt))
+    r = EviReform(index, CFG, embedder=emb_q, engine=engine)
+    if entry == "langchain":
+        pytest.importorskip("langchain_core")
+        from evireform.integrations.langchain import EviReformRetriever
+        lc = EviReformRetriever(retriever=r, k=8, filter=flt)
+        return [[(d.metadata["passage_id"], d.metadata["score"]) for d in docs]
+                for docs in lc.batch(QS)]
+    pytest.importorskip("llama_index.core")
+    from evireform.integrations.llama_index import EviReformRetriever
+    li = EviReformRetriever(r, similarity_top_k=8, filter=flt)
+    return [[(n.node.id_, n.score) for n in li.retrieve(q)] for q in QS]
+
+
+@pytest.mark.parametrize("filter_name", list(FILTERS))
+@pytest.mark.parametrize("engine_kind", ENGINES)
+def test_every_engine_and_filter_equals_the_reference(corpus, engine_kind, filter_name,
+                                                      monkeypatch):
+    passages, props, emb = corpus
+    emb_q = HashingEmbedder(DIM)
+    flt = _filter(filter_name, passages)
+    ref = _reference(passages, props, emb, flt)
+    full = _full(passages, props, emb)
+    engine = _engine(engine_kind, full, monkeypatch)
+    for entry in ("retrieve", "retrieve_many", "bgr", "hiq"):
+        want = _run(entry, ref, CpuEngine(ref), None, emb_q)
+        _same(_run(entry, full, engine, flt, emb_q), want, engine_kind)
+
+
+@pytest.mark.parametrize("entry", ["langchain", "llama_index"])
+@pytest.mark.parametrize("engine_kind", ["cpu exact", "device (numpy)"])
+def test_the_adapters_run_the_engine_they_are_given(corpus, entry, engine_kind, monkeypatch):
+    passages, props, emb = corpus
+    emb_q = HashingEmbedder(DIM)
+    for name in ("none", "namespace"):
+        flt = _filter(name, passages)
+        ref = _reference(passages, props, emb, flt)
+        full = _full(passages, props, emb)
+        want = _run("retrieve", ref, CpuEngine(ref), None, emb_q)
+        got = _run(entry, full, _engine(engine_kind, full, monkeypatch), flt, emb_q)
+        _same(got, want, engine_kind)
+
+
+def test_a_filter_never_swaps_the_engine(corpus):
+    """The engine the user chose answers the filtered question: a counting engine sees
+    every search and ranking, with the restriction."""
+    passages, props, emb = corpus
+    full = _full(passages, props, emb)
+    seen = []
+
+    class Counting(CpuEngine):
+        def search_batch(self, Q, k, *, restriction=None):
+            seen.append(("search", restriction is not None))
+            return super().search_batch(Q, k, restriction=restriction)
+
+        def rank_batch(self, *a, restriction=None, **kw):
+            seen.append(("rank", restriction is not None))
+            return super().rank_batch(*a, restriction=restriction, **kw)
+
+    r = EviReform(full, CFG, embedder=HashingEmbedder(DIM), engine=Counting(full))
+    r.retrieve(QS[0], 5, filter={"namespace": "t1"})
+    assert seen and all(flag for _, flag in seen)
+    assert {kind for kind, _ in seen} == {"search", "rank"}
+
+
+def test_an_engine_that_cannot_take_a_restriction_is_refused_not_bypassed(corpus):
+    passages, props, emb = corpus
+    full = _full(passages, props, emb)
+
+    class Plain:  # the engine protocol without restrictions
+        n_props = full.n_props
+
+        def __init__(self):
+            self.inner = CpuEngine(full)
+
+        def search_batch(self, Q, k):
+            return self.inner.search_batch(Q, k)
+
+        def rank_batch(self, *a, **kw):
+            return self.inner.rank_batch(*a, **kw)
+
+    r = EviReform(full, CFG, embedder=HashingEmbedder(DIM), engine=Plain())
+    assert r.retrieve(QS[0], 5).passages  # unfiltered questions run on it
+    with pytest.raises(ValueError, match="does not take restriction"):
+        r.retrieve(QS[0], 5, filter={"namespace": "t1"})
+    with pytest.raises(ValueError, match="does not take restriction"):
+        BGR(full, HashingEmbedder(DIM), engine=Plain()).retrieve_many(
+            QS[:1], 5, filter={"namespace": "t1"})
+    # a sharded searcher of your own without rows= is refused under a filter, by name
+    class OldSearcher:
+        n_props = full.n_props
+
+        def search_batch(self, Q, k):
+            return full.search_batch(Q, k)
+
+    r = EviReform(full, CFG, embedder=HashingEmbedder(DIM), searcher=OldSearcher())
+    with pytest.raises(ValueError, match="OldSearcher cannot search some rows"):
+        r.retrieve(QS[0], 5, filter={"namespace": "t1"})
+
+
+def test_the_device_engine_caches_one_graph_per_filter(corpus):
+    passages, props, emb = corpus
+    full = _full(passages, props, emb)
+    eng = make_engine(full, full.to_device("numpy"))
+    assert isinstance(eng, DeviceEngine)
+    r = EviReform(full, CFG, embedder=HashingEmbedder(DIM), engine=eng)
+    for _ in range(2):
+        r.retrieve_many(QS, 5, filter={"namespace": "t1"})
+        r.retrieve_many(QS, 5, filter={"lang": "de"})
+    assert len(eng._graphs) == 2
+    g = next(iter(eng._graphs.values()))[1]
+    assert g.A is eng.device.graph.A  # the incidence is shared, only the degrees differ
