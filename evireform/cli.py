@@ -667,9 +667,11 @@ def _cmd_query(args) -> int:
         qs = read_questions(args.questions)
     flt = _filter_arg(args.filter)
     idx = PropositionIndex.load(args.index_dir)
-    if flt is not None:  # a key no passage has, or an unknown id: refused before any query
-        from .filters import restriction
-        restriction(idx, flt)
+    from .engine import make_engine, restrict
+    engine = make_engine(idx)
+    # a key no passage has, or an unknown id: refused before any query (and kept by the
+    # engine the question then runs on)
+    restrict(engine, flt)
     args.filter = flt
     # the kernels load (numba, about a second cold) while the encoder loads; main() joins
     # the thread on every exit path
@@ -682,10 +684,11 @@ def _cmd_query(args) -> int:
         roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                      controller=LLMController(client))
     if args.method == "evireform":
-        retriever = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1, **roles)
+        retriever = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1,
+                              engine=engine, **roles)
     else:
         from .strategies import make_strategy
-        retriever = make_strategy(args.method, idx, emb, client)
+        retriever = make_strategy(args.method, idx, emb, client, engine=engine)
     if args.questions is not None:
         return _batch_query(args, retriever, qs)
     res = retriever.retrieve(args.question, args.k, filter=flt)

@@ -39,8 +39,9 @@ from collections import OrderedDict
 import numpy as np
 
 from . import kernels as K
+from .filters import RestrictionCache
 
-__all__ = ["CpuEngine", "DeviceEngine", "make_engine", "gpu_usable", "check_restriction",
+__all__ = ["CpuEngine", "DeviceEngine", "make_engine", "gpu_usable", "restrict",
            "search", "rank", "pack_seeds"]
 
 
@@ -62,6 +63,8 @@ class CpuEngine:
                 raise ValueError(f"the searcher covers {searcher.n_props} propositions, the "
                                  f"index {index.n_props}")
         self.index, self.searcher = index, searcher
+        #: this engine's restrictions, one per recent filter (evireform.filters)
+        self.restrictions = RestrictionCache(index)
 
     @property
     def n_props(self) -> int:
@@ -107,6 +110,7 @@ class DeviceEngine:
             raise ValueError(f"the device index covers {device.n_props} propositions, the "
                              f"index {index.n_props}")
         self.index, self.device = index, device
+        self.restrictions = RestrictionCache(index)
         self._graphs: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -162,13 +166,18 @@ def rank(engine, indptr, ids, vals, alpha: float, k: int, *, propagation: bool =
                              restriction=restriction)
 
 
-def check_restriction(engine, restriction) -> None:
-    """Refuse, naming the engine, a restriction for an engine that cannot take one (an
-    engine object of your own): a filtered query never falls back to another engine."""
-    if restriction is not None and not getattr(engine, "takes_restriction", False):
+def restrict(engine, flt):
+    """The engine's restriction for filter ``flt`` (from its cache), ``None`` for no
+    filter.  An engine that cannot take one (an engine object of your own without
+    ``takes_restriction``) is refused by name: a filtered query never falls back to
+    another engine."""
+    if flt is None:
+        return None
+    if not getattr(engine, "takes_restriction", False):
         raise ValueError(f"the engine {type(engine).__name__} does not take restriction= "
                          "(search_batch and rank_batch under a filter); filtered queries need "
                          "one that does (CpuEngine, DeviceEngine: make_engine builds them)")
+    return engine.restrictions.get(flt)
 
 
 @functools.lru_cache(maxsize=1)

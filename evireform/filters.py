@@ -48,12 +48,13 @@ not match).  ``$in``/``$nin`` take a list.  A passage without the key does not m
 that no passage of the index has (outside ``$exists``) raise ``ValueError`` naming the problem;
 a filter that matches no passage gives results with no passages (documented, not an error).
 
-How the index runs a filter: :func:`restriction` turns it into a :class:`Restriction` (the
+How an engine runs a filter: :func:`restriction` turns it into a :class:`Restriction` (the
 passage and proposition masks and the entity degree terms recounted over the matching
 propositions: never a copy of the embeddings, which the exact scan reads in place through
-the memory map); restrictions are kept per index for the last :data:`CACHE_SIZE` filters
-within :data:`CACHE_BYTES`, so a tenant's repeated queries pay for their filter once.  A
-filter on a key no passage has is refused and leaves nothing cached.
+the memory map); each engine keeps them (:class:`RestrictionCache`) for the last
+:data:`CACHE_SIZE` filters within :data:`CACHE_BYTES`, so a tenant's repeated queries pay
+for their filter once.  A filter on a key no passage has is refused and leaves nothing
+cached.
 
 **Numbers and strings.**  Integers compare exactly at any size up to the int64 range
 (``9007199254740993`` is not ``9007199254740992``), strings exactly (a trailing NUL counts);
@@ -74,7 +75,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["compile_filter", "Filter", "Restriction", "restriction",
+__all__ = ["compile_filter", "Filter", "Restriction", "RestrictionCache", "restriction",
            "OPERATORS", "CACHE_SIZE"]
 
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
@@ -162,8 +163,9 @@ class Filter:
     predicate: object = field(default=None, compare=False, repr=False)
     keys: frozenset = frozenset()
 
-    def passage_mask(self, index) -> np.ndarray:
-        """Which passages of ``index`` match (bool, one per passage)."""
+    def passage_mask(self, index, columns: "_Columns | None" = None) -> np.ndarray:
+        """Which passages of ``index`` match (bool, one per passage); ``columns``: the
+        metadata columns to read (a :class:`RestrictionCache`'s), else built for the call."""
         n = index.n_passages
         if self.ids is not None:
             mask = np.zeros(n, dtype=bool)
@@ -173,7 +175,7 @@ class Filter:
                                  + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
             mask[[index._pos[i] for i in self.ids]] = True
             return mask
-        cols = _Columns.of(index)
+        cols = columns if columns is not None else _Columns(index)
         if self.keys:  # a key no passage has is a mistake (the columns are needed anyway)
             missing = sorted(k for k in self.keys if not cols.get(k)[0].any())
             if missing:
@@ -199,21 +201,13 @@ def _metadata_keys(index) -> set:
 
 
 class _Columns:
-    """Per metadata key, the passages' values as arrays (built on first use, kept on the
-    index): ``kind`` (int8 code of :data:`_KINDS`, 0 = missing), ``num`` (float64, NaN
-    unless a number), ``obj`` (the values themselves)."""
+    """Per metadata key, the passages' values as arrays (built on first use, kept by the
+    :class:`RestrictionCache` that holds this): ``kind`` (int8 code of :data:`_KINDS`, 0 =
+    missing), ``num`` (float64, NaN unless a number), ``obj`` (the values themselves)."""
 
     def __init__(self, index):
         self.index, self.cols = index, {}
         self.lock = threading.Lock()
-
-    @staticmethod
-    def of(index) -> "_Columns":
-        with _CACHE_LOCK:
-            c = index.__dict__.get("_columns")
-            if c is None:
-                c = index.__dict__["_columns"] = _Columns(index)
-            return c
 
     @property
     def n(self) -> int:
@@ -548,16 +542,15 @@ class Restriction:
                 np.concatenate([scores[:npos], np.zeros(len(tail))]))
 
 
-def _masked_graph(graph, prop_mask: np.ndarray):
+def _masked_graph(graph, prop_mask: np.ndarray, all_rows: np.ndarray | None = None):
     """``graph`` with inv_deg, diag and inv_w recounted over the propositions in
-    ``prop_mask`` (as :meth:`EntityGraph.from_csr` counts them for a sub-index)."""
+    ``prop_mask`` (as :meth:`EntityGraph.from_csr` counts them for a sub-index);
+    ``all_rows``: the proposition of every incidence (kept by a :class:`RestrictionCache`)."""
     from .kernels import config as kconfig
     indices = graph.a_indices
     M, E = graph.n_props, graph.n_entities
-    all_rows = graph.__dict__.get("_entry_rows")  # the row of every incidence, kept
     if all_rows is None:
-        all_rows = graph.__dict__["_entry_rows"] = np.repeat(
-            np.arange(M, dtype=np.int64), np.diff(graph.a_indptr))
+        all_rows = _entry_rows(graph)
     entry = prop_mask[all_rows]
     rows = all_rows[entry]
     ents = indices[entry]
@@ -575,31 +568,73 @@ def _masked_graph(graph, prop_mask: np.ndarray):
     return replace(graph, inv_deg=inv_deg, diag=diag, inv_w=inv_w)
 
 
-_CACHE_LOCK = threading.Lock()
+def _entry_rows(graph) -> np.ndarray:
+    """The proposition of every incidence of ``graph`` (int64, nnz)."""
+    return np.repeat(np.arange(graph.n_props, dtype=np.int64), np.diff(graph.a_indptr))
+
+
+def _build(index, f: Filter, columns=None, all_rows=None) -> Restriction:
+    pmask = f.passage_mask(index, columns)
+    prop_mask = pmask[np.asarray(index.owner)]
+    return Restriction(f, np.flatnonzero(pmask).astype(np.int64), pmask,
+                       np.flatnonzero(prop_mask).astype(np.int64), prop_mask,
+                       _masked_graph(index.graph, prop_mask, all_rows))
 
 
 def restriction(index, flt) -> Restriction | None:
     """The :class:`Restriction` of ``index`` for filter ``flt`` (see :func:`compile_filter`),
-    cached on the index for its last :data:`CACHE_SIZE` filters; ``None`` for no filter."""
+    built for this call (an engine keeps them: :class:`RestrictionCache`); ``None`` for no
+    filter.  ``ValueError`` for a malformed filter, a key no passage has, unknown ids."""
     f = compile_filter(flt)
-    if f is None:
-        return None
-    with _CACHE_LOCK:
-        cache = index.__dict__.setdefault("_restrictions", OrderedDict())
-        got = cache.get(f.key)
-        if got is not None:
-            cache.move_to_end(f.key)
-            return got
-    pmask = f.passage_mask(index)
-    prop_mask = pmask[np.asarray(index.owner)]
-    r = Restriction(f, np.flatnonzero(pmask).astype(np.int64), pmask,
-                    np.flatnonzero(prop_mask).astype(np.int64), prop_mask,
-                    _masked_graph(index.graph, prop_mask))
-    with _CACHE_LOCK:
-        cache[f.key] = r
-        while len(cache) > CACHE_SIZE or (
-                len(cache) > 1 and sum(x.nbytes() for x in cache.values()) > CACHE_BYTES):
-            cache.popitem(last=False)
-        if r.nbytes() > CACHE_BYTES:
-            cache.pop(f.key, None)
-    return r
+    return None if f is None else _build(index, f)
+
+
+class RestrictionCache:
+    """The restrictions of one index for its last :data:`CACHE_SIZE` filters within
+    :data:`CACHE_BYTES` (one over the bound is used, not kept), with the metadata columns and
+    the incidence rows they are built from.  Each engine holds one
+    (:mod:`evireform.engine`), so the index holds no cache of the filters', and a tenant's
+    repeated queries pay for their filter once.  Thread-safe."""
+
+    def __init__(self, index):
+        self.index = index
+        self.columns = _Columns(index)
+        self._rows = None
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, flt) -> bool:
+        f = compile_filter(flt)
+        return f is not None and f.key in self._items
+
+    def nbytes(self) -> int:
+        """Bytes the kept restrictions hold (what :data:`CACHE_BYTES` bounds)."""
+        with self._lock:
+            return sum(r.nbytes() for r in self._items.values())
+
+    def get(self, flt) -> Restriction | None:
+        """The restriction for ``flt`` (cached), ``None`` for no filter."""
+        f = compile_filter(flt)
+        if f is None:
+            return None
+        with self._lock:
+            got = self._items.get(f.key)
+            if got is not None:
+                self._items.move_to_end(f.key)
+                return got
+            if self._rows is None:
+                self._rows = _entry_rows(self.index.graph)
+            rows = self._rows
+        r = _build(self.index, f, self.columns, rows)
+        with self._lock:
+            self._items[f.key] = r
+            while len(self._items) > CACHE_SIZE or (
+                    len(self._items) > 1
+                    and sum(x.nbytes() for x in self._items.values()) > CACHE_BYTES):
+                self._items.popitem(last=False)
+            if r.nbytes() > CACHE_BYTES:
+                self._items.pop(f.key, None)
+        return r

@@ -28,9 +28,8 @@ import numpy as np
 
 from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
-from .engine import check_restriction, make_engine, pack_seeds, rank, search
+from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
-from .filters import restriction
 from .index import PropositionIndex
 from .roles import (BridgeReformulator, Candidate, Controller,
                     ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
@@ -441,9 +440,7 @@ class EviReform:
         """``(engine, restriction)`` for ``filter``: the retriever's own engine, with the
         filter's cached :class:`~evireform.filters.Restriction` (None without a filter) that
         every search and ranking of the question passes to it."""
-        r = restriction(self.index, filter)
-        check_restriction(self.engine, r)
-        return self.engine, r
+        return self.engine, restrict(self.engine, filter)
 
     def _search(self, H, k, restriction=None):
         """Batched proposition search; the kernels score each query alike in any batch.

@@ -48,10 +48,9 @@ from typing import Sequence
 import numpy as np
 
 from .embed import encode_queries
-from .engine import check_restriction, make_engine, pack_seeds, rank, search
+from .engine import make_engine, pack_seeds, rank, restrict, search
 from .entities import canonical_entity
 from .explain import EvidenceEdge
-from .filters import restriction
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
@@ -84,10 +83,9 @@ class _PassageSearch:
         """This search under ``filter`` (:mod:`evireform.filters`): a copy whose searches
         and rankings pass the filter's restriction to the same engine; itself when
         ``filter`` is None."""
-        r = restriction(self.index, filter)
+        r = restrict(self.engine, filter)
         if r is None:
             return self
-        check_restriction(self.engine, r)
         out = copy.copy(self)
         out.restriction, out.allowed, out.graph = r, r.passages, r.graph
         return out
@@ -546,10 +544,10 @@ class HiQ(_Strategy):
 STRATEGIES = ("bgr", "bgr_union", "bgr_last", "hiq", "hiq_k2")
 
 
-def make_strategy(name: str, index, embedder=None, llm=None):
+def make_strategy(name: str, index, embedder=None, llm=None, engine=None):
     """``"bgr"``, ``"bgr_union"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient)
     BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader, splitter and
-    verifier."""
+    verifier; ``engine``: where it runs (:func:`evireform.engine.make_engine`'s by default)."""
     if name in ("bgr", "bgr_union", "bgr_last"):
         ref = None
         if llm is not None:
@@ -557,7 +555,8 @@ def make_strategy(name: str, index, embedder=None, llm=None):
             ref = LLMReformulator(llm)
         return BGR(index, embedder, reformulator=ref,
                    merge="union" if name == "bgr_union" else "intersection",
-                   path="last" if name == "bgr_last" else "full")
+                   path="last" if name == "bgr_last" else "full", engine=engine)
     if name in ("hiq", "hiq_k2"):
-        return HiQ(index, embedder, llm=llm, k_read=2 if name == "hiq_k2" else 5)
+        return HiQ(index, embedder, llm=llm, k_read=2 if name == "hiq_k2" else 5,
+                   engine=engine)
     raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")

@@ -187,7 +187,10 @@ def test_filter_semantics_and_errors(rng):
     # filter, 2 without it
     r = restriction(idx, ["a", "c"])
     assert r.graph.inv_deg.tolist() == [1.0] and idx.graph.inv_deg.tolist() == [0.5]
-    assert restriction(idx, ["a", "c"]) is r             # cached per filter
+    from evireform.filters import RestrictionCache
+    cache = RestrictionCache(idx)                        # an engine's: cached per filter
+    assert cache.get(["c", "a"]) is cache.get(["a", "c"])
+    assert cache.get(["a", "c"]).graph.inv_deg.tolist() == [1.0]
 
 
 def test_vectorised_masks_equal_the_per_passage_predicate(rng):

@@ -343,19 +343,21 @@ def test_21_cli_and_service_errors_are_one_line(tmp_path, capsys):
 def test_10_restrictions_hold_no_embedding_copies_and_absent_keys_leave_nothing(tmp_path):
     import evireform.filters as F
     idx = _flt_index([i % 7 for i in range(50)])
+    cache = F.RestrictionCache(idx)  # what each engine keeps (evireform.engine)
     for v in range(7):
-        r = restriction(idx, {"v": v})
+        r = cache.get({"v": v})
         assert not any(isinstance(x, np.ndarray) and x.dtype == np.float32
                        and x.ndim == 2 for x in vars(r).values())
     for i in range(50):
         with pytest.raises(ValueError, match="no passage of the index has"):
-            restriction(idx, {f"absent{i}": 1})
-    assert set(F._Columns.of(idx).cols) == {"v"}
+            cache.get({f"absent{i}": 1})
+    assert set(cache.columns.cols) == {"v"} and len(cache) == 7
+    assert not any(k.startswith("_restr") or k.startswith("_col") for k in vars(idx))
     old = F.CACHE_BYTES
     try:
         F.CACHE_BYTES = 1  # one restriction over the bound is used, not kept
-        restriction(idx, {"v": 99})
-        assert json.dumps({"v": 99}) not in idx.__dict__["_restrictions"]
+        assert cache.get({"v": 99}) is not None
+        assert {"v": 99} not in cache
     finally:
         F.CACHE_BYTES = old
 
