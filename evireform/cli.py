@@ -430,7 +430,7 @@ def _cmd_update(args) -> int:
 
 def _check_update_target(args) -> None:
     """``update X --add X``, or an index directory that is not one: said in those words."""
-    from .store import _looks_like_index
+    from .store import looks_like_index
     ix = Path(args.index_dir)
     if args.add and os.path.realpath(args.add) == os.path.realpath(ix):
         raise ValueError(f"--add {args.add} is the index itself; give the files or folder "
@@ -438,7 +438,7 @@ def _check_update_target(args) -> None:
     if not ix.is_dir():
         raise ValueError(f"{ix}: no index there (not a directory); build one with "
                          "evireform index")
-    if not _looks_like_index(ix):
+    if not looks_like_index(ix):
         raise ValueError(f"{ix}: not an evireform index (no readable manifest.json of "
                          "format 'evireform-index')")
 

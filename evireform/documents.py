@@ -214,7 +214,7 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
     directories skipped; FIFOs, devices, sockets and links that leave ``folder`` passed
     over with a warning; an entry that cannot be listed stops the walk unless
     ``skip_errors``."""
-    from .store import _looks_like_index
+    from .store import looks_like_index
 
     def failed(exc):
         msg = f"{exc.filename or folder}: cannot be read ({exc.strerror or exc})"
@@ -225,7 +225,7 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
         r = Path(root)
         keep = []
         for d in sorted(dirs):
-            if d.startswith(".") or _looks_like_index(r / d):
+            if d.startswith(".") or looks_like_index(r / d):
                 continue
             if (r / d).is_symlink():
                 out.warnings.append(f"{r / d}: a link to a folder, not followed")
@@ -274,10 +274,10 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
     include = list(include) if include else [f"*{s}" for s in TEXT_SUFFIXES + CORPUS_SUFFIXES]
     out = Loaded([])
     files: list[tuple[Path, str, str]] = []  # (path, root, path below the root)
-    from .store import _looks_like_index
+    from .store import looks_like_index
     for p in map(Path, paths):
         _name_ok(str(p))
-        if p.is_dir() and _looks_like_index(p) or p.is_file() and _looks_like_index(p.parent):
+        if p.is_dir() and looks_like_index(p) or p.is_file() and looks_like_index(p.parent):
             raise ValueError(f"{p} is an evireform index (or one of its files), not "
                              "documents; give the files or folders to index")
         if p.is_dir():

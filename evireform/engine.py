@@ -75,7 +75,7 @@ class CpuEngine:
         target = self.searcher if self.searcher is not None else self.index
         if rows is None:
             return target.search_batch(Q, k)
-        if "rows" not in inspect.signature(target.search_batch).parameters:
+        if target is self.searcher and not _takes_rows(target):
             raise ValueError(f"the searcher {type(target).__name__} cannot search some rows "
                              "only (its search_batch takes no rows=): a filtered query needs "
                              "one that does (ShardedSearcher, RayShardedSearcher)")
@@ -93,6 +93,16 @@ class CpuEngine:
                 indptr, ids, vals = r.keep_inside(indptr, ids, vals)
         P, S = K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
         return (P, S) if r is None else r.fill_batch(P, S, k)
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_rows_of(cls) -> bool:
+    return "rows" in inspect.signature(cls.search_batch).parameters
+
+
+def _takes_rows(searcher) -> bool:
+    """Whether a searcher's search_batch takes ``rows=`` (checked once per class)."""
+    return _takes_rows_of(type(searcher))
 
 
 class DeviceEngine:

@@ -615,6 +615,11 @@ class RestrictionCache:
         with self._lock:
             return sum(r.nbytes() for r in self._items.values())
 
+    def clear(self) -> None:
+        """Forget the restrictions (the metadata columns stay)."""
+        with self._lock:
+            self._items.clear()
+
     def get(self, flt) -> Restriction | None:
         """The restriction for ``flt`` (cached), ``None`` for no filter."""
         f = compile_filter(flt)

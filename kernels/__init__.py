@@ -165,6 +165,8 @@ def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
     if rows is None:
         ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
+    elif n_chunks == 1:
+        ids, vals, n = _kernels().topk_rows_serial(H, rows, q, min(k, M))
     else:
         ids, vals, n = _kernels().topk_rows(H, rows, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
@@ -614,6 +616,8 @@ def warm_up(batched: bool = True) -> None:
         readout_topk_batch(pm, zp, zi, zv, 2)
     cosine_topk(H, np.ones(8, np.float32), 2)
     cosine_topk(H, np.ones(8, np.float32), 2, rows=np.arange(1, 8))  # a filter's search
+    if _n_threads() > 1:  # and its threaded kernel, for more rows than one range
+        _kernels().topk_rows(H, np.arange(8, dtype=np.int64), np.ones(8, np.float32), 2, 2)
     z_ids, z_vals = propagate(g, np.array([0], np.int64), np.array([1.0], np.float32))
     readout_topk(pm, z_ids, z_vals, 2)
 

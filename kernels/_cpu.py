@@ -235,40 +235,59 @@ def topk_one(H, q, k, n_chunks):
     return _merge_chunks(cand_v, cand_i, cand_n, k)
 
 
+@njit(**_DOT)
+def _topk_rows_range(H, rows, q, lo, hi, v, ix):
+    """The heap ``(v, ix)`` of the positive scores of ``rows[lo:hi]``: each group of eight
+    rows is copied into a scratch block and scored by the eight-row dot product of
+    :func:`topk_one` (so every score equals bitwise the one a matrix of just those rows
+    gets); returns the heap's size."""
+    k = v.shape[0]
+    d = H.shape[1]
+    buf = np.empty(8, dtype=np.float32)
+    T = np.zeros((8, d), dtype=np.float32)
+    n = 0
+    lim = np.float32(0.0)
+    for g0 in range(lo, hi, 8):
+        m = min(hi, g0 + 8) - g0
+        for j in range(m):
+            r = rows[g0 + j]
+            for t in range(d):  # an explicit loop: a slice copy is a call per row
+                T[j, t] = H[r, t]
+        _rows8(T, 0, q, buf, 0)
+        for j in range(m):
+            s = buf[j]
+            if s > lim:
+                n = _heap_offer(v, ix, n, k, s, rows[g0 + j])
+                if n == k:
+                    lim = v[0]
+    return n
+
+
 @njit(parallel=True, **_DOT)
 def topk_rows(H, rows, q, k, n_chunks):
-    """:func:`topk_one` over the rows ``rows`` of ``H`` only (ascending positions): each
-    group of eight is copied into a scratch block and scored by the same eight-row dot
-    product, so every score equals bitwise the one a matrix of just those rows would get;
-    ids are positions in ``H``.  Nothing proportional to ``rows`` is allocated."""
+    """:func:`topk_one` over the rows ``rows`` of ``H`` only (ascending positions), one
+    range of them per thread (:func:`_topk_rows_range`); ids are positions in ``H``.
+    Nothing proportional to ``rows`` is allocated."""
     R = rows.shape[0]
-    d = H.shape[1]
     cand_v = np.empty((n_chunks, k), dtype=np.float32)
     cand_i = np.empty((n_chunks, k), dtype=np.int64)
     cand_n = np.zeros(n_chunks, dtype=np.int64)
     step = (R + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         lo = min(R, c * step)
-        hi = min(R, lo + step)
-        v = cand_v[c]
-        ix = cand_i[c]
-        buf = np.empty(8, dtype=np.float32)
-        T = np.zeros((8, d), dtype=np.float32)
-        n = 0
-        lim = np.float32(0.0)
-        for g0 in range(lo, hi, 8):
-            m = min(hi, g0 + 8) - g0
-            for j in range(m):
-                T[j, :] = H[rows[g0 + j], :]
-            _rows8(T, 0, q, buf, 0)
-            for j in range(m):
-                s = buf[j]
-                if s > lim:
-                    n = _heap_offer(v, ix, n, k, s, rows[g0 + j])
-                    if n == k:
-                        lim = v[0]
-        cand_n[c] = n
+        cand_n[c] = _topk_rows_range(H, rows, q, lo, min(R, lo + step), cand_v[c], cand_i[c])
     return _merge_chunks(cand_v, cand_i, cand_n, k)
+
+
+@njit(**_DOT)
+def topk_rows_serial(H, rows, q, k):
+    """:func:`topk_rows` in one range on the calling thread: for few rows, where waking the
+    thread pool would cost more than the scan (and, on a loaded machine, wait for a core)."""
+    v = np.empty(k, dtype=np.float32)
+    ix = np.empty(k, dtype=np.int64)
+    n = _topk_rows_range(H, rows, q, 0, rows.shape[0], v, ix)
+    _heap_sort(v, ix, n)
+    return ix, v, n
 
 
 @njit(**_DOT)
@@ -630,3 +649,41 @@ def topk_i8(C, qs, k, n_chunks):
                     lim = v[0]
         cand_n[c] = n
     return _merge_chunks(cand_v, cand_i, cand_n, k)
+
+
+@njit(**_JIT)
+def hnsw_upper_scan(raw, pos, count, per_level, maxM, levels, starts):
+    """Check the upper-level link blocks of an hnswlib file (``raw``: its bytes from the
+    first block at ``pos``): each block's size a multiple of ``per_level``, every neighbour
+    count at most ``maxM``, every neighbour an item of that level, nothing left over.
+    Fills ``levels`` and ``starts``; returns ``(code, item)``: 0 when all hold, else which
+    check failed (1 size cut, 2 block size, 3 count, 4 neighbour, 5 trailing bytes) and at
+    which item (-1: none)."""
+    n = raw.shape[0]
+    for i in range(count):
+        if pos + 4 > n:
+            return 1, i
+        size = (np.int64(raw[pos]) | (np.int64(raw[pos + 1]) << 8)
+                | (np.int64(raw[pos + 2]) << 16) | (np.int64(raw[pos + 3]) << 24))
+        pos += 4
+        if size:
+            if size % per_level != 0 or pos + size > n:
+                return 2, i
+            levels[i] = size // per_level
+            starts[i] = pos
+            pos += size
+    if pos != n:
+        return 5, -1
+    for i in range(count):
+        for lev in range(levels[i]):
+            p = starts[i] + lev * per_level
+            cnt = np.int64(raw[p]) | (np.int64(raw[p + 1]) << 8)
+            if cnt > maxM:
+                return 3, i
+            for t in range(cnt):
+                q = p + 4 + 4 * t
+                nb = (np.int64(raw[q]) | (np.int64(raw[q + 1]) << 8)
+                      | (np.int64(raw[q + 2]) << 16) | (np.int64(raw[q + 3]) << 24))
+                if nb >= count or levels[nb] < lev + 1:
+                    return 4, i
+    return 0, -1

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from evireform import PropositionIndex, store
+from evireform import PropositionIndex
+from evireform.kernels import EntityGraph, PassageMap
+from evireform.store import hnsw_file, verify
+from evireform.store.format import SPECS
 
 
 def _median_load(path, repeat):
@@ -30,8 +33,8 @@ def _median_load(path, repeat):
 
 
 def _unchecked_arrays(path, arr, sizes):
-    graph = store.EntityGraph(**{s.name: arr[s.name] for s in store.SPECS if s.owner == "graph"})
-    pmap = store.PassageMap(**{s.name: arr[s.name] for s in store.SPECS if s.owner == "pmap"})
+    graph = EntityGraph(**{s.name: arr[s.name] for s in SPECS if s.owner == "graph"})
+    pmap = PassageMap(**{s.name: arr[s.name] for s in SPECS if s.owner == "pmap"})
     return graph, pmap
 
 
@@ -54,16 +57,16 @@ def main():
     try:
         PropositionIndex.load(path)  # warm the page cache and numba
         checked = _median_load(path, args.repeat)
-        saved = (store._check_arrays, store.check_hnsw_file, store._load_json)
-        store._check_arrays = _unchecked_arrays
-        store.check_hnsw_file = lambda f, n, dim: None
+        saved = (verify._check_arrays, hnsw_file.check_hnsw_file, verify._load_json)
+        verify._check_arrays = _unchecked_arrays
+        hnsw_file.check_hnsw_file = lambda f, n, dim, *a: None
         real_json = saved[2]
-        store._load_json = lambda p, name, n, ok, what: real_json(p, name, n, lambda xs: True,
-                                                                  what)
+        verify._load_json = lambda p, name, n, ok, what: real_json(p, name, n, lambda xs: True,
+                                                                   what)
         try:
             bare = _median_load(path, args.repeat)
         finally:
-            store._check_arrays, store.check_hnsw_file, store._load_json = saved
+            verify._check_arrays, hnsw_file.check_hnsw_file, verify._load_json = saved
         cost = checked - bare
         idx = PropositionIndex.load(path)
         print(f"index {path}: {idx.n_passages:,} passages, {idx.n_props:,} propositions, "

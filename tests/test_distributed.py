@@ -279,7 +279,7 @@ def test_llm_extractor_factory_names_itself_without_a_client(tmp_path):
 def test_shard_saves_share_the_atomic_swap(rng, tmp_path, monkeypatch):
     """A shard directory is saved through store.write_dir_atomically: a failure between the
     two renames leaves the previous layout, put back by the next save."""
-    import evireform.store as store
+    import evireform.store.atomic as store
     H = rng.standard_normal((40, 8)).astype(np.float32)
     H /= np.linalg.norm(H, axis=1, keepdims=True)
     two = ShardedSearcher([Shard.build(H[:20], 0), Shard.build(H[20:], 20)])

@@ -119,7 +119,7 @@ _KILLER = textwrap.dedent("""
     import numpy as np
     sys.path.insert(0, {tests!r})
     from test_fuzz import small_index
-    import evireform.store as store
+    import evireform.store.atomic as store
     point, path = sys.argv[1], sys.argv[2]
     real_replace, real_save = store._replace, np.save
     calls = []
@@ -231,7 +231,7 @@ def _hnsw_index(tmp_path):
 
 
 def test_crafted_hnsw_file_is_refused_before_hnswlib(tmp_path):
-    from evireform.store import _HNSW_HEADER
+    from evireform.store.hnsw_file import _HNSW_HEADER
     ix = _hnsw_index(tmp_path)
     f = ix / "hnsw.bin"
     good = f.read_bytes()

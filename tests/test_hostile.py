@@ -19,7 +19,7 @@ from evireform import IndexFormatError, Passage, PropositionIndex
 from evireform.cli import main
 from evireform.corpus import load_corpus
 from evireform.embed import HashingEmbedder, get_embedder
-from evireform.store import _HNSW_HEADER
+from evireform.store.hnsw_file import _HNSW_HEADER
 
 from test_fuzz import refresh_manifest, server, small_index  # noqa: F401 (a fixture)
 

@@ -17,7 +17,7 @@ import pytest
 from evireform import Passage, PropositionIndex
 from evireform.cli import main
 from evireform.embed import HashingEmbedder
-from evireform.filters import compile_filter, restriction
+from evireform.filters import compile_filter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMB = HashingEmbedder(16)
@@ -352,6 +352,9 @@ def test_10_restrictions_hold_no_embedding_copies_and_absent_keys_leave_nothing(
         with pytest.raises(ValueError, match="no passage of the index has"):
             cache.get({f"absent{i}": 1})
     assert set(cache.columns.cols) == {"v"} and len(cache) == 7
+    cache.clear()  # the restrictions go, the columns they are built from stay
+    assert len(cache) == 0 and set(cache.columns.cols) == {"v"}
+    assert cache.get({"v": 3}).n_passages == 7
     assert not any(k.startswith("_restr") or k.startswith("_col") for k in vars(idx))
     old = F.CACHE_BYTES
     try:
@@ -631,7 +634,7 @@ def test_5_the_utf8_check_finds_a_character_cut_between_two_strings(tmp_path):
     """The blob decodes as a stream, so a character split across two strings would pass it:
     the check also refuses a string that starts with a continuation byte."""
     from evireform import IndexFormatError
-    from evireform.store import _check_utf8
+    from evireform.store.verify import _check_utf8
     blob = np.frombuffer("aé".encode() + b"b", np.uint8)  # 'a', 0xC3 0xA9, 'b'
     _check_utf8(tmp_path / "s", blob, np.array([0, 1, 4], np.int64))
     with pytest.raises(IndexFormatError, match="at byte 2"):

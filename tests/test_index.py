@@ -136,7 +136,7 @@ def test_interrupted_save_leaves_old_index(tmp_path, rng, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evireform.store, "_write_json", boom)
+    monkeypatch.setattr(evireform.store.format, "_write_json", boom)
     with pytest.raises(KeyboardInterrupt):
         tiny_index(rng, with_empty=False).save(tmp_path / "ix")
     assert (tmp_path / "ix" / "manifest.json").read_bytes() == before

@@ -1,0 +1,280 @@
+"""The on-disk index format: file names, versions, the array specs, the manifest and the
+stamp, and writing an index (:func:`save_index`, through :mod:`evireform.store.atomic`);
+what a save refuses (:func:`check_target`)."""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..strings import pack
+from .._checks import loads as _json_loads
+from ..kernels import EntityGraph, PassageMap
+from ..kernels.graph import array_fields
+from .atomic import UnsafeTargetError, _fsync, write_dir_atomically
+
+
+FORMAT = "evireform-index"
+
+
+FORMAT_VERSION = 3
+
+
+#: versions this code reads: 1 (JSON texts, no passage metadata), 2 (JSON texts) and 3
+READ_VERSIONS = (1, 2, 3)
+
+
+MANIFEST = "manifest.json"
+
+
+JSONS = ("passages.json", "propositions.json", "entities.json")
+
+
+STRINGS_FILE, OFFSETS_FILE = "strings.utf8", "string_offsets.npy"
+
+
+STAMP = "verified.json"
+
+
+#: int8 codes of the embeddings and their per-dimension scale (PropositionIndex.quantize)
+CODES_FILE, SCALE_FILE = "codes.npy", "code_scale.npy"
+
+
+TIERS = ("auto", "fast", "full")
+
+
+HNSW_FILE = "hnsw.bin"
+
+
+#: HNSW label -> proposition id after deletions (only then)
+HNSW_IDS_FILE = "hnsw_ids.npy"
+
+
+class IndexFormatError(ValueError):
+    """A saved index directory is missing, truncated, edited, inconsistent or of another format
+    version."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One stored array: which structure holds it, its file, dtype and shape symbols."""
+
+    owner: str          # "graph", "pmap" or "index"
+    name: str
+    dtype: np.dtype
+    shape: tuple[str, ...]
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.npy"
+
+
+def array_specs() -> tuple[ArraySpec, ...]:
+    """Every stored array, derived from the dataclass fields (plus the embeddings)."""
+    out = [ArraySpec("graph", n, d, s) for n, d, s in array_fields(EntityGraph)]
+    out += [ArraySpec("pmap", n, d, s) for n, d, s in array_fields(PassageMap)]
+    out.append(ArraySpec("index", "embeddings", np.dtype(np.float32), ("M", "dim")))
+    return tuple(out)
+
+
+SPECS = array_specs()
+
+
+FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
+                         [STRINGS_FILE, OFFSETS_FILE, HNSW_FILE, HNSW_IDS_FILE, CODES_FILE,
+                          SCALE_FILE])
+
+
+OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE])
+
+
+def _required_files(version: int) -> frozenset:
+    texts = set(JSONS) if version in (1, 2) else {STRINGS_FILE, OFFSETS_FILE}
+    return frozenset(s.file for s in SPECS) | texts
+
+
+def file_sha256(path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def disk_bytes(path) -> int:
+    """Bytes of the files directly inside ``path``."""
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+
+
+# =========================================================================== saving
+def _write_json(path: Path, obj, indent=None) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, ensure_ascii=False, indent=indent)
+
+
+def save_index(idx, path, *, overwrite: bool = False) -> Path:
+    """Write ``idx`` (a :class:`~evireform.index.PropositionIndex`) as a directory at ``path``
+    (:func:`write_dir_atomically`).  See the module docstring for what is refused.  Returns
+    the absolute path."""
+    path = check_target(path, overwrite=overwrite)
+    return write_dir_atomically(path, lambda tmp: _write_files(idx, tmp),
+                                check=lambda: check_target(path, overwrite=overwrite),
+                                looks_like=looks_like_index)
+
+
+def index_arrays(idx) -> dict[str, np.ndarray]:
+    holders = {"graph": idx.graph, "pmap": idx.pmap, "index": idx}
+    return {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS}
+
+
+def _write_files(idx, tmp: Path) -> None:
+    for name, arr in index_arrays(idx).items():
+        np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+    with open(tmp / STRINGS_FILE, "wb") as fh:
+        offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
+    np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
+    if getattr(idx, "codes", None) is not None:
+        np.save(tmp / CODES_FILE, np.ascontiguousarray(idx.codes, dtype=np.int8),
+                allow_pickle=False)
+        np.save(tmp / SCALE_FILE, np.ascontiguousarray(idx.code_scale, dtype=np.float32),
+                allow_pickle=False)
+    if idx.hnsw is not None:
+        idx.hnsw.save_index(str(tmp / HNSW_FILE))
+        if getattr(idx, "hnsw_ids", None) is not None:
+            np.save(tmp / HNSW_IDS_FILE, np.ascontiguousarray(idx.hnsw_ids, dtype=np.int64),
+                    allow_pickle=False)
+    files = {}
+    for f in sorted(tmp.iterdir()):
+        files[f.name] = {"sha256": file_sha256(f), "bytes": f.stat().st_size}
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "evireform_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "embedder": idx.embedder_name,
+        "dim": idx.dim,
+        "counts": {"passages": idx.n_passages, "propositions": idx.n_props,
+                   "entities": idx.n_entities, "incidence_nnz": idx.graph.nnz},
+        "meta": idx.meta,
+        "files": files,
+    }
+    # the manifest is written last and renamed into place: a directory with a manifest is whole
+    _write_json(tmp / (MANIFEST + ".part"), manifest, indent=1)
+    _fsync(tmp / (MANIFEST + ".part"))
+    os.replace(tmp / (MANIFEST + ".part"), tmp / MANIFEST)
+    write_stamp(tmp, list(files), "save")  # renaming the directory keeps inodes and mtimes
+
+
+def _fail(path, msg: str):
+    raise IndexFormatError(f"{path}: {msg}")
+
+
+def _digest(f: Path, size: int) -> str:
+    """blake2b of the first and last 64 KiB and the size: binds a file's content cheaply."""
+    h = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(f, "rb") as fh:
+        h.update(fh.read(1 << 16))
+        if size > 1 << 17:
+            fh.seek(size - (1 << 16))
+        h.update(fh.read(1 << 16))
+    return h.hexdigest()
+
+
+def _seen(f: Path) -> list:
+    st = os.stat(f)
+    return [st.st_size, st.st_mtime_ns, st.st_ino, _digest(f, st.st_size)]
+
+
+def write_stamp(path: Path, names, tier: str) -> bool:
+    """Write ``verified.json`` binding the files ``names`` and the manifest as they are now
+    (:func:`stamp_matches` compares); False when the directory is not writable."""
+    try:
+        stamp = {"format": FORMAT, "verified": tier,
+                 "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                 "files": {n: _seen(path / n) for n in sorted({MANIFEST, *names})}}
+        tmp = path / (STAMP + f".{uuid.uuid4().hex}.part")
+        _write_json(tmp, stamp)
+        os.replace(tmp, path / STAMP)
+        return True
+    except OSError:
+        return False
+
+
+def stamp_matches(path: Path, names) -> bool:
+    """True when ``verified.json`` names exactly the manifest and ``names`` and each still
+    has the size, modification time, inode and edge digest it had when verified."""
+    try:
+        stamp = _json_loads((path / STAMP).read_text(encoding="utf-8"))
+        files = stamp["files"]
+        if not isinstance(files, dict) or set(files) != {MANIFEST, *names}:
+            return False
+        return all(files[n] == _seen(path / n) for n in files)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def looks_like_index(path: Path) -> bool:
+    try:
+        man = _json_loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(man, dict) and man.get("format") == FORMAT
+
+
+def index_files(path: Path) -> set[str] | None:
+    """The files an evireform index directory at ``path`` consists of, or None if it is not one."""
+    try:
+        man = _json_loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or man.get("format") != FORMAT \
+            or not isinstance(man.get("files"), dict):
+        return None
+    return {MANIFEST, STAMP, *map(str, man["files"])}
+
+
+def check_target(path, *, overwrite: bool = False) -> Path:
+    """Raise :class:`UnsafeTargetError` unless an index may be written at ``path``.
+
+    Allowed: a path that does not exist, an empty directory, or an evireform index directory
+    holding nothing but its own files.  ``overwrite=True`` also allows any other directory.
+    Never allowed: a file, a symlink, the current directory or one of its parents.
+    Returns the absolute target path.
+    """
+    path = Path(path).absolute()
+    cwd = Path.cwd().resolve()
+    if path.is_symlink():
+        raise UnsafeTargetError(f"{path} is a symbolic link; give the index directory itself")
+    real = path.resolve()
+    if real == cwd or real in cwd.parents:
+        raise UnsafeTargetError(f"{path} is the current directory or one of its parents; an "
+                                "index is written as a directory of its own, e.g. "
+                                f"{path / 'my.idx'}")
+    if not path.exists():
+        return path
+    if not path.is_dir():
+        raise UnsafeTargetError(f"{path} exists and is a file, not an index directory; "
+                                "choose a new directory name")
+    entries = sorted(p.name for p in path.iterdir())
+    if not entries:
+        return path
+    own = index_files(path)
+    if own is not None and set(entries) <= own:
+        return path
+    if overwrite:
+        return path
+    why = ("is not an evireform index" if own is None else
+           "is an evireform index that also holds other files")
+    extra = [e for e in entries if own is None or e not in own]
+    shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+    raise UnsafeTargetError(f"{path} {why} ({shown}); refusing to replace it. Choose a new "
+                            "directory, or pass overwrite=True (CLI: --force) to replace it "
+                            "and everything in it")

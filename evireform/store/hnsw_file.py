@@ -1,0 +1,144 @@
+"""The hnswlib binary file, parsed and checked before hnswlib reads it (:func:`check_hnsw_file`,
+:func:`load_hnsw`): header, levels, neighbour lists and labels, and (full tier) the stored
+vectors against the embeddings.  The scan of the upper levels is a numba kernel
+(:func:`evireform.kernels._cpu.hnsw_upper_scan`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import kernels as K
+from ..kernels import config as kconfig
+from .format import _fail
+
+
+def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
+    """The label map: int64, one entry per HNSW item, each proposition exactly once, -1 for
+    deleted items."""
+    try:
+        ids = np.load(f, allow_pickle=False)
+    except Exception as exc:
+        _fail(f, f"unreadable ({exc})")
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 1:
+        _fail(f, "must be a 1-d int64 array")
+    live = ids[ids >= 0]
+    once = len(live) == M and (M == 0 or (live.max() < M
+                                          and np.all(np.bincount(live, minlength=M) == 1)))
+    if np.any(ids < -1) or not once:
+        _fail(f, f"must map the HNSW items onto the {M} propositions, each once (-1: deleted)")
+    return ids
+
+
+# --------------------------------------------------------------------------- hnsw.bin
+#: hnswlib's saveIndex header: six size_t, int maxlevel, uint32 entry point, three size_t,
+#: double mult, size_t ef_construction
+_HNSW_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"),
+                         ("size_per_element", "<u8"), ("label_offset", "<u8"),
+                         ("offset_data", "<u8"), ("maxlevel", "<i4"), ("entry", "<u4"),
+                         ("maxM", "<u8"), ("maxM0", "<u8"), ("M", "<u8"), ("mult", "<f8"),
+                         ("ef_construction", "<u8")])
+
+
+def check_hnsw_file(f: Path, n: int, dim: int, embeddings=None, label_ids=None) -> None:
+    """Check an hnswlib index file for everything its loader and search trust: the header
+    against ``n`` elements of ``dim`` floats, every neighbour id and list length, every
+    element's level and the entry point; labels unique and in [0, n); a non-empty level-0
+    neighbour list for every element of a graph of two or more.  With ``embeddings`` (the
+    rows the graph indexes; ``label_ids`` maps labels to rows, -1 = deleted, as saved in
+    ``hnsw_ids.npy``): every item's delete flag agrees with the label map (deleted exactly
+    when it maps to -1) and every live item's stored vector equals its row bit for bit (all
+    rows, read in blocks: a crafted graph cannot rank with vectors of its own).
+    Raises IndexFormatError."""
+    raw = np.memmap(f, dtype=np.uint8, mode="r") if f.stat().st_size else np.zeros(0, np.uint8)
+    h = _HNSW_HEADER.itemsize
+    if len(raw) < h:
+        _fail(f, "shorter than an hnswlib header")
+    hd = raw[:h].view(_HNSW_HEADER)[0]
+    count, spe = int(hd["count"]), int(hd["size_per_element"])
+    maxM0, maxM = int(hd["maxM0"]), int(hd["maxM"])
+    links0 = 4 + 4 * maxM0
+    if count != n or int(hd["max_elements"]) < n:
+        _fail(f, f"holds {count} elements (max {int(hd['max_elements'])}), the index has {n}")
+    if int(hd["offset_level0"]) != 0 or int(hd["offset_data"]) != links0 \
+            or int(hd["label_offset"]) != links0 + 4 * dim or spe != links0 + 4 * dim + 8 \
+            or not 0 < maxM <= maxM0 <= 4096:
+        _fail(f, "header does not describe an inner-product index of this dimension")
+    body = h + count * spe
+    if len(raw) < body:
+        _fail(f, "truncated level-0 data")
+    if count == 0:
+        return
+    lvl0 = raw[h:body].reshape(count, spe)
+    head0 = lvl0[:, :4].copy().view("<u4")[:, 0] & 0xFFFF
+    if np.any(head0 > maxM0):
+        _fail(f, "a level-0 neighbour list is longer than maxM0")
+    nb0 = lvl0[:, 4:links0].copy().view("<u4")
+    used0 = np.arange(maxM0)[None, :] < head0[:, None]
+    if np.any(nb0[used0] >= count):
+        _fail(f, "a level-0 neighbour id is out of range")
+    labels = lvl0[:, links0 + 4 * dim:].copy().view("<u8")[:, 0]
+    if np.any(labels >= n):
+        _fail(f, f"a label is outside [0, {n})")
+    if np.any(np.bincount(labels.astype(np.int64), minlength=n) != 1):
+        _fail(f, "labels are not unique: two items carry the same label")
+    if count > 1 and np.any(head0 == 0):
+        _fail(f, f"item {int(np.argmax(head0 == 0))} has no level-0 neighbours "
+                 "(the graph is cut)")
+    if embeddings is not None:
+        _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings, label_ids)
+    # upper levels: per element a uint32 byte size then that many bytes of link lists
+    maxlevel, entry = int(hd["maxlevel"]), int(hd["entry"])
+    levels = np.zeros(count, np.int64)
+    starts = np.zeros(count, np.int64)
+    code, where = _hnsw_upper(raw, body, count, 4 + 4 * maxM, maxM, levels, starts)
+    messages = {1: "truncated upper-level data", 2: "bad upper-level link block size",
+                3: "an upper-level neighbour list is longer than maxM",
+                4: "an upper-level neighbour is out of range or lacks that level",
+                5: "bytes after the last element"}
+    if code:
+        _fail(f, f"element {where}: {messages[code]}" if code != 5 else messages[code])
+    if entry >= count or levels[entry] != maxlevel or int(levels.max()) != maxlevel:
+        _fail(f, "the entry point or the top level is inconsistent")
+
+
+def _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings, label_ids) -> None:
+    """Delete flags against the label map and stored vectors against the embeddings."""
+    rows = labels.astype(np.int64) if label_ids is None else np.asarray(label_ids)[labels]
+    deleted = (lvl0[:, 2] & 1).astype(bool)  # hnswlib's DELETE_MARK: bit 0 of byte 2
+    if np.any(deleted != (rows < 0)):
+        i = int(np.argmax(deleted != (rows < 0)))
+        _fail(f, f"item {i}: its delete flag ({bool(deleted[i])}) disagrees with the label "
+                 "map (deleted items are exactly the labels hnsw_ids maps to -1)")
+    step = max(1, (64 << 20) // max(1, 4 * dim))
+    for lo in range(0, len(rows), step):
+        r = rows[lo:lo + step]
+        live = r >= 0
+        if not live.any():
+            continue
+        vec = lvl0[lo:lo + step, links0:links0 + 4 * dim].copy().view("<f4")[live]
+        want = np.asarray(embeddings[r[live]], dtype=np.float32)
+        if not np.array_equal(vec, want):
+            bad = int(np.flatnonzero(live)[np.argmax(np.any(vec != want, axis=1))]) + lo
+            _fail(f, f"item {bad}: its stored vector differs from embeddings row "
+                     f"{int(rows[bad])} (the graph does not index these embeddings)")
+
+
+def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
+    """Scan the upper-level link blocks (:func:`evireform.kernels._cpu.hnsw_upper_scan`,
+    compiled on first use)."""
+    return K._kernels().hnsw_upper_scan(raw, pos, count, per_level, maxM, levels, starts)
+
+
+def load_hnsw(f: Path, n: int, dim: int, embeddings=None, label_ids=None):
+    """An hnswlib graph from ``f`` after :func:`check_hnsw_file` (with ``embeddings`` and
+    ``label_ids`` when given); raises IndexFormatError."""
+    check_hnsw_file(f, n, dim, embeddings, label_ids)
+    import hnswlib
+    h = hnswlib.Index(space="ip", dim=dim)
+    try:
+        h.load_index(str(f), max_elements=max(n, 1))
+    except Exception as exc:
+        _fail(f, f"hnswlib cannot load it ({exc})")
+    h.set_ef(kconfig.HNSW_EF_SEARCH)
+    return h
