@@ -213,3 +213,44 @@ def test_the_device_engine_caches_one_graph_per_filter(corpus):
     assert len(eng._graphs) == 2
     g = next(iter(eng._graphs.values()))[1]
     assert g.A is eng.device.graph.A  # the incidence is shared, only the degrees differ
+
+
+@pytest.mark.parametrize("filter_name", list(FILTERS))
+def test_the_service_and_query_json_equal_the_reference(corpus, filter_name, tmp_path,
+                                                        capsys):
+    """The two doors that load an index themselves (the CPU engine make_engine picks for a
+    small index): the service's /query and ``evireform query --json``."""
+    import asyncio
+    import json
+    import httpx
+    from evireform.cli import main
+    from evireform.service import RetrievalService, create_app
+    passages, props, emb = corpus
+    emb_q = HashingEmbedder(DIM)
+    flt = _filter(filter_name, passages)
+    ref = _reference(passages, props, emb, flt)
+    want = _ranking(EviReform(ref, EviReformConfig(), embedder=emb_q).retrieve_many(QS[:3], 8))
+    ix = _full(passages, props, emb).save(tmp_path / "ix")
+    body = {} if flt is None else {"filter": flt}
+    svc = RetrievalService(ix, emb_q)
+
+    async def ask():
+        await svc.start()
+        try:
+            transport = httpx.ASGITransport(app=create_app(svc))
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                return [(await c.post("/query", json={"question": q, "k": 8, **body})).json()
+                        for q in QS[:3]]
+        finally:
+            await svc.stop()
+    got = [[(p["id"], p["score"]) for p in b["passages"]] for b in asyncio.run(ask())]
+    _same(got, want)
+    cli = []
+    for q in QS[:3]:
+        args = ["query", str(ix), q, "-k", "8", "--embedder", f"hashing-{DIM}", "--json"]
+        if flt is not None:
+            args += ["--filter", json.dumps(flt)]
+        assert main(args) == 0
+        rec = json.loads(capsys.readouterr().out)
+        cli.append([(p["id"], p["score"]) for p in rec["passages"]])
+    _same(cli, want)
