@@ -934,7 +934,9 @@ def _add_index_embedder_args(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     p = argparse.ArgumentParser(prog="evireform", description=__doc__)
+    p.add_argument("--version", action="version", version=f"evireform {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     ix = sub.add_parser("index", help="build, save and verify an index over a corpus file")

@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CORE = ["evireform", "evireform.index", "evireform.store", "evireform.retriever",
         "evireform.roles", "evireform.llm", "evireform.embed", "evireform.extract",
         "evireform.corpus", "evireform.cache", "evireform.kernels", "evireform.types",
@@ -116,3 +118,23 @@ def test_the_version_is_written_once():
     assert evireform.__version__ == version("evireform")
     src = (Path(__file__).resolve().parents[1] / "evireform" / "__init__.py").read_text()
     assert '__version__ = "' not in src
+
+
+def test_version_flag_license_and_typing_marker(capsys):
+    """``evireform --version``; the MIT text ships (pyproject's license-files); a py.typed
+    marker in each package directory so type checkers read the annotations (PEP 561)."""
+    import evireform
+    from evireform.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"evireform {evireform.__version__}"
+    root = Path(__file__).resolve().parents[1]
+    assert "MIT License" in (root / "LICENSE").read_text()
+    for pkg in ("evireform", "kernels"):
+        assert (root / pkg / "py.typed").is_file()
+    import tomllib
+    cfg = tomllib.loads((root / "pyproject.toml").read_text())
+    data = cfg["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in data["evireform"] and "py.typed" in data["evireform.kernels"]
+    assert cfg["project"]["license-files"] == ["LICENSE"]
