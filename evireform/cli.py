@@ -737,6 +737,20 @@ def trec_docid(pid: str) -> str:
     return quote(pid, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
 
 
+def trec_scores(scores) -> list[float]:
+    """Scores for a TREC run, strictly decreasing down the ranking, so that trec_eval-family
+    tools (which re-sort by score, ties by docid) keep evireform's order: each score in full
+    float64 precision, and where a passage ties the one above it (the zero-score fill, equal
+    sums) it is written one ulp below it (``numpy.nextafter``)."""
+    import numpy as np
+    out: list[float] = []
+    for s in map(float, scores):
+        if out and s >= out[-1]:
+            s = float(np.nextafter(out[-1], -np.inf))
+        out.append(s)
+    return out
+
+
 def _batch_query(args, retriever, qs) -> int:
     """Many questions in chunks of --batch (each chunk one retrieve_many): JSONL results to
     --out (or stdout), a TREC run file with --trec, and a summary line on stderr.  Both
@@ -765,16 +779,16 @@ def _batch_query(args, retriever, qs) -> int:
                 t = time.perf_counter()
                 results = retriever.retrieve_many([q for _, q in chunk], args.k,
                                                   filter=args.filter)
-                took = time.perf_counter() - t
-                lat += [took] * len(chunk)  # each question waits for its whole chunk
+                lat.append(time.perf_counter() - t)  # a question waits for its batch
                 fell_back += sum(map(_fell_back, results))
                 for (qid, _), res in zip(chunk, results):
                     out.write(json.dumps(_result_record(res, qid, graph=args.graph),
                                          ensure_ascii=False) + "\n")
                     if trec is not None:
-                        for r, p in enumerate(res.passages, 1):
+                        for r, (p, sc) in enumerate(zip(res.passages, trec_scores(
+                                [p.score for p in res.passages])), 1):
                             trec.write(f"{trec_docid(qid)} Q0 {trec_docid(p.id)} {r} "
-                                       f"{p.score:.6f} {args.run_name}\n")
+                                       f"{sc!r} {args.run_name}\n")
                 if bar is not None:
                     bar.update(len(chunk))
         finally:
@@ -782,8 +796,9 @@ def _batch_query(args, retriever, qs) -> int:
                 bar.close()
     total = time.perf_counter() - t0
     p50, p95 = np.percentile(lat, [50, 95])
-    print(f"{len(qs)} questions in {total:.2f} s: {len(qs) / total:.1f} questions/s; latency per "
-          f"question p50 {p50 * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms (batches of {args.batch})",
+    print(f"{len(qs)} questions in {total:.2f} s: {len(qs) / total:.1f} questions/s; "
+          f"{len(lat)} batches of up to {args.batch}, time per batch p50 {p50 * 1e3:.1f} ms, "
+          f"p95 {p95 * 1e3:.1f} ms (each question's answer waits for its whole batch)",
           file=sys.stderr)
     return _strict_status(args, qs, fell_back)
 

@@ -97,7 +97,19 @@ def test_batch_query_jsonl_and_trec(tmp_path, capsys):
         assert [r["id"] for r in recs] == ids and all(len(r["passages"]) == 3 for r in recs)
         lines = trec.read_text().splitlines()
         assert len(lines) == 6 and lines[0].split()[:4] == [ids[0], "Q0", "p%203", "1"]
-        assert "questions/s" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "questions/s" in err and "2 batches of up to 1, time per batch p50" in err
     single = main(["query", str(tmp_path / "ix"), "Whom did Alpha 3 meet?", "--json"])
     assert single == 0 and json.loads(capsys.readouterr().out)["passages"][0]["id"] == "p 3"
     assert main(["query", str(tmp_path / "ix")]) == 2  # neither a question nor --questions
+
+
+def test_trec_runs_keep_the_ranking_under_a_score_sort(tmp_path):
+    """Ties (the zero-score fill, equal sums) and scores that agree to six decimals are
+    written strictly decreasing, so a tool that sorts by score keeps evireform's order."""
+    from evireform.cli import trec_scores
+    got = trec_scores([0.5, 0.1234564, 0.1234561, 0.1234561, 0.0, 0.0, 0.0])
+    assert all(a > b for a, b in zip(got, got[1:]))
+    assert got[:3] == [0.5, 0.1234564, 0.1234561] and abs(got[-1]) < 1e-300
+    assert trec_scores([]) == [] and trec_scores([0.0]) == [0.0]
+    assert float(repr(got[3])) == got[3]  # written in full: the file reads back the same
