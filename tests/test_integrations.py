@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from evireform import EviReform, EviReformConfig, PropositionIndex
+from evireform import EviReform, EviReformConfig, Passage, PropositionIndex
 from evireform.embed import HashingEmbedder
 
 QUESTIONS = ["Who founded the company that made the first commercial jet airliner?",
@@ -151,3 +151,29 @@ def test_llama_index_nodes_keep_metadata_and_filter(tmp_path):
     assert back.filter == {"year": {"$gte": 2005}}
     assert [n.node.node_id for n in back.retrieve("Who did Delta Inc hire?")] == \
         [n.node.node_id for n in got]
+
+
+def test_langchain_per_call_k_and_filter_ids_and_native_async():
+    """What LangChain's standard retriever suite checks: ``invoke(q, k=1)`` returns one
+    document, ``invoke(q, filter=...)`` applies it, ``Document.id`` is set, ``ainvoke`` is
+    native (a worker thread); anything else per call is refused, not ignored."""
+    pytest.importorskip("langchain_core")
+    import asyncio
+    from evireform.integrations.langchain import EviReformRetriever
+    emb = HashingEmbedder(16)
+    ps = [Passage(f"p{i}", f"Alpha {i}", f"Alpha {i} met Gamma Ray.", {"ns": f"t{i % 2}"})
+          for i in range(10)]
+    idx = PropositionIndex.build(ps, emb, show_progress=False)
+    lc = EviReformRetriever.from_index(idx, emb, k=4, filter={"ns": "t0"})
+    assert len(lc.invoke("Alpha 3?")) == 4 and len(lc.invoke("Alpha 3?", k=1)) == 1
+    assert {d.metadata["ns"] for d in lc.invoke("Alpha 3?")} == {"t0"}
+    docs = lc.invoke("Alpha 3?", filter={"ns": "t1"})
+    assert {d.metadata["ns"] for d in docs} == {"t1"}
+    assert [d.id for d in docs] == [d.metadata["passage_id"] for d in docs]
+    assert {d.metadata["ns"] for d in lc.invoke("Alpha 3?", k=10, filter=None)} == {"t0", "t1"}
+    got = asyncio.run(lc.ainvoke("Alpha 3?", k=2, filter={"ns": "t1"}))
+    assert [d.id for d in got] == [d.id for d in docs[:2]]
+    with pytest.raises(TypeError, match="takes k= and filter="):
+        lc.invoke("Alpha 3?", kk=1)
+    with pytest.raises(ValueError, match="unknown operator"):
+        lc.invoke("Alpha 3?", filter={"ns": {"$near": 1}})

@@ -9,18 +9,25 @@ Each ``Document`` holds the passage text; its metadata is the passage's own meta
 ``passage_id``, ``title``, ``rank``, ``score``, the three score parts (``from_question``,
 ``from_residual``, ``from_propagation``) and the question's ``residual_queries``.
 
-Documents go in with their metadata (:func:`passages_from_documents`), and ``filter`` (a
-where clause over it, or passage ids: :mod:`evireform.filters`) restricts every query:
+``Document.id`` is the passage id.  Documents go in with their metadata
+(:func:`passages_from_documents`), and ``filter`` (a where clause over it, or passage ids:
+:mod:`evireform.filters`) restricts every query:
 
 >>> idx = PropositionIndex.build(passages_from_documents(docs), embedder)
 >>> EviReformRetriever.from_index(idx, k=5, filter={"source": "handbook.md"})
+
+Per call, ``invoke(q, k=3)`` and ``invoke(q, filter=...)`` override the retriever's ``k`` and
+``filter`` (any other keyword is refused); ``ainvoke`` runs the retrieval on a worker thread
+(the kernels release the GIL), so an event loop is never blocked.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 try:
-    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.callbacks import (AsyncCallbackManagerForRetrieverRun,
+                                          CallbackManagerForRetrieverRun)
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
     from pydantic import ConfigDict, field_validator
@@ -30,6 +37,10 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 
 from .._checks import positive_int
 from ._common import document_passages, make_retriever, passage_metadata, passage_text
+
+
+#: "no per-call value": the retriever's own k / filter apply (None is a filter: none)
+_UNSET: Any = object()
 
 
 def passages_from_documents(documents) -> list:
@@ -84,12 +95,33 @@ class EviReformRetriever(BaseRetriever):
 
     def _documents(self, result) -> list[Document]:
         return [Document(page_content=passage_text(self.retriever, p),
-                         metadata=passage_metadata(result, r, p))
+                         metadata=passage_metadata(result, r, p), id=p.id)
                 for r, p in enumerate(result.passages, 1)]
 
+    def _call_args(self, k, filter, kwargs) -> tuple[int, Any]:
+        """(k, filter) for one call: the given ones, else the retriever's."""
+        if kwargs:
+            raise TypeError(f"EviReformRetriever takes k= and filter= per call; got "
+                            f"{sorted(kwargs)}")
+        if filter is not _UNSET:
+            from ..filters import compile_filter
+            compile_filter(filter)
+        return (self.k if k is None else positive_int(k, "k"),
+                self.filter if filter is _UNSET else filter)
+
     def _get_relevant_documents(self, query: str, *,
-                                run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self._documents(self.retriever.retrieve(query, self.k, filter=self.filter))
+                                run_manager: CallbackManagerForRetrieverRun, k=None,
+                                filter: Any = _UNSET, **kwargs) -> list[Document]:
+        k, flt = self._call_args(k, filter, kwargs)
+        return self._documents(self.retriever.retrieve(query, k, filter=flt))
+
+    async def _aget_relevant_documents(self, query: str, *,
+                                       run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       k=None, filter: Any = _UNSET,
+                                       **kwargs) -> list[Document]:
+        k, flt = self._call_args(k, filter, kwargs)
+        result = await asyncio.to_thread(self.retriever.retrieve, query, k, filter=flt)
+        return self._documents(result)
 
     def batch(self, inputs, config=None, *, return_exceptions: bool = False, **kwargs):
         """All questions through one :meth:`EviReform.retrieve_many` (batched search and
