@@ -35,6 +35,6 @@ print("langchain   residual queries:", doc.metadata["residual_queries"])
 from evireform.integrations.llama_index import EviReformRetriever as LIRetriever
 
 li = LIRetriever.from_defaults(index_dir="/tmp/evireform-hotpot.idx", similarity_top_k=3)
-for n in li.retrieve(question):
-    print(f"llama_index {n.node.metadata['rank']}. {n.node.metadata['title']:<32} "
+for r, n in enumerate(li.retrieve(question), 1):
+    print(f"llama_index {r}. {n.node.metadata['title']:<32} "
           f"score {n.score:.4f}  id {n.node.node_id}")

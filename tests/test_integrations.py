@@ -77,7 +77,10 @@ def test_llama_index_retriever(small_index, tmp_path):
         assert all(isinstance(n, NodeWithScore) for n in nodes)
         assert [n.node.node_id for n in nodes] == w.ids
         assert [n.score for n in nodes] == [p.score for p in w.passages]
-        assert all(set(n.node.metadata) == META for n in nodes)
+        # only what does not depend on the question: the same passage, the same node hash
+        assert all(set(n.node.metadata) == {"passage_id", "title"} for n in nodes)
+        assert all(n.node.ref_doc_id == n.node.node_id for n in nodes)
+        assert all("passage_id" not in n.node.get_content(metadata_mode="llm") for n in nodes)
     li.persist(tmp_path / "persisted")
     back = EviReformRetriever.from_persist_dir(tmp_path / "persisted")
     assert back.similarity_top_k == 4
@@ -177,3 +180,27 @@ def test_langchain_per_call_k_and_filter_ids_and_native_async():
         lc.invoke("Alpha 3?", kk=1)
     with pytest.raises(ValueError, match="unknown operator"):
         lc.invoke("Alpha 3?", filter={"ns": {"$near": 1}})
+
+
+def test_llama_index_fusion_counts_a_passage_found_twice_once_per_list(small_index):
+    """QueryFusionRetriever (reciprocal rank) keys nodes by hash: a passage two retrievers
+    both return must get both lists' shares, and ``aretrieve`` gives what ``retrieve`` does."""
+    pytest.importorskip("llama_index.core")
+    import asyncio
+    from llama_index.core.llms.mock import MockLLM
+    from llama_index.core.retrievers import QueryFusionRetriever
+    from evireform.integrations.llama_index import EviReformRetriever
+    idx, emb, _ = small_index
+    a = EviReformRetriever.from_defaults(index=idx, embedder=emb, similarity_top_k=3)
+    b = EviReformRetriever.from_defaults(index=idx, embedder=emb, similarity_top_k=3,
+                                         config=EviReformConfig(alpha=0.9))
+    q = QUESTIONS[0]
+    fused = QueryFusionRetriever([a, b], llm=MockLLM(), mode="reciprocal_rerank",
+                                 num_queries=1, similarity_top_k=3,
+                                 use_async=False).retrieve(q)
+    top = fused[0]
+    in_both = [n.node.hash for n in a.retrieve(q)] + [n.node.hash for n in b.retrieve(q)]
+    assert in_both.count(top.node.hash) == 2
+    assert top.score == pytest.approx(2 / 61, rel=0.02)  # 1/(rank + 60) from each list
+    got = asyncio.run(a.aretrieve(q))
+    assert [n.node.node_id for n in got] == [n.node.node_id for n in a.retrieve(q)]

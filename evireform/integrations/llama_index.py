@@ -7,10 +7,15 @@
 >>> again = EviReformRetriever.from_persist_dir("evireform_retriever")
 
 Each node is a ``TextNode`` with the passage text, ``id_`` the passage id, and metadata: the
-passage's own, plus ``passage_id``, ``title``, ``rank``, ``score``, the three score parts and
-the question's ``residual_queries``; ``NodeWithScore.score`` is the EviReform score.
-Nodes go in with their metadata (:func:`passages_from_nodes`); ``filter`` (a where clause
-or passage ids: :mod:`evireform.filters`) restricts every query.
+passage's own plus ``passage_id`` and ``title``: nothing that depends on the question, so the
+same passage is the same node (the same ``hash``) in every result list, as
+``QueryFusionRetriever`` and deduplicating postprocessors need; ``passage_id`` is kept out of
+the LLM prompt and the embedded text.  ``NodeWithScore.score`` is the EviReform score; a
+node's ``ref_doc_id`` is its ``source`` metadata (the file a chunk came from) or the passage
+id.  The score parts and residual queries of a question are on the EviReform result
+(``retriever.evireform.retrieve(q)``).  ``aretrieve`` runs on a worker thread.  Nodes go in
+with their metadata (:func:`passages_from_nodes`); ``filter`` (a where clause or passage
+ids: :mod:`evireform.filters`) restricts every query.
 """
 from __future__ import annotations
 
@@ -23,12 +28,13 @@ from pathlib import Path
 try:
     from llama_index.core.callbacks.base import CallbackManager
     from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.core.schema import (NodeRelationship, NodeWithScore, QueryBundle,
+                                         RelatedNodeInfo, TextNode)
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError("evireform.integrations.llama_index needs LlamaIndex: "
                       "pip install 'evireform[llamaindex]'") from exc
 
-from ._common import document_passages, make_retriever, passage_metadata, passage_text
+from ._common import document_passages, make_retriever, passage_text
 
 
 def passages_from_nodes(nodes) -> list:
@@ -58,7 +64,8 @@ class EviReformRetriever(BaseRetriever):
 
     @property
     def evireform(self):
-        """The wrapped :class:`evireform.EviReform`."""
+        """The wrapped :class:`evireform.EviReform` (its results carry the score parts and
+        residual queries)."""
         return self._evireform
 
     @classmethod
@@ -74,13 +81,28 @@ class EviReformRetriever(BaseRetriever):
                            max_workers=max_workers, backend=backend)
         return cls(r, similarity_top_k, callback_manager, verbose, filter)
 
+    def _nodes(self, result) -> list[NodeWithScore]:
+        out = []
+        for p in result.passages:
+            md = {**p.metadata, "passage_id": p.id, "title": p.title}
+            src = p.metadata.get("source")
+            node = TextNode(text=passage_text(self._evireform, p), id_=p.id, metadata=md,
+                            excluded_llm_metadata_keys=["passage_id"],
+                            excluded_embed_metadata_keys=["passage_id"],
+                            relationships={NodeRelationship.SOURCE: RelatedNodeInfo(
+                                node_id=src if isinstance(src, str) and src else p.id)})
+            out.append(NodeWithScore(node=node, score=float(p.score)))
+        return out
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        result = self._evireform.retrieve(query_bundle.query_str, self.similarity_top_k,
-                                          filter=self.filter)
-        return [NodeWithScore(node=TextNode(text=passage_text(self._evireform, p), id_=p.id,
-                                            metadata=passage_metadata(result, r, p)),
-                              score=float(p.score))
-                for r, p in enumerate(result.passages, 1)]
+        return self._nodes(self._evireform.retrieve(query_bundle.query_str,
+                                                    self.similarity_top_k, filter=self.filter))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        import asyncio
+        result = await asyncio.to_thread(self._evireform.retrieve, query_bundle.query_str,
+                                         self.similarity_top_k, filter=self.filter)
+        return self._nodes(result)
 
     def persist(self, path) -> None:
         """Save the index (``path/index``, atomically) and the settings (top-k, config)."""
