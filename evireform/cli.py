@@ -11,33 +11,25 @@ import time
 from pathlib import Path
 
 
-def _int_at_least(low: int):
-    """argparse type: an integer >= ``low``."""
+def _int_at_least(low: int, high: int | None = None, what: str | None = None):
+    """argparse type: an integer >= ``low`` (and <= ``high``); ``what`` names it in the
+    message (e.g. "a port number")."""
+    want = what or (f"an integer >= {low}" if high is None else f"an integer in {low}..{high}")
+
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}; got {text!r}") \
-                from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}; got {v}")
+            raise argparse.ArgumentTypeError(f"expected {want}; got {text!r}") from None
+        if v < low or (high is not None and v > high):
+            raise argparse.ArgumentTypeError(f"must be {want}; got {v}")
         return v
     return parse
 
 
 _positive_int, _nonneg_int = _int_at_least(1), _int_at_least(0)
-
-
-def _port_number(text: str) -> int:
-    """A TCP port: an integer in 1..65535."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number (1-65535); got {text!r}") \
-            from None
-    if not 1 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number (1-65535); got {v}")
-    return v
+#: a TCP port
+_port_number = _int_at_least(1, 65535, "a port number (1-65535)")
 
 
 def _positive_float(text: str) -> float:

@@ -158,14 +158,25 @@ def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
         ids, vals = cosine_topk_batch(H, q[None, :], k, rows=rows, backend="gpu")
         keep = ids[0] >= 0
         return ids[0][keep], vals[0][keep]
-    M = H.shape[0] if rows is None else len(rows)
+    if rows is not None:
+        return _topk_rows_one(H, q, k, rows)
+    M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     # one row range per thread (numba splits a prange evenly, so more would only unbalance)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
-    if rows is None:
-        ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
-    elif n_chunks == 1:
+    ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
+    return ids[:n], vals[:n]
+
+
+def _topk_rows_one(H, q, k: int, rows):
+    """:func:`cosine_topk` over checked ``rows`` (one range per thread; one range on the
+    calling thread when there are few rows)."""
+    M = len(rows)
+    if M == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
+    if n_chunks == 1:
         ids, vals, n = _kernels().topk_rows_serial(H, rows, q, min(k, M))
     else:
         ids, vals, n = _kernels().topk_rows(H, rows, q, min(k, M), n_chunks)
@@ -253,8 +264,8 @@ def _topk_batch_rows(H, Q, k: int, rows: np.ndarray, backend: str):
     if B <= config.SMALL_BATCH and resolve(backend) != "gpu":
         heap_i = np.full((B, k), -1, np.int64)
         heap_v = np.zeros((B, k), np.float32)
-        for b in range(B):
-            ids, vals = cosine_topk(H, Q[b], k, rows=rows)
+        for b in range(B):  # the inputs are checked once, above: straight to the kernel
+            ids, vals = _topk_rows_one(H, Q[b], k, rows)
             heap_i[b, :len(ids)] = ids
             heap_v[b, :len(ids)] = vals
         return heap_i, heap_v
