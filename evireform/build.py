@@ -28,10 +28,15 @@ import numpy as np
 from .types import Passage, Proposition
 
 __all__ = ["PASSAGE_COLUMNS", "PROPOSITION_COLUMNS", "passage_batch", "extract_batch",
-           "embed_batch", "concat_batches", "reduce_records"]
+           "embed_batch", "proposition_batch", "concat_batches", "reduce_records",
+           "embedded_propositions", "EmbeddingShapeError"]
 
 PASSAGE_COLUMNS = ("pos", "id", "title", "text")
 PROPOSITION_COLUMNS = ("pos", "ord", "text", "entities")
+
+
+class EmbeddingShapeError(ValueError):
+    """An embedder returned other than one row of its dimension per text."""
 
 
 def _strs(col) -> list[str]:
@@ -94,10 +99,48 @@ def embed_batch(batch: dict, embedder, *, batch_size: int = 64,
     if n == 0:
         out["embedding"] = np.zeros((0, int(embedder.dim)), np.float32)
         return out
-    emb = embedder.encode(_strs(batch["text"]), batch_size=batch_size,
-                          show_progress=show_progress)
-    out["embedding"] = np.ascontiguousarray(np.asarray(emb, dtype=np.float32))
+    emb = np.asarray(embedder.encode(_strs(batch["text"]), batch_size=batch_size,
+                                     show_progress=show_progress))
+    dim = int(embedder.dim)
+    if emb.shape != (n, dim):  # never reshaped into other rows
+        raise EmbeddingShapeError(f"embedder {getattr(embedder, 'name', embedder)!r} returned "
+                         f"embeddings of shape {emb.shape} for {n} propositions; expected "
+                         f"({n}, {dim})")
+    out["embedding"] = np.ascontiguousarray(emb, dtype=np.float32)
     return out
+
+
+def proposition_batch(propositions: Sequence[Proposition], passages: Sequence[Passage],
+                      start: int = 0) -> dict:
+    """The proposition batch ``{pos, ord, text, entities}`` of propositions extracted
+    elsewhere (an OpenIE file, the user's own), over ``passages`` at positions ``start``..;
+    ``ord`` counts each passage's propositions in the order given."""
+    where = {p.id: start + i for i, p in enumerate(passages)}
+    seen: dict[int, int] = {}
+    pos, ordv = [], []
+    for i, pr in enumerate(propositions):
+        try:
+            j = where[pr.passage]
+        except KeyError:
+            raise ValueError(f"proposition {i} names unknown passage id {pr.passage!r}") \
+                from None
+        pos.append(j)
+        ordv.append(seen.get(j, 0))
+        seen[j] = ordv[-1] + 1
+    return {"pos": np.asarray(pos, np.int64), "ord": np.asarray(ordv, np.int64),
+            "text": [pr.text for pr in propositions],
+            "entities": [json.dumps(list(pr.entities), ensure_ascii=False)
+                         for pr in propositions]}
+
+
+def embedded_propositions(passages: Sequence[Passage], extractor, embedder, *,
+                          batch_size: int = 64, show_progress: bool = False):
+    """The three steps in one process over ``passages``: ``(propositions, embeddings)``
+    (float32, one row per proposition, in passage then extraction order).  What a build,
+    :meth:`~evireform.index.PropositionIndex.add` and ``upsert`` extract and embed with."""
+    props = extract_batch(passage_batch(passages), extractor, show_progress=show_progress)
+    rows = embed_batch(props, embedder, batch_size=batch_size, show_progress=show_progress)
+    return reduce_records(passages, [rows], int(embedder.dim))
 
 
 def concat_batches(batches: Iterable[dict], dim: int) -> dict:

@@ -1,14 +1,15 @@
 """The ``evireform`` command line."""
 from __future__ import annotations
 
-from ._checks import loads as _json_loads
-
 import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
+
+from ._checks import loads as _json_loads
+from .application import METHODS, apply_update, index_embedder, make_method
 
 
 def _int_at_least(low: int, high: int | None = None, what: str | None = None):
@@ -341,17 +342,13 @@ def _embedder(args):
 
 
 def _index_embedder(args, idx):
-    """The embedder for a saved index: the user's ``--embedder`` if given (then it must embed
-    like the index's, which the retriever checks), else the one the index records, never a
-    remote one (:func:`evireform.embed.embedder_from_spec`)."""
-    from .embed import embedder_from_spec
-    spec = idx.meta.get("embedder_spec") or idx.embedder_name
-    named = spec.get("spec") if isinstance(spec, dict) else spec
-    if args.embedder and args.embedder != named:
-        return _embedder(args)
-    # the index's own embedder (with its prompts); remote only when the user named it
-    return embedder_from_spec(spec, device=args.device, allow_remote=bool(args.embedder),
-                              encoder=getattr(args, "encoder", "auto"))
+    """The embedder for a saved index (:func:`evireform.application.index_embedder`): the
+    user's ``--embedder`` if given, else the one the index records."""
+    return index_embedder(idx, args.embedder, device=args.device,
+                          encoder=getattr(args, "encoder", "auto"), dtype=args.dtype,
+                          batch_size=getattr(args, "batch_size", None),
+                          query_prompt=args.query_prompt, document_prompt=args.document_prompt,
+                          deadline=args.embed_deadline)
 
 
 def _cmd_update(args) -> int:
@@ -363,7 +360,6 @@ def _cmd_update(args) -> int:
     stamp data nobody checked)."""
     from .documents import document_roots
     from .index import PropositionIndex
-    from .store import index_lock
 
     if not args.add and not args.delete:
         raise ValueError("give --add FILE and/or --delete IDS_FILE")
@@ -380,35 +376,19 @@ def _cmd_update(args) -> int:
     emb = _index_embedder(args, peek) if args.add else None
     if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
         loaded = _read_paths(args, [args.add], emb, whole=True, roots=document_roots(peek))
+    extractor = args.extractor
+    if args.add and args.extractor == "llm":
+        from .llm import LLMExtractor
+        args.llm = True
+        extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
     del peek
-    with index_lock(args.index_dir):
-        idx = PropositionIndex.load(args.index_dir, verify="full")
-        before = (idx.n_passages, idx.n_props)
-        changes: dict = {}
-        if ids is not None:
-            idx = idx.delete(ids)
-            changes.update(idx.changes)
-        if loaded is not None:
-            new = loaded.passages
-            extractor = _update_extractor(args, idx)
-            kw = dict(show_progress=not args.quiet, extractor=extractor)
-            docs = [p for p in new if p.metadata.get("source") in loaded.sources
-                    and p.id.startswith(p.metadata["source"] + "#")]
-            rest = [p for p in new if not (p.metadata.get("source") in loaded.sources
-                                           and p.id.startswith(p.metadata["source"] + "#"))]
-            if loaded.sources:  # chunked files: the index made to match them
-                from .documents import Loaded, replace_sources
-                idx = replace_sources(idx, Loaded(docs, loaded.sources, files=loaded.files,
-                                                  scopes=loaded.scopes), emb, **kw)
-                for key, v in idx.changes.items():
-                    changes[key] = changes.get(key, []) + list(v)
-            if rest:
-                idx = idx.upsert(rest, emb, **kw) if args.upsert else idx.add(rest, emb, **kw)
-                for key, v in idx.changes.items():
-                    changes[key] = changes.get(key, []) + list(v)
-            if _fallbacks_refused(args, "update", extractor, len(new)):
-                return 3
-        idx.save(args.index_dir)
+    up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
+                      upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
+                      before_save=lambda u: not _fallbacks_refused(
+                          args, "update", u.extractor, len(loaded.passages) if loaded else 0))
+    if not up.saved:
+        return 3
+    idx, before, changes = up.index, up.before, up.changes
     parts = [f"{k} {len(v):,}" for k, v in changes.items() if v]
     print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
           f"{before[1]:,} -> {idx.n_props:,} in {time.perf_counter() - t0:.2f} s"
@@ -433,24 +413,6 @@ def _check_update_target(args) -> None:
     if not looks_like_index(ix):
         raise ValueError(f"{ix}: not an evireform index (no readable manifest.json of "
                          "format 'evireform-index')")
-
-
-def _update_extractor(args, idx):
-    """The extractor for ``update --add``: ``--extractor`` (heuristic or llm) when given,
-    else the heuristic one; an OpenIE-built index cannot grow (its triples came from a file)."""
-    built = idx.meta.get("extractor")
-    if isinstance(built, str) and built.startswith("openie:"):
-        raise ValueError(f"the index was built from an OpenIE file ({built}); passages cannot "
-                         "be added to it without their triples: rebuild it with the new "
-                         "passages' triples in the OpenIE file")
-    if args.extractor == "llm":
-        from .llm import LLMExtractor
-        args.llm = True
-        return LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
-    from .extract import extractor_recorded, make_extractor
-    if args.extractor is not None:
-        return make_extractor(args.extractor, built)
-    return extractor_recorded(built)
 
 
 def _extraction_fallbacks(extractor) -> int:
@@ -573,19 +535,6 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
-def _result_record(res, qid=None, graph: bool = False) -> dict:
-    out = {"question": res.question}
-    if qid is not None:
-        out = {"id": qid, **out}
-    out.update({
-        "residual_queries": getattr(res.trace, "residual_queries", []),
-        "role_events": res.trace.role_events,
-        "passages": [p.to_dict() for p in res.passages]})
-    if graph:
-        out["graph"] = res.evidence_graph().to_json()
-    return out
-
-
 def read_questions(path) -> list[tuple[str, str]]:
     """(id, question) pairs from JSONL records with ``question`` (and ``id``/``_id``), a JSON
     list of such records (the MuSiQue/HotpotQA files), or a text file with one question per
@@ -650,7 +599,6 @@ def _filter_arg(text):
 
 def _cmd_query(args) -> int:
     from .index import PropositionIndex
-    from .retriever import EviReform
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
@@ -669,18 +617,9 @@ def _cmd_query(args) -> int:
     # the thread on every exit path
     warm_up_in_background(args.questions is not None)
     emb = _index_embedder(args, idx)
-    roles = {}
     client = _llm_client(args)
-    if client is not None:
-        from .llm import LLMController, LLMReformulator, LLMSelector
-        roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
-                     controller=LLMController(client))
-    if args.method == "evireform":
-        retriever = EviReform(idx, embedder=emb, max_workers=args.llm_workers or 1,
-                              engine=engine, **roles)
-    else:
-        from .strategies import make_strategy
-        retriever = make_strategy(args.method, idx, emb, client, engine=engine)
+    retriever = make_method(args.method, idx, emb, llm=client, engine=engine,
+                            max_workers=args.llm_workers or 1)
     if args.questions is not None:
         return _batch_query(args, retriever, qs)
     res = retriever.retrieve(args.question, args.k, filter=flt)
@@ -688,7 +627,7 @@ def _cmd_query(args) -> int:
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
-        print(json.dumps(_result_record(res, graph=args.graph), indent=1))
+        print(json.dumps(res.to_dict(graph=args.graph), indent=1))
         return _strict_status(args, [res])
     print(f"Q: {args.question}")
     for q in getattr(res.trace, "residual_queries", []):
@@ -774,7 +713,7 @@ def _batch_query(args, retriever, qs) -> int:
                 lat.append(time.perf_counter() - t)  # a question waits for its batch
                 fell_back += sum(map(_fell_back, results))
                 for (qid, _), res in zip(chunk, results):
-                    out.write(json.dumps(_result_record(res, qid, graph=args.graph),
+                    out.write(json.dumps(res.to_dict(graph=args.graph, id=qid),
                                          ensure_ascii=False) + "\n")
                     if trec is not None:
                         for r, (p, sc) in enumerate(zip(res.passages, trec_scores(
@@ -843,15 +782,10 @@ def _cmd_serve(args) -> int:
     idx = PropositionIndex.load(args.index_dir)
     emb = _index_embedder(args, idx)
     client = _llm_client(args)
-    roles = {}
-    if client is not None:
-        from .llm import LLMController, LLMReformulator, LLMSelector
-        roles = dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
-                     controller=LLMController(client))
     if args.max_wait_ms > 1000:
         raise ValueError(f"--max-wait-ms must be at most 1000 (one second); got "
                          f"{args.max_wait_ms:g}")
-    svc = RetrievalService(args.index_dir, emb, roles=roles, llm=client, index=idx,
+    svc = RetrievalService(args.index_dir, emb, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
                            max_queue=args.max_queue)
     print(f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
@@ -1029,9 +963,9 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
-    qu.add_argument("--method", choices=("evireform", "bgr", "bgr_union", "hiq"),
-                    default="evireform",
-                    help="the retrieval strategy (evireform.strategies for bgr and hiq)")
+    qu.add_argument("--method", choices=METHODS, default="evireform",
+                    help="the retrieval method (evireform.application.METHODS; "
+                         "evireform.strategies for BGR and Hi-Q)")
     qu.add_argument("--questions", metavar="FILE",
                     help="many questions: JSONL records with 'question' (and 'id'), or one "
                          "question per line; results as JSONL (--out, default stdout)")

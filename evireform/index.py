@@ -23,10 +23,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .build import embed_batch, extract_batch, passage_batch, reduce_records
+from .build import (EmbeddingShapeError, embed_batch, embedded_propositions,
+                    proposition_batch, reduce_records)
 from .embed import Embedder, normalise_rows, spec_of
 from .entities import fold_mentions
-from .extract import Extractor, HeuristicExtractor, read_openie
+from .extract import Extractor, HeuristicExtractor, extractor_recorded, read_openie
 from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
 from .kernels import quantize_int8, quantized_topk_batch
 from .kernels import w_nnz as _w_nnz
@@ -224,11 +225,11 @@ class PropositionIndex:
         if callable(fit):  # corpus statistics (PhraseExtractor) from every passage
             fit(passages)
         # the same three batch steps as the distributed build (evireform.distributed)
-        props = extract_batch(passage_batch(passages), extractor, show_progress=show_progress)
-        rows = embed_batch(props, embedder, batch_size=batch_size, show_progress=show_progress)
-        return cls.from_batches(passages, [rows], embedder.name, int(embedder.dim), hnsw=hnsw,
-                                meta={"extractor": extractor.name,
-                                      "embedder_spec": spec_of(embedder)})
+        props, emb = embedded_propositions(passages, extractor, embedder,
+                                           batch_size=batch_size, show_progress=show_progress)
+        return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
+                                     meta={"extractor": extractor.name,
+                                           "embedder_spec": spec_of(embedder)})
 
     @classmethod
     def from_batches(cls, passages: Sequence[Passage], batches, embedder_name: str, dim: int,
@@ -249,10 +250,11 @@ class PropositionIndex:
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
         props, skipped = read_openie(openie_path, passages)
-        emb = embedder.encode([p.text for p in props], batch_size=batch_size,
-                              show_progress=show_progress)
-        return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
-                                     meta={"extractor": f"openie:{Path(openie_path).name}",
+        # the build's embed and reduce steps over the file's propositions
+        rows = embed_batch(proposition_batch(props, passages), embedder,
+                           batch_size=batch_size, show_progress=show_progress)
+        return cls.from_batches(passages, [rows], embedder.name, int(embedder.dim), hnsw=hnsw,
+                                meta={"extractor": f"openie:{Path(openie_path).name}",
                                            "openie_skipped_triples": skipped,
                                            "embedder_spec": spec_of(embedder)})
 
@@ -326,7 +328,9 @@ class PropositionIndex:
         incidence in one vectorised pass (no re-embedding).  HNSW, if built, gets the new
         items.  Only what the new propositions touch is recomputed: the degree terms of their
         entities and diag / 1/w of the propositions mentioning those
-        (:func:`~evireform.kernels.graph.append_rows`).
+        (:func:`~evireform.kernels.graph.append_rows`).  Extraction and embedding are the
+        build's steps (:func:`evireform.build.embedded_propositions`); ``extractor``
+        defaults to the LLM-free extractor the index was built with.
 
         A passage whose id is already in the index with the same title and text is a
         duplicate and is skipped (listed in ``result.changes["duplicates"]``); one whose id is
@@ -353,7 +357,9 @@ class PropositionIndex:
             skip = set(dups)
             new = [p for p in new if p.id not in skip]
         self.check_embedder(embedder)
-        extractor = extractor or HeuristicExtractor()
+        # default: the LLM-free extractor the index was built with
+        extractor = extractor or extractor_recorded(self.meta.get("extractor")) \
+            or HeuristicExtractor()
         if self.meta.get("extractor") not in (None, extractor.name):
             raise ValueError(f"the index was built with extractor {self.meta['extractor']!r}; "
                              f"pass that extractor (got {extractor.name!r}; CLI: update "
@@ -361,17 +367,17 @@ class PropositionIndex:
         fit = getattr(extractor, "fit", None)
         if callable(fit) and new:  # corpus statistics over the index and the new passages
             fit(Concat(self.passages, new), new=new)
-        props: list[Proposition] = []
-        for found in extractor.extract_many(new, show_progress=show_progress):
-            props.extend(found)
-        emb = embedder.encode([p.text for p in props], batch_size=batch_size,
-                              show_progress=show_progress) if props else \
-            np.zeros((0, self.dim), np.float32)
-        emb = np.asarray(emb)
-        if emb.ndim != 2 or emb.shape != (len(props), self.dim):
+        # the build's three steps over the new passages (shape checked there)
+        try:
+            props, emb = embedded_propositions(new, extractor, embedder,
+                                               batch_size=batch_size,
+                                               show_progress=show_progress)
+        except EmbeddingShapeError as exc:
+            raise EmbeddingShapeError(f"{exc}; nothing was added") from None
+        if emb.shape[1] != self.dim:
             raise ValueError(f"embedder {getattr(embedder, 'name', embedder)!r} returned "
-                             f"embeddings of shape {emb.shape} for {len(props)} propositions; "
-                             f"the index needs ({len(props)}, {self.dim}); nothing was added")
+                             f"embeddings of shape {emb.shape}; the index needs "
+                             f"({len(props)}, {self.dim}); nothing was added")
         emb = normalise_rows(emb, "proposition embeddings") if len(props) else emb
         names = list(self.entity_names)
         pos = {p.id: self.n_passages + j for j, p in enumerate(new)}

@@ -181,6 +181,23 @@ class RetrievalResult:
         state["_explain"] = None
         return state
 
+    def to_dict(self, *, graph: bool = False, id: str | None = None) -> dict:
+        """The result record, the one JSON shape every door prints (``query --json``, each
+        line of ``query --questions``, the service's ``/query`` and each of ``/query_batch``'s
+        results): ``{"id"?, "question", "passages": [RankedPassage.to_dict()], "trace":
+        {"residual_queries", "role_events"}, "graph"?}``; ``id`` is the question's id when
+        it has one, ``graph`` adds the evidence graph (:meth:`evidence_graph`)."""
+        out = {} if id is None else {"id": id}
+        out.update({"question": self.question,
+                    "passages": [p.to_dict() for p in self.passages],
+                    "trace": {"residual_queries": list(getattr(self.trace, "residual_queries",
+                                                               None) or []),
+                              "role_events": list(getattr(self.trace, "role_events",
+                                                          None) or [])}})
+        if graph:
+            out["graph"] = self.evidence_graph().to_json()
+        return out
+
     def evidence_graph(self, n: int | None = None):
         """The :class:`~evireform.explain.EvidenceGraph` of the top ``n`` passages (all when
         None): nodes in rank order, edges saying how each passage was reached."""

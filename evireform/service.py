@@ -54,8 +54,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: methods the service answers (evireform.strategies for the others)
-METHODS = ("evireform", "bgr", "bgr_union", "hiq")
+from .application import METHODS, apply_update, llm_roles, make_method
+from .index import PropositionIndex
+
+__all__ = ["METHODS", "RetrievalService", "Overloaded", "Unavailable", "create_app", "serve"]
 
 
 class Overloaded(RuntimeError):
@@ -85,10 +87,12 @@ class RetrievalService:
                  max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
                  index=None):
         from ._checks import positive_int
-        from .index import PropositionIndex
         self.index_dir = Path(index_dir)
         self.embedder, self.config = embedder, config
-        self.roles, self.llm = dict(roles or {}), llm
+        # the LLM roles of ``llm`` unless given (``{}``: the LLM-free roles with an LLM
+        # for the strategies)
+        self.roles = llm_roles(llm) if roles is None else dict(roles)
+        self.llm = llm
         self.max_batch = positive_int(max_batch, "max_batch")
         self.max_queue = positive_int(max_queue, "max_queue")
         if not 0 <= float(max_wait) <= 1:
@@ -112,9 +116,15 @@ class RetrievalService:
 
     # ------------------------------------------------------------------ generations
     def _generation(self, index, number: int) -> Generation:
-        from .retriever import EviReform
-        r = EviReform(index, self.config, embedder=self.embedder, **self.roles)
-        return Generation(number, index, r)
+        return Generation(number, index, self._method("evireform", index))
+
+    def _method(self, method: str, index):
+        """``method`` over ``index`` (:func:`evireform.application.make_method`): EviReform
+        with this service's config and roles, a strategy with its LLM."""
+        if method == "evireform":
+            return make_method("evireform", index, self.embedder, config=self.config,
+                               roles=self.roles)
+        return make_method(method, index, self.embedder, llm=self.llm)
 
     def _files_identity(self):
         """(inode, size, mtime_ns) of the manifest and of every file it lists: what changes
@@ -144,7 +154,6 @@ class RetrievalService:
         with self._update_lock:
             ident = self._files_identity()
             if ident != self._ident:
-                from .index import PropositionIndex
                 try:
                     idx = PropositionIndex.load(self.index_dir)
                 except Exception as exc:  # noqa: BLE001 - refused, named, until it is fixed
@@ -176,8 +185,7 @@ class RetrievalService:
         if method == "evireform":
             return gen.retriever
         if method not in gen.strategies:
-            from .strategies import make_strategy
-            gen.strategies[method] = make_strategy(method, gen.index, self.embedder, self.llm)
+            gen.strategies[method] = self._method(method, gen.index)
         return gen.strategies[method]
 
     def health(self) -> dict:
@@ -314,27 +322,14 @@ class RetrievalService:
             self._upd, self._update_sync, add, upsert, delete)
 
     def _update_sync(self, add, upsert, delete) -> dict:
-        from .index import PropositionIndex
-        from .store import index_lock
-        if not add and not delete:
-            raise ValueError("give 'add' passages and/or 'delete' ids")
-        with self._update_lock, index_lock(self.index_dir):
-            # fully verified: a save would stamp data nobody checked (bit rot, a forged stamp)
-            idx = PropositionIndex.load(self.index_dir, verify="full")
-            changes: dict = {}
-            if delete:
-                idx = idx.delete(list(delete))
-                changes.update(idx.changes)
-            if add:
-                idx = idx.upsert(add, self.embedder) if upsert else idx.add(add, self.embedder)
-                changes.update(idx.changes)
-            idx.save(self.index_dir)
-            new = self._generation(idx, self.gen.number + 1)  # what was just saved
+        with self._update_lock:
+            up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
+                              upsert=upsert)
+            new = self._generation(up.index, self.gen.number + 1)  # what was just saved
             self.gen, self._ident, self._broken = new, self._files_identity(), None
         self.metrics.generation.set(new.number)
         return {"generation": new.number, "passages": new.index.n_passages,
-                "propositions": new.index.n_props,
-                "changes": {k: len(v) for k, v in changes.items()}}
+                "propositions": new.index.n_props, "changes": up.counts()}
 
 
 class Metrics:
@@ -380,7 +375,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     from contextlib import asynccontextmanager
     from typing import Annotated, Literal
 
-    Method = Literal["evireform", "bgr", "bgr_union", "hiq"]
+    Method = Literal[METHODS]  # every method of evireform.application.METHODS
 
     class Ask(BaseModel):  # what every query request sets besides its question(s)
         model_config = ConfigDict(extra="forbid")
@@ -454,14 +449,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         return error(code, msg)
 
     def answer(res, gen: int, graph: bool, took: float) -> dict:  # plain JSON types only
-        trace = res.trace
-        out = {"passages": [p.to_dict() for p in res.passages],
-               "trace": {"residual_queries": list(getattr(trace, "residual_queries", []) or []),
-                         "role_events": list(getattr(trace, "role_events", []) or [])},
-               "generation": gen, "took_ms": round(took * 1e3, 3)}
-        if graph:
-            out["graph"] = res.evidence_graph().to_json()
-        return out
+        # the result record every door prints (RetrievalResult.to_dict), and when it ran
+        return {**res.to_dict(graph=graph), "generation": gen, "took_ms": round(took * 1e3, 3)}
 
     @app.get("/health")
     async def health():

@@ -243,14 +243,67 @@ def test_the_service_and_query_json_equal_the_reference(corpus, filter_name, tmp
                         for q in QS[:3]]
         finally:
             await svc.stop()
-    got = [[(p["id"], p["score"]) for p in b["passages"]] for b in asyncio.run(ask())]
+    served = asyncio.run(ask())
+    got = [[(p["id"], p["score"]) for p in b["passages"]] for b in served]
     _same(got, want)
-    cli = []
+    cli, records = [], []
     for q in QS[:3]:
         args = ["query", str(ix), q, "-k", "8", "--embedder", f"hashing-{DIM}", "--json"]
         if flt is not None:
             args += ["--filter", json.dumps(flt)]
         assert main(args) == 0
         rec = json.loads(capsys.readouterr().out)
+        records.append(rec)
         cli.append([(p["id"], p["score"]) for p in rec["passages"]])
     _same(cli, want)
+    # one record shape: the service's response is the CLI's record plus when it ran
+    for b, rec in zip(served, records):
+        assert set(b) - set(rec) == {"generation", "took_ms"} and set(rec) <= set(b)
+        assert set(rec) == {"question", "passages", "trace"}
+        assert set(rec["trace"]) == {"residual_queries", "role_events"}
+        assert b["question"] == rec["question"] and b["trace"] == rec["trace"]
+        assert [set(p) for p in b["passages"]] == [set(p) for p in rec["passages"]]
+
+
+def test_the_service_serves_what_evireform_update_wrote(tmp_path, capsys):
+    """One update flow: a deletion and an addition made by ``evireform update`` (another
+    writer than the service) are served from the next question on, and the service's own
+    /update of a phrases-built index runs the same flow (the index's recorded extractor)."""
+    import asyncio
+    from evireform.cli import main
+    from evireform.extract import PhraseExtractor
+    from evireform.service import RetrievalService
+    emb_q = HashingEmbedder(DIM)
+    recs = [{"id": f"p{i}", "title": f"Town {i}",
+             "text": f"Town {i} lies on the river Ouse {i}. The mayor of Town {i} is Ann {i}."}
+            for i in range(12)]
+    ix = PropositionIndex.build(recs, emb_q, extractor=PhraseExtractor(),
+                                show_progress=False).save(tmp_path / "ix")
+    (tmp_path / "gone.txt").write_text("p3\n")
+    (tmp_path / "new.jsonl").write_text(
+        '{"id": "n1", "title": "Harbour", "text": "Harbour town has a lighthouse keeper."}\n')
+    svc = RetrievalService(ix, emb_q)
+
+    async def run():
+        await svc.start()
+        try:
+            first, g0 = await svc.query("Who is the mayor of Town 3?", 12)
+            assert "p3" in first.ids and g0 == 0
+            assert main(["update", str(ix), "--delete", str(tmp_path / "gone.txt"),
+                         "--add", str(tmp_path / "new.jsonl"), "--quiet"]) == 0
+            after, g1 = await svc.query("Who is the mayor of Town 3?", 13)
+            lit, _ = await svc.query("Which town has a lighthouse keeper?", 3)
+            own = await svc.update(add=[{"id": "n2", "title": "Dock",
+                                         "text": "The Dock has a crane."}])
+            dock, g3 = await svc.query("The Dock has a crane.", 3)
+            return after, g1, lit, own, dock, g3
+        finally:
+            await svc.stop()
+    after, g1, lit, own, dock, g3 = asyncio.run(run())
+    capsys.readouterr()
+    assert g1 == 1 and "p3" not in after.ids and len(after.ids) == 12
+    assert lit.ids[0] == "n1"
+    assert own["generation"] == 2 and own["changes"]["added"] == 1 and g3 == 2
+    assert "n2" in dock.ids
+    saved = PropositionIndex.load(ix)
+    assert saved.meta["extractor"] == PhraseExtractor().name and saved.n_passages == 13

@@ -100,7 +100,7 @@ def test_query_cli(tmp_path, capsys):
     assert main(["query", str(tmp_path / "ix"), "Where was Alice born?", "-k", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["passages"]) == 2 and out["passages"][0]["title"] == "Alice"
-    assert isinstance(out["residual_queries"], list)
+    assert isinstance(out["trace"]["residual_queries"], list) and out["question"]
     assert main(["query", str(tmp_path / "ix"), "  "]) == 2
 
 

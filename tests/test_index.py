@@ -275,3 +275,39 @@ def test_int8_codes_search_exactly_and_persist(tmp_path, rng):
                                                        a ^ 0x10, a).astype(np.int8))
     with pytest.raises(IndexFormatError, match="codes.npy: row 4 is not the int8 code"):
         PropositionIndex.load(tmp_path / "ix")
+
+
+class _WideEmbedder:
+    """Says dimension 8 and returns rows of 16: two rows' worth per text."""
+    name, dim = "wide-8", 8
+
+    def encode(self, texts, **kw):
+        return np.ones((len(texts), 16), np.float32)
+
+
+def test_a_build_refuses_embeddings_of_another_width_instead_of_reshaping_them():
+    from evireform.build import EmbeddingShapeError
+    with pytest.raises(EmbeddingShapeError, match=r"shape \(2, 16\).*expected \(2, 8\)"):
+        PropositionIndex.build(["Alpha Beta met Gamma Delta.", "Gamma Delta met Epsilon."],
+                               _WideEmbedder(), show_progress=False)
+
+
+def test_add_and_openie_use_the_build_steps(tmp_path):
+    """An index grown by add() equals the one built from all passages at once; an OpenIE
+    build numbers each passage's triples in file order."""
+    from evireform.build import proposition_batch
+    from evireform.types import Proposition
+    emb = HashingEmbedder(32)
+    recs = [{"id": f"p{i}", "title": f"T{i}", "text": f"Anna Berg {i} met Carl Dahl {i % 3}."}
+            for i in range(6)]
+    whole = PropositionIndex.build(recs, emb, show_progress=False)
+    grown = PropositionIndex.build(recs[:4], emb, show_progress=False).add(recs[4:], emb)
+    assert list(grown.prop_texts) == list(whole.prop_texts)
+    assert np.array_equal(np.asarray(grown.embeddings), np.asarray(whole.embeddings))
+    assert list(grown.entity_names) == list(whole.entity_names)
+    ps = [Passage("a", "", "x"), Passage("b", "", "y")]
+    b = proposition_batch([Proposition("b1", "b", ("B",)), Proposition("a1", "a", ()),
+                           Proposition("b2", "b", ("B", "C"))], ps)
+    assert b["pos"].tolist() == [1, 0, 1] and b["ord"].tolist() == [0, 0, 1]
+    with pytest.raises(ValueError, match="unknown passage id 'z'"):
+        proposition_batch([Proposition("z", "z", ())], ps)

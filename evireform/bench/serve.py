@@ -38,12 +38,11 @@ def _pct(lat) -> dict:
 def in_process(index_dir, questions, encoder: str, k: int = 10, batch: int = 64) -> dict:
     """p50 of ``retrieve()`` one question at a time, and ``retrieve_many`` ms per question in
     batches of ``batch``, with the index's own embedder on ``encoder``."""
-    from ..embed import embedder_from_spec
+    from ..application import index_embedder
     from ..index import PropositionIndex
     from ..retriever import EviReform
     idx = PropositionIndex.load(index_dir)
-    emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name,
-                             encoder=encoder)
+    emb = index_embedder(idx, encoder=encoder)
     r = EviReform(idx, embedder=emb)
     r.retrieve_many(questions[:8], k)  # warm: model load, kernels compiled
     lat = []

@@ -8,7 +8,7 @@ def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, se
                    reformulator=None, controller=None, max_workers: int = 1, backend="auto"):
     """An :class:`~evireform.retriever.EviReform` over ``index`` (a PropositionIndex) or the
     index saved at ``index_dir``; without ``embedder`` the one named in the index is used."""
-    from ..embed import embedder_from_spec
+    from ..application import index_embedder
     from ..index import PropositionIndex
     from ..retriever import EviReform
     if (index is None) == (index_dir is None):
@@ -16,7 +16,7 @@ def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, se
     if index is None:
         index = PropositionIndex.load(Path(index_dir))
     if embedder is None:
-        embedder = embedder_from_spec(index.meta.get("embedder_spec") or index.embedder_name)
+        embedder = index_embedder(index)
     roles = {k: v for k, v in dict(selector=selector, reformulator=reformulator,
                                    controller=controller).items() if v is not None}
     return EviReform(index, config, embedder=embedder, max_workers=max_workers, backend=backend,

@@ -1,0 +1,167 @@
+"""The application layer: what the command line, the HTTP service and the framework adapters
+share, so that each of them is a door and none holds library logic of its own.
+
+* :data:`METHODS` and :func:`make_method` - the one registry of the methods a question can
+  be answered with (EviReform and the strategies of :mod:`evireform.strategies`);
+* :func:`llm_roles` - the LLM selector, reformulator and controller of one
+  :class:`~evireform.llm.LLMClient`;
+* :func:`index_embedder` - the embedder a saved index uses (its manifest's spec, or the
+  user's embedder checked against it);
+* :func:`apply_update` - deletions then additions applied to a saved index under its lock and
+  saved atomically: ``evireform update`` and the service's ``/update`` run this one function,
+  and the service serves any generation it writes (its own or another process's) from the
+  next batch on;
+* the result record is :meth:`evireform.retriever.RetrievalResult.to_dict`: ``query --json``,
+  ``query --questions`` JSONL and the service's ``/query`` all print it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .documents import Loaded, replace_sources
+from .embed import embedder_from_spec, get_embedder
+from .extract import Extractor, extractor_recorded, make_extractor
+from .index import PropositionIndex
+from .retriever import EviReform
+from .store import index_lock
+from .strategies import STRATEGIES, make_strategy
+
+__all__ = ["METHODS", "make_method", "llm_roles", "index_embedder", "Update", "apply_update"]
+
+#: every method a question can be answered with, in the order the CLI and the service list
+#: them: EviReform, then the strategies (BGR and its variants, Hi-Q and its variant)
+METHODS: tuple[str, ...] = ("evireform", *STRATEGIES)
+
+
+def llm_roles(client) -> dict:
+    """``{"selector", "reformulator", "controller"}``: the LLM roles over ``client`` (an
+    :class:`~evireform.llm.LLMClient`); ``{}`` (the LLM-free roles) when it is None."""
+    if client is None:
+        return {}
+    from .llm import LLMController, LLMReformulator, LLMSelector
+    return dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
+                controller=LLMController(client))
+
+
+def make_method(name: str, index, embedder=None, *, llm=None, engine=None, config=None,
+                roles: dict | None = None, max_workers: int = 1):
+    """The retriever answering with ``name`` (one of :data:`METHODS`) over ``index``: an
+    :class:`~evireform.retriever.EviReform` (its roles: ``roles``, else the LLM roles of
+    ``llm`` when given, else the LLM-free ones) or a strategy
+    (:func:`~evireform.strategies.make_strategy`, with ``llm`` for its LLM steps).  Every one
+    of them has ``retrieve(question, k, filter=)`` and ``retrieve_many(questions, k,
+    filter=)``."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    if name == "evireform":
+        roles = llm_roles(llm) if roles is None else roles
+        return EviReform(index, config, embedder=embedder, max_workers=max_workers,
+                         engine=engine, **roles)
+    return make_strategy(name, index, embedder, llm, engine=engine)
+
+
+def index_embedder(index, embedder: str | None = None, *, device: str | None = None,
+                   encoder: str = "auto", **options):
+    """The embedder for the saved ``index``: the one its manifest records (with its prompts
+    and dimension), or ``embedder`` (a name, e.g. ``"hashing-64"``, built with ``options``:
+    :func:`evireform.embed.get_embedder`) when the user names a different one; the retriever
+    then checks that it embeds like the index's.  An index file never chooses a remote
+    embedder: one is used only when the user names it here."""
+    spec = index.meta.get("embedder_spec") or index.embedder_name
+    named = spec.get("spec") if isinstance(spec, dict) else spec
+    if embedder and embedder != named:
+        return get_embedder(embedder, device=device, encoder=encoder, **options)
+    return embedder_from_spec(spec, device=device, allow_remote=bool(embedder),
+                              encoder=encoder)
+
+
+def update_extractor(index, extractor=None):
+    """The extractor that adds passages to ``index``: ``extractor`` (an
+    :class:`~evireform.extract.Extractor`, or an LLM-free extractor's name such as
+    ``"phrases"``) when given, else the LLM-free one the index was built with.  An index
+    built from an OpenIE file cannot grow (its triples came from the file)."""
+    built = index.meta.get("extractor")
+    if isinstance(built, str) and built.startswith("openie:"):
+        raise ValueError(f"the index was built from an OpenIE file ({built}); passages cannot "
+                         "be added to it without their triples: rebuild it with the new "
+                         "passages' triples in the OpenIE file")
+    if isinstance(extractor, Extractor) or (extractor is not None
+                                            and not isinstance(extractor, str)):
+        return extractor
+    if extractor is not None:
+        return make_extractor(extractor, built)
+    return extractor_recorded(built)
+
+
+@dataclass
+class Update:
+    """What :func:`apply_update` did: the new ``index`` (saved unless ``saved`` is False),
+    the counts ``before`` it, and ``changes`` (``{"deleted", "added", "replaced",
+    "duplicates", ...}``: passage ids)."""
+
+    index: PropositionIndex
+    before: tuple[int, int]
+    changes: dict = field(default_factory=dict)
+    saved: bool = True
+    extractor: object = None
+
+    def counts(self) -> dict:
+        return {k: len(v) for k, v in self.changes.items()}
+
+
+def _merge(changes: dict, new: dict) -> None:
+    for key, ids in new.items():
+        changes[key] = changes.get(key, []) + list(ids)
+
+
+def apply_update(index_dir, *, delete: Sequence[str] | None = None, add=None,
+                 embedder=None, upsert: bool = False, extractor=None,
+                 show_progress: bool = False,
+                 before_save: Callable[[Update], bool] | None = None) -> Update:
+    """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``
+    (passages, records, or a :class:`~evireform.documents.Loaded` read from files and
+    folders: the index is made to match those files) to the index saved at ``index_dir``,
+    and save the new generation atomically (the old one stays until the new one is in place).
+
+    Everything runs under the index's lock, from a fully verified load (a save would stamp
+    data nobody checked) to the save, so concurrent updates queue instead of losing each
+    other; read slow inputs *before* calling this (the lock is held throughout).
+    ``upsert``: passages whose ids exist are replaced instead of refused.  ``extractor``:
+    see :func:`update_extractor`.  ``before_save(update)`` returning False leaves the saved
+    index as it was (``Update.saved`` False): the CLI's ``--strict-llm``."""
+    if isinstance(add, Loaded) is False and not add:
+        add = None
+    if add is None and not delete:
+        raise ValueError("give passages to add and/or ids to delete")
+    with index_lock(index_dir):
+        idx = PropositionIndex.load(index_dir, verify="full")
+        out = Update(idx, (idx.n_passages, idx.n_props))
+        if delete:
+            idx = idx.delete(list(delete))
+            _merge(out.changes, idx.changes)
+        if add is not None:
+            out.extractor = ext = update_extractor(idx, extractor)
+            kw = dict(show_progress=show_progress, extractor=ext)
+            if isinstance(add, Loaded):
+                def chunk(p):  # a chunk of a text file read (not a corpus record)
+                    src = p.metadata.get("source")
+                    return src in add.sources and p.id.startswith(src + "#")
+                docs = [p for p in add.passages if chunk(p)]
+                rest = [p for p in add.passages if not chunk(p)]
+                if add.sources:  # chunked files: the index made to match them
+                    idx = replace_sources(idx, Loaded(docs, add.sources, files=add.files,
+                                                      scopes=add.scopes), embedder, **kw)
+                    _merge(out.changes, idx.changes)
+            else:
+                rest = list(add)
+            if rest:
+                idx = idx.upsert(rest, embedder, **kw) if upsert else \
+                    idx.add(rest, embedder, **kw)
+                _merge(out.changes, idx.changes)
+        out.index = idx
+        if before_save is not None and not before_save(out):
+            out.saved = False
+            return out
+        idx.save(index_dir)
+    return out
