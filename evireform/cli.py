@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ._checks import loads as _json_loads
 from .application import METHODS, apply_update, index_embedder, make_method
+from .engine import PRECISIONS, make_engine, restrict
 
 
 def _int_at_least(low: int, high: int | None = None, what: str | None = None):
@@ -607,8 +608,7 @@ def _cmd_query(args) -> int:
         qs = read_questions(args.questions)
     flt = _filter_arg(args.filter)
     idx = PropositionIndex.load(args.index_dir)
-    from .engine import make_engine, restrict
-    engine = make_engine(idx)
+    engine = make_engine(idx, args.backend, precision=args.precision)
     # a key no passage has, or an unknown id: refused before any query (and kept by the
     # engine the question then runs on)
     restrict(engine, flt)
@@ -963,6 +963,13 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
+    qu.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
+                    help="where search and ranking run (evireform.engine.make_engine; auto: "
+                         "the GPU for large indexes when one is usable)")
+    qu.add_argument("--precision", choices=PRECISIONS, default="auto",
+                    help="the proposition scan: int8 codes on the CPU (the index needs them: "
+                         "index --precision int8), fp16 on the GPU, both re-scored exactly; "
+                         "auto: int8 when the index has codes, else float32")
     qu.add_argument("--method", choices=METHODS, default="evireform",
                     help="the retrieval method (evireform.application.METHODS; "
                          "evireform.strategies for BGR and Hi-Q)")

@@ -41,7 +41,7 @@ import numpy as np
 from . import kernels as K
 from .filters import RestrictionCache
 
-__all__ = ["CpuEngine", "DeviceEngine", "make_engine", "gpu_usable", "restrict",
+__all__ = ["CpuEngine", "DeviceEngine", "PRECISIONS", "make_engine", "gpu_usable", "restrict",
            "search", "rank", "pack_seeds"]
 
 
@@ -55,13 +55,19 @@ class CpuEngine:
     #: search_batch and rank_batch take ``restriction=`` (see the module docstring)
     takes_restriction = True
 
-    def __init__(self, index, searcher=None):
+    def __init__(self, index, searcher=None, *, precision: str = "auto"):
         if searcher is not None:
             if not callable(getattr(searcher, "search_batch", None)):
                 raise TypeError(f"searcher {type(searcher).__name__} has no search_batch()")
             if getattr(searcher, "n_props", index.n_props) != index.n_props:
                 raise ValueError(f"the searcher covers {searcher.n_props} propositions, the "
                                  f"index {index.n_props}")
+            if precision != "auto":
+                raise ValueError("a sharded searcher scans its shards as they were built; "
+                                 "precision= applies to the index's own search")
+        index._scans_codes(precision)  # an unknown precision, or int8 without codes
+        #: the precision of the index's own exact scan ("auto": int8 when it has codes)
+        self.precision = precision
         self.index, self.searcher = index, searcher
         #: this engine's restrictions, one per recent filter (evireform.filters)
         self.restrictions = RestrictionCache(index)
@@ -72,14 +78,15 @@ class CpuEngine:
 
     def search_batch(self, Q, k: int, *, restriction=None):
         rows = None if restriction is None else restriction.props
-        target = self.searcher if self.searcher is not None else self.index
+        if self.searcher is None:
+            return self.index.search_batch(Q, k, rows=rows, precision=self.precision)
         if rows is None:
-            return target.search_batch(Q, k)
-        if target is self.searcher and not _takes_rows(target):
-            raise ValueError(f"the searcher {type(target).__name__} cannot search some rows "
-                             "only (its search_batch takes no rows=): a filtered query needs "
-                             "one that does (ShardedSearcher, RayShardedSearcher)")
-        return target.search_batch(Q, k, rows=rows)
+            return self.searcher.search_batch(Q, k)
+        if not _takes_rows(self.searcher):
+            raise ValueError(f"the searcher {type(self.searcher).__name__} cannot search some "
+                             "rows only (its search_batch takes no rows=): a filtered query "
+                             "needs one that does (ShardedSearcher, RayShardedSearcher)")
+        return self.searcher.search_batch(Q, k, rows=rows)
 
     def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
                    restriction=None):
@@ -197,14 +204,29 @@ def gpu_usable() -> bool:
     return gpu_missing_reason() is None
 
 
-def make_engine(index, backend="auto", *, searcher=None):
-    """The engine for ``index``: ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the
-    index's :meth:`~evireform.index.PropositionIndex.to_device`, or
+#: what ``make_engine(precision=)`` takes: ``"auto"`` (int8 on the CPU when the index has
+#: codes, else float32), ``"float32"``, ``"int8"`` (the CPU scans the codes, re-scoring a
+#: margin exactly), ``"fp16"`` (the GPU scans a float16 copy, re-ranking exactly)
+PRECISIONS = ("auto", "float32", "int8", "fp16")
+
+
+def make_engine(index, backend="auto", *, precision: str = "auto", searcher=None):
+    """The engine for ``index``, the one reader of the backend and precision settings.
+
+    ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the index's
+    :meth:`~evireform.index.PropositionIndex.to_device`, or
     :class:`~evireform.kernels.BackendUnavailable` naming what is missing), or an engine
     object itself (anything with ``search_batch`` and ``rank_batch``), returned as it is
-    (a ``DeviceIndex`` is wrapped in a :class:`DeviceEngine`).  ``searcher`` (sharded
-    search) runs on the CPU."""
+    (a ``DeviceIndex`` is wrapped in a :class:`DeviceEngine`).  ``precision`` is one of
+    :data:`PRECISIONS`: ``"int8"`` runs on the CPU and ``"fp16"`` on the GPU (``"auto"``
+    backends follow; an explicit other backend is refused, never ignored).  ``searcher``
+    (sharded search) runs on the CPU."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
     if not isinstance(backend, str):
+        if precision != "auto":
+            raise ValueError("precision= sets up the engines make_engine builds; a given "
+                             "engine or device index keeps its own")
         from .kernels._gpu import DeviceIndex
         if isinstance(backend, DeviceIndex):
             return DeviceEngine(index, backend)
@@ -218,16 +240,28 @@ def make_engine(index, backend="auto", *, searcher=None):
         return backend
     if backend not in K.BACKENDS:
         raise ValueError(f"backend must be one of {K.BACKENDS}; got {backend!r}")
+    if backend == "auto":
+        if precision == "fp16":
+            backend = "gpu"
+        elif precision != "int8" and searcher is None \
+                and index.n_props >= K.config.GPU_AUTO_MIN_PROPS and gpu_usable():
+            return DeviceEngine(index, index.to_device())
+        else:
+            backend = "cpu"
     if backend == "gpu":
         if searcher is not None:
             raise ValueError("a sharded searcher runs on the CPU; use backend='cpu' (or "
                              "'auto') with searcher=")
+        if precision == "int8":
+            raise ValueError("precision='int8' runs on the CPU (backend='cpu'); the GPU "
+                             "scans 'float32' or 'fp16'")
         K.resolve("gpu")  # BackendUnavailable naming what is missing
-        return DeviceEngine(index, index.to_device())
-    if backend == "auto" and searcher is None \
-            and index.n_props >= K.config.GPU_AUTO_MIN_PROPS and gpu_usable():
-        return DeviceEngine(index, index.to_device())
-    return CpuEngine(index, searcher)
+        return DeviceEngine(index, index.to_device(precision="fp16") if precision == "fp16"
+                            else index.to_device())
+    if precision == "fp16":
+        raise ValueError("precision='fp16' runs on the GPU (backend='gpu'); the CPU scans "
+                         "'float32' or 'int8'")
+    return CpuEngine(index, searcher, precision=precision)
 
 
 def pack_seeds(seeds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -67,9 +67,6 @@ class PropositionIndex:
     #: int8 codes of the embeddings and their per-dimension scale (:meth:`quantize`), or None
     codes: np.ndarray | None = field(default=None, repr=False, compare=False)
     code_scale: np.ndarray | None = field(default=None, repr=False, compare=False)
-    #: "int8" (scan the codes, re-score a margin exactly: the same top-k) when the index has
-    #: codes, else "float32"; set to "float32" to scan the float32 embeddings
-    search_precision: str = field(default="auto", repr=False, compare=False)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -281,40 +278,48 @@ class PropositionIndex:
         self.meta["precision"] = precision
         return self
 
-    def _int8(self) -> bool:
-        want = self.search_precision
-        if want not in ("auto", "int8", "float32"):
-            raise ValueError(f"search_precision must be 'auto', 'int8' or 'float32'; got "
-                             f"{want!r}")
-        if want == "int8" and self.codes is None:
-            raise ValueError("search_precision='int8' needs codes: call quantize() first")
-        return self.codes is not None and want != "float32"
+    def _scans_codes(self, precision: str) -> bool:
+        """Whether an unfiltered exact search at ``precision`` scans the int8 codes
+        (``"auto"``: when the index has them; ``"int8"``: they must be there;
+        ``"float32"``: never)."""
+        if precision not in ("auto", "float32", "int8"):
+            raise ValueError(f"the index's own search runs at precision 'auto', 'float32' or "
+                             f"'int8'; got {precision!r} (fp16 runs on the GPU: "
+                             "make_engine(index, 'gpu', precision='fp16'))")
+        if precision == "int8" and self.codes is None:
+            raise ValueError("precision='int8' needs int8 codes: call quantize('int8') first "
+                             "(CLI: index --precision int8)")
+        return self.codes is not None and precision != "float32"
 
-    def search(self, q, k: int, *, exact: bool | None = None):
+    def search(self, q, k: int, *, exact: bool | None = None, precision: str = "auto"):
         """Top-``k`` propositions for one query embedding: ``(ids, scores)``, positive only,
-        best first, ties by lower id.  Uses HNSW when built unless ``exact=True``."""
-        if (exact or self.hnsw is None) and self._int8():
-            ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=True)
-            keep = ids[0] >= 0
-            return ids[0][keep], scores[0][keep]
-        if exact or self.hnsw is None:
+        best first, ties by lower id.  Uses HNSW when built unless ``exact=True``;
+        ``precision``: see :meth:`search_batch`."""
+        if (exact or self.hnsw is None) and not self._scans_codes(precision):
             return cosine_topk(self.embeddings, q, k)
-        ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=False)
+        ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=exact,
+                                        precision=precision)
         keep = ids[0] >= 0
         return ids[0][keep], scores[0][keep]
 
-    def search_batch(self, Q, k: int, *, exact: bool | None = None, rows=None):
+    def search_batch(self, Q, k: int, *, exact: bool | None = None, rows=None,
+                     precision: str = "auto"):
         """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, min(k, n_props)), padded
-        with -1 / 0.  ``rows`` (strictly ascending positions, a filter's matching
-        propositions): only those are candidates (:func:`evireform.search.search_rows`: the
-        float32 rows read in place, or HNSW with a label filter at HNSW sizes); the int8
-        codes serve full scans only (the re-scored int8 scan equals the exact one, so the
-        results are the same)."""
+        with -1 / 0.  An exact scan reads the int8 codes when the index has them and
+        ``precision`` is ``"auto"`` or ``"int8"`` (the codes are scanned, a margin re-scored
+        exactly: the same top-k as ``"float32"``, which reads the float32 rows).  The
+        search settings belong to the engine (:func:`evireform.engine.make_engine`), which
+        passes its precision here; the index holds none.  ``rows`` (strictly ascending
+        positions, a filter's matching propositions): only those are candidates
+        (:func:`evireform.search.search_rows`: the float32 rows read in place, or HNSW with a
+        label filter at HNSW sizes); the int8 codes serve full scans only (the results are
+        the same)."""
+        codes = self._scans_codes(precision)
         if rows is not None:
             return search_rows(self.embeddings, Q, k, rows,
                                hnsw=None if exact else self.hnsw, label_ids=self.hnsw_ids)
         if exact or self.hnsw is None:
-            if self._int8():
+            if codes:
                 return quantized_topk_batch(self.codes, self.code_scale, self.embeddings, Q, k)
             return cosine_topk_batch(self.embeddings, Q, k)
         return hnsw_topk_batch(self.hnsw, self.embeddings, Q, k, self.hnsw_ids)
@@ -461,7 +466,7 @@ class PropositionIndex:
         return out
 
     def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None,
-                  precision: str = "fp32"):
+                  precision: str = "float32"):
         """The index resident on the GPU (once: later calls return the same object):
         a :class:`~evireform.kernels._gpu.DeviceIndex` for ``EviReform(..., backend=...)``.
 
@@ -471,8 +476,9 @@ class PropositionIndex:
         ``half=True`` stores the embeddings as float16 (scores still accumulate in float32);
         ``precision="fp16"`` keeps the float32 rows and a float16 copy that the search scans
         (tensor-core GEMM), re-ranking candidates exactly in float32: the same top-k as
-        ``"fp32"``; ``budget`` caps the bytes of one score block (default 1 GiB)."""
+        ``"float32"`` (also spelled ``"fp32"``); ``budget`` caps the bytes of one score block (default 1 GiB)."""
         from .kernels import _gpu
+        precision = {"fp32": "float32"}.get(precision, precision)  # the older spelling
         key = (namespace, bool(half), budget, precision)
         cache = self.__dict__.setdefault("_device", {})
         if key not in cache:

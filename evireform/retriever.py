@@ -225,17 +225,20 @@ class EviReform:
     def __init__(self, index: PropositionIndex, config: EviReformConfig | None = None, *,
                  embedder: Embedder | None = None, selector: Selector | None = None,
                  reformulator: Reformulator | None = None, controller: Controller | None = None,
-                 backend: str = "auto", max_workers: int = 1, searcher=None, engine=None):
+                 backend: str = "auto", max_workers: int = 1, searcher=None, engine=None,
+                 precision: str = "auto"):
         self.index = index
         #: where search, propagation and readout run (:mod:`evireform.engine`): ``engine``,
-        #: or the one :func:`~evireform.engine.make_engine` picks for ``backend`` (``"auto"``,
-        #: ``"cpu"``, ``"gpu"`` or a ``DeviceIndex``) and ``searcher`` (sharded search:
-        #: :class:`evireform.shards.ShardedSearcher`,
+        #: or the one :func:`~evireform.engine.make_engine` builds for ``backend``
+        #: (``"auto"``, ``"cpu"``, ``"gpu"`` or a ``DeviceIndex``), ``precision``
+        #: (``"auto"``, ``"float32"``, ``"int8"``, ``"fp16"``) and ``searcher`` (sharded
+        #: search: :class:`evireform.shards.ShardedSearcher`,
         #: :class:`evireform.distributed.RayShardedSearcher`); the roles stay on the host
-        if engine is not None and (searcher is not None or backend != "auto"):
-            raise ValueError("give engine=, or backend= / searcher=, not both")
+        if engine is not None and (searcher is not None or backend != "auto"
+                                   or precision != "auto"):
+            raise ValueError("give engine=, or backend= / precision= / searcher=, not both")
         self.engine = make_engine(index, engine if engine is not None else backend,
-                                  searcher=searcher)
+                                  precision=precision, searcher=searcher)
         self.config = config or EviReformConfig()
         if embedder is not None:
             check_embedder(index, embedder)

@@ -225,7 +225,7 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
 
 #: precisions of the scan: exact float32, or a float16 GEMM (tensor cores, float32
 #: accumulation) whose candidates are re-ranked exactly in float32
-PRECISIONS = ("fp32", "fp16")
+PRECISIONS = ("float32", "fp16")
 
 
 def fp16_error_bound(xp, Q):
@@ -544,13 +544,14 @@ class DeviceIndex:
     C: object
     half: bool = False
     budget: int = DEFAULT_BUDGET
-    #: "fp32" (exact scan) or "fp16" (float16 scan + exact float32 re-rank of candidates)
-    precision: str = "fp32"
+    #: "float32" (exact scan) or "fp16" (float16 scan + exact float32 re-rank of candidates)
+    precision: str = "float32"
     embeddings16: object = None
 
     @classmethod
     def from_arrays(cls, ns: Namespace, graph, pmap, embeddings, *, half: bool = False,
-                    budget: int = DEFAULT_BUDGET, precision: str = "fp32") -> "DeviceIndex":
+                    budget: int = DEFAULT_BUDGET, precision: str = "float32") -> "DeviceIndex":
+        precision = {"fp32": "float32"}.get(precision, precision)  # the older spelling
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
         if half and precision == "fp16":

@@ -113,3 +113,25 @@ def test_trec_runs_keep_the_ranking_under_a_score_sort(tmp_path):
     assert got[:3] == [0.5, 0.1234564, 0.1234561] and abs(got[-1]) < 1e-300
     assert trec_scores([]) == [] and trec_scores([0.0]) == [0.0]
     assert float(repr(got[3])) == got[3]  # written in full: the file reads back the same
+
+
+def test_query_backend_and_precision_go_to_make_engine(tmp_path, capsys):
+    """--precision int8 needs codes (refused by name without them, the same ranking with
+    them); --precision fp16 on the CPU is refused, not ignored."""
+    from evireform.embed import HashingEmbedder
+    emb = HashingEmbedder(32)
+    ix = PropositionIndex.build([f"Alpha {i} met Beta {i % 4} in Rome." for i in range(20)],
+                                emb, show_progress=False).save(tmp_path / "ix")
+    base = ["query", str(ix), "Alpha 3 met whom?", "-k", "5", "--json"]
+    assert main(base) == 0
+    want = json.loads(capsys.readouterr().out)["passages"]
+    assert main(base + ["--precision", "int8"]) == 2
+    assert "needs int8 codes" in capsys.readouterr().err
+    assert main(base + ["--backend", "cpu", "--precision", "fp16"]) == 2
+    assert "runs on the GPU" in capsys.readouterr().err
+    PropositionIndex.load(ix).quantize("int8").save(ix, overwrite=True)
+    for p in ("int8", "float32"):
+        assert main(base + ["--precision", p]) == 0
+        got = json.loads(capsys.readouterr().out)["passages"]
+        assert [(g["id"], round(g["score"], 6)) for g in got] == \
+            [(w["id"], round(w["score"], 6)) for w in want]

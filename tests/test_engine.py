@@ -78,3 +78,50 @@ def test_every_retriever_gives_the_same_ranking_on_every_engine(idx, make):
         assert a.ids == b.ids
         np.testing.assert_allclose([p.score for p in a.passages],
                                    [p.score for p in b.passages], rtol=1e-6, atol=1e-12)
+
+
+def test_make_engine_is_the_one_reader_of_backend_and_precision():
+    """One vocabulary (auto|float32|int8|fp16): int8 runs on the CPU, fp16 on the GPU, and a
+    precision that the chosen backend cannot run is refused, never ignored."""
+    import evireform.kernels as K
+    from evireform.engine import PRECISIONS, CpuEngine, make_engine
+    from evireform.embed import HashingEmbedder
+    from evireform import PropositionIndex
+    emb = HashingEmbedder(32)
+    idx = PropositionIndex.build([f"Alpha {i} met Beta {i % 5} in Rome {i % 3}." for i in
+                                  range(30)], emb, show_progress=False, hnsw=False)
+    Q = emb.encode(["Alpha 3 met whom?", "Rome 2"])
+    assert PRECISIONS == ("auto", "float32", "int8", "fp16")
+    with pytest.raises(ValueError, match="needs int8 codes"):
+        make_engine(idx, precision="int8")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        make_engine(idx, precision="fp8")
+    with pytest.raises(ValueError, match="fp16' runs on the GPU"):
+        make_engine(idx, "cpu", precision="fp16")
+    with pytest.raises(ValueError, match="int8' runs on the CPU"):
+        make_engine(idx, "gpu", precision="int8")
+    with pytest.raises(ValueError, match="keeps its own"):
+        make_engine(idx, idx.to_device("numpy"), precision="float32")
+    want = make_engine(idx, precision="float32").search_batch(Q, 10)
+    idx.quantize("int8")
+    calls = []
+    real = K.quantized_topk_batch
+    import evireform.index as I
+    try:
+        I.quantized_topk_batch = lambda *a, **k: calls.append(1) or real(*a, **k)
+        e8, e32 = make_engine(idx, precision="int8"), make_engine(idx, precision="float32")
+        assert isinstance(e8, CpuEngine) and e8.precision == "int8"
+        got8 = e8.search_batch(Q, 10)
+        assert calls == [1]  # the codes were scanned
+        got32 = e32.search_batch(Q, 10)
+        assert calls == [1]  # float32: the codes were not
+        assert make_engine(idx).precision == "auto"
+    finally:
+        I.quantized_topk_batch = real
+    for got in (got8, got32):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    assert "search_precision" not in {f.name for f in __import__("dataclasses").fields(idx)}
+    dev = idx.to_device("numpy", precision="fp16")
+    assert dev.precision == "fp16" and idx.to_device("numpy", precision="fp32") is \
+        idx.to_device("numpy", precision="float32")

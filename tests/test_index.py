@@ -255,7 +255,7 @@ def test_int8_codes_search_exactly_and_persist(tmp_path, rng):
     Q = emb.encode(["Alpha 3 met whom?", "City 2", "Gamma 1 liked by?"])
     want = idx.search_batch(Q, 25)
     idx.quantize("int8")
-    assert idx.codes.dtype == np.int8 and idx._int8()
+    assert idx.codes.dtype == np.int8 and idx._scans_codes("auto")
     got = idx.search_batch(Q, 25)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
@@ -263,9 +263,7 @@ def test_int8_codes_search_exactly_and_persist(tmp_path, rng):
     assert back.codes is not None and back.meta["precision"] == "int8"
     np.testing.assert_array_equal(back.search_batch(Q, 25)[0], want[0])
     grown = back.add(["Omega met Alpha 3 in City 9."], emb)  # codes carried
-    grown.search_precision = "float32"
-    f32 = grown.search_batch(Q, 25)
-    grown.search_precision = "auto"
+    f32 = grown.search_batch(Q, 25, precision="float32")
     np.testing.assert_array_equal(grown.search_batch(Q, 25)[0], f32[0])
     smaller = grown.delete([grown.passages[0].id])
     assert smaller.codes.shape == smaller.embeddings.shape

@@ -109,6 +109,7 @@ def build_point(M: int, out: Path, seed: int = 0) -> dict:
 
 def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
     """Load the index at ``path`` (memory-mapped, verified) and time Algorithm 1 per question."""
+    from ..engine import make_engine
     from ..index import PropositionIndex
     from ..retriever import EviReform, EviReformConfig
     from .synthetic import GivenReformulator
@@ -142,7 +143,7 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
         idx.search_batch = timed_search
         runs = {}
         for precision in ("float32", "int8"):  # the same questions over each storage
-            idx.search_precision = precision
+            retr.engine = make_engine(idx, "cpu", precision=precision)
             times, in_search, ranked = [], [], []
             for i, q in enumerate(qs):
                 spent[0] = 0.0
