@@ -1,0 +1,69 @@
+"""The ``evireform`` command line: one module per command group (:mod:`.indexing`,
+:mod:`.querying`, :mod:`.experiments`) over the option groups every command shares
+(:mod:`.options`); the commands call :mod:`evireform.application`, where the library logic
+they share lives."""
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+
+from .. import __version__
+from ..kernels import BackendUnavailable, join_warm_up
+from . import experiments, indexing, querying
+from .options import parse_setting
+from .querying import read_questions, trec_docid, trec_scores
+
+
+__all__ = ["main", "build_parser", "parse_setting", "read_questions", "trec_docid",
+           "trec_scores"]
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="evireform", description="EviReform multi-hop retrieval: build, query, update, "
+        "serve and evaluate proposition indexes.")
+    p.add_argument("--version", action="version", version=f"evireform {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    indexing.add_index_parser(sub)
+    experiments.add_eval_parser(sub)
+    querying.add_query_parser(sub)
+    indexing.add_update_parser(sub)
+    experiments.add_analyze_parser(sub)
+    experiments.add_llm_cache_parser(sub)
+    indexing.add_verify_parser(sub)
+    querying.add_serve_parser(sub)
+    experiments.add_bench_parser(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError, BackendUnavailable, sqlite3.Error,
+            OverflowError, RecursionError) as exc:
+        print(f"evireform {args.command}: error: {_describe(exc)}", file=sys.stderr)
+        return 2
+    except KeyError as exc:  # an unknown passage id
+        print(f"evireform {args.command}: error: {exc.args[0] if exc.args else exc}",
+              file=sys.stderr)
+        return 2
+    finally:  # no native (numba) thread may still run when the process exits
+        join_warm_up()
+
+
+def _describe(exc) -> str:
+    """An exception as one line that names the file when the OS error has one (a name that
+    is not valid UTF-8 shown with backslash escapes, so the message itself can be printed)."""
+    return _describe_raw(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _describe_raw(exc) -> str:
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and \
+            str(exc.filename) not in str(exc):
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, OSError) and getattr(exc, "filename", None):
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    return str(exc) or type(exc).__name__
+

@@ -1,0 +1,278 @@
+"""``evireform eval``, ``analyze``, ``bench`` and ``llm-cache``: the experiments and their
+tools (they import evireform.evaluation and evireform.bench, which the core never does)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .._io import Outputs
+from ..cache import cached_index
+from ..embed import get_embedder
+from ..extract import make_extractor
+from ..llm import ReplyCache
+from ..retriever import EviReformConfig
+from .options import (
+    _add_embedder_args, _add_llm_args, _data_dir, _embedder, _filter_arg, _llm_client,
+    _nonneg_int, _positive_float, _positive_int, _replay_summary, _sizes, parse_setting)
+
+
+def _cmd_llm_cache(args) -> int:
+    cache_path = Path(args.cache)
+    if args.action == "export":
+        if not cache_path.is_file():
+            raise FileNotFoundError(f"--cache {cache_path}: no such reply cache")
+        out = Path(args.file)
+        if out.exists() and out.is_file() and out.stat().st_size and not args.force:
+            raise ValueError(f"{out} exists; export will not overwrite it (it may be a cache "
+                             "or a replies file). Choose a new file, or pass --force")
+        cache = ReplyCache(str(cache_path))
+        with Outputs({"FILE": out}, inputs=[cache_path]) as files:
+            n = cache.export_jsonl(files["FILE"])
+        print(f"exported {n} replies to {args.file}")
+    else:
+        if not Path(args.file).is_file():
+            raise FileNotFoundError(f"{args.file}: no such replies file")
+        if cache_path.exists() and os.path.samefile(cache_path, args.file):
+            raise ValueError(f"{args.file} is the cache itself")
+        cache = ReplyCache(str(cache_path))
+        print(f"imported {cache.import_jsonl(args.file)} replies from {args.file}")
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from ..evaluation import (DATASETS, format_bootstrap, format_table, markdown_table,
+                             parse_methods, run_eval)
+
+    methods = parse_methods(args.methods)
+    if args.dataset:
+        qrel, crel = DATASETS[args.dataset]
+        qpath, cpath = _data_dir(args.data) / qrel, _data_dir(args.data) / crel
+    elif args.questions and args.corpus:
+        qpath, cpath = Path(args.questions), Path(args.corpus)
+    else:
+        raise ValueError("give --dataset musique|hotpotqa, or both --questions and --corpus")
+    for f in (qpath, cpath):
+        if not f.is_file():
+            raise FileNotFoundError(f"{f} not found (see README, 'Data')")
+    overrides = dict(parse_setting(item) for item in args.set or [])
+    client = _llm_client(args)
+    report = run_eval(qpath, cpath, methods, embedder=_embedder(args), n=args.n,
+                      show_progress=not args.quiet, dataset=args.dataset or "",
+                      config=EviReformConfig(**overrides), selector_n=args.selector_n,
+                      llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
+                      graph_metrics=args.graph_metrics,
+                      extractor=make_extractor(args.extractor), lowercase=args.lowercase,
+                      filter=_filter_arg(args.filter))
+    print(markdown_table(report) if args.markdown else format_table(report))
+    if report.bootstrap:
+        print()
+        print(format_bootstrap(report, markdown=args.markdown))
+    summary = _replay_summary(client)
+    if summary:
+        print(summary)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_analyze(args) -> int:
+    from ..evaluation import DATASETS, run_eval
+    from ..evaluation.analyses import ANALYSES, sensitivity_table
+
+    qrel, crel = DATASETS[args.dataset]
+    data = _data_dir(args.data)
+    qpath, cpath = data / qrel, data / crel
+    emb = _embedder(args)
+    show = not args.quiet
+    if args.kind in ANALYSES:
+        a = ANALYSES[args.kind]
+        rep = run_eval(qpath, cpath, list(a.methods), embedder=emb, dataset=args.dataset,
+                       show_progress=show, n=args.n)
+        idx, _, _ = cached_index(cpath, emb, show_progress=False)
+        print(a.table(rep, idx))
+    elif args.kind == "sensitivity":
+
+        def one(**over):
+            r = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
+                         show_progress=False, config=EviReformConfig(**over), n=args.n)
+            return r.methods["evireform"]
+        print(sensitivity_table(one))
+    elif args.kind == "selector":
+        from ..evaluation.learn_selector import selector_study
+        print(selector_study(data, emb, Path(args.replies)))
+    elif args.kind == "growth":
+        from ..evaluation.growth import index_growth
+        index_growth(data, emb, out_png=args.png, n_steps=args.steps, n=args.n, show=show)
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    from .. import bench
+
+    log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
+    if args.serve:
+        from ..bench import serve as serve_bench
+        data = _data_dir(args.data)
+        index_dir = args.serve_index
+        if index_dir is None:  # the MuSiQue index with the default embedder, built once
+            _, index_dir, _ = cached_index(data / "musique" / "musique_corpus.json",
+                                           get_embedder("minilm"), show_progress=False)
+        rep = serve_bench.run(index_dir, data / "musique" / "musique.json", n=args.serve_n,
+                              log=log)
+        print(serve_bench.table(rep))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"serve": rep}, indent=1))
+            print(f"wrote {args.json}")
+        return 0
+    if args.scale:
+        from ..bench.scale import run_scale, scale_table
+        rows = run_scale(args.scale_sizes, args.scale_dir, n_queries=args.scale_queries,
+                         log=log)
+        print(scale_table(rows))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"scale": rows}, indent=1))
+            print(f"wrote {args.json}")
+        return 0
+    def write(rep):  # after every case, atomically: a timeout keeps what was measured
+        if args.json:
+            tmp = Path(args.json).with_name(Path(args.json).name + ".part")
+            tmp.write_text(json.dumps(rep, indent=1))
+            tmp.replace(args.json)
+    report = bench.run(quick=args.quick, data=_data_dir(args.data), log=log, only=args.only,
+                       backend=args.backend, time_budget=args.time_budget, on_case=write)
+    print(f"machine: {report['machine'].get('cpu', report['machine']['processor'])}, "
+          f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}"
+          + (f", device {report['machine']['device']}" if "device" in report["machine"] else ""))
+    print(bench.table(report))
+    if args.backend == "gpu":
+        from ..bench.gpu_cases import targets
+        print()
+        print(targets(report))
+    if args.json:
+        write(report)
+        print(f"wrote {args.json}")
+    for f in report.get("failed", []):
+        print(f"CASE FAILED: {f['group']}: {f['error']}", file=sys.stderr)
+    if report.get("failed"):
+        return 1
+    if args.check:
+        bad = bench.check(report)
+        for b in bad:
+            print(f"CHECK FAILED: {b}", file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
+def add_eval_parser(sub) -> None:
+    ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
+    ev.add_argument("--dataset", choices=("musique", "hotpotqa"),
+                    help="read the dataset from --data (default ../shared/data)")
+    ev.add_argument("--data", help="data folder (HippoRAG layout); default $EVIREFORM_DATA or "
+                                   "../shared/data")
+    ev.add_argument("--questions", help="questions file (MuSiQue or HotpotQA format)")
+    ev.add_argument("--corpus", help="corpus file")
+    ev.add_argument("--methods", default="dense,bm25,dense_prop,hipporag_ppr,evireform,"
+                                         "reform_only,prop_only,base",
+                    help="comma-separated methods or 'all'")
+    _add_embedder_args(ev, batch=False)
+    ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
+    ev.add_argument("--extractor", choices=("heuristic", "phrases"), default="heuristic",
+                    help="the LLM-free extractor the index is built with")
+    ev.add_argument("--filter", metavar="JSON",
+                    help="evaluate on the passages matching this where clause or id list "
+                         "(@FILE reads it): questions whose gold passages do not all match are "
+                         "left out; baselines' rankings are cut to the matching passages")
+    ev.add_argument("--lowercase", action="store_true",
+                    help="run on lower-cased copies of the corpus and questions (written once "
+                         "under the cache directory)")
+    ev.add_argument("--json", help="write the report as JSON to this file")
+    ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ev.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override an EviReformConfig setting, e.g. --set beta=0.75 (repeatable)")
+    ev.add_argument("--selector-n", type=_nonneg_int, default=4,
+                    help="seeds the LLM-free selector takes (default 4; 0 = fill max_selected)")
+    ev.add_argument("--quiet", action="store_true")
+    ev.add_argument("--reader", action="store_true",
+                    help="answer each question with the LLM reader from each method's top 5 "
+                         "passages and report F1/EM (needs an endpoint)")
+    ev.add_argument("--graph-metrics", action="store_true",
+                    help="add evidence-set EM/P/R/F1 and graph GM/GS/GED against MuSiQue's "
+                         "question_decomposition (evireform.evaluation.graph_metrics)")
+    _add_llm_args(ev)
+    ev.set_defaults(func=_cmd_eval)
+
+
+def add_analyze_parser(sub) -> None:
+    an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
+    an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth",
+                                     "selector"),
+                    help="ablation / coverage / types: one eval run of the methods each needs; "
+                         "sensitivity: the paper's grids; growth: distractors added in steps; "
+                         "selector: an LLM-free selector fitted to the recorded LLM selections "
+                         "of one set, evaluated on the other")
+    an.add_argument("--replies", default="../shared/llm-replies",
+                    help="selector: the folder of recorded replies (hotpotqa.jsonl, musique.jsonl)")
+    an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
+    an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
+    _add_embedder_args(an, batch=False)
+    an.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
+    an.add_argument("--png", default="docs/index_growth.png",
+                    help="growth: where to write the plot")
+    an.add_argument("--steps", type=_positive_int, default=4, help="growth: number of steps")
+    an.add_argument("--quiet", action="store_true")
+    an.set_defaults(func=_cmd_analyze)
+
+
+def add_llm_cache_parser(sub) -> None:
+    lc = sub.add_parser("llm-cache", help="export or import the LLM reply cache as JSONL")
+    lc.add_argument("action", choices=("export", "import"))
+    lc.add_argument("file", help="JSONL file: {key, role, reply} or {key, content} per line")
+    lc.add_argument("--cache", required=True, help="the SQLite reply cache (--llm-cache)")
+    lc.add_argument("--force", action="store_true",
+                    help="export: replace FILE when it exists")
+    lc.set_defaults(func=_cmd_llm_cache)
+
+
+def add_bench_parser(sub) -> None:
+    be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
+    be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
+    be.add_argument("--json", help="write the report as JSON to this file")
+    be.add_argument("--check", action="store_true",
+                    help="exit 1 when a speedup falls below its floor (evireform.bench.FLOORS), "
+                         "a floor names no case label, or a pair disagrees")
+    be.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
+    be.add_argument("--only", action="append", metavar="CASE",
+                    help="run only these case groups (repeatable): "
+                         "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
+                         "build, update, limit; with --backend gpu: gpu_copy, gpu_cosine, "
+                         "gpu_propagate, gpu_readout, gpu_retrieve")
+    be.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: each CuPy kernel against the numba kernel and the naive CuPy "
+                         "peer, with the device's copy bandwidth (needs CuPy and a device)")
+    be.add_argument("--time-budget", type=_positive_float, default=None, metavar="SECONDS",
+                    help="skip the case groups that would start after this many seconds")
+    be.add_argument("--scale", action="store_true",
+                    help="the cost curve instead of the cases: build, disk, peak memory, load "
+                         "and retrieve p50/p95 of synthetic memory-mapped indexes "
+                         "(evireform.bench.scale; minutes to an hour)")
+    be.add_argument("--scale-sizes", type=_sizes, default="100k,1M,3M,10M",
+                    help="proposition counts for --scale, e.g. 100k,1M,3M,10M")
+    be.add_argument("--scale-dir", default=None,
+                    help="where --scale writes its indexes (default: the temp directory)")
+    be.add_argument("--scale-queries", type=_positive_int, default=20,
+                    help="questions timed per size")
+    be.add_argument("--serve", action="store_true",
+                    help="the service against in-process retrieval: latency and throughput at "
+                         "concurrency 1, 8 and 32 for each query encoder, ready time, cold "
+                         "`evireform query` wall time (evireform.bench.serve)")
+    be.add_argument("--serve-index", default=None,
+                    help="--serve: the index (default: MuSiQue with the default embedder, "
+                         "built once into the cache)")
+    be.add_argument("--serve-n", type=_positive_int, default=200,
+                    help="--serve: MuSiQue questions used")
+    be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
+    be.set_defaults(func=_cmd_bench)

@@ -1,0 +1,257 @@
+"""``evireform index``, ``update`` and ``verify``: building, changing and checking a saved
+index."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .._io import read_text_file
+from ..application import apply_update
+from ..documents import document_roots, DOCUMENTS
+from ..embed import spec_of
+from ..extract import PhraseExtractor
+from ..index import arrays_equal, disk_bytes, PropositionIndex
+from ..llm import LLMExtractor
+from ..store import check_target, looks_like_index, STAMP, UnsafeTargetError
+from .options import (
+    _add_document_args, _add_embedder_args, _add_index_embedder_args, _add_llm_args,
+    _embedder, _extraction_fallbacks, _fallbacks_refused, _index_embedder, _llm_client,
+    _nonneg_float, _positive_int, _read_paths)
+
+
+def _check_index_target(out_dir, corpus, force: bool) -> None:
+    """Before any work: refuse an output directory that is or holds the corpus, or that
+    save() would refuse anyway (so a long build is not lost at the end)."""
+    out, src = Path(out_dir).resolve(), Path(corpus).resolve()
+    if out == src or out in src.parents:
+        raise UnsafeTargetError(f"{out_dir} is or contains the corpus {corpus}; write the index "
+                                "to a directory of its own")
+    check_target(out_dir, overwrite=force)
+
+
+def _cmd_index(args) -> int:
+
+    t0 = time.perf_counter()
+    for src in args.paths:
+        _check_index_target(args.out_dir, src, args.force)
+    embedder = _embedder(args)
+    loaded = _read_paths(args, args.paths, embedder, whole=True)
+    passages = loaded.passages
+    hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
+    show = not args.quiet and not args.json
+    if args.ray:
+        if args.extractor not in ("heuristic", "llm"):
+            raise SystemExit("evireform index --ray: --extractor must be 'heuristic' or 'llm'")
+        from ..distributed import LLMExtractorFactory, build_ray
+        factory = None
+        if args.extractor == "llm":
+            args.llm = True
+            factory = LLMExtractorFactory(_llm_client(args).config,
+                                          max_workers=args.llm_workers or 4)
+        idx = build_ray(passages, spec_of(embedder), extractor=factory,
+                        concurrency=args.ray_workers, num_gpus=args.num_gpus,
+                        ray_address=args.ray_address,
+                        embed_batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
+    elif args.extractor in ("heuristic", "phrases", "llm"):
+        extractor = None
+        if args.extractor == "phrases":
+            extractor = PhraseExtractor()
+        elif args.extractor == "llm":
+            args.llm = True
+            extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
+        idx = PropositionIndex.build(passages, embedder, extractor=extractor,
+                                     batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
+        if args.extractor == "llm":
+            idx.meta["extraction_fallbacks"] = _extraction_fallbacks(extractor)
+            if _fallbacks_refused(args, "index", extractor, len(passages)):
+                return 3
+    else:
+        openie = Path(args.extractor)
+        if not openie.is_file() or openie.stat().st_size == 0:
+            why = ("is empty or not a regular file" if openie.exists() else
+                   "is not a file that exists")
+            raise ValueError(f"--extractor must be 'heuristic', 'phrases', 'llm' or a "
+                             f"HippoRAG OpenIE JSON file; {openie} {why}")
+        idx = PropositionIndex.from_openie(openie, passages, embedder,
+                                           batch_size=args.batch_size, show_progress=show,
+                                           hnsw=hnsw)
+    if args.precision == "int8":
+        idx.quantize("int8")
+    if loaded.sources:  # which passages are which file's chunks (update --add keys on it)
+        idx.meta[DOCUMENTS] = {src: {**loaded.files[src], "chunks": n}
+                               for src, n in loaded.sources.items() if n}
+    out = idx.save(args.out_dir, overwrite=args.force)
+    reloaded = PropositionIndex.load(out)
+    same = arrays_equal(idx, reloaded)
+    if not same:
+        print(f"evireform index: error: the index saved at {out} does not reload identically "
+              "(its arrays or strings differ from what was built); it may be unusable: "
+              "run evireform verify on it", file=sys.stderr)
+    stats = idx.stats()
+    stats.update({"extractor": idx.meta.get("extractor"), "bytes_on_disk": disk_bytes(out),
+                  "path": str(out), "reload_identical": same,
+                  "seconds": round(time.perf_counter() - t0, 2)})
+    if args.json:
+        print(json.dumps(stats, indent=1))
+    else:
+        width = max(len(k) for k in stats)
+        for k, v in stats.items():
+            print(f"{k:<{width}}  {v:,}" if isinstance(v, int) and not isinstance(v, bool)
+                  else f"{k:<{width}}  {v}")
+    return 0 if same else 1
+
+
+def _cmd_update(args) -> int:
+    """Add and/or delete passages of a saved index without rebuilding it, then save it back
+    atomically (the previous index stays until the new one is in place).  Every input is
+    read before the index's lock is taken (a slow or blocked input never holds it); the lock
+    is then held from load to save, so concurrent updates queue instead of losing each
+    other.  The index is fully verified before it is rewritten (a save would otherwise
+    stamp data nobody checked)."""
+
+    if not args.add and not args.delete:
+        raise ValueError("give --add FILE and/or --delete IDS_FILE")
+    t0 = time.perf_counter()
+    ids = loaded = None
+    if args.delete:
+        text = read_text_file(args.delete, "--delete")
+        ids = [l.strip() for l in text.splitlines() if l.strip()]
+    if args.add and not Path(args.add).exists():
+        raise ValueError(f"--add {args.add}: no such file or folder")
+    _check_update_target(args)
+    peek = PropositionIndex.load(args.index_dir)  # the embedder and the folder roots
+    emb = _index_embedder(args, peek) if args.add else None
+    if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
+        loaded = _read_paths(args, [args.add], emb, whole=True, roots=document_roots(peek))
+    extractor = args.extractor
+    if args.add and args.extractor == "llm":
+        args.llm = True
+        extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
+    del peek
+    up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
+                      upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
+                      before_save=lambda u: not _fallbacks_refused(
+                          args, "update", u.extractor, len(loaded.passages) if loaded else 0))
+    if not up.saved:
+        return 3
+    idx, before, changes = up.index, up.before, up.changes
+    parts = [f"{k} {len(v):,}" for k, v in changes.items() if v]
+    print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
+          f"{before[1]:,} -> {idx.n_props:,} in {time.perf_counter() - t0:.2f} s"
+          + (f" ({', '.join(parts)})" if parts else ""))
+    dups = changes.get("duplicates")
+    if dups:
+        print(f"{len(dups):,} passages were already in the index with the same content and "
+              "were skipped", file=sys.stderr)
+    return 0
+
+
+def _check_update_target(args) -> None:
+    """``update X --add X``, or an index directory that is not one: said in those words."""
+    ix = Path(args.index_dir)
+    if args.add and os.path.realpath(args.add) == os.path.realpath(ix):
+        raise ValueError(f"--add {args.add} is the index itself; give the files or folder "
+                         "to add")
+    if not ix.is_dir():
+        raise ValueError(f"{ix}: no index there (not a directory); build one with "
+                         "evireform index")
+    if not looks_like_index(ix):
+        raise ValueError(f"{ix}: not an evireform index (no readable manifest.json of "
+                         "format 'evireform-index')")
+
+
+def _cmd_verify(args) -> int:
+    """The full verification tier (evireform.store), then a new stamp: what to run after
+    copying or downloading an index (a load would run it once anyway).  Says whether the
+    stamp was written (a read-only directory cannot take one)."""
+
+    def seen():
+        try:
+            st = (Path(args.index_dir) / STAMP).stat()
+            return st.st_ino, st.st_mtime_ns, st.st_size
+        except OSError:
+            return None
+    t0 = time.perf_counter()
+    before = seen()
+    idx = PropositionIndex.load(args.index_dir, verify="full")
+    took = time.perf_counter() - t0
+    wrote = seen() not in (None, before)
+    t1 = time.perf_counter()
+    PropositionIndex.load(args.index_dir)
+    fast = time.perf_counter() - t1
+    tail = (f"stamped: later loads take the fast tier ({fast:.2f} s)" if wrote else
+            "no stamp written (the directory is not writable); a later load took "
+            f"{fast:.2f} s")
+    print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
+          f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
+          f"embedding norms, texts" + (", HNSW graph" if idx.hnsw is not None else "")
+          + f" in {took:.2f} s; {tail}")
+    return 0
+
+
+def add_index_parser(sub) -> None:
+    ix = sub.add_parser("index", help="build, save and verify an index over a corpus file")
+    ix.add_argument("paths", nargs="+", metavar="PATH",
+                    help="what to index: corpus files (JSON: a list of {title, text, ...} or "
+                         "title -> sentences; JSONL), text and Markdown files (chunked), or "
+                         "folders of them (evireform.documents)")
+    ix.add_argument("out_dir", help="index directory to write (an existing evireform index "
+                                    "there is replaced atomically; anything else is refused)")
+    ix.add_argument("--force", action="store_true",
+                    help="replace OUT_DIR even when it is a directory that is not an "
+                         "evireform index (its contents are deleted)")
+    ix.add_argument("--extractor", default="heuristic",
+                    help="'heuristic' (LLM-free, capitalised names), 'phrases' (LLM-free, "
+                         "corpus phrases: lower-case text, German, Chinese), 'llm' (the LLM "
+                         "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
+                         "JSON file (one triple = one proposition)")
+    _add_document_args(ix)
+    _add_embedder_args(ix)
+    ix.add_argument("--precision", choices=("float32", "int8"), default="float32",
+                    help="int8: also store int8 codes of the embeddings; exact search scans "
+                         "them (a quarter of the bytes) and re-scores a margin in float32, "
+                         "returning the same top-k")
+    ix.add_argument("--hnsw", choices=("auto", "on", "off"), default="auto",
+                    help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
+    ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    ix.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = ix.add_argument_group("distributed build (extra 'ray'; evireform.distributed)")
+    g.add_argument("--ray", action="store_true",
+                   help="extract and embed in a Ray Data pipeline; the same index as without")
+    g.add_argument("--ray-address", default=None,
+                   help="'auto' for a running cluster (default: a local Ray instance)")
+    g.add_argument("--ray-workers", type=_positive_int, default=2,
+                   help="embedding actors (a local Ray instance gets the machine's CPUs)")
+    g.add_argument("--num-gpus", type=_nonneg_float, default=0,
+                   help="GPUs per embedding actor (embeds on cuda when > 0)")
+    _add_llm_args(ix)
+    ix.set_defaults(func=_cmd_index)
+
+
+def add_update_parser(sub) -> None:
+    up = sub.add_parser("update", help="add or delete passages of a saved index (no rebuild)")
+    up.add_argument("index_dir")
+    up.add_argument("--add", metavar="PATH",
+                    help="passages to add: a corpus file, a text or Markdown file, or a folder "
+                         "(chunked files replace exactly their earlier chunks)")
+    up.add_argument("--delete", metavar="IDS_FILE", help="passage ids to delete, one per line")
+    up.add_argument("--upsert", action="store_true",
+                    help="--add replaces passages whose ids exist instead of refusing them")
+    up.add_argument("--device", default=None, help="device for the index's embedder")
+    up.add_argument("--extractor", choices=("heuristic", "phrases", "llm"), default=None,
+                    help="the extractor for --add (default: the one the index was built with)")
+    up.add_argument("--quiet", action="store_true")
+    _add_document_args(up)
+    _add_index_embedder_args(up)
+    _add_llm_args(up)
+    up.set_defaults(func=_cmd_update)
+
+
+def add_verify_parser(sub) -> None:
+    ve = sub.add_parser("verify", help="verify every file of an index in full and stamp it "
+                                       "(after a copy or download)")
+    ve.add_argument("index_dir")
+    ve.set_defaults(func=_cmd_verify)

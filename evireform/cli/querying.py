@@ -1,0 +1,279 @@
+"""``evireform query`` and ``serve``: questions against a saved index, one at a time, from a
+file, or behind HTTP."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .._checks import loads as _json_loads
+from .._io import Outputs, read_text_file
+from ..application import make_method, METHODS
+from ..embed import encode_queries
+from ..engine import make_engine, PRECISIONS, restrict
+from ..index import PropositionIndex
+from ..kernels import warm_up_in_background
+from ..service import RetrievalService, serve
+from .options import (
+    _add_index_embedder_args, _add_llm_args, _fell_back, _filter_arg, _index_embedder,
+    _llm_client, _nonneg_float, _port_number, _positive_float, _positive_int,
+    _replay_summary, _strict_status)
+
+
+def read_questions(path) -> list[tuple[str, str]]:
+    """(id, question) pairs from JSONL records with ``question`` (and ``id``/``_id``), a JSON
+    list of such records (the MuSiQue/HotpotQA files), or a text file with one question per
+    line; ids default to the line number."""
+    out = []
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--questions {path}: is a directory; give a file")
+    text = read_text_file(path, "--questions")
+    if text.lstrip().startswith("["):  # a JSON list (the MuSiQue / HotpotQA question files)
+        try:
+            recs = _json_loads(text, str(path))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        for n, rec in enumerate(recs, 1):
+            q = rec if isinstance(rec, str) else (rec.get("question")
+                                                   if isinstance(rec, dict) else None)
+            if not isinstance(q, str) or not q.strip():
+                raise ValueError(f"{path}: record {n} has no 'question' string")
+            qid = str(n) if isinstance(rec, str) else str(rec.get("id", rec.get("_id", n)))
+            out.append((qid, q))
+        if not out:
+            raise ValueError(f"{path}: no questions")
+        return out
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                rec = _json_loads(line, f"{path}:{n}")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from None
+            q = rec.get("question") if isinstance(rec, dict) else None
+            if not isinstance(q, str) or not q.strip():
+                raise ValueError(f"{path}:{n}: the record has no 'question' string")
+            out.append((str(rec.get("id", rec.get("_id", n))), q))
+        else:
+            out.append((str(n), line))
+    if not out:
+        raise ValueError(f"{path}: no questions")
+    return out
+
+
+def _cmd_query(args) -> int:
+
+    if (args.question is None) == (args.questions is None):
+        raise ValueError("give one question, or --questions FILE")
+    if args.questions is not None:  # the questions first: a bad file fails before any load
+        qs = read_questions(args.questions)
+    flt = _filter_arg(args.filter)
+    idx = PropositionIndex.load(args.index_dir)
+    engine = make_engine(idx, args.backend, precision=args.precision)
+    # a key no passage has, or an unknown id: refused before any query (and kept by the
+    # engine the question then runs on)
+    restrict(engine, flt)
+    args.filter = flt
+    # the kernels load (numba, about a second cold) while the encoder loads; main() joins
+    # the thread on every exit path
+    warm_up_in_background(args.questions is not None)
+    emb = _index_embedder(args, idx)
+    client = _llm_client(args)
+    retriever = make_method(args.method, idx, emb, llm=client, engine=engine,
+                            max_workers=args.llm_workers or 1)
+    if args.questions is not None:
+        return _batch_query(args, retriever, qs)
+    res = retriever.retrieve(args.question, args.k, filter=flt)
+    summary = _replay_summary(client)
+    if summary:
+        print(summary, file=sys.stderr)
+    if args.json:
+        print(json.dumps(res.to_dict(graph=args.graph), indent=1))
+        return _strict_status(args, [res])
+    print(f"Q: {args.question}")
+    for q in getattr(res.trace, "residual_queries", []):
+        print(f"   residual query: {q}")
+    if hasattr(res.trace, "format"):  # Hi-Q's tree, BGR's chains
+        print(res.trace.format(idx.passages))
+    if not res.passages:
+        print("   (no passage matches the filter)")
+    for r, p in enumerate(res.passages, 1):
+        md = f"  {json.dumps(p.metadata, ensure_ascii=False):.120}" if p.metadata else ""
+        print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]{md}")
+    if args.graph:
+        print("evidence graph (how each passage was reached):")
+        print(res.evidence_graph().format())
+    return _strict_status(args, [res])
+
+
+def trec_docid(pid: str) -> str:
+    """A passage id as a TREC docid: whitespace, control characters and ``%`` are
+    percent-encoded, so the docid is one token and distinct ids stay distinct."""
+    return quote(pid, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
+
+
+def trec_scores(scores) -> list[float]:
+    """Scores for a TREC run, strictly decreasing down the ranking, so that trec_eval-family
+    tools (which re-sort by score, ties by docid) keep evireform's order: each score in full
+    float64 precision, and where a passage ties the one above it (the zero-score fill, equal
+    sums) it is written one ulp below it (``numpy.nextafter``)."""
+    out: list[float] = []
+    for s in map(float, scores):
+        if out and s >= out[-1]:
+            s = float(np.nextafter(out[-1], -np.inf))
+        out.append(s)
+    return out
+
+
+def _batch_query(args, retriever, qs) -> int:
+    """Many questions in chunks of --batch (each chunk one retrieve_many): JSONL results to
+    --out (or stdout), a TREC run file with --trec, and a summary line on stderr.  Both
+    outputs are checked and opened before the first question (never an input, never each
+    other) and put in place only when every question is done."""
+    show = not args.quiet
+    bar = None
+    with Outputs({"--out": args.out, "--trec": args.trec},
+                 inputs=[args.questions, *Path(args.index_dir).glob("*")]) as files:
+        out = files.get("--out", sys.stdout)
+        trec = files.get("--trec")
+        if show:
+            bar = tqdm(total=len(qs), desc="query", unit="question", file=sys.stderr)
+        if retriever.embedder is not None:  # load the model before the clock starts
+            encode_queries(retriever.embedder, ["warm-up"])
+        lat: list[float] = []
+        fell_back = 0
+        t0 = time.perf_counter()
+        try:
+            for lo in range(0, len(qs), args.batch):
+                chunk = qs[lo:lo + args.batch]
+                t = time.perf_counter()
+                results = retriever.retrieve_many([q for _, q in chunk], args.k,
+                                                  filter=args.filter)
+                lat.append(time.perf_counter() - t)  # a question waits for its batch
+                fell_back += sum(map(_fell_back, results))
+                for (qid, _), res in zip(chunk, results):
+                    out.write(json.dumps(res.to_dict(graph=args.graph, id=qid),
+                                         ensure_ascii=False) + "\n")
+                    if trec is not None:
+                        for r, (p, sc) in enumerate(zip(res.passages, trec_scores(
+                                [p.score for p in res.passages])), 1):
+                            trec.write(f"{trec_docid(qid)} Q0 {trec_docid(p.id)} {r} "
+                                       f"{sc!r} {args.run_name}\n")
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+    total = time.perf_counter() - t0
+    p50, p95 = np.percentile(lat, [50, 95])
+    print(f"{len(qs)} questions in {total:.2f} s: {len(qs) / total:.1f} questions/s; "
+          f"{len(lat)} batches of up to {args.batch}, time per batch p50 {p50 * 1e3:.1f} ms, "
+          f"p95 {p95 * 1e3:.1f} ms (each question's answer waits for its whole batch)",
+          file=sys.stderr)
+    return _strict_status(args, qs, fell_back)
+
+
+def _cmd_serve(args) -> int:
+    """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
+    HTTP (:mod:`evireform.service`)."""
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ValueError(f"--api-key-env {args.api_key_env}: the variable is not set or "
+                             "empty")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
+        print(f"warning: serving on {args.host} without --api-key-env: anyone who can reach "
+              "it can query and update the index", file=sys.stderr)
+    idx = PropositionIndex.load(args.index_dir)
+    emb = _index_embedder(args, idx)
+    client = _llm_client(args)
+    if args.max_wait_ms > 1000:
+        raise ValueError(f"--max-wait-ms must be at most 1000 (one second); got "
+                         f"{args.max_wait_ms:g}")
+    svc = RetrievalService(args.index_dir, emb, llm=client, index=idx,
+                           max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
+                           max_queue=args.max_queue)
+    print(f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
+          f"(docs at /docs)", file=sys.stderr)
+    serve(svc, host=args.host, port=args.port, api_key=key,
+          header_timeout=args.header_timeout, max_connections=args.max_connections)
+    return 0
+
+
+def add_query_parser(sub) -> None:
+    qu = sub.add_parser("query", help="retrieve passages for one question, or a file of "
+                                      "questions, from a saved index")
+    qu.add_argument("index_dir")
+    qu.add_argument("question", nargs="?", help="one question (or --questions FILE)")
+    qu.add_argument("-k", type=_positive_int, default=10)
+    qu.add_argument("--json", action="store_true")
+    qu.add_argument("--graph", action="store_true",
+                    help="print the evidence graph: how each passage was reached (with --json "
+                         "or --questions: a 'graph' field of nodes and edges)")
+    qu.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
+                    help="where search and ranking run (evireform.engine.make_engine; auto: "
+                         "the GPU for large indexes when one is usable)")
+    qu.add_argument("--precision", choices=PRECISIONS, default="auto",
+                    help="the proposition scan: int8 codes on the CPU (the index needs them: "
+                         "index --precision int8), fp16 on the GPU, both re-scored exactly; "
+                         "auto: int8 when the index has codes, else float32")
+    qu.add_argument("--method", choices=METHODS, default="evireform",
+                    help="the retrieval method (evireform.application.METHODS; "
+                         "evireform.strategies for BGR and Hi-Q)")
+    qu.add_argument("--questions", metavar="FILE",
+                    help="many questions: JSONL records with 'question' (and 'id'), or one "
+                         "question per line; results as JSONL (--out, default stdout)")
+    qu.add_argument("--out", help="--questions: the JSONL results file")
+    qu.add_argument("--trec", metavar="RUN_FILE",
+                    help="--questions: also write a TREC run file (qid Q0 docid rank score run)")
+    qu.add_argument("--run-name", default="evireform", help="the TREC run name")
+    qu.add_argument("--batch", type=_positive_int, default=64,
+                    help="--questions: questions per retrieve_many call (1 = one at a time)")
+    qu.add_argument("--filter", metavar="JSON",
+                    help="only passages whose metadata match this where clause, e.g. "
+                         "'{\"year\": {\"$gte\": 2000}}', or a JSON list of passage ids; "
+                         "@FILE reads it from a file (evireform.filters)")
+    qu.add_argument("--quiet", action="store_true", help="no progress bar")
+    qu.add_argument("--device", default=None,
+                    help="device for the index's sentence-transformers embedder (rebuilt from "
+                         "the manifest), e.g. cuda")
+    _add_index_embedder_args(qu)
+    _add_llm_args(qu)
+    qu.set_defaults(func=_cmd_query)
+
+
+def add_serve_parser(sub) -> None:
+    sv = sub.add_parser("serve", help="a resident HTTP retrieval service over a saved index "
+                                      "(extra 'serve': FastAPI + uvicorn)")
+    sv.add_argument("index_dir")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default localhost only)")
+    sv.add_argument("--port", type=_port_number, default=8000,
+                    help="TCP port, 1-65535 (default 8000)")
+    sv.add_argument("--header-timeout", type=_positive_float, default=10.0, metavar="S",
+                    help="seconds a client may take to send a request's headers "
+                         "(default 10)")
+    sv.add_argument("--max-connections", type=_positive_int, default=1000,
+                    help="open connections at most; beyond, 503 (default 1000)")
+    sv.add_argument("--api-key-env", metavar="VAR",
+                    help="require 'Authorization: Bearer $VAR' on every endpoint but /health")
+    sv.add_argument("--max-batch", type=_positive_int, default=64,
+                    help="questions per micro-batch (one retrieve_many)")
+    sv.add_argument("--max-wait-ms", type=_nonneg_float, default=2.0,
+                    help="under load, how long a micro-batch waits for company")
+    sv.add_argument("--max-queue", type=_positive_int, default=256,
+                    help="questions waiting at most; beyond, 503 with Retry-After")
+    sv.add_argument("--device", default=None, help="device for the index's embedder")
+    _add_index_embedder_args(sv)
+    _add_llm_args(sv)
+    sv.set_defaults(func=_cmd_serve)
