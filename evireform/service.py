@@ -366,9 +366,11 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     try:
         from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
+        from fastapi.openapi.utils import get_openapi
         from fastapi.responses import JSONResponse, Response
         from starlette.exceptions import HTTPException as StarletteHTTPException
-        from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+        from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
+                              StrictStr)
     except ImportError as exc:
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
@@ -377,9 +379,22 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     Method = Literal[METHODS]  # every method of evireform.application.METHODS
 
+    def json_integer(v):
+        """JSON Schema's integer: 5 and 5.0 (a number whose fraction is zero), never true,
+        5.5 or "5" (what the published schema promises a generated client)."""
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError("must be an integer")
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise ValueError("must be an integer")
+            return int(v)
+        return v
+
+    Integer = Annotated[int, BeforeValidator(json_integer)]
+
     class Ask(BaseModel):  # what every query request sets besides its question(s)
         model_config = ConfigDict(extra="forbid")
-        k: StrictInt = Field(10, ge=1, le=max_k)
+        k: Integer = Field(10, ge=1, le=max_k)
         method: Method = "evireform"
         graph: StrictBool = False
         filter: dict | list[StrictStr] | None = None
@@ -416,13 +431,91 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         upsert: StrictBool = False
         delete: list[StrictStr] = Field(default_factory=list, max_length=100_000)
 
+    # --- what the responses are (the OpenAPI schema; the handlers send plain JSON)
+    class PassageOut(BaseModel):
+        id: str
+        title: str
+        text: str
+        metadata: dict
+        score: float
+        from_question: float
+        from_residual: float
+        from_propagation: float
+
+    class TraceOut(BaseModel):
+        residual_queries: list[str]
+        role_events: list[str]
+
+    class QueryOut(BaseModel):
+        """The result record (``RetrievalResult.to_dict``, what ``query --json`` prints)
+        and when it ran; ``graph`` only when asked for."""
+        question: str
+        passages: list[PassageOut]
+        trace: TraceOut
+        graph: dict | None = Field(None, description="the evidence graph (graph: true)")
+        generation: int
+        took_ms: float
+
+    class BatchOut(BaseModel):
+        results: list[QueryOut]
+        generation: int
+        took_ms: float
+
+    class UpdateOut(BaseModel):
+        generation: int
+        passages: int
+        propositions: int
+        changes: dict[str, int] = Field(description="passages per kind of change (added, "
+                                                    "deleted, replaced, duplicates)")
+
+    class IndexOut(BaseModel):
+        passages: int
+        propositions: int
+        embedder: str
+        generation: int
+
+    class HealthOut(BaseModel):
+        status: Literal["ok", "unavailable"]
+        index: IndexOut | None = None
+        error: str | None = None
+
+    class ErrorOut(BaseModel):
+        """Every error, whatever its status."""
+        error: str
+
+    class PrometheusText(Response):
+        media_type = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's
+
+    why = {400: "a request the index cannot answer (a malformed filter, an unknown key or "
+                "id, a blank question)",
+           401: "missing or wrong bearer token",
+           404: "an unknown passage id to delete",
+           413: f"request body over {max_body} bytes",
+           422: "a body that is not valid JSON or does not match the schema",
+           500: "internal error (never a traceback)",
+           503: "the queue is full (Retry-After) or the index files cannot be served",
+           507: "no space left on the server's disk for the new generation"}
+
+    def errors(*codes):
+        out = {}
+        for c in codes:
+            if c == 401 and api_key is None:
+                continue
+            out[c] = {"model": ErrorOut, "description": why[c]}
+            if c == 503:
+                out[c]["headers"] = {"Retry-After": {
+                    "description": "seconds to wait (a full queue)",
+                    "schema": {"type": "integer"}}}
+        return out
+
     @asynccontextmanager
     async def lifespan(app):
         await service.start()
         yield
         await service.stop()
 
-    app = FastAPI(title="evireform", lifespan=lifespan,
+    from . import __version__
+    app = FastAPI(title="evireform", version=__version__, lifespan=lifespan,
                   description="EviReform multi-hop retrieval over one index")
     m = service.metrics
 
@@ -452,12 +545,15 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         # the result record every door prints (RetrievalResult.to_dict), and when it ran
         return {**res.to_dict(graph=graph), "generation": gen, "took_ms": round(took * 1e3, 3)}
 
-    @app.get("/health")
+    @app.get("/health", response_model=HealthOut,
+             responses={503: {"model": HealthOut, "description": "the index files cannot be "
+                              "served"}, 500: errors(500)[500]})
     async def health():
         h = service.health()
         return JSONResponse(h, status_code=200 if h["status"] == "ok" else 503)
 
-    @app.post("/query")
+    @app.post("/query", response_model=QueryOut,
+              responses=errors(400, 401, 413, 422, 500, 503))
     async def query(body: QueryIn):
         t0 = time.perf_counter()
         try:
@@ -471,7 +567,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
         return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
 
-    @app.post("/query_batch")
+    @app.post("/query_batch", response_model=BatchOut,
+              responses=errors(400, 401, 413, 422, 500, 503))
     async def query_batch(body: BatchIn):
         t0 = time.perf_counter()
         try:
@@ -487,7 +584,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         return JSONResponse({"results": [answer(r, gen, body.graph, took) for r in results],
                              "generation": gen, "took_ms": round(took * 1e3, 3)})
 
-    @app.post("/update")
+    @app.post("/update", response_model=UpdateOut,
+              responses=errors(400, 401, 404, 413, 422, 500, 507))
     async def update(body: UpdateIn):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
         try:
@@ -497,9 +595,34 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PrometheusText,
+             responses={200: {"description": "Prometheus text exposition",
+                              "content": {PrometheusText.media_type: {
+                                  "schema": {"type": "string"}}}},
+                        **{c: {"description": r["description"], "content": {
+                            "application/json": {"schema": {
+                                "$ref": "#/components/schemas/ErrorOut"}}}}
+                           for c, r in errors(401, 500).items()}})
     async def metrics():
-        return Response(m.text(), media_type="text/plain; version=0.0.4")
+        return PrometheusText(m.text())
+
+    def openapi():
+        """The schema, with the bearer scheme on every endpoint but /health when a key is
+        set (what a client generator needs to send it)."""
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version,
+                              description=app.description, routes=app.routes)
+            if api_key is not None:
+                doc.setdefault("components", {})["securitySchemes"] = {
+                    "bearer": {"type": "http", "scheme": "bearer"}}
+                for path, ops in doc["paths"].items():
+                    for op in ops.values():
+                        if path != "/health":
+                            op["security"] = [{"bearer": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     return _Guard(app, m, api_key, max_body)
 

@@ -321,3 +321,70 @@ def test_filters_and_namespaces_through_the_app(tmp_path):
     assert "unknown operator" in bad[0].json()["error"] and "yaer" in bad[1].json()["error"]
     assert upd.status_code == 200, upd.text
     assert [p["id"] for p in t9.json()["passages"]] == ["new"]
+
+
+def test_every_response_matches_the_published_openapi(index_dir):
+    """What a client generator reads is what the service sends: for valid and hostile
+    requests alike, each status is documented for its endpoint, with the content type it
+    comes with, and the body validates against the documented schema (errors included:
+    ``{"error": ...}``, never FastAPI's ``{"detail": ...}``).  The bearer scheme is
+    published; ``k: 3.0`` is an integer as JSON Schema defines one."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from evireform.service import RetrievalService, create_app
+    svc = RetrievalService(index_dir, EMB)
+    guard = create_app(svc, api_key="s3cret", max_body=4096)
+    doc = guard.app.openapi()
+    assert doc["components"]["securitySchemes"]["bearer"] == {"type": "http",
+                                                              "scheme": "bearer"}
+    auth = {"Authorization": "Bearer s3cret"}
+    cases = [("get", "/health", None, {}), ("get", "/metrics", None, auth),
+             ("get", "/metrics", None, {}),
+             ("post", "/query", {"question": QUESTIONS[0], "k": 3.0}, auth),
+             ("post", "/query", {"question": QUESTIONS[0], "k": 3, "graph": True}, auth),
+             ("post", "/query", {"question": QUESTIONS[0], "k": 2.5}, auth),
+             ("post", "/query", {"question": QUESTIONS[0], "k": True}, auth),
+             ("post", "/query", {"question": QUESTIONS[0], "k": "3"}, auth),
+             ("post", "/query", {"question": "   "}, auth),
+             ("post", "/query", {"question": "q", "filter": {"nope": 1}}, auth),
+             ("post", "/query", {"question": "q", "extra": 1}, auth),
+             ("post", "/query", {"question": "q" * 5000}, auth),
+             ("post", "/query", {"question": QUESTIONS[1]}, {}),
+             ("post", "/query_batch", {"questions": QUESTIONS[:3], "k": 2}, auth),
+             ("post", "/query_batch", {"questions": []}, auth),
+             ("post", "/update", {"delete": ["no-such-id"]}, auth),
+             ("post", "/update", {"add": [{"text": "Omega 9 met Alpha 9 in 1990."}]}, auth),
+             ("post", "/update", {}, auth)]
+
+    async def run():
+        await svc.start()
+        try:
+            transport = httpx.ASGITransport(app=guard)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                out = [(m, p, await c.request(m, p, json=b, headers=h))
+                       for m, p, b, h in cases]
+                out.append(("post", "/query", await c.post(
+                    "/query", content=b"{not json", headers={**auth,
+                                                            "Content-Type": "application/json"})))
+                out.append(("post", "/query", await c.post(
+                    "/query", content=b"[" * 5000, headers={**auth,
+                                                           "Content-Type": "application/json"})))
+                return out
+        finally:
+            await svc.stop()
+    seen = set()
+    got = asyncio.run(run())
+    assert [r.status_code for _, _, r in got] == [
+        200, 200, 401, 200, 200, 422, 422, 422, 400, 400, 422, 413, 401, 200, 422, 404, 200,
+        400, 422, 413]
+    assert "graph" in got[4][2].json() and "graph" not in got[3][2].json()
+    for m, path, r in got:
+        documented = doc["paths"][path][m]["responses"]
+        assert str(r.status_code) in documented, (m, path, r.status_code, r.text[:200])
+        content = documented[str(r.status_code)]["content"]
+        ctype = r.headers["content-type"]
+        assert ctype in content, (path, r.status_code, ctype, list(content))
+        if ctype == "application/json":
+            schema = {**content[ctype]["schema"], "components": doc["components"]}
+            jsonschema.validate(r.json(), schema)
+        seen.add(r.status_code)
+    assert {200, 400, 401, 404, 413, 422} <= seen
