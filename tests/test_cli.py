@@ -135,3 +135,16 @@ def test_query_backend_and_precision_go_to_make_engine(tmp_path, capsys):
         got = json.loads(capsys.readouterr().out)["passages"]
         assert [(g["id"], round(g["score"], 6)) for g in got] == \
             [(w["id"], round(w["score"], 6)) for w in want]
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """Help text for every argument, and the defaults shown where they say something."""
+    import argparse
+    from evireform.cli import build_parser
+    p = build_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    missing = {name: [a.dest for a in sp._actions if not a.help] for name, sp in
+               sub.choices.items()}
+    assert not {k: v for k, v in missing.items() if v}, missing
+    text = sub.choices["query"].format_help()
+    assert "passages to return (default: 10)" in text and "(default: False)" not in text

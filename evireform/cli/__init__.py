@@ -11,7 +11,7 @@ import sys
 from .. import __version__
 from ..kernels import BackendUnavailable, join_warm_up
 from . import experiments, indexing, querying
-from .options import parse_setting
+from .options import HelpFormatter, parse_setting
 from .querying import read_questions, trec_docid, trec_scores
 
 
@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     indexing.add_verify_parser(sub)
     querying.add_serve_parser(sub)
     experiments.add_bench_parser(sub)
+    for sp in sub.choices.values():  # defaults shown in every command's help
+        sp.formatter_class = HelpFormatter
     return p
 
 

@@ -15,8 +15,9 @@ from ..extract import make_extractor
 from ..llm import ReplyCache
 from ..retriever import EviReformConfig
 from .options import (
-    _add_embedder_args, _add_llm_args, _data_dir, _embedder, _filter_arg, _llm_client,
-    _nonneg_int, _positive_float, _positive_int, _replay_summary, _sizes, parse_setting)
+    _add_embedder_args, _add_llm_args, _add_quiet, _data_dir, _embedder, _filter_arg,
+    _llm_client, _nonneg_int, _positive_float, _positive_int, _replay_summary, _sizes,
+    parse_setting)
 
 
 def _cmd_llm_cache(args) -> int:
@@ -195,7 +196,7 @@ def add_eval_parser(sub) -> None:
                     help="override an EviReformConfig setting, e.g. --set beta=0.75 (repeatable)")
     ev.add_argument("--selector-n", type=_nonneg_int, default=4,
                     help="seeds the LLM-free selector takes (default 4; 0 = fill max_selected)")
-    ev.add_argument("--quiet", action="store_true")
+    _add_quiet(ev)
     ev.add_argument("--reader", action="store_true",
                     help="answer each question with the LLM reader from each method's top 5 "
                          "passages and report F1/EM (needs an endpoint)")
@@ -216,20 +217,22 @@ def add_analyze_parser(sub) -> None:
                          "of one set, evaluated on the other")
     an.add_argument("--replies", default="../shared/llm-replies",
                     help="selector: the folder of recorded replies (hotpotqa.jsonl, musique.jsonl)")
-    an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique")
+    an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique",
+                    help="the dataset read from --data")
     an.add_argument("--data", help="data folder (default $EVIREFORM_DATA or ../shared/data)")
     _add_embedder_args(an, batch=False)
     an.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
     an.add_argument("--png", default="docs/index_growth.png",
                     help="growth: where to write the plot")
     an.add_argument("--steps", type=_positive_int, default=4, help="growth: number of steps")
-    an.add_argument("--quiet", action="store_true")
+    _add_quiet(an)
     an.set_defaults(func=_cmd_analyze)
 
 
 def add_llm_cache_parser(sub) -> None:
     lc = sub.add_parser("llm-cache", help="export or import the LLM reply cache as JSONL")
-    lc.add_argument("action", choices=("export", "import"))
+    lc.add_argument("action", choices=("export", "import"),
+                    help="export: the cache to FILE; import: FILE into the cache")
     lc.add_argument("file", help="JSONL file: {key, role, reply} or {key, content} per line")
     lc.add_argument("--cache", required=True, help="the SQLite reply cache (--llm-cache)")
     lc.add_argument("--force", action="store_true",

@@ -17,9 +17,9 @@ from ..index import arrays_equal, disk_bytes, PropositionIndex
 from ..llm import LLMExtractor
 from ..store import check_target, looks_like_index, STAMP, UnsafeTargetError
 from .options import (
-    _add_document_args, _add_embedder_args, _add_index_embedder_args, _add_llm_args,
-    _embedder, _extraction_fallbacks, _fallbacks_refused, _index_embedder, _llm_client,
-    _nonneg_float, _positive_int, _read_paths)
+    _add_document_args, _add_embedder_args, _add_index_dir, _add_index_embedder_args,
+    _add_llm_args, _add_quiet, _embedder, _extraction_fallbacks, _fallbacks_refused,
+    _index_embedder, _llm_client, _nonneg_float, _positive_int, _read_paths)
 
 
 def _check_index_target(out_dir, corpus, force: bool) -> None:
@@ -233,7 +233,7 @@ def add_index_parser(sub) -> None:
 
 def add_update_parser(sub) -> None:
     up = sub.add_parser("update", help="add or delete passages of a saved index (no rebuild)")
-    up.add_argument("index_dir")
+    _add_index_dir(up)
     up.add_argument("--add", metavar="PATH",
                     help="passages to add: a corpus file, a text or Markdown file, or a folder "
                          "(chunked files replace exactly their earlier chunks)")
@@ -243,7 +243,7 @@ def add_update_parser(sub) -> None:
     up.add_argument("--device", default=None, help="device for the index's embedder")
     up.add_argument("--extractor", choices=("heuristic", "phrases", "llm"), default=None,
                     help="the extractor for --add (default: the one the index was built with)")
-    up.add_argument("--quiet", action="store_true")
+    _add_quiet(up)
     _add_document_args(up)
     _add_index_embedder_args(up)
     _add_llm_args(up)
@@ -253,5 +253,5 @@ def add_update_parser(sub) -> None:
 def add_verify_parser(sub) -> None:
     ve = sub.add_parser("verify", help="verify every file of an index in full and stamp it "
                                        "(after a copy or download)")
-    ve.add_argument("index_dir")
+    _add_index_dir(ve)
     ve.set_defaults(func=_cmd_verify)

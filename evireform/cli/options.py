@@ -155,7 +155,9 @@ def _add_llm_args(p) -> None:
                    help="wall-clock seconds for one role call, retries and slow bodies "
                         "included; after it the LLM-free role answers (default "
                         "evireform.llm.DEFAULT_DEADLINE = 120)")
-    g.add_argument("--llm-retries", type=_nonneg_int, default=3)
+    g.add_argument("--llm-retries", type=_nonneg_int, default=3,
+                   help="retries of a failed or malformed reply before the LLM-free role "
+                        "answers")
     g.add_argument("--llm-max-tokens", type=_positive_int, default=512,
                    help="cap on generated tokens per reply")
     g.add_argument("--llm-offline", action="store_true",
@@ -334,3 +336,26 @@ def _add_index_embedder_args(p) -> None:
     _add_encoder_arg(p)
     for name in ("dtype", "query_prompt", "document_prompt"):
         p.set_defaults(**{name: None})
+
+
+def _add_index_dir(p) -> None:
+    p.add_argument("index_dir", metavar="INDEX_DIR",
+                   help="a saved index directory (what evireform index wrote)")
+
+
+def _add_quiet(p, what: str = "no progress bars") -> None:
+    p.add_argument("--quiet", action="store_true", help=what)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default where it says something (not for flags that
+    are off, options without one, or help that names its default already)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if (action.option_strings and d not in (None, False, argparse.SUPPRESS)
+                and "default" not in text and "%(default)" not in text):
+            shown = ",".join(map(str, d)) if isinstance(d, (tuple, list)) else d
+            text += f" (default: {shown})"
+        return text

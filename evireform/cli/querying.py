@@ -21,9 +21,9 @@ from ..index import PropositionIndex
 from ..kernels import warm_up_in_background
 from ..service import RetrievalService, serve
 from .options import (
-    _add_index_embedder_args, _add_llm_args, _fell_back, _filter_arg, _index_embedder,
-    _llm_client, _nonneg_float, _port_number, _positive_float, _positive_int,
-    _replay_summary, _strict_status)
+    _add_index_dir, _add_index_embedder_args, _add_llm_args, _fell_back, _filter_arg,
+    _index_embedder, _llm_client, _nonneg_float, _port_number, _positive_float,
+    _positive_int, _replay_summary, _strict_status)
 
 
 def read_questions(path) -> list[tuple[str, str]]:
@@ -213,10 +213,11 @@ def _cmd_serve(args) -> int:
 def add_query_parser(sub) -> None:
     qu = sub.add_parser("query", help="retrieve passages for one question, or a file of "
                                       "questions, from a saved index")
-    qu.add_argument("index_dir")
+    _add_index_dir(qu)
     qu.add_argument("question", nargs="?", help="one question (or --questions FILE)")
-    qu.add_argument("-k", type=_positive_int, default=10)
-    qu.add_argument("--json", action="store_true")
+    qu.add_argument("-k", type=_positive_int, default=10, help="passages to return")
+    qu.add_argument("--json", action="store_true",
+                    help="print the result record as JSON (the service's /query shape)")
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
@@ -255,7 +256,7 @@ def add_query_parser(sub) -> None:
 def add_serve_parser(sub) -> None:
     sv = sub.add_parser("serve", help="a resident HTTP retrieval service over a saved index "
                                       "(extra 'serve': FastAPI + uvicorn)")
-    sv.add_argument("index_dir")
+    _add_index_dir(sv)
     sv.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default localhost only)")
     sv.add_argument("--port", type=_port_number, default=8000,
