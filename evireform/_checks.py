@@ -3,6 +3,7 @@ document must be, so every entry point refuses the same bad input with the same 
 from __future__ import annotations
 
 import json
+import math
 import numbers
 
 def as_list(items, what: str) -> list:
@@ -68,7 +69,6 @@ def check_json_value(v, where: str, depth: int = 0) -> None:
     """``ValueError`` naming ``where`` unless ``v`` is plain JSON that the index can store
     and filters can compare exactly: valid Unicode strings (keys too), finite numbers,
     integers within int64, nested at most :data:`MAX_JSON_DEPTH` levels."""
-    import math
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"{where}: metadata nested more than {MAX_JSON_DEPTH} levels deep")
     if isinstance(v, str):

@@ -23,6 +23,7 @@ from .documents import Loaded, replace_sources
 from .embed import embedder_from_spec, get_embedder
 from .extract import Extractor, extractor_recorded, make_extractor
 from .index import PropositionIndex
+from .llm import LLMController, LLMReformulator, LLMSelector
 from .retriever import EviReform
 from .store import index_lock
 from .strategies import STRATEGIES, make_strategy
@@ -39,7 +40,6 @@ def llm_roles(client) -> dict:
     :class:`~evireform.llm.LLMClient`); ``{}`` (the LLM-free roles) when it is None."""
     if client is None:
         return {}
-    from .llm import LLMController, LLMReformulator, LLMSelector
     return dict(selector=LLMSelector(client), reformulator=LLMReformulator(client),
                 controller=LLMController(client))
 

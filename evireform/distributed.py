@@ -26,20 +26,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
-import warnings
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ._checks import positive_int
 from .build import embed_batch, extract_batch, metadata_json
+from .corpus import as_passages, load_corpus
 from .embed import embedder_from_spec, spec_of
+from .extract import HeuristicExtractor
+from .llm import LLMClient, LLMExtractor, extractor_name
 from .search import check_queries, merge_topk
-from .shards import shard_bounds
+from .shards import Shard, load_shard, read_shard_manifest, shard_bounds
+from .store import check_target, load_embeddings
 
 __all__ = ["build_ray", "build_index_ray", "LLMExtractorFactory", "RayShardedSearcher",
            "read_shard", "write_shard", "ensure_ray"]
@@ -61,7 +66,6 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     ray = _ray()
     if ray.is_initialized():
         return False
-    import logging
     kw = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
               logging_level=logging.WARNING)
     if address:
@@ -131,12 +135,9 @@ class LLMExtractorFactory:
     @property
     def name(self) -> str:
         """The extractor's name, without building a client."""
-        from .llm import extractor_name
         return extractor_name(self.config.model)
 
     def __call__(self):
-        from dataclasses import replace
-        from .llm import LLMClient, LLMExtractor
         cfg = self.config
         if getattr(cfg, "cache_path", None):
             cfg = replace(cfg, cache_path=f"{cfg.cache_path}.worker-{os.getpid()}")
@@ -148,7 +149,6 @@ _WORKER_EXTRACTORS: dict = {}  # one extractor per factory in each worker proces
 
 def _check_extractor(extractor) -> str:
     """The extractor's name; ``TypeError`` unless it is None, an Extractor or a factory."""
-    from .extract import HeuristicExtractor
     if extractor is None:
         return HeuristicExtractor.name
     if not callable(getattr(extractor, "extract_many", None)) and not callable(extractor):
@@ -158,7 +158,6 @@ def _check_extractor(extractor) -> str:
 
 def _make_extractor(extractor):
     """In a worker: the extractor itself, or the one this process built from the factory."""
-    from .extract import HeuristicExtractor
     if extractor is None:
         return HeuristicExtractor()
     if callable(getattr(extractor, "extract_many", None)):
@@ -202,7 +201,6 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
     ``shard_dir`` (default: a temporary directory, removed afterwards; on a cluster give a
     shared path).  Equal to :meth:`PropositionIndex.build` for the same inputs.
     """
-    from .corpus import as_passages
     ray = _ray()
     passages = as_passages(passages)
     if not passages:
@@ -278,8 +276,6 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
 def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw):
     """:func:`build_ray` over a corpus file (or passages), saved to ``out_dir`` (checked
     before any work, as ``evireform index`` does); returns ``(path, index, seconds)``."""
-    from .corpus import load_corpus
-    from .store import check_target
     t0 = time.perf_counter()
     check_target(out_dir, overwrite=overwrite)
     passages = load_corpus(corpus) if isinstance(corpus, (str, os.PathLike)) else corpus
@@ -292,7 +288,6 @@ def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw)
 class _ShardActor:
     def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict,
                  saved: tuple | None = None):
-        from .shards import Shard, load_shard
         if saved is not None:  # (shard dir, manifest entry, index dir): read on this node
             from .store import load_embeddings
             shard_dir, entry, index_dir = saved
@@ -335,8 +330,6 @@ class RayShardedSearcher:
         ``embeddings.npy`` memory-mapped and the shard's saved HNSW graph
         (:meth:`ShardedSearcher.save`), checked first.  On a cluster both directories must
         be on a filesystem every node reads; nothing large passes through the driver."""
-        from .shards import read_shard_manifest
-        from .store import load_embeddings
         ray = _ray()
         ensure_ray()
         emb = load_embeddings(index_dir)

@@ -45,6 +45,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._checks import check_json_value, check_text
+from .corpus import load_corpus
+from .store import looks_like_index
 from .text import sentences
 from .types import Passage
 
@@ -185,7 +188,6 @@ class Loaded:
 def _name_ok(path: str) -> None:
     """A path evireform can store: valid Unicode (a Latin-1 file name decodes with lone
     surrogates, which no UTF-8 index can hold)."""
-    from ._checks import check_text
     try:
         check_text(path, "file name")
     except ValueError:
@@ -214,7 +216,6 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
     directories skipped; FIFOs, devices, sockets and links that leave ``folder`` passed
     over with a warning; an entry that cannot be listed stops the walk unless
     ``skip_errors``."""
-    from .store import looks_like_index
 
     def failed(exc):
         msg = f"{exc.filename or folder}: cannot be read ({exc.strerror or exc})"
@@ -268,13 +269,11 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
     the ids it got there.  ``ValueError`` when a path does not exist or is not a regular
     file or folder, when no file was found, or (unless ``skip_errors``) when an entry cannot
     be read."""
-    from .corpus import load_corpus
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     include = list(include) if include else [f"*{s}" for s in TEXT_SUFFIXES + CORPUS_SUFFIXES]
     out = Loaded([])
     files: list[tuple[Path, str, str]] = []  # (path, root, path below the root)
-    from .store import looks_like_index
     for p in map(Path, paths):
         _name_ok(str(p))
         if p.is_dir() and looks_like_index(p) or p.is_file() and looks_like_index(p.parent):
@@ -376,7 +375,6 @@ def front_matter(text: str, where: str) -> tuple[dict, str]:
             return v
         return str(v)  # dates, times
     md = plain(got)
-    from ._checks import check_json_value
     check_json_value(md, f"{where} (front matter)")
     return md, text[m.end():]
 

@@ -39,7 +39,8 @@ from collections import OrderedDict
 import numpy as np
 
 from . import kernels as K
-from .filters import RestrictionCache
+from .filters import CACHE_SIZE, RestrictionCache
+from .kernels._backend import gpu_missing_reason
 
 __all__ = ["CpuEngine", "DeviceEngine", "PRECISIONS", "make_engine", "gpu_usable", "restrict",
            "search", "rank", "pack_seeds"]
@@ -140,7 +141,6 @@ class DeviceEngine:
         return self.device.search_batch(Q, k, rows=rows)
 
     def _graph(self, r):
-        from .filters import CACHE_SIZE
         key = r.filter.key
         with self._lock:
             got = self._graphs.get(key)
@@ -200,7 +200,6 @@ def restrict(engine, flt):
 @functools.lru_cache(maxsize=1)
 def gpu_usable() -> bool:
     """True when CuPy imports and reports a CUDA device (checked once per process)."""
-    from .kernels._backend import gpu_missing_reason
     return gpu_missing_reason() is None
 
 

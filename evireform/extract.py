@@ -14,13 +14,16 @@ its entities).
 """
 from __future__ import annotations
 
-from ._checks import loads as _json_loads
-
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
+from ._checks import loads as _json_loads
+from .filters import _canonical
+from .strings import Take, metadata_of
+from .text import is_cjk, sentences, tokens
 from .types import Passage, Proposition
 
 
@@ -262,7 +265,6 @@ class PhraseExtractor(Extractor):
     def _grams(self, toks: list[str]):
         """Candidate phrases of a token list: word n-grams, and character n-grams of CJK
         runs (which have no spaces to split at)."""
-        from .text import is_cjk
         n = len(toks)
         for i in range(n):
             cjk = is_cjk(toks[i])
@@ -281,7 +283,6 @@ class PhraseExtractor(Extractor):
         """The namespace a passage's vocabulary comes from (JSON equality, as filters)."""
         if self.group_by is None or self.group_by not in metadata:
             return None
-        from .filters import _canonical
         try:
             return ("key", _canonical(metadata[self.group_by]))
         except TypeError:  # unhashable (never from JSON): its own spelling
@@ -292,7 +293,6 @@ class PhraseExtractor(Extractor):
         """Learn the vocabulary (titles and recurring phrases) of each namespace from its
         ``passages``; with ``new``, only the namespaces of those passages (reading the text
         of no other passage)."""
-        from .strings import Take, metadata_of
         groups = [self._group(md) for md in metadata_of(passages)]
         wanted = None if new is None else {self._group(p.metadata) for p in new}
         members: dict = {}
@@ -305,8 +305,6 @@ class PhraseExtractor(Extractor):
 
     def _learn(self, passages: Sequence[Passage]) -> tuple[set, int]:
         """(vocabulary, longest phrase) of one namespace's passages."""
-        from collections import Counter
-        from .text import sentences, tokens
         df: Counter = Counter()
         vocab: set = set()
         for p in passages:
@@ -322,7 +320,6 @@ class PhraseExtractor(Extractor):
         return vocab, max((len(g) for g in vocab), default=1)
 
     def _spot(self, toks: list[str], vocab: set, longest: int) -> list[str]:
-        from .text import is_cjk
         out, i, n = [], 0, len(toks)
         while i < n:
             for m in range(min(longest, n - i), 0, -1):
@@ -345,7 +342,6 @@ class PhraseExtractor(Extractor):
         return super().extract_many(passages, show_progress)
 
     def extract(self, passage: Passage) -> list[Proposition]:
-        from .text import sentences, tokens
         g = self._group(passage.metadata)
         if g not in self.vocabs:
             self.fit([passage])

@@ -69,11 +69,16 @@ engine under a filter.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from ._checks import check_json_value
+from .kernels import config as kconfig
+from .strings import metadata_of
 
 __all__ = ["compile_filter", "Filter", "Restriction", "RestrictionCache", "restriction",
            "OPERATORS", "CACHE_SIZE"]
@@ -189,7 +194,6 @@ class Filter:
 def _metadatas(index):
     """Every passage's metadata, in order; for a memory-mapped index only the metadata
     column is decoded (not the ids, titles and texts)."""
-    from .strings import metadata_of
     return metadata_of(index.passages)
 
 
@@ -262,7 +266,6 @@ class _Node:
 def _num_cmp_mask(cols, key, v, cmp):
     """``cmp(value, v)`` over the numbers of ``key``, exactly: float64 decides where the
     floats differ (rounding is monotonic), Python's exact comparison where they are equal."""
-    import operator
     kind, num, obj, big = cols.get(key)
     if num is None:
         return np.zeros(cols.n, dtype=bool)
@@ -277,7 +280,6 @@ def _num_cmp_mask(cols, key, v, cmp):
 
 
 def _eq_mask(cols, key, v):
-    import operator
     kind, num, obj, big = cols.get(key)
     k = _kind(v)
     if num is None:
@@ -309,7 +311,6 @@ def _op_mask(op: str, key: str, v):
         return lambda cols: ~_in_mask(cols, key, v)
     if op == "$exists":
         return lambda cols: (cols.get(key)[0] != 0) == v
-    import operator
     cmp = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt,
            "$lte": operator.le}[op]
     if _kind(v) == "number":
@@ -385,7 +386,6 @@ MAX_DEPTH = 32
 def _check_values(v, where: str) -> None:
     """Every number in an operand exactly comparable (int64, finite) and every string valid
     Unicode: the rule metadata is written under (:func:`evireform._checks.check_json_value`)."""
-    from ._checks import check_json_value
     check_json_value(v, where)
 
 
@@ -546,7 +546,6 @@ def _masked_graph(graph, prop_mask: np.ndarray, all_rows: np.ndarray | None = No
     """``graph`` with inv_deg, diag and inv_w recounted over the propositions in
     ``prop_mask`` (as :meth:`EntityGraph.from_csr` counts them for a sub-index);
     ``all_rows``: the proposition of every incidence (kept by a :class:`RestrictionCache`)."""
-    from .kernels import config as kconfig
     indices = graph.a_indices
     M, E = graph.n_props, graph.n_entities
     if all_rows is None:

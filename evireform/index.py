@@ -23,21 +23,24 @@ from typing import Sequence
 
 import numpy as np
 
-from .build import (EmbeddingShapeError, embed_batch, embedded_propositions,
-                    proposition_batch, reduce_records)
+from ._checks import as_list, check_passage
+from .build import (
+    EmbeddingShapeError, embed_batch, embedded_propositions, proposition_batch,
+    reduce_records)
+from .corpus import as_passages
 from .embed import Embedder, normalise_rows, spec_of
 from .entities import fold_mentions
 from .extract import Extractor, HeuristicExtractor, extractor_recorded, read_openie
-from .kernels import EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch
-from .kernels import quantize_int8, quantized_topk_batch
-from .kernels import w_nnz as _w_nnz
-from ._checks import as_list
+from .kernels import (
+    EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch,
+    quantize_int8, quantized_topk_batch, w_nnz as _w_nnz)
 from .kernels.graph import append_rows, remove_rows
+from .search import (
+    build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch, search_rows,
+    uses_hnsw)
+from .store import (
+    IndexFormatError, UnsafeTargetError, disk_bytes, index_arrays, load_index, save_index)
 from .strings import Concat, Take
-from .store import IndexFormatError, UnsafeTargetError, index_arrays, disk_bytes, load_index, \
-    save_index
-from .search import build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch, \
-    search_rows, uses_hnsw
 from .types import Passage, Proposition
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
@@ -171,7 +174,6 @@ class PropositionIndex:
         passages = list(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
-        from ._checks import check_passage
         pos: dict[str, int] = {}
         for i, p in enumerate(passages):
             check_passage(p, f"passages[{i}] {p.id!r:.60}")
@@ -210,7 +212,6 @@ class PropositionIndex:
         """Extract propositions from ``passages`` (default: :class:`HeuristicExtractor`),
         embed them in batches with ``embedder``, and build the index.  ``passages`` may be
         :class:`Passage` objects, plain strings or ``{"id"?, "title"?, "text"}`` dicts."""
-        from .corpus import as_passages
         passages = as_passages(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
@@ -345,7 +346,6 @@ class PropositionIndex:
         return one unit row of the index's dimension per proposition; nothing is kept
         otherwise.  This index is not changed, so retrievers using it keep working; save the
         result with :meth:`save`."""
-        from .corpus import as_passages
         new = as_passages(passages)
         if len({p.id for p in new}) != len(new):
             raise ValueError("duplicate passage ids among the passages to add")
@@ -455,7 +455,6 @@ class PropositionIndex:
         those already there unchanged, and add the new ones.  Only passages with the same id
         are replaced; a passage without an id gets one from its content, so it replaces
         nothing but itself."""
-        from .corpus import as_passages
         new = as_passages(passages)
         known = [p.id for p in new if p.id in self._pos
                  and not _same(self.passages[self._pos[p.id]], p)]
@@ -477,7 +476,7 @@ class PropositionIndex:
         ``precision="fp16"`` keeps the float32 rows and a float16 copy that the search scans
         (tensor-core GEMM), re-ranking candidates exactly in float32: the same top-k as
         ``"float32"`` (also spelled ``"fp32"``); ``budget`` caps the bytes of one score block (default 1 GiB)."""
-        from .kernels import _gpu
+        from .kernels import _gpu  # the device code, only when asked for
         precision = {"fp32": "float32"}.get(precision, precision)  # the older spelling
         key = (namespace, bool(half), budget, precision)
         cache = self.__dict__.setdefault("_device", {})

@@ -18,25 +18,29 @@ an offline mode that answers from the reply cache and collects misses for later 
 """
 from __future__ import annotations
 
-from ._checks import loads as _json_loads
-
 import asyncio
 import contextlib
 import hashlib
 import json
 import os
-import sys
 import re
 import sqlite3
+import sys
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .roles import (MAX_QUERY_CHARS, BridgeReformulator, HeuristicSplitter,
-                    ObservationController, RoleResult, TopScoreSelector, clean_queries)
+from ._checks import loads as _json_loads
+from .entities import canonical_entity
+from .extract import HeuristicExtractor
+from .roles import (
+    BridgeReformulator, HeuristicSplitter, MAX_QUERY_CHARS, ObservationController,
+    RoleResult, TopScoreSelector, clean_queries)
+from .types import Proposition
 
 PROMPT_VERSION = "v1"
 
@@ -939,15 +943,12 @@ class LLMExtractor(_LLMRole):
     name = "llm-extract"
 
     def __init__(self, client: LLMClient, fallback=None, max_workers: int = 4):
-        from .extract import HeuristicExtractor
         super().__init__(client, fallback or HeuristicExtractor())
         self.max_workers = max(1, int(max_workers))
         self.name = extractor_name(client.config.model)
         self.fallbacks = 0
 
     def extract(self, passage):
-        from .entities import canonical_entity
-        from .types import Proposition
         messages = [
             {"role": "system", "content": "Split the passage into short self-contained "
              "factual propositions (resolve pronouns) and list the named entities, dates and "
@@ -984,7 +985,6 @@ class LLMExtractor(_LLMRole):
     def extract_many(self, passages, show_progress: bool = False):
         """Extract every passage with at most ``max_workers`` requests in flight; results in
         input order, so a build is deterministic."""
-        from concurrent.futures import ThreadPoolExecutor
         passages = list(passages)
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
             it = pool.map(self.extract, passages)

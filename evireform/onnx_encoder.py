@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import tempfile
 import threading
 from pathlib import Path
@@ -151,7 +152,6 @@ def _session(path: Path, threads: int):
     onnxruntime version is saved beside the model the first time and loaded as it is later
     (MiniLM: 0.23 s instead of 0.50 s, ``scripts/query_embedding_cost.py``; what a one-shot
     command waits for)."""
-    import platform
 
     import onnxruntime as ort
     tag = hashlib.sha256(f"{ort.__version__}|{platform.machine()}|{platform.processor()}|"

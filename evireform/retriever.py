@@ -20,6 +20,7 @@ came from the question's seed, from the residual seeds and from propagation.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Sequence
@@ -31,9 +32,9 @@ from .embed import Embedder, encode_queries
 from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
 from .index import PropositionIndex
-from .roles import (BridgeReformulator, Candidate, Controller,
-                    ObservationController, Reformulator, RoleResult, Selector, TopScoreSelector,
-                    clean_queries)
+from .roles import (
+    BridgeReformulator, Candidate, Controller, ObservationController, Reformulator,
+    RoleResult, Selector, TopScoreSelector, clean_queries)
 
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
@@ -474,7 +475,6 @@ class EviReform:
         items = list(items)
         if self.max_workers == 1 or len(items) < 2:
             return [fn(x) for x in items]
-        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
             return list(pool.map(fn, items))
 

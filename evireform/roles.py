@@ -16,7 +16,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
-from .extract import name_spans
+from .extract import name_spans, split_sentences
 from .types import Passage
 
 
@@ -229,7 +229,6 @@ class BridgeReformulator(Reformulator):
     def bridges(self, question, observed) -> list[tuple[int, str]]:
         """Every bridge span of the observed passages, best first: ``(observed rank, span)``
         (the candidates :meth:`reformulate` takes ``per_passage`` of)."""
-        from .extract import split_sentences
         q_canon = canonical_entity(question)
         q_tokens = set(q_canon.split())
         q_words = [w for w in _words(question) if w not in _QSTOP]

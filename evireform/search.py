@@ -7,10 +7,12 @@ share one implementation without importing each other.
 """
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
 from ._checks import positive_int
-from .kernels import config as kconfig, cosine_scores, merge_topk
+from .kernels import config as kconfig, cosine_scores, cosine_topk_batch, merge_topk
 
 __all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge_topk",
            "search_rows", "uses_hnsw"]
@@ -43,7 +45,6 @@ def build_hnsw(embeddings, *, M: int | None = None, ef_construction: int | None 
 
 def copy_hnsw(h):
     """An independent copy of an hnswlib index (hnswlib indexes pickle)."""
-    import pickle
     return pickle.loads(pickle.dumps(h))
 
 
@@ -104,7 +105,6 @@ def search_rows(embeddings, Q, k: int, rows, *, hnsw=None, label_ids=None):
     :func:`uses_hnsw` says so for ``len(rows)``, HNSW with the rows as its filter (re-scored
     exactly; approximate as HNSW is).  ``(ids, scores)``: positions in ``embeddings``,
     shape (batch, min(k, len(rows)))."""
-    from .kernels import cosine_topk_batch
     rows = np.asarray(rows, dtype=np.int64)
     if hnsw is not None and uses_hnsw(len(rows)):
         allowed = np.zeros(int(embeddings.shape[0]), dtype=bool)

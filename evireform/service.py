@@ -48,14 +48,27 @@ is enabled, so a fatal signal still leaves a traceback in the log.
 
 import asyncio
 import concurrent.futures
+import errno
+import faulthandler
 import functools
+import hmac
+import json
+import os
+import sys
 import threading
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
+from ._checks import positive_int
 from .application import METHODS, apply_update, llm_roles, make_method
+from .embed import encode_queries
+from .filters import compile_filter
 from .index import PropositionIndex
+from .kernels import warm_up
+from .store import MANIFEST, index_files
 
 __all__ = ["METHODS", "RetrievalService", "Overloaded", "Unavailable", "create_app", "serve"]
 
@@ -86,7 +99,6 @@ class RetrievalService:
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
                  max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
                  index=None):
-        from ._checks import positive_int
         self.index_dir = Path(index_dir)
         self.embedder, self.config = embedder, config
         # the LLM roles of ``llm`` unless given (``{}``: the LLM-free roles with an LLM
@@ -130,8 +142,6 @@ class RetrievalService:
         """(inode, size, mtime_ns) of the manifest and of every file it lists: what changes
         when ``evireform update`` swaps in a new generation, or when someone truncates or
         overwrites a file in place (which would crash a reader of the old memory map)."""
-        import os
-        from .store import MANIFEST, index_files
         out = []
         for name in sorted(index_files(self.index_dir) or {MANIFEST}):
             try:
@@ -202,8 +212,6 @@ class RetrievalService:
     async def start(self) -> None:
         """Warm the embedder (so the first question does not pay the model load) and start
         the batcher."""
-        from .embed import encode_queries
-        from .kernels import warm_up
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._work, warm_up)  # single and batched kernels
         await loop.run_in_executor(self._work, encode_queries, self.embedder, ["warm-up"])
@@ -226,7 +234,6 @@ class RetrievalService:
         """``(RetrievalResult, generation number)`` for one question.  EviReform questions
         join a micro-batch (of questions with the same ``k`` and filter); the strategies run
         one at a time.  ``filter``: :mod:`evireform.filters` (checked here: ``ValueError``)."""
-        from .filters import compile_filter
         filter = compile_filter(filter)
         if method != "evireform":
             return await self._run(1, lambda gen: functools.partial(
@@ -246,7 +253,6 @@ class RetrievalService:
     async def query_batch(self, questions, k: int = 10, method: str = "evireform",
                           filter=None):
         """``(results, generation number)`` for a list of questions: one ``retrieve_many``."""
-        from .filters import compile_filter
         filter = compile_filter(filter)
         questions = list(questions)
         return await self._run(len(questions), lambda gen: functools.partial(
@@ -374,8 +380,6 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     except ImportError as exc:
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
-    from contextlib import asynccontextmanager
-    from typing import Annotated, Literal
 
     Method = Literal[METHODS]  # every method of evireform.application.METHODS
 
@@ -630,7 +634,6 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 def _no_paths(message: str, index_dir) -> str:
     """``message`` without the server's absolute paths (the index directory's own path
     and its parent become "the index")."""
-    import os
     real = os.path.realpath(index_dir)
     for p in sorted({str(Path(index_dir).absolute()), real, str(index_dir)}, key=len,
                     reverse=True):
@@ -668,7 +671,6 @@ class _Guard:
         self.api_key = api_key.encode() if api_key is not None else None
 
     def _authorised(self, header: bytes | None) -> bool:
-        import hmac
         if self.api_key is None:
             return True
         scheme, _, token = (header or b"").partition(b" ")
@@ -676,7 +678,6 @@ class _Guard:
         return hmac.compare_digest(token.strip(b" "), self.api_key) and ok_scheme
 
     async def _send_json(self, send, status: int, message: str, headers=()):
-        import json
         body = json.dumps({"error": message}).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
@@ -750,7 +751,6 @@ class _Guard:
 def _error_of(exc) -> tuple[int, str]:
     """The status and message an unexpected exception is answered with: a full disk is 507
     naming the cause, anything else a plain 500 (never a traceback or a server path)."""
-    import errno
     seen = set()
     while exc is not None and id(exc) not in seen:  # the cause may be wrapped
         seen.add(id(exc))
@@ -811,8 +811,6 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
     except ImportError as exc:
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
-    import faulthandler
-    import sys
     faulthandler.enable(sys.stderr)
     app = create_app(service, api_key=api_key)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,

@@ -15,16 +15,16 @@ retriever takes either: ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
-from ._checks import loads as _json_loads, positive_int
-
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ._checks import loads as _json_loads, positive_int
 from .kernels import cosine_topk_batch
 from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk, search_rows
+from .store import IndexFormatError, file_sha256, load_hnsw, write_dir_atomically
 
 __all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
            "save_shards", "read_shard_manifest", "load_shard"]
@@ -149,7 +149,6 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
     temporary directory and swapped in atomically under the parent's lock
     (:func:`evireform.store.write_dir_atomically`); an existing ``path`` is refused unless
     ``overwrite`` and it is a shard directory."""
-    from .store import file_sha256, write_dir_atomically
     path = Path(path)
 
     def check():
@@ -182,7 +181,6 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
 def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
     """The checked shard entries of a saved shard directory for an index of ``n_props``
     propositions of ``dim`` floats (``IndexFormatError`` naming what is wrong)."""
-    from .store import IndexFormatError
     f = Path(path) / "shards.json"
     try:
         man = _json_loads(f.read_text())
@@ -215,7 +213,6 @@ def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
 def load_shard(path, entry: dict, embeddings) -> Shard:
     """One shard of a saved shard directory over the index's ``embeddings`` (a view of its
     rows); its HNSW file is checked (digest, header, links, labels) before hnswlib reads it."""
-    from .store import IndexFormatError, file_sha256, load_hnsw
     lo, hi = entry["lo"], entry["hi"]
     h = None
     if entry.get("hnsw"):

@@ -21,6 +21,7 @@ blob (an update's memory is proportional to what it changes, not to the texts).
 from __future__ import annotations
 
 import json
+import mmap
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import chain
@@ -233,7 +234,6 @@ def release_pages(blob, a: int, b: int) -> None:
     """Drop the pages of bytes a .. b of a memory-mapped blob from this process (they stay
     in the file and the page cache): copying a large blob leaves the process's resident
     memory where it was.  A no-op for blobs in memory."""
-    import mmap
     mm = getattr(blob, "_mmap", None)
     if mm is None or getattr(blob, "offset", 1) != 0 or not hasattr(mm, "madvise"):
         return

@@ -28,12 +28,13 @@ tie by stored order and passages without propositions score 0.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ._backend import BackendUnavailable
+from ._backend import BackendUnavailable, gpu_missing_reason
 
 #: bytes of score block one search or readout step may allocate (queries x rows)
 DEFAULT_BUDGET = 1 << 30
@@ -74,7 +75,6 @@ def cpu_namespace() -> Namespace:
 
 def gpu_namespace() -> Namespace:
     """(cupy, cupyx.scipy.sparse), or :class:`BackendUnavailable` saying what is missing."""
-    from ._backend import gpu_missing_reason
     why = gpu_missing_reason()
     if why is not None:
         raise BackendUnavailable(f"backend='gpu' was requested but {why}")
@@ -676,7 +676,6 @@ def compile_sources(arch: str = "compute_90") -> dict[str, str]:
 def copy_bandwidth(ns: Namespace, nbytes: int = 1 << 30, repeat: int = 5) -> float:
     """Measured device-to-device copy bandwidth in bytes/s (read + write counted once, as
     in the bench's CPU memory-copy case: bytes copied / time)."""
-    import time
     xp = ns.xp
     n = nbytes // 4
     a = xp.ones(n, dtype=xp.float32)

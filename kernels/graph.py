@@ -5,7 +5,7 @@ memory-mapped from disk and shared by threads without copying.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
@@ -21,7 +21,6 @@ def _array(dtype: str, *shape: str):
 
 def array_fields(cls) -> tuple:
     """``(name, dtype, shape symbols)`` for every array field of a graph dataclass."""
-    from dataclasses import fields
     return tuple((f.name, f.metadata["dtype"], f.metadata["shape"]) for f in fields(cls))
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from .._io import read_text_file
 from ..application import apply_update
-from ..documents import document_roots, DOCUMENTS
+from ..documents import DOCUMENTS, document_roots
 from ..embed import spec_of
 from ..extract import PhraseExtractor
-from ..index import arrays_equal, disk_bytes, PropositionIndex
+from ..index import PropositionIndex, arrays_equal, disk_bytes
 from ..llm import LLMExtractor
-from ..store import check_target, looks_like_index, STAMP, UnsafeTargetError
+from ..store import STAMP, UnsafeTargetError, check_target, looks_like_index
 from .options import (
     _add_document_args, _add_embedder_args, _add_index_dir, _add_index_embedder_args,
     _add_llm_args, _add_quiet, _embedder, _extraction_fallbacks, _fallbacks_refused,

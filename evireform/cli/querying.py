@@ -14,9 +14,9 @@ from tqdm.auto import tqdm
 
 from .._checks import loads as _json_loads
 from .._io import Outputs, read_text_file
-from ..application import make_method, METHODS
+from ..application import METHODS, make_method
 from ..embed import encode_queries
-from ..engine import make_engine, PRECISIONS, restrict
+from ..engine import PRECISIONS, make_engine, restrict
 from ..index import PropositionIndex
 from ..kernels import warm_up_in_background
 from ..service import RetrievalService, serve

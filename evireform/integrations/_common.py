@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..application import index_embedder
+from ..corpus import as_passages
+from ..index import PropositionIndex
+from ..retriever import EviReform
+
 
 def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, selector=None,
                    reformulator=None, controller=None, max_workers: int = 1, backend="auto"):
     """An :class:`~evireform.retriever.EviReform` over ``index`` (a PropositionIndex) or the
     index saved at ``index_dir``; without ``embedder`` the one named in the index is used."""
-    from ..application import index_embedder
-    from ..index import PropositionIndex
-    from ..retriever import EviReform
     if (index is None) == (index_dir is None):
         raise ValueError("give exactly one of index (a PropositionIndex) and index_dir")
     if index is None:
@@ -48,7 +50,6 @@ def document_passages(items, what: str):
     """:class:`~evireform.Passage` objects from framework documents: ``(text, metadata,
     id)`` triples; the id is the document's own (``None``: derived from its content), the
     title ``metadata["title"]`` when it is a string, and the metadata kept whole."""
-    from ..corpus import as_passages
     recs = []
     for n, (text, metadata, pid) in enumerate(items):
         md = dict(metadata or {})

@@ -36,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
                       "pip install 'evireform[langchain]'") from exc
 
 from .._checks import positive_int
+from ..filters import compile_filter
 from ._common import document_passages, make_retriever, passage_metadata, passage_text
 
 
@@ -68,7 +69,6 @@ class EviReformRetriever(BaseRetriever):
     @field_validator("filter", mode="before")
     @classmethod
     def _check_filter(cls, v):
-        from ..filters import compile_filter
         compile_filter(v)  # malformed filters fail here, not at the first question
         return v
 

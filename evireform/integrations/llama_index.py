@@ -35,6 +35,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
                       "pip install 'evireform[llamaindex]'") from exc
 
 from ._common import document_passages, make_retriever, passage_text
+import asyncio
+from ..filters import compile_filter
+from ..retriever import EviReformConfig
 
 
 def passages_from_nodes(nodes) -> list:
@@ -54,7 +57,6 @@ class EviReformRetriever(BaseRetriever):
     def __init__(self, retriever, similarity_top_k: int = 10,
                  callback_manager: CallbackManager | None = None, verbose: bool = False,
                  filter=None):
-        from ..filters import compile_filter
         self._evireform = retriever
         self.similarity_top_k = positive_int(similarity_top_k, "similarity_top_k")
         compile_filter(filter)  # malformed filters fail here
@@ -99,7 +101,6 @@ class EviReformRetriever(BaseRetriever):
                                                     self.similarity_top_k, filter=self.filter))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        import asyncio
         result = await asyncio.to_thread(self._evireform.retrieve, query_bundle.query_str,
                                          self.similarity_top_k, filter=self.filter)
         return self._nodes(result)
@@ -116,7 +117,6 @@ class EviReformRetriever(BaseRetriever):
     @classmethod
     def from_persist_dir(cls, path, embedder=None, **roles) -> "EviReformRetriever":
         """Load what :meth:`persist` saved (LLM roles, if any, are passed again here)."""
-        from ..retriever import EviReformConfig
         path = Path(path)
         f = path / _SETTINGS
         try:
