@@ -13,6 +13,7 @@ without propositions score 0.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -32,16 +33,29 @@ __all__ = [
 _CPU = None
 
 
+#: the per-call ``backend="gpu"`` door's device copies, keyed by (object id, kind): held
+#: here, never written into the graph or passage map, and dropped with the object
+_DEVICE_COPIES: dict = {}
+_DEVICE_LOCK = threading.Lock()
+
+
 def _device(obj, kind: str):
-    """The GPU copy of a graph or passage map, built once and kept on the object."""
+    """The GPU copy of a graph or passage map for the kernels' per-call ``backend="gpu"``,
+    uploaded once per object (an engine's :class:`~evireform.kernels._gpu.DeviceIndex`
+    holds its own, for the whole index)."""
     from . import _gpu
-    key = f"_device_{kind}"
-    held = obj.__dict__.get(key)
+    key = (id(obj), kind)
+    with _DEVICE_LOCK:
+        held = _DEVICE_COPIES.get(key)
     if held is None:
         ns = _gpu.gpu_namespace()
         held = (_gpu.DeviceGraph.from_graph(ns, obj) if kind == "graph"
                 else _gpu.DevicePassageMap.from_pmap(ns, obj))
-        obj.__dict__[key] = held
+        with _DEVICE_LOCK:
+            if key not in _DEVICE_COPIES:
+                _DEVICE_COPIES[key] = held
+                weakref.finalize(obj, _DEVICE_COPIES.pop, key, None)
+            held = _DEVICE_COPIES[key]
     return held
 
 

@@ -483,3 +483,36 @@ def test_fp16_scan_with_exact_rerank_equals_fp32(rng, ns, M, d, B, k, margin, bu
     with pytest.raises(ValueError, match="precision must be one of"):
         _gpu.DeviceIndex.from_arrays(ns, random_graph(rng, M, 10), random_passages(rng, M, 7),
                                      H, precision="bf16")
+
+
+def test_the_per_call_gpu_door_writes_nothing_into_the_graph(rng, monkeypatch):
+    """``backend="gpu"`` per call (run here on the numpy namespace): the same results as the
+    CPU kernels, one device copy per object held by the kernels package (not in the
+    object's ``__dict__``), dropped when the object goes."""
+    import gc
+    monkeypatch.setattr(K, "resolve", lambda b: b if b == "gpu" else "cpu")
+    monkeypatch.setattr(_gpu, "gpu_namespace", lambda: NS)
+    g, pm = random_graph(rng, 300, 40), random_passages(rng, 300, 60)
+    _, indptr, ids, vals = _seed_batch(rng, 300, 6)
+    sids = ids
+    want = K.propagate_batch(g, indptr, sids, vals, 0.5, backend="cpu")
+    K.readout_topk_batch(pm, *want, 5, backend="cpu")
+    before = (set(g.__dict__), set(pm.__dict__))  # what the CPU kernels cache on them
+    for _ in range(2):
+        got = K.propagate_batch(g, indptr, sids, vals, 0.5, backend="gpu")
+        P, S = K.readout_topk_batch(pm, *got, 5, backend="gpu")
+    for b in range(6):  # the same z per question (the CSR entries may come in other order)
+        dense = []
+        for zp, zi, zv in (got, want):
+            z = np.zeros(300)
+            np.add.at(z, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]])
+            dense.append(z)
+        np.testing.assert_allclose(dense[0], dense[1], rtol=1e-10, atol=1e-13)
+    P2, S2 = K.readout_topk_batch(pm, *want, 5, backend="cpu")
+    np.testing.assert_allclose(S, S2, rtol=1e-10, atol=1e-14)
+    assert (set(g.__dict__), set(pm.__dict__)) == before
+    keys = {(id(g), "graph"), (id(pm), "pmap")}
+    assert keys <= set(K._DEVICE_COPIES)
+    del g, pm
+    gc.collect()
+    assert not keys & set(K._DEVICE_COPIES)
