@@ -162,3 +162,38 @@ def test_eval_with_llm_roles_and_reader(tmp_path, monkeypatch, capsys):
                  str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--reader",
                  "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-retries", "0",
                  "--llm-timeout", "1", "--quiet"]) == 0  # endpoint down: fallbacks, no crash
+
+
+def test_eval_reuses_a_built_index_and_builds_from_openie(tmp_path, monkeypatch, capsys):
+    """eval --index DIR: the saved index (its own embedder), the same report as the index
+    eval builds itself, nothing built; a corpus other than the index's is refused by name.
+    eval --openie FILE builds from the triples."""
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    q, c = str(tmp_path / "hot.json"), str(tmp_path / "corpus.json")
+    base = ["eval", "--questions", q, "--corpus", c, "--methods", "dense,evireform",
+            "--quiet"]
+    assert main(base + ["--embedder", "hashing-64", "--json", str(tmp_path / "a.json")]) == 0
+    assert main(["index", c, str(tmp_path / "ix"), "--embedder", "hashing-64", "--quiet"]) == 0
+    built = sorted(p.name for p in (tmp_path / "cache" / "indexes").iterdir())
+    assert main(base + ["--index", str(tmp_path / "ix"), "--json",
+                        str(tmp_path / "b.json")]) == 0
+    a, b = (json.loads((tmp_path / f).read_text())["methods"] for f in ("a.json", "b.json"))
+    assert a == b
+    assert sorted(p.name for p in (tmp_path / "cache" / "indexes").iterdir()) == built
+    other = json.loads((tmp_path / "corpus.json").read_text())[:2]
+    (tmp_path / "small.json").write_text(json.dumps(other))
+    capsys.readouterr()
+    assert main(["eval", "--questions", q, "--corpus", str(tmp_path / "small.json"),
+                 "--index", str(tmp_path / "ix"), "--quiet"]) == 2
+    assert "the index holds 3 passages, the corpus small.json 2" in capsys.readouterr().err
+    assert main(base + ["--index", str(tmp_path / "ix"), "--lowercase"]) == 2
+    openie = {"docs": [{"title": "Alice", "passage": "Alice was born in Paris.",
+                        "extracted_triples": [["Alice", "born in", "Paris"]]},
+                       {"title": "Paris", "passage": "Paris is the capital of France.",
+                        "extracted_triples": [["Paris", "capital of", "France"]]}]}
+    (tmp_path / "openie.json").write_text(json.dumps(openie))
+    assert main(base + ["--embedder", "hashing-64", "--openie", str(tmp_path / "openie.json"),
+                        "--json", str(tmp_path / "o.json")]) == 0
+    assert any(p.name.endswith("hashing-64") and "openie-" in p.name
+               for p in (tmp_path / "cache" / "indexes").iterdir())

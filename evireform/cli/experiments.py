@@ -12,12 +12,13 @@ from .._io import Outputs
 from ..cache import cached_index
 from ..embed import get_embedder
 from ..extract import make_extractor
+from ..index import PropositionIndex
 from ..llm import ReplyCache
 from ..retriever import EviReformConfig
 from .options import (
     _add_embedder_args, _add_llm_args, _add_quiet, _data_dir, _embedder, _filter_arg,
-    _llm_client, _nonneg_int, _positive_float, _positive_int, _replay_summary, _sizes,
-    parse_setting)
+    _index_embedder, _llm_client, _nonneg_int, _positive_float, _positive_int,
+    _replay_summary, _sizes, parse_setting)
 
 
 def _cmd_llm_cache(args) -> int:
@@ -60,13 +61,23 @@ def _cmd_eval(args) -> int:
             raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     overrides = dict(parse_setting(item) for item in args.set or [])
     client = _llm_client(args)
-    report = run_eval(qpath, cpath, methods, embedder=_embedder(args), n=args.n,
+    index = extra = None
+    if args.index is not None:  # a built index: its embedder unless one is named
+        if args.openie or args.lowercase or args.extractor != "heuristic":
+            raise ValueError("--index is built already: --openie, --lowercase and "
+                             "--extractor choose how eval builds one")
+        index = PropositionIndex.load(args.index)
+        emb = _index_embedder(args, index)
+    else:
+        emb = _embedder(args)
+        extra = dict(extractor=make_extractor(args.extractor), lowercase=args.lowercase,
+                     openie_path=args.openie)
+    report = run_eval(qpath, cpath, methods, embedder=emb, n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
-                      graph_metrics=args.graph_metrics,
-                      extractor=make_extractor(args.extractor), lowercase=args.lowercase,
-                      filter=_filter_arg(args.filter))
+                      graph_metrics=args.graph_metrics, filter=_filter_arg(args.filter),
+                      index=index, **(extra or {}))
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()
@@ -187,6 +198,14 @@ def add_eval_parser(sub) -> None:
                     help="evaluate on the passages matching this where clause or id list "
                          "(@FILE reads it): questions whose gold passages do not all match are "
                          "left out; baselines' rankings are cut to the matching passages")
+    ev.add_argument("--index", metavar="INDEX_DIR",
+                    help="evaluate on this saved index (evireform index CORPUS INDEX_DIR; its "
+                         "passages must be the corpus file's) instead of building one; its "
+                         "embedder unless --embedder names another")
+    ev.add_argument("--openie", metavar="FILE",
+                    help="build the index from this HippoRAG OpenIE file over the corpus "
+                         "(one triple = one proposition; e.g. ../shared/data/musique/"
+                         "musique_openie_gpt-3.5-turbo-1106.json) instead of --extractor")
     ev.add_argument("--lowercase", action="store_true",
                     help="run on lower-cased copies of the corpus and questions (written once "
                          "under the cache directory)")

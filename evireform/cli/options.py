@@ -230,8 +230,9 @@ def _replay_summary(client) -> str | None:
 
 
 def _add_embedder_args(p, batch: bool = True) -> None:
-    p.add_argument("--embedder", default="minilm",
-                   help="minilm (all-MiniLM-L6-v2, the default), st:PATH_OR_NAME (a local "
+    p.add_argument("--embedder", default=None,
+                   help="minilm (all-MiniLM-L6-v2, the default; eval --index: the index's "
+                        "own), st:PATH_OR_NAME (a local "
                         "sentence-transformers model), openai:MODEL@BASE_URL (an "
                         "OpenAI-compatible embeddings endpoint) or hashing-DIM")
     p.add_argument("--embed-deadline", type=_positive_float, default=None,
@@ -249,7 +250,7 @@ def _add_embedder_args(p, batch: bool = True) -> None:
 
 
 def _embedder(args):
-    return get_embedder(args.embedder, device=args.device, dtype=args.dtype,
+    return get_embedder(args.embedder or "minilm", device=args.device, dtype=args.dtype,
                         batch_size=getattr(args, "batch_size", None),
                         query_prompt=args.query_prompt, document_prompt=args.document_prompt,
                         deadline=args.embed_deadline, encoder=getattr(args, "encoder", "auto"))

@@ -113,12 +113,31 @@ class EvalReport:
                 if getattr(self, k) is not None or k not in ("llm_usage", "bootstrap")}
 
 
+def check_same_corpus(index, corpus_path) -> None:
+    """``ValueError`` unless ``index`` holds the passages of the corpus file, in order (the
+    gold passages are matched by position)."""
+    from ..corpus import load_corpus
+    from ..strings import column
+    corpus = load_corpus(corpus_path)
+    ids, texts = column(index.passages, "ids"), column(index.passages, "texts")
+    if len(ids) != len(corpus):
+        raise ValueError(f"the index holds {len(ids):,} passages, the corpus "
+                         f"{Path(corpus_path).name} {len(corpus):,}: build the index from "
+                         "this corpus (evireform index CORPUS DIR)")
+    for j, p in enumerate(corpus):
+        if ids[j] != p.id or texts[j] != p.text:
+            raise ValueError(f"passage {j} of the index ({ids[j]!r:.60}) is not the corpus "
+                             f"file's ({p.id!r:.60}): build the index from this corpus "
+                             "(evireform index CORPUS DIR)")
+
+
 def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              n: int | None = None, config=None, cache_dir=None, show_progress=True,
              dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
              reader_k: int = 5, max_workers: int = 1,
              graph_metrics: bool = False, extractor=None,
-             lowercase: bool = False, filter=None) -> EvalReport:
+             lowercase: bool = False, filter=None, index=None,
+             openie_path=None) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
@@ -135,6 +154,10 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     out; EviReform and the strategies retrieve under the filter (equal to an index of those
     passages), the baselines' rankings are cut to the matching passages (equal to a run on
     them for dense; BM25's and PPR's corpus statistics still span the whole corpus).
+    ``index``: a :class:`~evireform.index.PropositionIndex` already built over this corpus
+    (``evireform index CORPUS DIR``; its passages must be the corpus file's, in order) used
+    instead of the cache; ``openie_path``: build the index from a HippoRAG OpenIE file over
+    the corpus (one triple = one proposition) instead of ``extractor``.
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -152,8 +175,17 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         root = Path(cache_dir or default_cache_dir()) / "lowercase"
         corpus_path = lowercased_copy(corpus_path, root)
         questions_path = lowercased_copy(questions_path, root)
-    idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
-                             show_progress=show_progress, extractor=extractor)
+    if index is not None:
+        if lowercase or openie_path is not None or extractor is not None:
+            raise ValueError("a given index was built already: lowercase, openie_path and "
+                             "extractor apply to the index eval builds")
+        check_same_corpus(index, corpus_path)
+        index.check_embedder(embedder)
+        idx = index
+    else:
+        idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
+                                 show_progress=show_progress, extractor=extractor,
+                                 openie_path=openie_path)
     qs = load_questions(questions_path, idx.passages)[:n]
     keep_passage = None
     if filter is not None:
