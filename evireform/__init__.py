@@ -16,6 +16,12 @@ def _version() -> str:
 
 __version__ = _version()
 
+import logging as _logging  # noqa: E402
+
+#: the library's logger ("evireform"; modules log to its children, e.g. "evireform.index"):
+#: silent until the application configures logging (a NullHandler, as libraries do)
+_logging.getLogger("evireform").addHandler(_logging.NullHandler())
+
 from .types import Passage, Proposition  # noqa: E402
 from .store import IndexFormatError, UnsafeTargetError  # noqa: E402
 from .index import PropositionIndex  # noqa: E402

@@ -16,6 +16,7 @@ share, so that each of them is a door and none holds library logic of its own.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -27,6 +28,8 @@ from .llm import LLMController, LLMReformulator, LLMSelector
 from .retriever import EviReform
 from .store import index_lock
 from .strategies import STRATEGIES, make_strategy
+
+log = logging.getLogger(__name__)
 
 __all__ = ["METHODS", "make_method", "llm_roles", "index_embedder", "Update", "apply_update"]
 
@@ -162,6 +165,9 @@ def apply_update(index_dir, *, delete: Sequence[str] | None = None, add=None,
         out.index = idx
         if before_save is not None and not before_save(out):
             out.saved = False
+            log.warning("update of %s not saved (refused before the save)", index_dir)
             return out
         idx.save(index_dir)
+    log.info("updated %s: %d -> %d passages (%s)", index_dir, out.before[0], idx.n_passages,
+             ", ".join(f"{k} {v}" for k, v in out.counts().items() if v) or "no change")
     return out

@@ -17,6 +17,8 @@ The on-disk format, its atomic save and its verified load live in :mod:`evirefor
 """
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -42,6 +44,8 @@ from .store import (
     IndexFormatError, UnsafeTargetError, disk_bytes, index_arrays, load_index, save_index)
 from .strings import Concat, Take
 from .types import Passage, Proposition
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
            "disk_bytes", "hnsw_topk_batch", "subset_index"]
@@ -223,11 +227,16 @@ class PropositionIndex:
         if callable(fit):  # corpus statistics (PhraseExtractor) from every passage
             fit(passages)
         # the same three batch steps as the distributed build (evireform.distributed)
+        t0 = time.perf_counter()
         props, emb = embedded_propositions(passages, extractor, embedder,
                                            batch_size=batch_size, show_progress=show_progress)
-        return cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
-                                     meta={"extractor": extractor.name,
-                                           "embedder_spec": spec_of(embedder)})
+        idx = cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
+                                    meta={"extractor": extractor.name,
+                                          "embedder_spec": spec_of(embedder)})
+        log.info("built an index of %d passages: %d propositions, %d entities (%s, %s), "
+                 "%.2f s", idx.n_passages, idx.n_props, idx.n_entities, extractor.name,
+                 embedder.name, time.perf_counter() - t0)
+        return idx
 
     @classmethod
     def from_batches(cls, passages: Sequence[Passage], batches, embedder_name: str, dim: int,
@@ -504,6 +513,7 @@ class PropositionIndex:
         says its files are the ones last fully verified, else the full tier (checksums,
         derived arrays, embedding norms, HNSW vectors, texts) and stamps them; ``"full"`` or
         ``"fast"`` force one.  Texts stay in the memory-mapped string file until read."""
+        t0 = time.perf_counter()
         got = load_index(path, mmap=mmap, verify=verify)
         idx = cls(passages=got.passages, prop_texts=got.propositions,
                   entity_names=got.entities, graph=got.graph, pmap=got.pmap,
@@ -513,6 +523,8 @@ class PropositionIndex:
         idx.hnsw = got.hnsw
         idx.hnsw_ids = got.hnsw_ids
         idx.codes, idx.code_scale = got.codes, got.code_scale
+        log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
+                 idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
 
 

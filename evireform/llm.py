@@ -22,10 +22,10 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import sqlite3
-import sys
 import threading
 import time
 import weakref
@@ -41,6 +41,8 @@ from .roles import (
     BridgeReformulator, HeuristicSplitter, MAX_QUERY_CHARS, ObservationController,
     RoleResult, TopScoreSelector, clean_queries)
 from .types import Proposition
+
+log = logging.getLogger(__name__)
 
 PROMPT_VERSION = "v1"
 
@@ -172,8 +174,8 @@ class ReplyCache:
     def _report(self, what: str) -> None:
         if self.write_error is None:
             self.write_error = what
-            print(f"evireform: reply cache {self.path}: {what}; replies are used but not "
-                  "cached", file=sys.stderr)
+            log.warning("reply cache %s: %s; replies are used but not cached", self.path,
+                        what)
 
     def put(self, key: str, role: str, reply) -> bool:
         """Store one reply; False (reported once) when the cache cannot be written."""
@@ -752,6 +754,8 @@ class _LLMRole:
             return value, repaired, None
         except Exception as exc:  # contract broken twice, endpoint down, timeout, ...
             self.client._count(role, failures=1)
+            log.warning("LLM role %s fell back to its LLM-free implementation: %s: %.200s",
+                        role, type(exc).__name__, exc)
             return fallback_call(), getattr(exc, "after_repair", False), type(exc).__name__
 
 

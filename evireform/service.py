@@ -53,6 +53,7 @@ import faulthandler
 import functools
 import hmac
 import json
+import logging
 import os
 import sys
 import threading
@@ -69,6 +70,8 @@ from .filters import compile_filter
 from .index import PropositionIndex
 from .kernels import warm_up
 from .store import MANIFEST, index_files
+
+log = logging.getLogger(__name__)
 
 __all__ = ["METHODS", "RetrievalService", "Overloaded", "Unavailable", "create_app", "serve"]
 
@@ -172,11 +175,14 @@ class RetrievalService:
                                     "index or write it with evireform update, never by "
                                     "copying over a served index")
                     self._ident = ident
+                    log.error("%s", self._broken)
                     raise Unavailable(self._broken) from None
                 self._broken = None
                 self.gen = self._generation(idx, self.gen.number + 1)
                 self._ident = ident
                 self.metrics.generation.set(self.gen.number)
+                log.info("serving generation %d of %s (written by another process): %d "
+                         "passages", self.gen.number, self.index_dir, idx.n_passages)
         if self._broken:
             raise Unavailable(self._broken)
         return self.gen

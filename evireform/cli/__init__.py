@@ -5,6 +5,7 @@ they share lives."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sqlite3
 import sys
 
@@ -23,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="evireform", description="EviReform multi-hop retrieval: build, query, update, "
         "serve and evaluate proposition indexes.")
     p.add_argument("--version", action="version", version=f"evireform {__version__}")
+    p.add_argument("--log-level", choices=("error", "warning", "info", "debug"),
+                   default="warning",
+                   help="what the library logs to stderr (logger 'evireform': index loads "
+                        "and builds, updates, LLM fallbacks, generations served; default "
+                        "warning)")
     sub = p.add_subparsers(dest="command", required=True)
 
     indexing.add_index_parser(sub)
@@ -39,8 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _CliLog(logging.StreamHandler):
+    """The command line's handler on the 'evireform' logger (one per process)."""
+
+
+def _log_to_stderr(level: str) -> None:
+    logger = logging.getLogger("evireform")
+    handler = next((h for h in logger.handlers if isinstance(h, _CliLog)), None)
+    if handler is None:
+        handler = _CliLog(sys.stderr)
+        handler.setFormatter(logging.Formatter("evireform: %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+    handler.setStream(sys.stderr)  # the current stderr (a test may have swapped it)
+    logger.setLevel(getattr(logging, level.upper()))
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    _log_to_stderr(args.log_level)
     try:
         return args.func(args)
     except (ValueError, TypeError, OSError, BackendUnavailable, sqlite3.Error,
