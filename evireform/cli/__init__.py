@@ -46,17 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _CliLog(logging.StreamHandler):
-    """The command line's handler on the 'evireform' logger (one per process)."""
+    """The command line's handler on the 'evireform' logger (one per process), writing to
+    whatever ``sys.stderr`` is at the time of each record."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler.__init__ sets it; stderr is read per record
+        pass
 
 
 def _log_to_stderr(level: str) -> None:
     logger = logging.getLogger("evireform")
     handler = next((h for h in logger.handlers if isinstance(h, _CliLog)), None)
     if handler is None:
-        handler = _CliLog(sys.stderr)
+        handler = _CliLog()
         handler.setFormatter(logging.Formatter("evireform: %(levelname)s: %(message)s"))
         logger.addHandler(handler)
-    handler.setStream(sys.stderr)  # the current stderr (a test may have swapped it)
     logger.setLevel(getattr(logging, level.upper()))
 
 

@@ -104,7 +104,6 @@ class EviReformRetriever(BaseRetriever):
             raise TypeError(f"EviReformRetriever takes k= and filter= per call; got "
                             f"{sorted(kwargs)}")
         if filter is not _UNSET:
-            from ..filters import compile_filter
             compile_filter(filter)
         return (self.k if k is None else positive_int(k, "k"),
                 self.filter if filter is _UNSET else filter)
