@@ -108,9 +108,12 @@ def test_trec_runs_keep_the_ranking_under_a_score_sort(tmp_path):
     """Ties (the zero-score fill, equal sums) and scores that agree to six decimals are
     written strictly decreasing, so a tool that sorts by score keeps evireform's order."""
     from evireform.cli import trec_scores
-    got = trec_scores([0.5, 0.1234564, 0.1234561, 0.1234561, 0.0, 0.0, 0.0])
+    import numpy as np
+    got = trec_scores([0.5, 0.1234564, 0.1234561, 0.1234561, 0.0, 0.0, 0.0, 0.1 - 1e-12])
     assert all(a > b for a, b in zip(got, got[1:]))
-    assert got[:3] == [0.5, 0.1234564, 0.1234561] and abs(got[-1]) < 1e-300
+    f32 = [np.float32(x) for x in got]  # how pytrec_eval compares them
+    assert all(a > b for a, b in zip(f32, f32[1:]))
+    assert got[:3] == [0.5, 0.1234564, 0.1234561] and abs(got[-1]) < 1e-40
     assert trec_scores([]) == [] and trec_scores([0.0]) == [0.0]
     assert float(repr(got[3])) == got[3]  # written in full: the file reads back the same
 
@@ -148,3 +151,41 @@ def test_every_option_of_every_command_says_what_it_does():
     assert not {k: v for k, v in missing.items() if v}, missing
     text = sub.choices["query"].format_help()
     assert "passages to return (default: 10)" in text and "(default: False)" not in text
+
+
+def test_a_trec_run_scores_in_ir_measures_as_in_evireform(tmp_path, capsys):
+    """The TREC run of ``query --questions --trec`` read by ir_measures (pytrec_eval: it
+    re-sorts by score, ties by docid) gives the recall evireform's metrics give on the same
+    rankings, at every K, on rankings full of ties (the zero-score fill)."""
+    ir_measures = pytest.importorskip("ir_measures")
+    from evireform.embed import HashingEmbedder
+    from evireform.evaluation.data import Question
+    from evireform.evaluation.metrics import metrics
+    emb = HashingEmbedder(32)
+    recs = [{"id": f"z{i:02d}" if i % 2 else f"a{i:02d}", "title": f"T{i}",
+             "text": f"Anna{i} met Bo{i} in Rome{i}." if i % 4 else
+             f"Anna {i % 5} met Bo {i % 3} in Rome {i}."} for i in range(40)]
+    ix = PropositionIndex.build(recs, emb, show_progress=False).save(tmp_path / "ix")
+    qs = [(f"q{i}", f"Who did Anna {i % 5} meet in Rome {i * 3}?") for i in range(12)]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"id": a, "question": b}) + "\n"
+                                              for a, b in qs))
+    assert main(["query", str(ix), "--questions", str(tmp_path / "q.jsonl"), "-k", "40",
+                 "--out", str(tmp_path / "r.jsonl"), "--trec", str(tmp_path / "run.trec"),
+                 "--quiet", "--embedder", "hashing-32"]) == 0
+    capsys.readouterr()
+    res = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    pos = {r["id"]: j for j, r in enumerate(recs)}
+    rankings = [[pos[p["id"]] for p in r["passages"]] for r in res]
+    ties = sum(a["score"] == b["score"] for r in res
+               for a, b in zip(r["passages"], r["passages"][1:]))
+    assert ties > 20  # rankings a score sort would reorder, had the run file kept the ties
+    gold = [{(3 * i + 7) % 40, (5 * i + 11) % 40, (i * 7 + 19) % 40} for i in range(12)]
+    ours = metrics(rankings, [Question(str(i), q, "", frozenset(g)) for i, ((_, q), g) in
+                              enumerate(zip(qs, gold))], ks=(5, 10, 20))
+    qrels = [ir_measures.Qrel(qid, recs[j]["id"], 1) for (qid, _), g in zip(qs, gold)
+             for j in g]
+    run = list(ir_measures.read_trec_run(str(tmp_path / "run.trec")))
+    theirs = ir_measures.calc_aggregate([ir_measures.R @ 5, ir_measures.R @ 10,
+                                         ir_measures.R @ 20], qrels, run)
+    for K in (5, 10, 20):
+        assert round(100 * theirs[ir_measures.R @ K], 2) == ours[f"recall@{K}"], K

@@ -122,15 +122,21 @@ def trec_docid(pid: str) -> str:
 
 
 def trec_scores(scores) -> list[float]:
-    """Scores for a TREC run, strictly decreasing down the ranking, so that trec_eval-family
-    tools (which re-sort by score, ties by docid) keep evireform's order: each score in full
-    float64 precision, and where a passage ties the one above it (the zero-score fill, equal
-    sums) it is written one ulp below it (``numpy.nextafter``)."""
+    """Scores for a TREC run, strictly decreasing down the ranking both as written (float64)
+    and as float32, so that trec_eval-family tools keep evireform's order: they re-sort by
+    score, ties by docid, and pytrec_eval (ir_measures' default) compares scores in float32.
+    A score whose float32 value stays below the one above it is written in full float64
+    precision; one that does not (the zero-score fill, equal sums, scores closer than
+    float32 resolves) is written as the next float32 value below the one above it."""
     out: list[float] = []
+    above = None  # the float32 value of the score above
     for s in map(float, scores):
-        if out and s >= out[-1]:
-            s = float(np.nextafter(out[-1], -np.inf))
+        s32 = np.float32(s)
+        if above is not None and not s32 < above:
+            s32 = np.nextafter(above, np.float32(-np.inf))
+            s = float(s32)
         out.append(s)
+        above = s32
     return out
 
 
