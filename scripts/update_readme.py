@@ -47,6 +47,12 @@ for _ex in ("heuristic", "phrases"):
             "eval", "--dataset", "hotpotqa", "--methods", "dense,hipporag_ppr,evireform",
             "--extractor", _ex, *_low, "--markdown", "--quiet"]
 BLOCKS["bench-filter"] = EV + ["bench", "--only", "filter"]
+# the site's home page: the headline comparison and its recall@K figure
+BLOCKS["glance-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
+                                 "dense,bm25,hipporag_ppr,evireform", "--plot",
+                                 "docs/recall_musique.png", "--markdown", "--quiet"]
+# every case's ratio as a figure (quick sizes: about a minute)
+BLOCKS["bench-quick-plot"] = EV + ["bench", "--quick", "--plot", "docs/bench_quick.png"]
 
 
 def _pages() -> list[Path]:

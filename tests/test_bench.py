@@ -135,3 +135,17 @@ def test_gpu_run_script_reports_a_failed_preflight_by_its_exit_status(tmp_path):
     assert "preflight failed" in r.stdout and "no usable GPU namespace" in r.stdout
     logs = list(tmp_path.glob("gpu-*.log"))
     assert logs and "preflight failed" in logs[0].read_text()
+
+
+def test_bench_plot_draws_one_bar_per_case(tmp_path):
+    pytest.importorskip("matplotlib")
+    from evireform.bench.plot import ratio_chart
+    rep = {"machine": {"cpu": "test cpu"}, "quick": True,
+           "cases": {f"case/{i}": {"size": "1", "ours_s": 1e-3, "peer_s": 2e-3,
+                                   "speedup": 0.5 + i, "agree": i != 2} for i in range(6)}}
+    rep["cases"]["no peer"] = {"size": "1", "ours_s": 1e-3, "speedup": None, "agree": True}
+    png = ratio_chart(rep, tmp_path / "b.png")
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    # 6 bars (the case without a peer has no ratio): 0.28 in each plus 1.2 in at 120 dpi
+    assert abs(int.from_bytes(head[20:24], "big") - (0.28 * 6 + 1.2) * 120) <= 1

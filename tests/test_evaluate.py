@@ -197,3 +197,18 @@ def test_eval_reuses_a_built_index_and_builds_from_openie(tmp_path, monkeypatch,
                         "--json", str(tmp_path / "o.json")]) == 0
     assert any(p.name.endswith("hashing-64") and "openie-" in p.name
                for p in (tmp_path / "cache" / "indexes").iterdir())
+
+
+def test_eval_plot_draws_recall_at_k(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    png = tmp_path / "r.png"
+    assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                 str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
+                 "dense,evireform", "--plot", str(png), "--quiet"]) == 0
+    assert f"wrote {png}" in capsys.readouterr().out
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert (width, height) == (840, 504)  # 7 x 4.2 inches at 120 dpi

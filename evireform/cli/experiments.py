@@ -88,6 +88,9 @@ def _cmd_eval(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {args.json}")
+    if args.plot:
+        from ..evaluation.plots import recall_curve
+        print(f"wrote {recall_curve(report, args.plot)}")
     return 0
 
 
@@ -160,6 +163,9 @@ def _cmd_bench(args) -> int:
           f"{report['machine']['cpus']} cpus, numba threads {report['machine']['numba_threads']}"
           + (f", device {report['machine']['device']}" if "device" in report["machine"] else ""))
     print(bench.table(report))
+    if args.plot:
+        from ..bench.plot import ratio_chart
+        print(f"wrote {ratio_chart(report, args.plot)}", file=sys.stderr)
     if args.backend == "gpu":
         from ..bench.gpu_cases import targets
         print()
@@ -211,6 +217,8 @@ def add_eval_parser(sub) -> None:
                          "under the cache directory)")
     ev.add_argument("--json", help="write the report as JSON to this file")
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ev.add_argument("--plot", metavar="FILE.png",
+                    help="also draw recall@K (K = 1..20) per method as a PNG (extra 'eval')")
     ev.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override an EviReformConfig setting, e.g. --set beta=0.75 (repeatable)")
     ev.add_argument("--selector-n", type=_nonneg_int, default=4,
@@ -263,6 +271,8 @@ def add_bench_parser(sub) -> None:
     be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
     be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     be.add_argument("--json", help="write the report as JSON to this file")
+    be.add_argument("--plot", metavar="FILE.png",
+                    help="also draw the ratio of every case as a PNG (extra 'eval')")
     be.add_argument("--check", action="store_true",
                     help="exit 1 when a speedup falls below its floor (evireform.bench.FLOORS), "
                          "a floor names no case label, or a pair disagrees")
