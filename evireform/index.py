@@ -210,7 +210,7 @@ class PropositionIndex:
         return idx
 
     @classmethod
-    def build(cls, passages: Sequence[Passage], embedder: Embedder, *,
+    def build(cls, passages: Sequence[Passage | str | dict], embedder: Embedder, *,
               extractor: Extractor | None = None, batch_size: int = 64,
               show_progress: bool = True, hnsw: bool | None = None) -> "PropositionIndex":
         """Extract propositions from ``passages`` (default: :class:`HeuristicExtractor`),

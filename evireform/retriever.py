@@ -23,7 +23,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -188,7 +188,7 @@ class RetrievalResult:
         results): ``{"id"?, "question", "passages": [RankedPassage.to_dict()], "trace":
         {"residual_queries", "role_events"}, "graph"?}``; ``id`` is the question's id when
         it has one, ``graph`` adds the evidence graph (:meth:`evidence_graph`)."""
-        out = {} if id is None else {"id": id}
+        out: dict[str, Any] = {} if id is None else {"id": id}
         out.update({"question": self.question,
                     "passages": [p.to_dict() for p in self.passages],
                     "trace": {"residual_queries": list(getattr(self.trace, "residual_queries",
