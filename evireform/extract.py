@@ -388,15 +388,14 @@ def extractor_recorded(recorded) -> Extractor | None:
 
 
 # --------------------------------------------------------------------------- OpenIE file
-def read_openie(path, passages: Sequence[Passage]) -> tuple[list[Proposition], int]:
-    """Propositions from a HippoRAG OpenIE file (``{"docs": [{"passage"|"title"+"text",
-    "extracted_triples": [[s, r, o], ...]}, ...]}``).
+def openie_triples(path, passages: Sequence[Passage]) -> tuple[dict[str, list], int]:
+    """The triples of a HippoRAG OpenIE file (``{"docs": [{"passage"|"title"+"text",
+    "extracted_triples": [[s, r, o], ...]}, ...]}``) per passage id, as the file has them
+    (each ``(s, r, o)`` stripped; malformed ones, not three strings or numbers, skipped), in
+    the file's order.
 
-    Each triple becomes the proposition ``"s r o"`` with entities ``s`` and ``o``; docs are
-    matched to ``passages`` by their text (then by title + text); a doc with no matching
-    passage raises ``ValueError``.  Malformed triples (not three strings) are skipped.
-    Returns ``(propositions, n_skipped_triples)``.
-    """
+    Docs are matched to ``passages`` by their text (then by title + text); a doc with no
+    matching passage raises ``ValueError``.  Returns ``(triples by passage id, n_skipped)``."""
     path = Path(path)
     try:
         obj = _json_loads(path.read_text(encoding="utf-8"), str(path))
@@ -410,7 +409,7 @@ def read_openie(path, passages: Sequence[Passage]) -> tuple[list[Proposition], i
         by_text.setdefault(" ".join(p.text.split()), []).append(p.id)
         by_text.setdefault(" ".join(f"{p.title}\n{p.text}".split()), []).append(p.id)
     used: dict[str, int] = {}
-    props: list[Proposition] = []
+    out: dict[str, list] = {}
     skipped = 0
     for n, doc in enumerate(docs):
         key = " ".join(str(doc.get("text", doc.get("passage", ""))).split())
@@ -421,14 +420,26 @@ def read_openie(path, passages: Sequence[Passage]) -> tuple[list[Proposition], i
         k = used.get(key, 0)
         used[key] = k + 1
         pid = ids[min(k, len(ids) - 1)]
+        got = out.setdefault(pid, [])
         for t in doc.get("extracted_triples", []) or []:
             if not (isinstance(t, (list, tuple)) and len(t) == 3
                     and all(isinstance(x, (str, int, float)) for x in t)):
                 skipped += 1
                 continue
-            s, r, o = (str(x).strip() for x in t)
-            text = " ".join(x for x in (s, r, o) if x)
+            got.append(tuple(str(x).strip() for x in t))
+    return out, skipped
+
+
+def read_openie(path, passages: Sequence[Passage]) -> tuple[list[Proposition], int]:
+    """Propositions from a HippoRAG OpenIE file (:func:`openie_triples`): each triple becomes
+    the proposition ``"s r o"`` with entities ``s`` and ``o``.  Returns ``(propositions,
+    n_skipped_triples)``."""
+    triples, skipped = openie_triples(path, passages)
+    props: list[Proposition] = []
+    for pid, found in triples.items():  # in the file's order
+        for s_, r, o in found:
+            text = " ".join(x for x in (s_, r, o) if x)
             if text:
                 props.append(Proposition(text=text, passage=pid,
-                                         entities=tuple(x for x in (s, o) if x)))
+                                         entities=tuple(x for x in (s_, o) if x)))
     return props, skipped

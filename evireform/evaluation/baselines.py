@@ -170,6 +170,8 @@ class BaselineInputs:
     k: int
     cache_dir: object = None
     show_progress: bool = False
+    #: the HippoRAG OpenIE file the index was built from (``eval --openie``), or None
+    openie_path: object = None
 
     @cached_property
     def Q(self) -> np.ndarray:
@@ -198,5 +200,14 @@ BASELINES: dict[str, Baseline] = {
                            lambda b: dense_prop_rankings(b.idx, b.Q,
                                                          dense_rankings(b.P, b.Q, b.k), b.k)),
     "hipporag_ppr": Baseline("HippoRAG-style personalised PageRank over the passage-entity "
-                             "graph", lambda b: ppr_rankings(b.idx, b.Q, b.P, b.k)),
+                             "graph (a simplified, LLM-free variant: see hipporag2)",
+                             lambda b: ppr_rankings(b.idx, b.Q, b.P, b.k)),
+    "hipporag2": Baseline("HippoRAG 2's retrieval as its code does it, without the LLM "
+                          "filter (evireform.evaluation.hipporag2)",
+                          lambda b: _hipporag2(b)),
 }
+
+
+def _hipporag2(b: "BaselineInputs") -> list:
+    from .hipporag2 import hipporag2_rankings
+    return hipporag2_rankings(b, b.k)

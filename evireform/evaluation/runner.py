@@ -198,7 +198,8 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     texts = [q.question for q in qs]
     base_cfg = config or EviReformConfig()
     kmax = max(KS)
-    inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress)
+    inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress,
+                            openie_path=openie_path)
     rankings: dict[str, list[list[int]]] = {}
     traces: dict[str, list] = {}
     by_cfg: dict = {}
