@@ -212,3 +212,31 @@ def test_eval_plot_draws_recall_at_k(tmp_path, monkeypatch, capsys):
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
     assert (width, height) == (840, 504)  # 7 x 4.2 inches at 120 dpi
+
+
+def test_extra_corpora_are_distractors_that_keep_the_gold(tmp_path, monkeypatch):
+    """eval --extra-corpus: the other corpus's passages join the index after the first
+    corpus's (a copy of a first-corpus passage left out), the gold passages stay where they
+    were, and recall can only fall."""
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    extra = [{"title": f"Noise {i}", "text": f"Noise {i} was born in Paris {i}."}
+             for i in range(12)] + [{"title": "Alice", "text": "Alice was born in Paris."}]
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    base = ["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+            str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
+            "dense,evireform", "--quiet"]
+    assert main(base + ["--json", str(tmp_path / "a.json")]) == 0
+    assert main(base + ["--extra-corpus", str(tmp_path / "extra.json"),
+                        "--json", str(tmp_path / "b.json")]) == 0
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert (a["n_passages"], b["n_passages"]) == (3, 3 + 12)
+    for m in ("dense", "evireform"):
+        assert b["methods"][m]["recall@1"] <= a["methods"][m]["recall@1"]
+    from evireform.evaluation.data import combined_copy
+    from evireform import load_corpus
+    merged = load_corpus(combined_copy(tmp_path / "corpus.json", [tmp_path / "extra.json"],
+                                       tmp_path / "c"))
+    assert [p.title for p in merged[:3]] == ["Alice", "Paris", "Bob"]
+    assert main(base + ["--extra-corpus", str(tmp_path / "extra.json"), "--index",
+                        str(tmp_path)]) == 2

@@ -63,15 +63,16 @@ def _cmd_eval(args) -> int:
     client = _llm_client(args)
     index = extra = None
     if args.index is not None:  # a built index: its embedder unless one is named
-        if args.openie or args.lowercase or args.extractor != "heuristic":
-            raise ValueError("--index is built already: --openie, --lowercase and "
-                             "--extractor choose how eval builds one")
+        if args.openie or args.lowercase or args.extractor != "heuristic" \
+                or args.extra_corpus:
+            raise ValueError("--index is built already: --openie, --lowercase, "
+                             "--extra-corpus and --extractor choose how eval builds one")
         index = PropositionIndex.load(args.index)
         emb = _index_embedder(args, index)
     else:
         emb = _embedder(args)
         extra = dict(extractor=make_extractor(args.extractor), lowercase=args.lowercase,
-                     openie_path=args.openie)
+                     openie_path=args.openie, extra_corpora=args.extra_corpus or ())
     report = run_eval(qpath, cpath, methods, embedder=emb, n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
@@ -212,6 +213,10 @@ def add_eval_parser(sub) -> None:
                     help="build the index from this HippoRAG OpenIE file over the corpus "
                          "(one triple = one proposition; e.g. ../shared/data/musique/"
                          "musique_openie_gpt-3.5-turbo-1106.json) instead of --extractor")
+    ev.add_argument("--extra-corpus", action="append", metavar="FILE",
+                    help="add this corpus's passages as distractors (repeatable; the "
+                         "questions' gold passages stay those of --corpus/--dataset), e.g. "
+                         "../shared/data/2wikimultihopqa/2wikimultihopqa_corpus.json")
     ev.add_argument("--lowercase", action="store_true",
                     help="run on lower-cased copies of the corpus and questions (written once "
                          "under the cache directory)")

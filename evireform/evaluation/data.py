@@ -159,3 +159,34 @@ def lowercased_copy(path, out_dir) -> Path:
     tmp.write_text(json.dumps(low, ensure_ascii=False), encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def combined_copy(path, extras, out_dir) -> Path:
+    """The corpus ``path`` followed by the passages of the corpora ``extras`` (distractors), as
+    one JSON list of ``{"id", "title", "text"}`` records under ``out_dir`` (named by every
+    file's checksum, written once).  The first corpus keeps its passages, in order and with
+    their ids, so gold passages stay where they were; an extra passage whose title and text
+    equal one already there is left out (it would be a second copy of a gold passage)."""
+    from ..corpus import load_corpus
+    from ..store import file_sha256
+    path = Path(path)
+    extras = [Path(e) for e in extras]
+    key = "-".join(file_sha256(p)[:8] for p in [path, *extras])
+    out = Path(out_dir) / f"{path.stem}-plus{len(extras)}-{key}.json"
+    if out.is_file():
+        return out
+    recs, seen, ids = [], set(), set()
+    for n, p in enumerate([path, *extras]):
+        for psg in load_corpus(p):
+            key2 = (psg.title, psg.text)
+            if n and key2 in seen:
+                continue
+            pid = psg.id if psg.id not in ids else f"{p.stem}:{psg.id}"
+            seen.add(key2)
+            ids.add(pid)
+            recs.append({"id": pid, "title": psg.title, "text": psg.text})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.part")
+    tmp.write_text(json.dumps(recs, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(out)
+    return out

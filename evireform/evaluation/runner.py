@@ -137,7 +137,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              reader_k: int = 5, max_workers: int = 1,
              graph_metrics: bool = False, extractor=None,
              lowercase: bool = False, filter=None, index=None,
-             openie_path=None) -> EvalReport:
+             openie_path=None, extra_corpora: Sequence = ()) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
@@ -157,7 +157,10 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     ``index``: a :class:`~evireform.index.PropositionIndex` already built over this corpus
     (``evireform index CORPUS DIR``; its passages must be the corpus file's, in order) used
     instead of the cache; ``openie_path``: build the index from a HippoRAG OpenIE file over
-    the corpus (one triple = one proposition) instead of ``extractor``.
+    the corpus (one triple = one proposition) instead of ``extractor``.  ``extra_corpora``:
+    corpus files whose passages are added as distractors
+    (:func:`~evireform.evaluation.data.combined_copy`); the questions' gold passages stay
+    the first corpus's.
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -175,6 +178,17 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         root = Path(cache_dir or default_cache_dir()) / "lowercase"
         corpus_path = lowercased_copy(corpus_path, root)
         questions_path = lowercased_copy(questions_path, root)
+    questions_corpus = corpus_path  # where the gold passages are (the first corpus)
+    if extra_corpora:
+        if index is not None or openie_path is not None:
+            raise ValueError("extra corpora are added to the index eval builds: not with a "
+                             "given index or an OpenIE file (its triples cover one corpus)")
+        from ..cache import default_cache_dir
+        from .data import combined_copy, lowercased_copy
+        root = Path(cache_dir or default_cache_dir())
+        extras = [lowercased_copy(e, root / "lowercase") for e in extra_corpora] \
+            if lowercase else list(extra_corpora)
+        corpus_path = combined_copy(corpus_path, extras, root / "combined")
     if index is not None:
         if lowercase or openie_path is not None or extractor is not None:
             raise ValueError("a given index was built already: lowercase, openie_path and "
@@ -186,7 +200,11 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
         idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
                                  show_progress=show_progress, extractor=extractor,
                                  openie_path=openie_path)
-    qs = load_questions(questions_path, idx.passages)[:n]
+    if extra_corpora:  # gold passages matched in the first corpus, at the same positions
+        from ..corpus import load_corpus
+        qs = load_questions(questions_path, load_corpus(questions_corpus))[:n]
+    else:
+        qs = load_questions(questions_path, idx.passages)[:n]
     keep_passage = None
     if filter is not None:
         from ..filters import restriction
