@@ -47,6 +47,16 @@ for _ex in ("heuristic", "phrases"):
             "eval", "--dataset", "hotpotqa", "--methods", "dense,hipporag_ppr,evireform",
             "--extractor", _ex, *_low, "--markdown", "--quiet"]
 BLOCKS["bench-filter"] = EV + ["bench", "--only", "filter"]
+# HippoRAG 2's retrieval (hipporag2) on its own OpenIE graph and on the heuristic graph, and
+# MuSiQue with the other two corpora as distractors (about 8,500 passages)
+_H2 = ["eval", "--dataset", "musique", "--methods", "dense,hipporag_ppr,hipporag2,evireform"]
+BLOCKS["hipporag2-openie"] = EV + _H2 + [
+    "--openie", "../shared/data/musique/musique_openie_gpt-3.5-turbo-1106.json", "--markdown",
+    "--quiet"]
+BLOCKS["hipporag2-heuristic"] = EV + _H2 + ["--markdown", "--quiet"]
+BLOCKS["distractors-musique"] = EV + _H2 + [
+    "--extra-corpus", "../shared/data/2wikimultihopqa/2wikimultihopqa_corpus.json",
+    "--extra-corpus", "../shared/data/hotpotqa/hotpotqa_corpus.json", "--markdown", "--quiet"]
 # the site's home page: the headline comparison and its recall@K figure
 BLOCKS["glance-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
                                  "dense,bm25,hipporag_ppr,evireform", "--plot",

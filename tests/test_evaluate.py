@@ -197,6 +197,13 @@ def test_eval_reuses_a_built_index_and_builds_from_openie(tmp_path, monkeypatch,
                         "--json", str(tmp_path / "o.json")]) == 0
     assert any(p.name.endswith("hashing-64") and "openie-" in p.name
                for p in (tmp_path / "cache" / "indexes").iterdir())
+    # hipporag2 reads the OpenIE file's own triples (and the index's without one)
+    for extra in (["--openie", str(tmp_path / "openie.json")], []):
+        assert main(["eval", "--questions", q, "--corpus", c, "--methods",
+                     "hipporag2,evireform", "--embedder", "hashing-64", "--quiet", *extra,
+                     "--json", str(tmp_path / "h.json")]) == 0
+        rep = json.loads((tmp_path / "h.json").read_text())
+        assert rep["methods"]["hipporag2"]["chain@5"] == 100.0  # 3 passages, 2 gold
 
 
 def test_eval_plot_draws_recall_at_k(tmp_path, monkeypatch, capsys):
