@@ -420,6 +420,9 @@ SCHEMAS = {
         "sufficient": {"type": "boolean"},
         "gaps": {"type": "array", "items": {"type": "object", "properties": {
             "missing": {"type": "string"}, "query": {"type": "string"}}}}}},
+    "hipporag2-filter": {"type": "object", "required": ["facts"],
+                         "properties": {"facts": {"type": "array",
+                                                  "items": {"type": "integer"}}}},
     "reader": {"type": "object", "required": ["answer"],
                "properties": {"answer": {"type": "string"}}},
     "extract": {"type": "object", "required": ["propositions"], "properties": {
@@ -877,6 +880,51 @@ class LLMController(_LLMRole):
         # the gap queries carry the call's repair/fallback events into the trace
         return bool(value[0]), RoleResult(value[1], role="controller", repaired=repaired,
                                           fallback=why)
+
+
+class _KeepAll:
+    """The fact filter's LLM-free fallback: every candidate fact is kept."""
+
+    def filter(self, question, facts):
+        return list(range(len(facts)))
+
+
+class LLMFactFilter(_LLMRole):
+    """HippoRAG 2's recognition memory (role ``hipporag2-filter``), from its contract: the
+    question and the candidate facts (subject, relation, object triples) in, the subset
+    relevant to answering it out (``{"facts": [ordinals]}``); the LLM-free fallback keeps
+    every candidate (what ``hipporag2`` does without an LLM)."""
+
+    name = "llm-hipporag2-filter"
+
+    def __init__(self, client: LLMClient, fallback=None):
+        super().__init__(client, fallback or _KeepAll())
+
+    def filter(self, question, facts) -> RoleResult:
+        """Positions (0-based, in the candidates' order) of the facts kept."""
+        listing = "\n".join(f"{i}. {_quote(' | '.join(map(str, f)))}"
+                            for i, f in enumerate(facts, 1))
+        messages = [
+            {"role": "system", "content": "You are given a question and candidate facts, each "
+             "a (subject | relation | object) triple, numbered from 1. Keep the facts that help "
+             "answer the question, in their order; keep none if none helps. " + _UNTRUSTED
+             + ' Reply with JSON: {"facts": [numbers of the facts kept]}.'},
+            {"role": "user", "content": f"Question: {_quote(question)}\nCandidate facts:\n"
+                                        f"{listing}"}]
+
+        def validate(obj):
+            got = obj.get("facts") if isinstance(obj, dict) else None
+            if not isinstance(got, list) or not all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in got):
+                raise ContractError("no 'facts' list of numbers")
+            bad = [x for x in got if not 1 <= x <= len(facts)]
+            if bad:
+                raise ContractError(f"fact numbers {bad[:5]} outside 1..{len(facts)}")
+            return sorted({x - 1 for x in got})
+
+        value, repaired, why = self._run("hipporag2-filter", messages, validate,
+                                         lambda: self.fallback.filter(question, facts))
+        return RoleResult(value, role="hipporag2-filter", repaired=repaired, fallback=why)
 
 
 def context_within_budget(passages, budget_tokens: int = 3000) -> list:

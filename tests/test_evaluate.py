@@ -247,3 +247,38 @@ def test_extra_corpora_are_distractors_that_keep_the_gold(tmp_path, monkeypatch)
     assert [p.title for p in merged[:3]] == ["Alice", "Paris", "Bob"]
     assert main(base + ["--extra-corpus", str(tmp_path / "extra.json"), "--index",
                         str(tmp_path)]) == 2
+
+
+def test_hipporag2_gets_the_same_llm_as_evireform(tmp_path, monkeypatch, capsys):
+    """eval --llm: hipporag2's recognition-memory filter is the role hipporag2-filter; offline,
+    its requests go to --llm-pending beside EviReform's, and the LLM-free fallback (keep every
+    candidate fact) answers them, so the ranking equals the run without an LLM."""
+    pytest.importorskip("openai")
+    _fixture_data(tmp_path)
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    openie = {"docs": [{"title": "Alice", "passage": "Alice was born in Paris.",
+                        "extracted_triples": [["Alice", "born in", "Paris"]]},
+                       {"title": "Paris", "passage": "Paris is the capital of France.",
+                        "extracted_triples": [["Paris", "capital of", "France"]]}]}
+    (tmp_path / "openie.json").write_text(json.dumps(openie))
+    base = ["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+            str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
+            "hipporag2,evireform", "--openie", str(tmp_path / "openie.json"), "--quiet"]
+    assert main(base + ["--json", str(tmp_path / "a.json")]) == 0
+    pending = tmp_path / "pending.jsonl"
+    assert main(base + ["--llm", "--llm-offline", "--llm-cache", str(tmp_path / "c.sqlite"),
+                        "--llm-pending", str(pending), "--json", str(tmp_path / "b.json")]) == 0
+    roles = [json.loads(line)["role"] for line in pending.read_text().splitlines()]
+    assert "hipporag2-filter" in roles and "select" in roles
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert a["methods"]["hipporag2"] == b["methods"]["hipporag2"]
+    from evireform.llm import LLMFactFilter
+
+    class Fixed:  # a client whose LLM keeps the second fact
+        def ask(self, role, messages, validate):
+            assert role == "hipporag2-filter" and "2. <data>" in messages[1]["content"]
+            return validate({"facts": [2]}), False
+
+        def _count(self, role, **kw):
+            pass
+    assert list(LLMFactFilter(Fixed()).filter("q", [("a", "r", "b"), ("c", "r", "d")])) == [1]

@@ -172,6 +172,8 @@ class BaselineInputs:
     show_progress: bool = False
     #: the HippoRAG OpenIE file the index was built from (``eval --openie``), or None
     openie_path: object = None
+    #: the LLM client of ``eval --llm`` (hipporag2's recognition-memory filter), or None
+    llm: object = None
 
     @cached_property
     def Q(self) -> np.ndarray:

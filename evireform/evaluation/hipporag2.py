@@ -12,7 +12,9 @@ an edge of the undirected igraph graph, so a pair joined both ways is two parall
 
 Retrieval (``HippoRAG.retrieve``): the facts (``str`` of the processed triple tuple) scored by
 the question's embedding and min-max normalised; the top 5 facts (the recognition-memory
-filter, an LLM call, replaced by the identity: the paper's "w/o filter" setting); each of
+filter, an LLM call, is the identity without an LLM: the paper's "w/o filter" setting; with
+``eval --llm`` it is the role ``hipporag2-filter``, :class:`evireform.llm.LLMFactFilter`,
+and when it keeps no fact the dense ranking answers); each of
 their subject and object entities weighted by the mean over its occurrences in those facts of
 (fact score / number of passages whose triples contain it), the top 5 entities kept; every
 passage weighted 0.05 x its min-max-normalised dense score; personalised PageRank (igraph,
@@ -133,12 +135,21 @@ class HippoRAG2:
                         stats[(i, int(nn))] = float(row[nn])
                         added += 1
 
-    def reset(self, q_fact: np.ndarray, q_passage_sims: np.ndarray) -> np.ndarray:
-        """The PageRank reset weights of one question, entities then passages (``q_fact``:
-        its embedding, as the facts were embedded; ``q_passage_sims``: its dense similarity
-        to every passage); the facts must not be empty."""
+    def candidates(self, q_fact: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the question's min-max-normalised score of every fact, its top 5 facts best
+        first): what the recognition-memory filter is shown."""
         fs = min_max_normalize(self.fact_emb @ q_fact)
         top = np.argsort(fs)[-LINK_TOP_K:][::-1] if len(fs) > LINK_TOP_K else np.argsort(fs)[::-1]
+        return fs, top
+
+    def reset(self, q_fact: np.ndarray, q_passage_sims: np.ndarray,
+              top: np.ndarray | None = None) -> np.ndarray:
+        """The PageRank reset weights of one question, entities then passages (``q_fact``:
+        its embedding, as the facts were embedded; ``q_passage_sims``: its dense similarity
+        to every passage; ``top``: the facts kept, default the top 5 unfiltered); the facts
+        must not be empty."""
+        fs, top5 = self.candidates(q_fact)
+        top = top5 if top is None else top
         ent_id = {e: i for i, e in enumerate(self.entities)}
         weights = np.zeros(self.E + self.N)
         occurs = np.zeros(self.E + self.N)
@@ -170,12 +181,22 @@ class HippoRAG2:
             vertices=range(self.E + self.N), damping=DAMPING, directed=False, weights="weight",
             reset=reset, implementation="prpack"))
 
-    def scores(self, q_fact: np.ndarray, q_passage_sims: np.ndarray) -> np.ndarray | None:
-        """PageRank mass per passage for one question, or None when there is no fact (then
-        the dense ranking answers)."""
+    def scores(self, q_fact: np.ndarray, q_passage_sims: np.ndarray, *, question=None,
+               fact_filter=None) -> np.ndarray | None:
+        """PageRank mass per passage for one question, or None when no fact is left (then
+        the dense ranking answers).  ``fact_filter`` (an
+        :class:`~evireform.llm.LLMFactFilter`, with the ``question`` text): the
+        recognition memory that keeps the relevant ones of the top 5 facts."""
         if not len(self.facts):
             return None
-        return self.pagerank(self.reset(q_fact, q_passage_sims))[self.E:]
+        top = None
+        if fact_filter is not None:
+            _, top5 = self.candidates(q_fact)
+            kept = fact_filter.filter(question, [self.facts[int(f)] for f in top5])
+            top = top5[list(kept)]
+            if not len(top):
+                return None
+        return self.pagerank(self.reset(q_fact, q_passage_sims, top))[self.E:]
 
 
 def index_triples(idx) -> list[list[tuple]]:
@@ -203,10 +224,15 @@ def hipporag2_rankings(inputs, k: int) -> list[list[int]]:
     else:
         triples = index_triples(idx)
     h = HippoRAG2(triples, inputs.embedder, show_progress=inputs.show_progress)
+    llm = getattr(inputs, "llm", None)
+    fact_filter = None
+    if llm is not None:
+        from ..llm import LLMFactFilter
+        fact_filter = LLMFactFilter(llm)
     out = []
     for b in range(len(inputs.questions)):
         sims = inputs.P @ inputs.Q[b]
-        s = h.scores(inputs.Q[b], sims)
+        s = h.scores(inputs.Q[b], sims, question=inputs.questions[b], fact_filter=fact_filter)
         if s is None:
             s = min_max_normalize(sims)
         out.append([int(j) for j in np.argsort(s)[::-1][:k]])

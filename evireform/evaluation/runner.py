@@ -217,7 +217,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     base_cfg = config or EviReformConfig()
     kmax = max(KS)
     inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress,
-                            openie_path=openie_path)
+                            openie_path=openie_path, llm=llm)
     rankings: dict[str, list[list[int]]] = {}
     traces: dict[str, list] = {}
     by_cfg: dict = {}
