@@ -423,6 +423,8 @@ SCHEMAS = {
     "hipporag2-filter": {"type": "object", "required": ["facts"],
                          "properties": {"facts": {"type": "array",
                                                   "items": {"type": "integer"}}}},
+    "hiq-rewrite": {"type": "object", "required": ["query"],
+                    "properties": {"query": {"type": "string"}}},
     "reader": {"type": "object", "required": ["answer"],
                "properties": {"answer": {"type": "string"}}},
     "extract": {"type": "object", "required": ["propositions"], "properties": {
@@ -925,6 +927,43 @@ class LLMFactFilter(_LLMRole):
         value, repaired, why = self._run("hipporag2-filter", messages, validate,
                                          lambda: self.fallback.filter(question, facts))
         return RoleResult(value, role="hipporag2-filter", repaired=repaired, fallback=why)
+
+
+class LLMRewriter(_LLMRole):
+    """Hi-Q's resolution operator, its rewriting step (role ``hiq-rewrite``): a dependent
+    query rewritten from the resolved history before it is retrieved (``{"query": str}``);
+    the LLM-free fallback puts the prerequisite's answer in place of ``#1``
+    (:class:`~evireform.roles.SubstitutionRewriter`)."""
+
+    name = "llm-hiq-rewrite"
+
+    def __init__(self, client: LLMClient, fallback=None):
+        from .roles import SubstitutionRewriter
+        super().__init__(client, fallback or SubstitutionRewriter())
+
+    def rewrite(self, dependent: str, prerequisite: str, answer: str) -> RoleResult:
+        messages = [
+            {"role": "system", "content": "A multi-hop question was split into a prerequisite "
+             "question, now answered, and a dependent question in which #1 stands for that "
+             "answer. Rewrite the dependent question as one self-contained search query that "
+             "uses the answer and keeps every other constraint; do not answer it. "
+             + _UNTRUSTED + ' Reply with JSON: {"query": string}.'},
+            {"role": "user", "content": f"Prerequisite: {_quote(prerequisite)}\nIts answer: "
+                                        f"{_quote(answer)}\nDependent: {_quote(dependent)}"}]
+
+        def validate(obj):
+            q = obj.get("query") if isinstance(obj, dict) else None
+            if not isinstance(q, str) or not q.strip():
+                raise ContractError("no 'query' string")
+            q = " ".join(q.split())
+            if len(q) > MAX_QUERY_CHARS:
+                raise ContractError(f"the query is over {MAX_QUERY_CHARS} characters")
+            return [q]
+
+        value, repaired, why = self._run(
+            "hiq-rewrite", messages, validate,
+            lambda: [self.fallback.rewrite(dependent, prerequisite, answer)])
+        return RoleResult(value, role="hiq-rewrite", repaired=repaired, fallback=why)
 
 
 def context_within_budget(passages, budget_tokens: int = 3000) -> list:

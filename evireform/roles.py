@@ -370,3 +370,13 @@ class HeuristicSplitter:
 
     def verify(self, query: str, first: str, second: str) -> bool:
         return covers(query, first, second)
+
+
+class SubstitutionRewriter:
+    """Hi-Q's LLM-free rewriting: the prerequisite's answer put in place of ``#1`` in the
+    dependent query (:class:`evireform.llm.LLMRewriter` is the LLM's)."""
+
+    name = "substitution"
+
+    def rewrite(self, dependent: str, prerequisite: str, answer: str) -> str:
+        return dependent.replace("#1", answer)

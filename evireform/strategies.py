@@ -55,8 +55,8 @@ from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
 from .roles import (MAX_QUERY_CHARS, QUESTION_STOPWORDS as _QSTOP, BridgeReformulator,
-                    HeuristicSplitter, RoleResult, clean_queries, constraints as _constraints,
-                    covers, split_query)
+                    HeuristicSplitter, RoleResult, SubstitutionRewriter, clean_queries,
+                    constraints as _constraints, covers, split_query)
 
 __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
            "split_query", "covers"]
@@ -424,8 +424,8 @@ class HiQ(_Strategy):
 
     def __init__(self, index, embedder=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
-                 k_read: int = 5, llm=None, splitter=None, reader=None, backend="auto",
-                 engine=None):
+                 k_read: int = 5, llm=None, splitter=None, reader=None, rewriter=None,
+                 backend="auto", engine=None):
         int_at_least(max_depth, 0, "max_depth")
         if not 0.0 <= float(coverage) <= 1.0:
             raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
@@ -435,10 +435,13 @@ class HiQ(_Strategy):
         self.k_read = positive_int(k_read, "k_read")
         self.bridges = BridgeReformulator()
         if llm is not None:
-            from .llm import LLMReader, LLMSplitter
+            from .llm import LLMReader, LLMRewriter, LLMSplitter
             reader, splitter = reader or LLMReader(llm), splitter or LLMSplitter(llm)
+            rewriter = rewriter or LLMRewriter(llm)
         self.reader = reader
         self.splitter = splitter or HeuristicSplitter()
+        #: rewrites a dependent query from the resolved prerequisite before it is retrieved
+        self.rewriter = rewriter or SubstitutionRewriter()
 
 
     # -- the operators
@@ -499,8 +502,12 @@ class HiQ(_Strategy):
             return node
         first, second = parts
         c1 = self._solve(first, depth + 1, events)
-        if c1.answer:  # the prerequisite resolved: its answer goes into the dependent
-            dependent = second.replace("#1", c1.answer)
+        if c1.answer:  # the prerequisite resolved: the dependent rewritten from it
+            got = self.rewriter.rewrite(second, first, c1.answer)
+            if isinstance(got, RoleResult):
+                events.extend(got.events())
+                got = got[0]
+            dependent = got
             c2 = self._solve(" ".join(dependent.split())[:MAX_QUERY_CHARS], depth + 1, events)
         else:  # unresolved: the dependent keeps the prerequisite's question, tried once
             events.append("hiq:prerequisite-unresolved")

@@ -417,3 +417,53 @@ def test_strategies_on_an_index_without_propositions_fill_to_k():
         r = S(idx, e).retrieve("Who is the Zeta of Orvel?", 3)
         assert r.ids == ["a", "b"] and [p.score for p in r.passages] == [0.0, 0.0]
         assert r.evidence_graph().edges == []
+
+
+def test_hiq_rewrites_the_dependent_from_the_resolved_prerequisite():
+    """Hi-Q's resolution operator rewrites a dependent query from the resolved history
+    before retrieving it: the rewriter's query is the one retrieved (the LLM-free rewriter
+    substitutes the answer for #1; the LLM's, role hiq-rewrite, falls back to it)."""
+    from evireform import PropositionIndex
+    from evireform.embed import HashingEmbedder
+    from evireform.llm import LLMRewriter
+    from evireform.roles import SubstitutionRewriter
+    from evireform.strategies import HiQ
+    emb = HashingEmbedder(32)
+    idx = PropositionIndex.build(["Alice Smith was born in Paris.", "Paris is in France."],
+                                 emb, show_progress=False)
+
+    class Split:
+        def split(self, q):
+            return [("Where was Alice Smith born?", "Which country is #1 in?")]
+
+        def verify(self, q, a, b):
+            return True
+
+    class Rewrite:
+        seen = []
+
+        def rewrite(self, dependent, prerequisite, answer):
+            self.seen.append((dependent, prerequisite, answer))
+            return f"country of {answer}"
+    h = HiQ(idx, emb, splitter=Split(), rewriter=Rewrite(), max_depth=1)
+    h._resolve = lambda node, events: (setattr(node, "answer", "Paris") or True) \
+        if node.query.startswith("Where") else False
+    res = h.retrieve("Which country was Alice Smith born in?", 2)
+    tree = res.trace.tree
+    assert Rewrite.seen == [("Which country is #1 in?", "Where was Alice Smith born?",
+                             "Paris")]
+    assert [c.query for c in tree.children] == ["Where was Alice Smith born?",
+                                                 "country of Paris"]
+    assert SubstitutionRewriter().rewrite("Which country is #1 in?", "x", "Paris") == \
+        "Which country is Paris in?"
+
+    class Down:
+        def ask(self, role, messages, validate):
+            assert role == "hiq-rewrite" and "#1" in messages[1]["content"]
+            raise ConnectionError("down")
+
+        def _count(self, role, **kw):
+            pass
+    got = LLMRewriter(Down()).rewrite("Which country is #1 in?", "Where?", "Paris")
+    assert list(got) == ["Which country is Paris in?"]
+    assert got.events() == ["hiq-rewrite:fallback:ConnectionError"]
