@@ -35,6 +35,7 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -42,8 +43,24 @@ from . import kernels as K
 from .filters import CACHE_SIZE, RestrictionCache
 from .kernels._backend import gpu_missing_reason
 
-__all__ = ["CpuEngine", "DeviceEngine", "PRECISIONS", "make_engine", "gpu_usable", "restrict",
-           "search", "rank", "pack_seeds"]
+__all__ = ["Engine", "CpuEngine", "DeviceEngine", "PRECISIONS", "make_engine", "gpu_usable",
+           "restrict", "search", "rank", "pack_seeds"]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What a retriever runs on (see the module docstring): host arrays in and out.  An
+    engine that answers filtered questions also has ``takes_restriction = True`` and a
+    ``restrictions`` cache (:class:`~evireform.filters.RestrictionCache`)."""
+
+    @property
+    def n_props(self) -> int: ...
+
+    def search_batch(self, Q, k: int, *, restriction=None) -> tuple[np.ndarray, np.ndarray]:
+        ...
+
+    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
+                   restriction=None) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class CpuEngine:
@@ -209,7 +226,7 @@ def gpu_usable() -> bool:
 PRECISIONS = ("auto", "float32", "int8", "fp16")
 
 
-def make_engine(index, backend="auto", *, precision: str = "auto", searcher=None):
+def make_engine(index, backend="auto", *, precision: str = "auto", searcher=None) -> Engine:
     """The engine for ``index``, the one reader of the backend and precision settings.
 
     ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the index's

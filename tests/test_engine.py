@@ -122,6 +122,10 @@ def test_make_engine_is_the_one_reader_of_backend_and_precision():
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
     assert "search_precision" not in {f.name for f in __import__("dataclasses").fields(idx)}
+    from evireform.engine import Engine
+    assert isinstance(e8, Engine) and isinstance(make_engine(idx, idx.to_device("numpy")),
+                                                 Engine)
+    assert not isinstance(object(), Engine)
     dev = idx.to_device("numpy", precision="fp16")
     assert dev.precision == "fp16" and idx.to_device("numpy", precision="fp32") is \
         idx.to_device("numpy", precision="float32")

@@ -48,3 +48,5 @@ def test_the_cli_prints_the_log_at_its_level(tmp_path, capsys):
     assert "evireform: INFO: loaded" in capsys.readouterr().err
     assert main(args) == 0
     assert "INFO" not in capsys.readouterr().err
+    assert main(["-v", *args]) == 0
+    assert "evireform: INFO: loaded" in capsys.readouterr().err

@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="evireform", description="EviReform multi-hop retrieval: build, query, update, "
         "serve and evaluate proposition indexes.")
     p.add_argument("--version", action="version", version=f"evireform {__version__}")
+    p.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="info",
+                   default="warning",
+                   help="the same as --log-level info")
     p.add_argument("--log-level", choices=("error", "warning", "info", "debug"),
                    default="warning",
                    help="what the library logs to stderr (logger 'evireform': index loads "
