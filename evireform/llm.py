@@ -759,8 +759,10 @@ class _LLMRole:
             return value, repaired, None
         except Exception as exc:  # contract broken twice, endpoint down, timeout, ...
             self.client._count(role, failures=1)
-            log.warning("LLM role %s fell back to its LLM-free implementation: %s: %.200s",
-                        role, type(exc).__name__, exc)
+            # offline, a miss is expected (the replay summary counts them): info, not warning
+            log.log(logging.INFO if isinstance(exc, OfflineMiss) else logging.WARNING,
+                    "LLM role %s fell back to its LLM-free implementation: %s: %.200s",
+                    role, type(exc).__name__, exc)
             return fallback_call(), getattr(exc, "after_repair", False), type(exc).__name__
 
 

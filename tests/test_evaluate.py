@@ -149,6 +149,13 @@ def test_eval_with_llm_roles_and_reader(tmp_path, monkeypatch, capsys):
                      str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
                      "dense,evireform", "--llm", "--reader", "--llm-base-url", url,
                      "--llm-model", "scripted", "--json", str(out), "--quiet"]) == 0
+        printed = capsys.readouterr().out
+        assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
+                     str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--methods",
+                     "dense,evireform", "--reader", "--llm-base-url", url, "--llm-model",
+                     "scripted", "--markdown", "--quiet"]) == 0
+        md = capsys.readouterr().out
+        assert "| answer F1 | answer EM |" in md and "| 100.00 | 100.00 |" in md
     finally:
         srv.shutdown()
     rep = json.loads(out.read_text())
@@ -156,7 +163,6 @@ def test_eval_with_llm_roles_and_reader(tmp_path, monkeypatch, capsys):
     assert rep["llm_usage"]["select"]["calls"] == 1
     assert rep["llm_usage"]["reformulate"]["calls"] == 1
     assert rep["llm_usage"]["reader"]["tokens_in"] == 2 * 11
-    printed = capsys.readouterr().out
     assert "F1 100.00" in printed and "llm reader: 2 calls" in printed
     assert main(["eval", "--questions", str(tmp_path / "hot.json"), "--corpus",
                  str(tmp_path / "corpus.json"), "--embedder", "hashing-64", "--reader",

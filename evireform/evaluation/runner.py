@@ -372,10 +372,14 @@ def markdown_table(report: "EvalReport", ks=KS) -> str:
     """The report as a Markdown table (the README's results are pasted from this)."""
     cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks if not (m == "chain" and k == 1)]
     short = {c: c[0].upper() + "@" + c.split("@")[1] for c in cols}
+    if any("f1" in v for v in report.methods.values()):  # --reader: the answers' F1 and EM
+        cols += ["f1", "em"]
+        short.update(f1="answer F1", em="answer EM")
     lines = ["| method | " + " | ".join(short[c] for c in cols) + " |",
              "|---|" + "---:|" * len(cols)]
     for m, vals in report.methods.items():
-        lines.append(f"| {m} | " + " | ".join(f"{vals[c]:.2f}" for c in cols) + " |")
+        lines.append(f"| {m} | " + " | ".join(f"{vals[c]:.2f}" if c in vals else "–"
+                                              for c in cols) + " |")
     if any("gm" in v for v in report.methods.values()):
         lines += ["", format_graph_table(report, markdown=True)]
     return "\n".join(lines)
