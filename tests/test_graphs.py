@@ -236,12 +236,15 @@ def scripted_llm():
 
 def _hiq_script(first: str, dependent: str) -> list[dict]:
     """Scripted replies for one split of Q: the root unresolved, split and verified, then the
-    reader's answers for the independent and the dependent sub-questions."""
+    reader's answers for the independent sub-question, the rewrite of the dependent from it
+    (only when it resolved: hiq-rewrite) and the dependent's answer."""
     rd = lambda a: {"content": json.dumps({"answer": a})}  # noqa: E731
+    rewrite = [] if first == "noanswer" else [
+        {"content": json.dumps({"query": f"First president of {first}?"})}]
     return [rd("noanswer"),
             {"content": json.dumps({"decomposable": True, "independent": "Who publishes "
                                     "Journal Zeta?", "dependent": "First president of #1?"})},
-            {"content": json.dumps({"covers": True})}, rd(first), rd(dependent)]
+            {"content": json.dumps({"covers": True})}, rd(first), *rewrite, rd(dependent)]
 
 
 def test_hiq_llm_roles_and_their_fallbacks(toy, scripted_llm):
