@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from .documents import Loaded, replace_sources
 from .embed import embedder_from_spec, get_embedder
-from .extract import Extractor, extractor_recorded, make_extractor
+from .extract import extractor_recorded, make_extractor
 from .index import PropositionIndex
 from .llm import LLMController, LLMReformulator, LLMSelector
 from .retriever import EviReform
@@ -89,12 +89,9 @@ def update_extractor(index, extractor=None):
         raise ValueError(f"the index was built from an OpenIE file ({built}); passages cannot "
                          "be added to it without their triples: rebuild it with the new "
                          "passages' triples in the OpenIE file")
-    if isinstance(extractor, Extractor) or (extractor is not None
-                                            and not isinstance(extractor, str)):
-        return extractor
-    if extractor is not None:
+    if isinstance(extractor, str):
         return make_extractor(extractor, built)
-    return extractor_recorded(built)
+    return extractor if extractor is not None else extractor_recorded(built)
 
 
 @dataclass
@@ -133,8 +130,8 @@ def apply_update(index_dir, *, delete: Sequence[str] | None = None, add=None,
     ``upsert``: passages whose ids exist are replaced instead of refused.  ``extractor``:
     see :func:`update_extractor`.  ``before_save(update)`` returning False leaves the saved
     index as it was (``Update.saved`` False): the CLI's ``--strict-llm``."""
-    if isinstance(add, Loaded) is False and not add:
-        add = None
+    if not isinstance(add, Loaded) and not add:
+        add = None  # an empty list adds nothing
     if add is None and not delete:
         raise ValueError("give passages to add and/or ids to delete")
     with index_lock(index_dir):

@@ -39,7 +39,7 @@ from .entities import canonical_entity
 from .extract import HeuristicExtractor
 from .roles import (
     BridgeReformulator, HeuristicSplitter, MAX_QUERY_CHARS, ObservationController,
-    RoleResult, TopScoreSelector, clean_queries)
+    RoleResult, SubstitutionRewriter, TopScoreSelector, clean_queries)
 from .types import Proposition
 
 log = logging.getLogger(__name__)
@@ -940,7 +940,6 @@ class LLMRewriter(_LLMRole):
     name = "llm-hiq-rewrite"
 
     def __init__(self, client: LLMClient, fallback=None):
-        from .roles import SubstitutionRewriter
         super().__init__(client, fallback or SubstitutionRewriter())
 
     def rewrite(self, dependent: str, prerequisite: str, answer: str) -> RoleResult:

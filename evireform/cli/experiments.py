@@ -61,7 +61,7 @@ def _cmd_eval(args) -> int:
             raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     overrides = dict(parse_setting(item) for item in args.set or [])
     client = _llm_client(args)
-    index = extra = None
+    index, extra = None, {}
     if args.index is not None:  # a built index: its embedder unless one is named
         if args.openie or args.lowercase or args.extractor != "heuristic" \
                 or args.extra_corpus:
@@ -78,7 +78,7 @@ def _cmd_eval(args) -> int:
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
                       graph_metrics=args.graph_metrics, filter=_filter_arg(args.filter),
-                      index=index, **(extra or {}))
+                      index=index, **extra)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()

@@ -86,13 +86,13 @@ class HippoRAG2:
                 ents.update((t[0], t[2]))
             chunk_entities.append(ents)
         self.entities = sorted({e for ents in chunk_entities for e in ents})
-        ent_id = {e: i for i, e in enumerate(self.entities)}
+        self._ent_id = ent_id = {e: i for i, e in enumerate(self.entities)}
         self.facts = sorted({t for ts in chunk_triples for t in ts})
         E = len(self.entities)
         #: how many passages' triples contain each entity
         self.ent_passages = np.zeros(E)
         stats: dict[tuple[int, int], float] = {}
-        for j, (ts, ents) in enumerate(zip(chunk_triples, chunk_entities)):
+        for ts, ents in zip(chunk_triples, chunk_entities):
             for t in ts:  # fact edges, both directions, one per triple
                 a, b = ent_id[t[0]], ent_id[t[2]]
                 stats[(a, b)] = stats.get((a, b), 0.0) + 1
@@ -143,14 +143,13 @@ class HippoRAG2:
         return fs, top
 
     def reset(self, q_fact: np.ndarray, q_passage_sims: np.ndarray,
-              top: np.ndarray | None = None) -> np.ndarray:
+              chosen: tuple | None = None) -> np.ndarray:
         """The PageRank reset weights of one question, entities then passages (``q_fact``:
         its embedding, as the facts were embedded; ``q_passage_sims``: its dense similarity
-        to every passage; ``top``: the facts kept, default the top 5 unfiltered); the facts
-        must not be empty."""
-        fs, top5 = self.candidates(q_fact)
-        top = top5 if top is None else top
-        ent_id = {e: i for i, e in enumerate(self.entities)}
+        to every passage; ``chosen``: ``(fact scores, facts kept)`` when a filter chose,
+        default :meth:`candidates` unfiltered); the facts must not be empty."""
+        fs, top = chosen if chosen is not None else self.candidates(q_fact)
+        ent_id = self._ent_id
         weights = np.zeros(self.E + self.N)
         occurs = np.zeros(self.E + self.N)
         seen = {}
@@ -189,14 +188,14 @@ class HippoRAG2:
         recognition memory that keeps the relevant ones of the top 5 facts."""
         if not len(self.facts):
             return None
-        top = None
+        chosen = None
         if fact_filter is not None:
-            _, top5 = self.candidates(q_fact)
+            fs, top5 = self.candidates(q_fact)
             kept = fact_filter.filter(question, [self.facts[int(f)] for f in top5])
-            top = top5[list(kept)]
-            if not len(top):
+            if not len(kept):
                 return None
-        return self.pagerank(self.reset(q_fact, q_passage_sims, top))[self.E:]
+            chosen = (fs, top5[list(kept)])
+        return self.pagerank(self.reset(q_fact, q_passage_sims, chosen))[self.E:]
 
 
 def index_triples(idx) -> list[list[tuple]]:
