@@ -27,8 +27,9 @@ from .store import IndexFormatError, UnsafeTargetError  # noqa: E402
 from .index import PropositionIndex  # noqa: E402
 from .corpus import load_corpus  # noqa: E402
 from .entities import canonical_entity  # noqa: E402
-from .roles import (Candidate, Controller, Reformulator, Selector, BridgeReformulator,  # noqa: E402
-                    ObservationController, TopScoreSelector)
+from .roles import (BridgeReformulator, Candidate, Controller,  # noqa: E402
+                    GraphBridgeReformulator, ObservationController, Reformulator, Selector,
+                    TopScoreSelector)
 from .retriever import (EviReform, EviReformConfig, RankedPassage, RetrievalResult,  # noqa: E402
                         Trace)
 from .explain import EvidenceEdge, EvidenceGraph  # noqa: E402
@@ -39,5 +40,5 @@ __all__ = ["Passage", "Proposition", "PropositionIndex", "IndexFormatError",
            "UnsafeTargetError", "load_corpus", "canonical_entity", "EviReform",
            "EviReformConfig", "RetrievalResult", "RankedPassage", "Trace", "Candidate",
            "Selector", "Reformulator", "Controller", "TopScoreSelector", "BridgeReformulator",
-           "ObservationController", "EvidenceGraph", "EvidenceEdge", "BGR", "HiQ",
+           "GraphBridgeReformulator", "ObservationController", "EvidenceGraph", "EvidenceEdge", "BGR", "HiQ",
            "ShardedSearcher", "__version__"]

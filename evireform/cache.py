@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .corpus import load_corpus
 from .embed import Embedder
-from .extract import Extractor, HeuristicExtractor
+from .extract import Extractor, make_extractor
 from .index import IndexFormatError, PropositionIndex
 from .store import file_sha256
 
@@ -17,17 +17,23 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "evireform"
 
 
-def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | None = None,
+def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | str | None = None,
                  openie_path=None, cache_dir=None, show_progress: bool = True):
     """Load the index for this corpus/extractor/embedder from the cache, or build and save it.
 
-    Returns ``(index, path, built)``.  A cached directory that fails verification is rebuilt.
+    ``extractor``: as :meth:`PropositionIndex.build` takes it (None: ``"auto"``, chosen for
+    the corpus; the cache key names the chosen extractor, so ``"auto"`` on a cased corpus
+    finds the index an explicit ``"heuristic"`` built).  Returns ``(index, path, built)``.
+    A cached directory that fails verification is rebuilt.
     """
     corpus_path = Path(corpus_path)
-    extractor = extractor or HeuristicExtractor()
+    passages = None
     if openie_path is not None:
         ex_key = "openie-" + file_sha256(openie_path)[:12]
     else:
+        if extractor is None or isinstance(extractor, str):  # "auto" measures the corpus
+            passages = load_corpus(corpus_path)
+            extractor = make_extractor(extractor or "auto", passages=passages)
         ex_key = extractor.name
     key = f"{corpus_path.stem}-{file_sha256(corpus_path)[:12]}-{ex_key}-{embedder.name}"
     path = Path(cache_dir or default_cache_dir()) / "indexes" / key
@@ -36,7 +42,8 @@ def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | None
             return PropositionIndex.load(path), path, False
         except IndexFormatError:
             pass  # rebuilt below and replaced atomically
-    passages = load_corpus(corpus_path)
+    if passages is None:
+        passages = load_corpus(corpus_path)
     if openie_path is not None:
         idx = PropositionIndex.from_openie(openie_path, passages, embedder,
                                            show_progress=show_progress)

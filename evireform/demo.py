@@ -15,16 +15,23 @@ from .cache import cached_index
 from .embed import MiniLMEmbedder
 from .evaluation.data import load_questions
 from .retriever import EviReform, EviReformConfig
+from .roles import make_reformulator
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", default="../shared/data", help="folder with hotpotqa/")
+    ap.add_argument("--data", default="../shared/data", help="folder with hotpotqa/ and musique/")
     ap.add_argument("-n", type=int, default=3, help="how many questions to show")
     ap.add_argument("-k", type=int, default=5, help="passages per question")
+    ap.add_argument("--dataset", choices=("hotpotqa", "musique"), default="hotpotqa",
+                    help="which data set's questions and corpus")
+    ap.add_argument("--reformulator", choices=("graph", "spans"), default="graph",
+                    help="the LLM-free reformulator: graph (bridges from the index's "
+                         "entities, the default) or spans (capitalised name spans)")
     args = ap.parse_args(argv)
     data = Path(args.data)
-    qfile, cfile = data / "hotpotqa/hotpotqa.json", data / "hotpotqa/hotpotqa_corpus.json"
+    ds = args.dataset
+    qfile, cfile = data / f"{ds}/{ds}.json", data / f"{ds}/{ds}_corpus.json"
     for f in (qfile, cfile):
         if not f.is_file():
             raise SystemExit(f"demo: {f} not found; pass --data pointing at the HippoRAG data "
@@ -36,7 +43,8 @@ def main(argv=None) -> int:
     st = idx.stats()
     print(", ".join(f"{k} {v:,}" for k, v in st.items() if isinstance(v, int)))
     questions = load_questions(qfile, idx.passages)[: args.n]
-    retriever = EviReform(idx, EviReformConfig(), embedder=emb)
+    retriever = EviReform(idx, EviReformConfig(), embedder=emb,
+                          reformulator=make_reformulator(args.reformulator))
     results = retriever.retrieve_many([q.question for q in questions], args.k)
     for q, res in zip(questions, results):
         print(f"\nQ: {q.question}\n   answer: {q.answer}")
@@ -54,7 +62,7 @@ def main(argv=None) -> int:
                 print(f"            reached from [{rank[e.src]}] via {e.kind} {e.via!r}")
         found = len(q.gold & {p.index for p in res.passages})
         print(f"   gold found in top {args.k}: {found}/{len(q.gold)}")
-    print("\n(* = gold passage.  Full evaluation: evireform eval --dataset hotpotqa)")
+    print(f"\n(* = gold passage.  Full evaluation: evireform eval --dataset {ds})")
     return 0
 
 

@@ -40,7 +40,7 @@ from ._checks import positive_int
 from .build import embed_batch, extract_batch, metadata_json
 from .corpus import as_passages, load_corpus
 from .embed import embedder_from_spec, spec_of
-from .extract import HeuristicExtractor
+from .extract import HeuristicExtractor, make_extractor
 from .llm import LLMClient, LLMExtractor, extractor_name
 from .search import check_queries, merge_topk
 from .shards import Shard, load_shard, read_shard_manifest, shard_bounds
@@ -193,8 +193,10 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
 
     ``embedder`` is an embedder or its spec (``"minilm"``, ``"hashing-256"``, a
     :func:`~evireform.embed.spec_of` dict); workers rebuild it from the spec (on ``cuda``
-    when ``num_gpus > 0``).  ``extractor``: an Extractor (pickled to the workers), a
-    zero-argument factory (e.g. :class:`LLMExtractorFactory`) or None (heuristic).
+    when ``num_gpus > 0``).  ``extractor``: an Extractor (fitted to the corpus here when it
+    learns from it, then pickled to the workers), a zero-argument factory (e.g.
+    :class:`LLMExtractorFactory`), an LLM-free extractor's name, or ``"auto"`` / None (the
+    default: chosen for the corpus's letter case, as :meth:`PropositionIndex.build` does).
     ``concurrency`` embedding actors, each with ``num_gpus`` GPUs; a local Ray instance
     started here gets ``num_cpus`` logical CPUs (default: the machine's, at least
     ``concurrency + 1`` so that extraction tasks run beside the actors).  Shards go to
@@ -211,6 +213,12 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
     for name, v in (("passages_per_batch", passages_per_batch),
                     ("embed_batch_size", embed_batch_size), ("concurrency", concurrency)):
         positive_int(v, name)
+    if extractor is None or isinstance(extractor, str):  # "auto" measures the corpus
+        extractor = make_extractor(extractor or "auto", passages=passages)
+    choice = getattr(extractor, "choice", None)
+    fit = getattr(extractor, "fit", None)
+    if callable(fit):  # corpus statistics (PhraseExtractor) on the driver, then pickled
+        fit(passages)
     ext_name = _check_extractor(extractor)
     cpus = os.cpu_count() or 1
     if ray_address is None and num_cpus is None and not num_gpus and concurrency > cpus:
@@ -264,7 +272,8 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
         from .index import PropositionIndex
         return PropositionIndex.from_batches(
             passages, batches, local.name, int(local.dim), hnsw=hnsw,
-            meta={"extractor": ext_name, "embedder_spec": spec_of(local)})
+            meta={"extractor": ext_name, "embedder_spec": spec_of(local),
+                  **({"extractor_choice": dict(choice)} if choice else {})})
     finally:
         ctx.enable_progress_bars = bars
         if tmp is not None:

@@ -32,7 +32,8 @@ from .build import (
 from .corpus import as_passages
 from .embed import Embedder, normalise_rows, spec_of
 from .entities import fold_mentions
-from .extract import Extractor, HeuristicExtractor, extractor_recorded, read_openie
+from .extract import (
+    Extractor, HeuristicExtractor, extractor_recorded, make_extractor, read_openie)
 from .kernels import (
     EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch,
     quantize_int8, quantized_topk_batch, w_nnz as _w_nnz)
@@ -127,6 +128,16 @@ class PropositionIndex:
         indptr, order = csr
         return order[indptr[j]:indptr[j + 1]]
 
+    def bridge_facts(self) -> "BridgeFacts":
+        """What the LLM-free reformulator (:class:`~evireform.roles.GraphBridgeReformulator`)
+        reads of the index besides A and the embeddings: each passage's title (as given and
+        folded) and which entity names have digits; computed on first use (O(N + E)) and
+        kept."""
+        facts = self.__dict__.get("_bridge_facts")
+        if facts is None:
+            facts = self.__dict__["_bridge_facts"] = BridgeFacts.of(self)
+        return facts
+
     def check_embedder(self, embedder) -> None:
         """Raise ``ValueError`` unless ``embedder`` embeds like the one this index was built
         with: the same name and dimension, and the same prompts where the index recorded
@@ -211,15 +222,27 @@ class PropositionIndex:
 
     @classmethod
     def build(cls, passages: Sequence[Passage | str | dict], embedder: Embedder, *,
-              extractor: Extractor | None = None, batch_size: int = 64,
+              extractor: Extractor | str | None = None, batch_size: int = 64,
               show_progress: bool = True, hnsw: bool | None = None) -> "PropositionIndex":
-        """Extract propositions from ``passages`` (default: :class:`HeuristicExtractor`),
-        embed them in batches with ``embedder``, and build the index.  ``passages`` may be
-        :class:`Passage` objects, plain strings or ``{"id"?, "title"?, "text"}`` dicts."""
+        """Extract propositions from ``passages``, embed them in batches with ``embedder``,
+        and build the index.  ``passages`` may be :class:`Passage` objects, plain strings or
+        ``{"id"?, "title"?, "text"}`` dicts.
+
+        ``extractor``: an :class:`~evireform.extract.Extractor`, an LLM-free one's name
+        (``"heuristic"``, ``"phrases"``), or ``"auto"`` / None (the default): the one
+        :func:`~evireform.extract.choose_extractor` picks for the corpus's letter case
+        (capitalised names for cased text, learnt phrases for lower-cased, all-capitals or
+        caseless scripts), its measurement recorded as ``meta["extractor_choice"]``."""
         passages = as_passages(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
-        extractor = extractor or HeuristicExtractor()
+        if extractor is None or isinstance(extractor, str):
+            extractor = make_extractor(extractor or "auto", passages=passages)
+        choice = getattr(extractor, "choice", None)
+        if choice:
+            log.info("extractor auto: %s (capitalised share %.3f, caseless-script share "
+                     "%.3f, over %d words)", choice["chosen"], choice["capitalised_share"],
+                     choice["uncased_share"], choice["words"])
         if not callable(getattr(extractor, "extract_many", None)):
             raise TypeError(f"{type(extractor).__name__} lacks extract_many; subclass "
                             "evireform.extract.Extractor to inherit it from extract")
@@ -232,7 +255,9 @@ class PropositionIndex:
                                            batch_size=batch_size, show_progress=show_progress)
         idx = cls.from_propositions(passages, props, emb, embedder.name, hnsw=hnsw,
                                     meta={"extractor": extractor.name,
-                                          "embedder_spec": spec_of(embedder)})
+                                          "embedder_spec": spec_of(embedder),
+                                          **({"extractor_choice": dict(choice)}
+                                             if choice else {})})
         log.info("built an index of %d passages: %d propositions, %d entities (%s, %s), "
                  "%.2f s", idx.n_passages, idx.n_props, idx.n_entities, extractor.name,
                  embedder.name, time.perf_counter() - t0)
@@ -526,6 +551,38 @@ class PropositionIndex:
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
+
+
+class BridgeFacts:
+    """Per-index facts the LLM-free reformulator reads (see
+    :meth:`PropositionIndex.bridge_facts`): ``titles[j]``, passage j's title stripped, and
+    ``title_canon[j]``, folded (:func:`~evireform.entities.canonical_entity`);
+    ``has_digit[e]``: entity e's name has a digit (a number, a date, an ordinal).
+    :meth:`words_of` gives a passage's word set, computed once per passage and kept
+    (thread-safe: a race computes it twice)."""
+
+    def __init__(self, titles, title_canon, has_digit, passages):
+        self.titles, self.title_canon, self.has_digit = titles, title_canon, has_digit
+        self._passages = passages
+        self._words: dict[int, frozenset] = {}
+
+    @classmethod
+    def of(cls, index: "PropositionIndex") -> "BridgeFacts":
+        from .entities import canonical_entity
+        from .strings import column
+        raw = [t.strip() for t in column(index.passages, "titles")]
+        has_digit = np.fromiter((any(c.isdigit() for c in n) for n in index.entity_names),
+                                bool, count=index.n_entities)
+        return cls(raw, [canonical_entity(t) for t in raw], has_digit, index.passages)
+
+    def words_of(self, j: int) -> frozenset:
+        """The lower-cased words of passage j's title and text."""
+        w = self._words.get(j)
+        if w is None:
+            from .entities import words
+            p = self._passages[j]
+            w = self._words[j] = frozenset(words(p.title + " " + p.text))
+        return w
 
 
 def _same(a: Passage, b: Passage) -> bool:

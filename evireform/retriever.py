@@ -33,7 +33,7 @@ from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
 from .index import PropositionIndex
 from .roles import (
-    BridgeReformulator, Candidate, Controller, ObservationController, Reformulator,
+    Candidate, Controller, GraphBridgeReformulator, ObservationController, Reformulator,
     RoleResult, Selector, TopScoreSelector, clean_queries)
 
 MODES = ("residual", "residual_only", "repeat_question")
@@ -245,7 +245,7 @@ class EviReform:
             check_embedder(index, embedder)
         self.embedder = embedder
         self.selector = selector or TopScoreSelector()
-        self.reformulator = reformulator or BridgeReformulator()
+        self.reformulator = reformulator or GraphBridgeReformulator()
         self.controller = controller or ObservationController()
         for role, want in ((self.selector, "select"), (self.reformulator, "reformulate"),
                            (self.controller, "assess")):
@@ -318,13 +318,18 @@ class EviReform:
                 seen.append(j)
         return seen
 
-    def _queries(self, question, observed, trace) -> list[str]:
+    def _queries(self, question, observed, trace, vector=None, allowed=None) -> list[str]:
         cfg = self.config
         if not cfg.reformulation or cfg.max_residual == 0:
             return []
-        passages = [self.index.passages[j] for j in observed]
         try:
-            raw = self.reformulator.reformulate(question, passages, cfg.max_residual)
+            indexed = getattr(self.reformulator, "reformulate_indexed", None)
+            if indexed is not None:  # it reads the index's entities (GraphBridgeReformulator)
+                raw = indexed(question, self.index, list(observed), cfg.max_residual,
+                              vector=vector, allowed=allowed)
+            else:
+                passages = [self.index.passages[j] for j in observed]
+                raw = self.reformulator.reformulate(question, passages, cfg.max_residual)
         except Exception:
             raw = []
             trace.role_events.append("reformulate:raised")
@@ -503,6 +508,7 @@ class EviReform:
         for t, q in enumerate(questions):
             keep = cand_i[t] >= 0
             st = _QuestionState(q, SparseSignal(cand_i[t][keep], cand_s[t][keep]))
+            st.vector = H_q[t]
             st.trace.candidates = list(zip(st.cand.ids.tolist(), st.cand.vals.tolist()))
             states.append(st)
         bs = self._map(lambda st: self._select(st.text, st.cand, st.trace), states)
@@ -514,7 +520,8 @@ class EviReform:
             for st in active:
                 st.trace.observed = list(st.observed)
             made = self._map(lambda st: st.pop_gap_queries()
-                             or self._queries(st.text, st.observed, st.trace), active)
+                             or self._queries(st.text, st.observed, st.trace, st.vector,
+                                              None if r is None else r.pmask), active)
             flat = [(st, q) for st, qs in zip(active, made) for q in qs]
             if flat:
                 H_r = embed([q for _, q in flat])
@@ -577,6 +584,7 @@ class _QuestionState:
     observed: list[int] = field(default_factory=list)   # E_q, passage positions
     residual_hits: list[SparseSignal] = field(default_factory=list)  # one per residual query
     gap_queries: list[str] | None = None     # the controller's queries for the next round
+    vector: np.ndarray | None = None         # the question's embedding (the lookahead's)
     seed: Seed | None = None                 # s of the latest round
     result: RetrievalResult | None = None
 

@@ -271,6 +271,221 @@ class BridgeReformulator(Reformulator):
         return out
 
 
+#: words a residual query never keeps from the question (:func:`residual_words`): the
+#: question words above and English function words ("if", "into", "his" are not content)
+_EN_FUNCTION = frozenset("""
+a an the and or but if of in on at to for from by with as into onto over under about after
+before during since until while than then so such not no nor is are was were be been being
+am do does did done have has had having it its he she they them their his her him we us
+our you your i me my this that these those there here who whom whose which what when where
+why how all any both each few more most other some own same too very can could will would
+shall should may might must also only just s t said between through against among per via
+within without upon up down out off again further once
+""".split())
+_RESIDUAL_STOP = frozenset(_QSTOP) | _EN_FUNCTION
+
+
+def residual_words(text: str) -> list[str]:
+    """``text``'s words that a residual query carries: no question words, no English
+    function words, no one-letter tokens (the "s" of a possessive), each once, in order."""
+    return list(dict.fromkeys(w for w in _words(text)
+                              if w not in _RESIDUAL_STOP and (len(w) > 1 or w.isdigit())))
+
+
+_WORD_SPAN = re.compile(r"\w+", re.UNICODE)
+
+
+def surface_form(text: str, name: str) -> str:
+    """How ``text`` spells the entity whose folded name is ``name``: the shortest stretch of
+    ``text`` from a word to a word whose words fold to ``name``'s (so "U.S" and "Dala-Järna"
+    keep their punctuation and case); ``name`` itself when the text does not spell it."""
+    want = name.split()
+    if not want:
+        return name
+    spans = [(m.start(), m.end(), canonical_entity(m.group(0))) for m in _WORD_SPAN.finditer(text)]
+    n = len(want)
+    for k in range(len(spans)):
+        if spans[k][2] != want[0]:
+            continue
+        got, m = [], k
+        while m < len(spans) and len(got) < n:
+            got.extend(spans[m][2].split())
+            m += 1
+        if got == want:
+            return text[spans[k][0]:spans[m - 1][1]]
+    return name
+
+
+class GraphBridgeReformulator(Reformulator):
+    """LLM-free residual queries whose bridges come from the index, not from capital letters
+    (the default reformulator).
+
+    The candidate bridges of an observed passage are the entities its propositions already
+    have in the index (the incidence A and the entity table), whatever extracted them:
+    heuristic names, :class:`~evireform.extract.PhraseExtractor` phrases, OpenIE triples, an
+    LLM, the user's own.  An entity is left out when the question already mentions it (its
+    folded name is in the question, or most of its words are), when it is the passage's own
+    subject (its title, or mostly its title's words), or when its name has a digit (dates,
+    numbers and ordinals are not what a second hop is about).
+
+    ``ranking="lookahead"`` (the default) ranks the candidates of each observed passage by a
+    one-step look through the graph: the best cosine between the question and a
+    proposition that mentions the candidate in a passage not yet observed (at most
+    ``max_lookahead`` propositions a candidate, in id order).  The bridge is the entity whose
+    other mentions continue the question: this reads the index's embeddings and A only, no
+    encoder call and no letter case.  ``ranking="overlap"`` ranks as
+    :class:`BridgeReformulator` does (the question words the proposition shares), also used
+    when no question vector is given.  Ties go to the earlier proposition and the earlier
+    mention.  Observed passages keep their rank order; each gives at most ``per_passage``
+    bridges.
+
+    The query is the bridge as the passage spells it (:func:`surface_form`), followed by the
+    question's content words that the observed passage does not contain (question words,
+    English function words and one-letter tokens dropped: :func:`residual_words`); when the
+    passage contains them all, every content word of the question.
+
+    The retriever calls :meth:`reformulate_indexed` with the index, the observed passages'
+    positions and the question's embedding; :meth:`reformulate` (passages only, no index)
+    answers with :class:`BridgeReformulator`'s capitalised spans.
+    """
+
+    name = "graph-bridge-v1"
+
+    def __init__(self, per_passage: int = 2, ranking: str = "lookahead",
+                 max_lookahead: int = 64):
+        self.per_passage = positive_int(per_passage, "per_passage")
+        if ranking not in ("lookahead", "overlap"):
+            raise ValueError(f"ranking must be 'lookahead' or 'overlap'; got {ranking!r}")
+        self.ranking = ranking
+        self.max_lookahead = positive_int(max_lookahead, "max_lookahead")
+        self._spans = BridgeReformulator(per_passage)
+
+    def reformulate(self, question, observed, max_queries):
+        return self._spans.reformulate(question, observed, max_queries)
+
+    def bridges_indexed(self, question: str, index, observed: Sequence[int], vector=None,
+                        allowed=None) -> list[tuple[int, int, int]]:
+        """Every bridge of the observed passages (positions in ``index``), best first:
+        ``(observed rank, entity id, proposition id)`` (the proposition that mentions it).
+        ``allowed``: a passage mask (a filter's) the lookahead stays inside, so that a
+        filtered search ranks bridges as an index of the matching passages would."""
+        import numpy as np
+        facts = index.bridge_facts()
+        q_canon = canonical_entity(question)
+        q_tokens = set(q_canon.split())
+        q_words = set(_words(question)) - _QSTOP
+        names, texts, g = index.entity_names, index.prop_texts, index.graph
+        look = self.ranking == "lookahead" and vector is not None
+        cands = []  # (rank, key, proposition position, mention position, entity, proposition)
+        for rank, j in enumerate(observed):
+            t_canon = facts.title_canon[j]
+            t_tokens = set(t_canon.split())
+            title = facts.titles[j]
+            seen: set = set()
+            for pos, i in enumerate(index.propositions_of(j).tolist()):
+                ents = g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]].tolist()
+                if not ents:
+                    continue
+                body = texts[i]
+                if title and body.startswith(title + ": "):
+                    body = body[len(title) + 2:]  # the LLM-free extractors' title prefix
+                p_canon = canonical_entity(body)
+                overlap = 0 if look else len(set(_words(body)) & q_words)
+                for e in ents:
+                    if e in seen:
+                        continue
+                    seen.add(e)
+                    c = names[e]
+                    toks = c.split()
+                    if facts.has_digit[e] or not toks or c == t_canon or c in q_canon \
+                            or sum(t in q_tokens for t in toks) * 2 > len(toks) \
+                            or sum(t in t_tokens for t in toks) * 2 > len(toks):
+                        continue
+                    at = p_canon.find(c)
+                    cands.append([rank, -overlap, pos, at if at >= 0 else len(p_canon), e, i])
+        if look and cands:
+            scores = self._lookahead(index, [x[4] for x in cands], observed,
+                                     np.asarray(vector, dtype=index.embeddings.dtype),
+                                     allowed)
+            for x, s in zip(cands, scores):
+                x[1] = -s
+        cands.sort(key=lambda x: x[:4])
+        return [(x[0], x[4], x[5]) for x in cands]
+
+    def _lookahead(self, index, ents, observed, vector, allowed=None):
+        """Per entity: the best cosine of ``vector`` with a proposition that mentions it in
+        a passage neither observed nor outside ``allowed`` (a passage mask: the filter's),
+        over its first ``max_lookahead`` such propositions; 0 when there is none."""
+        import numpy as np
+        g = index.graph
+        ents = np.asarray(ents, dtype=np.int64)
+        lo, hi = g.at_indptr[ents], g.at_indptr[ents + 1]
+        n = hi - lo
+        total = int(n.sum())
+        out = np.zeros(len(ents))
+        if total == 0:
+            return out.tolist()
+        starts = np.concatenate(([0], np.cumsum(n)[:-1]))
+        props = g.at_indices[np.repeat(lo - starts, n) + np.arange(total)]
+        seg = np.repeat(np.arange(len(ents)), n)
+        owner = np.asarray(index.owner)[props]
+        keep = ~np.isin(owner, np.asarray(observed, dtype=np.int64))
+        if allowed is not None:
+            keep &= np.asarray(allowed, dtype=bool)[owner]
+        props, seg = props[keep], seg[keep]
+        if len(props):
+            first = np.searchsorted(seg, seg)  # where each entity's kept propositions start
+            cut = np.arange(len(seg)) - first < self.max_lookahead
+            props, seg = props[cut], seg[cut]
+            best = np.full(len(ents), -np.inf)
+            np.maximum.at(best, seg, index.embeddings[props] @ vector)
+            out = np.where(np.isfinite(best), best, 0.0)
+        return out.tolist()
+
+    def reformulate_indexed(self, question: str, index, observed: Sequence[int],
+                            max_queries: int, vector=None, allowed=None) -> list[str]:
+        """Residual queries for ``observed`` (passage positions of ``index``); ``vector``:
+        the question's embedding (the lookahead ranking needs it); ``allowed``: the
+        filter's passage mask, or None."""
+        observed = list(observed)
+        q_words = residual_words(question)
+        facts = index.bridge_facts()
+        out: list[str] = []
+        per: dict[int, int] = {}
+        rest_of: dict[int, list[str]] = {}
+        for rank, e, i in self.bridges_indexed(question, index, observed, vector, allowed):
+            if per.get(rank, 0) >= self.per_passage:
+                continue
+            if rank not in rest_of:
+                covered = facts.words_of(observed[rank])
+                rest_of[rank] = [w for w in q_words if w not in covered] or q_words
+            name = index.entity_names[e]
+            b_tokens = set(name.split())
+            query = " ".join([surface_form(index.prop_texts[i], name)]
+                             + [w for w in rest_of[rank] if w not in b_tokens])
+            if query in out:
+                continue
+            out.append(query)
+            per[rank] = per.get(rank, 0) + 1
+            if len(out) >= max_queries:
+                break
+        return out
+
+
+#: the LLM-free reformulators by name (``eval``'s ``evireform_spans`` method runs "spans")
+REFORMULATORS = {"graph": GraphBridgeReformulator, "spans": BridgeReformulator}
+
+
+def make_reformulator(name: str) -> Reformulator:
+    """A fresh LLM-free reformulator: ``"graph"`` (:class:`GraphBridgeReformulator`, the
+    default) or ``"spans"`` (:class:`BridgeReformulator`, capitalised name spans)."""
+    try:
+        return REFORMULATORS[name]()
+    except KeyError:
+        raise ValueError(f"unknown reformulator {name!r}; choose from "
+                         f"{', '.join(REFORMULATORS)}") from None
+
+
 class ObservationController(Controller):
     """LLM-free sufficiency: sufficient once every name the question mentions is found in the
     passages (a proxy for "no entity of the question is left unresolved")."""

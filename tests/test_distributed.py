@@ -164,6 +164,21 @@ def test_ray_build_equals_local_build_on_musique(ray_local, data_dir, tmp_path):
         read_shard(files[0])
 
 
+def test_ray_build_of_lower_cased_text_picks_phrases_like_the_local_build(ray_local,
+                                                                          data_dir):
+    """--extractor auto on lower-cased text: the phrase extractor, fitted on the driver and
+    pickled to the workers, gives the local build's index and records the same choice."""
+    from evireform.distributed import build_ray
+    ps = [Passage(p.id, p.title.lower(), p.text.lower())
+          for p in load_corpus(data_dir / "hotpotqa" / "hotpotqa_corpus.json")[:300]]
+    e = get_embedder("hashing-64")
+    local = PropositionIndex.build(ps, e, show_progress=False)
+    idx = build_ray(ps, "hashing-64", passages_per_batch=100, show_progress=False)
+    assert local.meta["extractor_choice"]["chosen"] == "phrases"
+    assert idx.meta == local.meta and arrays_equal(local, idx)
+    assert idx.entity_names == local.entity_names
+
+
 def test_ray_sharded_searcher_equals_unsharded(ray_local, rng):
     from evireform.distributed import RayShardedSearcher
     from evireform.kernels import cosine_topk_batch

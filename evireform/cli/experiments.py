@@ -11,7 +11,6 @@ from pathlib import Path
 from .._io import Outputs
 from ..cache import cached_index
 from ..embed import get_embedder
-from ..extract import make_extractor
 from ..index import PropositionIndex
 from ..llm import ReplyCache
 from ..retriever import EviReformConfig
@@ -63,7 +62,7 @@ def _cmd_eval(args) -> int:
     client = _llm_client(args)
     index, extra = None, {}
     if args.index is not None:  # a built index: its embedder unless one is named
-        if args.openie or args.lowercase or args.extractor != "heuristic" \
+        if args.openie or args.lowercase or args.extractor != "auto" \
                 or args.extra_corpus:
             raise ValueError("--index is built already: --openie, --lowercase, "
                              "--extra-corpus and --extractor choose how eval builds one")
@@ -71,7 +70,7 @@ def _cmd_eval(args) -> int:
         emb = _index_embedder(args, index)
     else:
         emb = _embedder(args)
-        extra = dict(extractor=make_extractor(args.extractor), lowercase=args.lowercase,
+        extra = dict(extractor=args.extractor, lowercase=args.lowercase,
                      openie_path=args.openie, extra_corpora=args.extra_corpus or ())
     report = run_eval(qpath, cpath, methods, embedder=emb, n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
@@ -199,8 +198,10 @@ def add_eval_parser(sub) -> None:
                     help="comma-separated methods or 'all'")
     _add_embedder_args(ev, batch=False)
     ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
-    ev.add_argument("--extractor", choices=("heuristic", "phrases"), default="heuristic",
-                    help="the LLM-free extractor the index is built with")
+    ev.add_argument("--extractor", choices=("auto", "heuristic", "phrases"), default="auto",
+                    help="the LLM-free extractor the index is built with; auto: chosen by "
+                         "the corpus's letter case (heuristic for cased text, phrases for "
+                         "lower-cased, all-capitals or caseless scripts)")
     ev.add_argument("--filter", metavar="JSON",
                     help="evaluate on the passages matching this where clause or id list "
                          "(@FILE reads it): questions whose gold passages do not all match are "

@@ -12,7 +12,7 @@ from .._io import read_text_file
 from ..application import apply_update
 from ..documents import DOCUMENTS, document_roots
 from ..embed import spec_of
-from ..extract import PhraseExtractor
+from ..extract import make_extractor
 from ..index import PropositionIndex, arrays_equal, disk_bytes
 from ..llm import LLMExtractor
 from ..store import STAMP, UnsafeTargetError, check_target, looks_like_index
@@ -42,11 +42,23 @@ def _cmd_index(args) -> int:
     passages = loaded.passages
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
     show = not args.quiet and not args.json
+    choice = extractor = None
+    if args.extractor == "auto":  # measured once here; the build records the choice
+        extractor = make_extractor("auto", passages=passages)
+        choice, args.extractor = extractor.choice, extractor.choice["chosen"]
+        if show:
+            print(f"extractor auto: {args.extractor} (capitalised share "
+                  f"{choice['capitalised_share']:.3f}, caseless-script share "
+                  f"{choice['uncased_share']:.3f}, over {choice['words']:,} words)",
+                  file=sys.stderr)
+    elif args.extractor in ("heuristic", "phrases"):
+        extractor = make_extractor(args.extractor)
     if args.ray:
-        if args.extractor not in ("heuristic", "llm"):
-            raise SystemExit("evireform index --ray: --extractor must be 'heuristic' or 'llm'")
+        if args.extractor not in ("heuristic", "phrases", "llm"):
+            raise SystemExit("evireform index --ray: --extractor must be 'auto', 'heuristic', "
+                             "'phrases' or 'llm'")
         from ..distributed import LLMExtractorFactory, build_ray
-        factory = None
+        factory = extractor
         if args.extractor == "llm":
             args.llm = True
             factory = LLMExtractorFactory(_llm_client(args).config,
@@ -56,10 +68,7 @@ def _cmd_index(args) -> int:
                         ray_address=args.ray_address,
                         embed_batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
     elif args.extractor in ("heuristic", "phrases", "llm"):
-        extractor = None
-        if args.extractor == "phrases":
-            extractor = PhraseExtractor()
-        elif args.extractor == "llm":
+        if args.extractor == "llm":
             args.llm = True
             extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
@@ -91,6 +100,9 @@ def _cmd_index(args) -> int:
               "(its arrays or strings differ from what was built); it may be unusable: "
               "run evireform verify on it", file=sys.stderr)
     stats = idx.stats()
+    if choice:
+        stats["extractor_choice"] = (f"auto: capitalised share {choice['capitalised_share']}, "
+                                     f"caseless-script share {choice['uncased_share']}")
     stats.update({"extractor": idx.meta.get("extractor"), "bytes_on_disk": disk_bytes(out),
                   "path": str(out), "reload_identical": same,
                   "seconds": round(time.perf_counter() - t0, 2)})
@@ -203,8 +215,11 @@ def add_index_parser(sub) -> None:
     ix.add_argument("--force", action="store_true",
                     help="replace OUT_DIR even when it is a directory that is not an "
                          "evireform index (its contents are deleted)")
-    ix.add_argument("--extractor", default="heuristic",
-                    help="'heuristic' (LLM-free, capitalised names), 'phrases' (LLM-free, "
+    ix.add_argument("--extractor", default="auto",
+                    help="'auto' (LLM-free, chosen by the corpus's letter case: heuristic for "
+                         "cased text, phrases otherwise; the choice and its measurement go "
+                         "in the manifest), 'heuristic' (LLM-free, capitalised names), "
+                         "'phrases' (LLM-free, "
                          "corpus phrases: lower-case text, German, Chinese), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")

@@ -31,6 +31,8 @@ class Method:
     all_slots: bool = False
     #: a strategy of evireform.strategies ("bgr", "hiq") instead of an EviReform variant
     strategy: str | None = None
+    #: the LLM-free reformulator (evireform.roles.REFORMULATORS) when not the default
+    reformulator: str | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -61,6 +63,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
              rounds=3),
     _variant("evireform_select12", "EviReform, LLM-free selector filling all 12 selection slots",
              all_slots=True),
+    Method("evireform_spans", "EviReform whose LLM-free reformulator takes capitalised name "
+           "spans of the observed text (bridge-v2, the default before graph bridges)",
+           reformulator="spans"),
     Method("bgr", "Graph-hop BGR: forward and backward chains, edges intersected",
            strategy="bgr"),
     Method("bgr_union", "BGR with the union of the two chains' edges (an option; the paper "
@@ -165,7 +170,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
     from ..strategies import make_strategy
-    from ..roles import TopScoreSelector
+    from ..roles import TopScoreSelector, make_reformulator
 
     if n is not None:
         positive_int(n, "n (the first n questions)")
@@ -236,9 +241,11 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
             continue
         sel_n = None if m.all_slots else (selector_n or None)
         cfg = base_cfg.with_(**m.overrides)
-        key = (cfg, sel_n)
+        key = (cfg, sel_n, m.reformulator)
         if key not in by_cfg:  # variants with equal settings share one run
             roles = dict(selector=TopScoreSelector(sel_n))
+            if m.reformulator is not None:
+                roles["reformulator"] = make_reformulator(m.reformulator)
             if llm is not None:
                 from ..llm import LLMController, LLMReformulator, LLMSelector
                 roles = dict(selector=LLMSelector(llm, TopScoreSelector(sel_n)),

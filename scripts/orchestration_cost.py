@@ -1,0 +1,96 @@
+"""What ``retrieve()`` costs besides the encoder, on MuSiQue with the default embedder.
+
+    python scripts/orchestration_cost.py [--data ../shared/data] [-n 100] [--repeat 5]
+
+The questions and their residual queries are embedded once by MiniLM; a second pass serves
+those vectors from memory (an embedder that looks texts up), so each timed ``retrieve()`` is
+everything but the two encoder calls: candidate search, selection, reformulation, the
+residual searches, propagation, readout and record building.  Prints the p50 / p90 per
+question for ``retrieve`` one question at a time and for ``retrieve_many`` (per question),
+then the median time of the parts (search, reformulation, the ranking kernels) from
+cProfile-free wall clocks around them.  Run it on a quiet machine and under load.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class Replay:
+    """An embedder that answers from vectors the real one computed before."""
+
+    def __init__(self, real, vectors: dict):
+        self.name, self.dim, self.vectors = real.name, real.dim, vectors
+        self.spec = getattr(real, "spec", None)
+
+    def encode(self, texts):
+        return np.stack([self.vectors[t] for t in texts])
+
+    encode_queries = encode
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("-n", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=5, help="timed passes over the questions")
+    args = ap.parse_args(argv)
+    from evireform import EviReform
+    from evireform.cache import cached_index
+    from evireform.embed import encode_queries, get_embedder
+    data = Path(args.data)
+    qs = [q["question"] for q in json.loads((data / "musique/musique.json").read_text())][:args.n]
+    emb = get_embedder("minilm")
+    idx, _, _ = cached_index(data / "musique/musique_corpus.json", emb, show_progress=False)
+    first = EviReform(idx, embedder=emb)
+    texts = list(qs)
+    for res in first.retrieve_many(qs, 10):
+        texts.extend(res.trace.residual_queries)
+    vectors = dict(zip(texts, encode_queries(emb, texts)))
+    rp = Replay(emb, vectors)
+    r = EviReform(idx, embedder=rp)
+    r.check_embedder = None
+    parts: dict[str, list] = {}
+
+    def clock(name, fn):
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            out = fn(*a, **kw)
+            parts.setdefault(name, []).append(time.perf_counter() - t)
+            return out
+        return timed
+    for q in qs[:8]:
+        r.retrieve(q, 10)  # warm: compiled kernels, per-index caches
+    one, many = [], []
+    for _ in range(args.repeat):
+        for q in qs:
+            t = time.perf_counter()
+            r.retrieve(q, 10)
+            one.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        r.retrieve_many(qs, 10)
+        many.append((time.perf_counter() - t) / len(qs))
+    ms = lambda v, p: np.percentile(v, p) * 1e3  # noqa: E731
+    print(f"MuSiQue, {len(qs)} questions x {args.repeat}: everything but the encoder, "
+          f"retrieve() p50 {ms(one, 50):.2f} ms, p90 {ms(one, 90):.2f} ms; "
+          f"retrieve_many per question p50 {ms(many, 50):.2f} ms")
+    r._search = clock("search", r._search)
+    r._queries = clock("reformulation", r._queries)
+    r._rank_many = clock("ranking (propagation, readout, records)", r._rank_many)
+    r._select = clock("selection", r._select)
+    for q in qs:
+        r.retrieve(q, 10)
+    for name, v in parts.items():
+        per_q = np.sum(v) / len(qs) * 1e3
+        print(f"  {name}: {per_q:.3f} ms a question")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
