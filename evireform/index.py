@@ -558,8 +558,11 @@ class BridgeFacts:
     :meth:`PropositionIndex.bridge_facts`): ``titles[j]``, passage j's title stripped, and
     ``title_canon[j]``, folded (:func:`~evireform.entities.canonical_entity`);
     ``has_digit[e]``: entity e's name has a digit (a number, a date, an ordinal).
-    :meth:`words_of` gives a passage's word set, computed once per passage and kept
-    (thread-safe: a race computes it twice)."""
+    :meth:`words_of` gives a passage's word set, computed once per passage and kept for the
+    last :attr:`MAX_CACHED` passages (thread-safe: a race computes one twice)."""
+
+    #: passages whose word sets :meth:`words_of` keeps at most (then it starts afresh)
+    MAX_CACHED = 4096
 
     def __init__(self, titles, title_canon, has_digit, passages):
         self.titles, self.title_canon, self.has_digit = titles, title_canon, has_digit
@@ -581,6 +584,8 @@ class BridgeFacts:
         if w is None:
             from .entities import words
             p = self._passages[j]
+            if len(self._words) >= self.MAX_CACHED:  # bounded: a big index stays small
+                self._words = {}
             w = self._words[j] = frozenset(words(p.title + " " + p.text))
         return w
 

@@ -280,9 +280,12 @@ class EviReform:
         cfg, idx = self.config, self.index
         cand_ids = cand.ids
         ids, us = cand_ids.tolist(), cand.vals.tolist()
-        texts = idx.prop_texts
-        cands = list(map(Candidate, ids, us, [texts[i] for i in ids],
-                         idx.owner[cand_ids].tolist()))
+        if getattr(self.selector, "reads_text", True):
+            texts = idx.prop_texts
+            shown = [texts[i] for i in ids]
+        else:  # a selector that ranks by score alone: no text decoded per question
+            shown = [""] * len(ids)
+        cands = list(map(Candidate, ids, us, shown, idx.owner[cand_ids].tolist()))
         pos = {i: s for i, s in zip(ids, us) if s > 0}
         try:
             chosen = self.selector.select(question, cands, cfg.max_selected)

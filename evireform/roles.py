@@ -114,6 +114,10 @@ class TopScoreSelector(Selector):
     (README, "Retrieval quality").
     """
 
+    #: it ranks by score alone: the retriever shows it candidates without their text
+    #: (a selector without this attribute, or with it True, gets every candidate's text)
+    reads_text = False
+
     def __init__(self, n: int | None = 4):
         if n is not None:
             positive_int(n, "n (or None)")
@@ -253,22 +257,34 @@ class BridgeReformulator(Reformulator):
 
     def reformulate(self, question, observed, max_queries):
         q_words = [w for w in _words(question) if w not in _QSTOP]
-        out: list[str] = []
-        per: dict[int, int] = {}
-        for rank, bridge in self.bridges(question, observed):
-            if per.get(rank, 0) >= self.per_passage:
-                continue
+
+        def query(rank, bridge):
             p = observed[rank]
             covered = set(_words(p.title + " " + p.text))
             rest = [w for w in q_words if w not in covered]
-            query = " ".join([bridge] + (rest or q_words))
-            if query in out:
-                continue
-            out.append(query)
-            per[rank] = per.get(rank, 0) + 1
-            if len(out) >= max_queries:
-                break
-        return out
+            return " ".join([bridge] + (rest or q_words))
+        return _take_queries(((rank, lambda r=rank, b=bridge: query(r, b))
+                              for rank, bridge in self.bridges(question, observed)),
+                             self.per_passage, max_queries)
+
+
+def _take_queries(ranked, per_passage: int, max_queries: int) -> list[str]:
+    """The residual queries of bridges ranked best first, ``(observed rank, make the
+    query)``: at most ``per_passage`` from one observed passage, no duplicates, at most
+    ``max_queries`` in all (a query is made only when its passage has room)."""
+    out: list[str] = []
+    per: dict[int, int] = {}
+    for rank, make in ranked:
+        if per.get(rank, 0) >= per_passage:
+            continue
+        q = make()
+        if q in out:
+            continue
+        out.append(q)
+        per[rank] = per.get(rank, 0) + 1
+        if len(out) >= max_queries:
+            break
+    return out
 
 
 #: words a residual query never keeps from the question (:func:`residual_words`): the
@@ -295,24 +311,32 @@ def residual_words(text: str) -> list[str]:
 _WORD_SPAN = re.compile(r"\w+", re.UNICODE)
 
 
+def _fold_word(word: str) -> str:
+    """One ``\\w+`` token folded as :func:`canonical_entity` folds it (a fast path for
+    ASCII letters and digits)."""
+    if word.isascii() and word.isalnum():
+        return word.lower()
+    return canonical_entity(word)
+
+
 def surface_form(text: str, name: str) -> str:
-    """How ``text`` spells the entity whose folded name is ``name``: the shortest stretch of
+    """How ``text`` spells the entity whose folded name is ``name``: the first stretch of
     ``text`` from a word to a word whose words fold to ``name``'s (so "U.S" and "Dala-Järna"
     keep their punctuation and case); ``name`` itself when the text does not spell it."""
     want = name.split()
     if not want:
         return name
-    spans = [(m.start(), m.end(), canonical_entity(m.group(0))) for m in _WORD_SPAN.finditer(text)]
-    n = len(want)
-    for k in range(len(spans)):
-        if spans[k][2] != want[0]:
+    spans = list(_WORD_SPAN.finditer(text))
+    for k, m in enumerate(spans):
+        if _fold_word(m.group(0)) != want[0]:
             continue
-        got, m = [], k
-        while m < len(spans) and len(got) < n:
-            got.extend(spans[m][2].split())
-            m += 1
+        got: list[str] = []
+        end = k
+        while end < len(spans) and len(got) < len(want):
+            got.extend(_fold_word(spans[end].group(0)).split())
+            end += 1
         if got == want:
-            return text[spans[k][0]:spans[m - 1][1]]
+            return text[m.start():spans[end - 1].end()]
     return name
 
 
@@ -373,25 +397,16 @@ class GraphBridgeReformulator(Reformulator):
         facts = index.bridge_facts()
         q_canon = canonical_entity(question)
         q_tokens = set(q_canon.split())
-        q_words = set(_words(question)) - _QSTOP
         names, texts, g = index.entity_names, index.prop_texts, index.graph
+        a_indptr, a_indices = np.asarray(g.a_indptr), np.asarray(g.a_indices)  # not memmaps
         look = self.ranking == "lookahead" and vector is not None
-        cands = []  # (rank, key, proposition position, mention position, entity, proposition)
+        cands = []  # [rank, -score, proposition position, mention position, entity, proposition]
         for rank, j in enumerate(observed):
             t_canon = facts.title_canon[j]
             t_tokens = set(t_canon.split())
-            title = facts.titles[j]
             seen: set = set()
             for pos, i in enumerate(index.propositions_of(j).tolist()):
-                ents = g.a_indices[g.a_indptr[i]:g.a_indptr[i + 1]].tolist()
-                if not ents:
-                    continue
-                body = texts[i]
-                if title and body.startswith(title + ": "):
-                    body = body[len(title) + 2:]  # the LLM-free extractors' title prefix
-                p_canon = canonical_entity(body)
-                overlap = 0 if look else len(set(_words(body)) & q_words)
-                for e in ents:
+                for e in a_indices[a_indptr[i]:a_indptr[i + 1]].tolist():
                     if e in seen:
                         continue
                     seen.add(e)
@@ -401,14 +416,39 @@ class GraphBridgeReformulator(Reformulator):
                             or sum(t in q_tokens for t in toks) * 2 > len(toks) \
                             or sum(t in t_tokens for t in toks) * 2 > len(toks):
                         continue
-                    at = p_canon.find(c)
-                    cands.append([rank, -overlap, pos, at if at >= 0 else len(p_canon), e, i])
-        if look and cands:
+                    cands.append([rank, 0.0, pos, 0, e, i])
+        if not cands:
+            return []
+        bodies: dict[int, str] = {}
+
+        def body(x) -> str:
+            """The proposition's text without the LLM-free extractors' title prefix."""
+            i = x[5]
+            if i not in bodies:
+                t, title = texts[i], facts.titles[observed[x[0]]]
+                bodies[i] = t[len(title) + 2:] if title and t.startswith(title + ": ") else t
+            return bodies[i]
+        if look:
             scores = self._lookahead(index, [x[4] for x in cands], observed,
-                                     np.asarray(vector, dtype=index.embeddings.dtype),
-                                     allowed)
-            for x, s in zip(cands, scores):
-                x[1] = -s
+                                     np.asarray(vector, dtype=index.embeddings.dtype), allowed)
+            for x, sc in zip(cands, scores):
+                x[1] = -sc
+        else:
+            q_words = set(_words(question)) - _QSTOP
+            for x in cands:
+                x[1] = -len(set(_words(body(x))) & q_words)
+        # ties within a proposition go to the earlier mention (its text read only then)
+        groups: dict = {}
+        for x in cands:
+            groups.setdefault((x[0], x[1], x[2]), []).append(x)
+        canon: dict[int, str] = {}
+        for group in groups.values():
+            if len(group) > 1:
+                for x in group:
+                    if x[5] not in canon:
+                        canon[x[5]] = canonical_entity(body(x))
+                    at = canon[x[5]].find(names[x[4]])
+                    x[3] = at if at >= 0 else len(canon[x[5]])
         cands.sort(key=lambda x: x[:4])
         return [(x[0], x[4], x[5]) for x in cands]
 
@@ -418,15 +458,16 @@ class GraphBridgeReformulator(Reformulator):
         over its first ``max_lookahead`` such propositions; 0 when there is none."""
         import numpy as np
         g = index.graph
+        at_indptr, at_indices = np.asarray(g.at_indptr), np.asarray(g.at_indices)
         ents = np.asarray(ents, dtype=np.int64)
-        lo, hi = g.at_indptr[ents], g.at_indptr[ents + 1]
+        lo, hi = at_indptr[ents], at_indptr[ents + 1]
         n = hi - lo
         total = int(n.sum())
         out = np.zeros(len(ents))
         if total == 0:
             return out.tolist()
         starts = np.concatenate(([0], np.cumsum(n)[:-1]))
-        props = g.at_indices[np.repeat(lo - starts, n) + np.arange(total)]
+        props = at_indices[np.repeat(lo - starts, n) + np.arange(total)]
         seg = np.repeat(np.arange(len(ents)), n)
         owner = np.asarray(index.owner)[props]
         keep = ~np.isin(owner, np.asarray(observed, dtype=np.int64))
@@ -438,7 +479,7 @@ class GraphBridgeReformulator(Reformulator):
             cut = np.arange(len(seg)) - first < self.max_lookahead
             props, seg = props[cut], seg[cut]
             best = np.full(len(ents), -np.inf)
-            np.maximum.at(best, seg, index.embeddings[props] @ vector)
+            np.maximum.at(best, seg, np.asarray(index.embeddings)[props] @ vector)
             out = np.where(np.isfinite(best), best, 0.0)
         return out.tolist()
 
@@ -450,26 +491,19 @@ class GraphBridgeReformulator(Reformulator):
         observed = list(observed)
         q_words = residual_words(question)
         facts = index.bridge_facts()
-        out: list[str] = []
-        per: dict[int, int] = {}
         rest_of: dict[int, list[str]] = {}
-        for rank, e, i in self.bridges_indexed(question, index, observed, vector, allowed):
-            if per.get(rank, 0) >= self.per_passage:
-                continue
+
+        def query(rank, e, i):
             if rank not in rest_of:
                 covered = facts.words_of(observed[rank])
                 rest_of[rank] = [w for w in q_words if w not in covered] or q_words
             name = index.entity_names[e]
             b_tokens = set(name.split())
-            query = " ".join([surface_form(index.prop_texts[i], name)]
-                             + [w for w in rest_of[rank] if w not in b_tokens])
-            if query in out:
-                continue
-            out.append(query)
-            per[rank] = per.get(rank, 0) + 1
-            if len(out) >= max_queries:
-                break
-        return out
+            return " ".join([surface_form(index.prop_texts[i], name)]
+                            + [w for w in rest_of[rank] if w not in b_tokens])
+        ranked = self.bridges_indexed(question, index, observed, vector, allowed)
+        return _take_queries(((rank, lambda r=rank, e=e, i=i: query(r, e, i))
+                              for rank, e, i in ranked), self.per_passage, max_queries)
 
 
 #: the LLM-free reformulators by name (``eval``'s ``evireform_spans`` method runs "spans")

@@ -32,6 +32,11 @@ BLOCKS["selector-study"] = EV + ["analyze", "selector", "--quiet"]
 BLOCKS["graphs-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
                                  "dense,hipporag_ppr,evireform,bgr,bgr_union,hiq", "--graph-metrics",
                                  "--markdown", "--quiet"]
+# why BGR's intersected graphs rarely have the gold structure: its two chains beside the gold
+# graph (LLM-free, and with the recorded LLM replies on the 20 questions they cover)
+BLOCKS["bgr-diagnosis"] = [sys.executable, "scripts/bgr_diagnosis.py"]
+BLOCKS["bgr-diagnosis-llm"] = [sys.executable, "scripts/bgr_diagnosis.py", "-n", "20",
+                               "--llm-replay", "../shared/llm-replies/hiq-bgr-musique20.jsonl"]
 # the service beside in-process retrieval, both query encoders (about 5 minutes)
 BLOCKS["serve"] = EV + ["bench", "--serve", "--json-only", "--json",
                         "benchmarks/results/serve-cpu.json"]
