@@ -110,8 +110,8 @@ class TopScoreSelector(Selector):
     The paper's selector is an LLM that picks *up to* 12 propositions that jointly clarify the
     question; filling the whole budget with the top 12 spreads the question's seed thinly.
     ``n=4`` is the LLM-free default; ``n=None`` fills the budget (the literal reading).  On the
-    shared data every n from 3 to 8 beat 12 on R@5 and Chain@5 for both HotpotQA and MuSiQue
-    (README, "Retrieval quality").
+    shared data 4 has the best R@5 on HotpotQA and MuSiQue and every n from 3 to 8 beats 12 on
+    HotpotQA (docs/results.md, "The LLM-free selector's seed count").
     """
 
     #: it ranks by score alone: the retriever shows it candidates without their text

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     n = len(qs)
     print(f"{args.method} on MuSiQue, {n} questions"
           f"{' (LLM replay)' if llm else ' (LLM-free)'}; gold graphs by edge count: "
-          + ", ".join(f"{e} edges: {m}" for e, m in sorted(shapes.items())))
+          + ", ".join(f"{e} edges: {m}" for e, m in sorted(shapes.items())) + "\n")
     print("| what | questions | % |\n|---|---:|---:|")
     for k in row:
         print(f"| {k} | {c[k]} | {100 * c[k] / n:.0f} |")
