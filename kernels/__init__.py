@@ -229,8 +229,8 @@ def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
     k = min(k, M)
     if B == 0 or M == 0:
         return np.full((B, k), -1, np.int64), np.zeros((B, k), np.float32)
-    if B <= config.SMALL_BATCH:
-        # a few queries: the single-query kernel (same scores bitwise, no padded queries)
+    if B <= config.SEARCH_SMALL_BATCH:
+        # one query: the single-query kernel (same scores bitwise, no padded queries)
         heap_i = np.full((B, k), -1, np.int64)
         heap_v = np.zeros((B, k), np.float32)
         for b in range(B):

@@ -43,6 +43,16 @@ DEGREE_EPS = 1e-12
 #: instead of allocating index-sized scratch per call).  Results are the same either way.
 SMALL_BATCH = 4
 
+#: Batched exact search with at most this many queries runs the single-query kernel once per
+#: query; more run the batch kernel, which reads the embeddings once for the whole batch (the
+#: two accumulate every dot product in the same order: the results are bitwise equal).  A
+#: search is memory-bound once the embeddings are not in cache, as between the steps of a
+#: retrieval: on the MuSiQue index (6,501 x 384 float32, 10 MB), with the cache flushed
+#: before each call, 2 / 3 / 4 queries took 1.36 / 1.97 / 2.19 ms looped and 1.15 / 1.22 /
+#: 1.22 ms batched, one query 1.08 against 1.06 (``scripts/search_batch_crossover.py``, this
+#: 2-core machine), so only one query takes the loop.
+SEARCH_SMALL_BATCH = 1
+
 #: A search over some rows (``cosine_topk_batch(..., rows=...)``: a filter's matching
 #: propositions) with more than ``SMALL_BATCH`` queries copies the rows into blocks of at
 #: most this many bytes and scans each with the batch kernel; fewer queries read the rows in

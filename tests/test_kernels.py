@@ -331,6 +331,27 @@ def test_single_and_batch_scores_are_bitwise_equal(rng, M, d):
     np.testing.assert_allclose(S, Q @ H.T, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("B", [1, 2, 3, 5])
+def test_a_few_queries_search_alike_looped_or_batched(rng, B):
+    """Up to config.SEARCH_SMALL_BATCH queries loop over the single-query kernel, more take
+    the batch kernel: either way every query gets bitwise its single search's result."""
+    H = unit_rows(rng, 3001, 48)
+    Q = unit_rows(rng, B, 48)
+    bi, bv = K.cosine_topk_batch(H, Q, 9)
+    saved = K.config.SEARCH_SMALL_BATCH
+    try:
+        K.config.SEARCH_SMALL_BATCH = B  # the loop
+        li, lv = K.cosine_topk_batch(H, Q, 9)
+    finally:
+        K.config.SEARCH_SMALL_BATCH = saved
+    np.testing.assert_array_equal(bi, li)
+    np.testing.assert_array_equal(bv, lv)
+    for b in range(B):
+        i, v = K.cosine_topk(H, Q[b], 9)
+        np.testing.assert_array_equal(i, bi[b][:len(i)])
+        np.testing.assert_array_equal(v, bv[b][:len(i)])
+
+
 def test_small_batches_use_single_kernels_with_same_results(rng):
     g = random_graph(rng, 500, 60)
     pm = random_passages(rng, 500, 90)
