@@ -7,8 +7,8 @@ those vectors from memory (an embedder that looks texts up), so each timed ``ret
 everything but the two encoder calls: candidate search, selection, reformulation, the
 residual searches, propagation, readout and record building.  Prints the p50 / p90 per
 question for ``retrieve`` one question at a time and for ``retrieve_many`` (per question),
-then the median time of the parts (search, reformulation, the ranking kernels) from
-cProfile-free wall clocks around them.  Run it on a quiet machine and under load.
+then the mean time of its parts (search, selection, reformulation, ranking) from wall
+clocks around them, as a Markdown table.  Run it on a quiet machine and under load.
 """
 import argparse
 import json
@@ -77,9 +77,10 @@ def main(argv=None) -> int:
         r.retrieve_many(qs, 10)
         many.append((time.perf_counter() - t) / len(qs))
     ms = lambda v, p: np.percentile(v, p) * 1e3  # noqa: E731
-    print(f"MuSiQue, {len(qs)} questions x {args.repeat}: everything but the encoder, "
-          f"retrieve() p50 {ms(one, 50):.2f} ms, p90 {ms(one, 90):.2f} ms; "
-          f"retrieve_many per question p50 {ms(many, 50):.2f} ms")
+    print(f"MuSiQue, {len(qs)} questions x {args.repeat} passes, everything but the encoder:\n")
+    print("| measure | ms |\n|---|---:|")
+    print(f"| retrieve() p50 | {ms(one, 50):.2f} |\n| retrieve() p90 | {ms(one, 90):.2f} |")
+    print(f"| retrieve_many, per question, p50 over passes | {ms(many, 50):.2f} |")
     r._search = clock("search", r._search)
     r._queries = clock("reformulation", r._queries)
     r._rank_many = clock("ranking (propagation, readout, records)", r._rank_many)
@@ -87,8 +88,7 @@ def main(argv=None) -> int:
     for q in qs:
         r.retrieve(q, 10)
     for name, v in parts.items():
-        per_q = np.sum(v) / len(qs) * 1e3
-        print(f"  {name}: {per_q:.3f} ms a question")
+        print(f"| retrieve(), {name}, mean a question | {np.sum(v) / len(qs) * 1e3:.2f} |")
     return 0
 
 

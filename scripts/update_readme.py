@@ -54,6 +54,8 @@ for _ds in ("hotpotqa", "musique"):
         "eval", "--dataset", _ds, "--methods", "dense,hipporag_ppr,evireform_spans,evireform",
         "--lowercase", "--markdown", "--quiet"]
 BLOCKS["bench-filter"] = EV + ["bench", "--only", "filter"]
+# a retrieval's clock besides the encoder, on MuSiQue (a quiet machine)
+BLOCKS["orchestration"] = [sys.executable, "scripts/orchestration_cost.py"]
 # HippoRAG 2's retrieval (hipporag2) on its own OpenIE graph and on the heuristic graph, and
 # MuSiQue with the other two corpora as distractors (9,002 passages)
 _H2 = ["eval", "--dataset", "musique", "--methods", "dense,hipporag_ppr,hipporag2,evireform"]
