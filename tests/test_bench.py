@@ -149,3 +149,19 @@ def test_bench_plot_draws_one_bar_per_case(tmp_path):
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     # 6 bars (the case without a peer has no ratio): 0.28 in each plus 1.2 in at 120 dpi
     assert abs(int.from_bytes(head[20:24], "big") - (0.28 * 6 + 1.2) * 120) <= 1
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_bench_waits_passively_unless_told(tmp_path, monkeypatch, given):
+    """`evireform bench` makes OpenMP threads wait passively (spinning pools of one library
+    steal the cores of the next call on a loaded machine) unless the user set the policy;
+    the report records it."""
+    import json
+    from evireform.cli import main
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    out = tmp_path / "b.json"
+    assert main(["bench", "--quick", "--only", "limit", "--json", str(out), "--json-only"]) == 0
+    assert json.loads(out.read_text())["machine"]["omp_wait_policy"] == (given or "PASSIVE")

@@ -74,7 +74,8 @@ def machine() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
-            "numpy": np.__version__, "numba": numba.__version__}
+            "numpy": np.__version__, "numba": numba.__version__,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
