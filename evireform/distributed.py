@@ -40,7 +40,7 @@ from ._checks import positive_int
 from .build import embed_batch, extract_batch, metadata_json
 from .corpus import as_passages, load_corpus
 from .embed import embedder_from_spec, spec_of
-from .extract import HeuristicExtractor, make_extractor
+from .extract import make_extractor
 from .llm import LLMClient, LLMExtractor, extractor_name
 from .search import check_queries, merge_topk
 from .shards import Shard, load_shard, read_shard_manifest, shard_bounds
@@ -148,9 +148,7 @@ _WORKER_EXTRACTORS: dict = {}  # one extractor per factory in each worker proces
 
 
 def _check_extractor(extractor) -> str:
-    """The extractor's name; ``TypeError`` unless it is None, an Extractor or a factory."""
-    if extractor is None:
-        return HeuristicExtractor.name
+    """The extractor's name; ``TypeError`` unless it is an Extractor or a factory."""
     if not callable(getattr(extractor, "extract_many", None)) and not callable(extractor):
         raise TypeError("extractor must be an Extractor or a zero-argument factory of one")
     return getattr(extractor, "name", None) or extractor().name
@@ -158,8 +156,6 @@ def _check_extractor(extractor) -> str:
 
 def _make_extractor(extractor):
     """In a worker: the extractor itself, or the one this process built from the factory."""
-    if extractor is None:
-        return HeuristicExtractor()
     if callable(getattr(extractor, "extract_many", None)):
         return extractor
     key = repr(extractor)

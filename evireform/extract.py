@@ -184,10 +184,11 @@ class HeuristicExtractor(Extractor):
 
 
 # --------------------------------------------------------------------------- phrases
-#: function words of the languages the phrase extractor meets most (English, German, French,
-#: Spanish, Italian, Dutch) and Chinese function characters: a phrase never starts or ends
+#: function words of the languages the phrase extractor meets most (English
+#: (:data:`ENGLISH_STOPWORDS`), German, French, Spanish, Italian, Dutch) and Chinese function
+#: characters: a phrase never starts or ends
 #: with one, and none is an entity alone
-STOPWORDS = frozenset("""
+ENGLISH_STOPWORDS = frozenset("""
 a an the and or but if of in on at to for from by with as into onto over under about after
 before during since until while than then so such not no nor is are was were be been being
 am do does did done have has had having it its it's he she they them their his her him we us
@@ -196,6 +197,8 @@ why how all any both each few more most other some own same too very can could w
 shall should may might must one also only just s t said later first new well many much
 between through against among per via within without upon up down out off again further
 once based known called named became become including include includes
+""".split())
+STOPWORDS = ENGLISH_STOPWORDS | frozenset("""
 der die das des dem den ein eine einer eines einem einen und oder aber nicht ist sind war
 waren wird werden wurde wurden hat haben hatte im in am an auf aus bei mit nach von vor zu
 zum zur für über unter durch als auch sich es er sie wir ihr ich du man dass daß wie wo was

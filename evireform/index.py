@@ -48,6 +48,9 @@ from .types import Passage, Proposition
 
 log = logging.getLogger(__name__)
 
+#: passages whose word sets :meth:`PropositionIndex.passage_words` keeps at most
+WORDS_CACHED = 4096
+
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
            "disk_bytes", "hnsw_topk_batch", "subset_index"]
 
@@ -128,15 +131,19 @@ class PropositionIndex:
         indptr, order = csr
         return order[indptr[j]:indptr[j + 1]]
 
-    def bridge_facts(self) -> "BridgeFacts":
-        """What the LLM-free reformulator (:class:`~evireform.roles.GraphBridgeReformulator`)
-        reads of the index besides A and the embeddings: each passage's title (as given and
-        folded) and which entity names have digits; computed on first use (O(N + E)) and
-        kept."""
-        facts = self.__dict__.get("_bridge_facts")
-        if facts is None:
-            facts = self.__dict__["_bridge_facts"] = BridgeFacts.of(self)
-        return facts
+    def passage_words(self, j: int) -> frozenset:
+        """The lower-cased words of passage position ``j``'s title and text (what the LLM-free
+        reformulators call covered), kept for the last :data:`WORDS_CACHED` passages asked
+        for (thread-safe: a race computes one twice)."""
+        cache = self.__dict__.setdefault("_words_cache", {})
+        w = cache.get(j)
+        if w is None:
+            from .entities import words
+            p = self.passages[j]
+            if len(cache) >= WORDS_CACHED:  # bounded: a big index stays small
+                cache.clear()
+            w = cache[j] = frozenset(words(p.title + " " + p.text))
+        return w
 
     def check_embedder(self, embedder) -> None:
         """Raise ``ValueError`` unless ``embedder`` embeds like the one this index was built
@@ -551,43 +558,6 @@ class PropositionIndex:
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
-
-
-class BridgeFacts:
-    """Per-index facts the LLM-free reformulator reads (see
-    :meth:`PropositionIndex.bridge_facts`): ``titles[j]``, passage j's title stripped, and
-    ``title_canon[j]``, folded (:func:`~evireform.entities.canonical_entity`);
-    ``has_digit[e]``: entity e's name has a digit (a number, a date, an ordinal).
-    :meth:`words_of` gives a passage's word set, computed once per passage and kept for the
-    last :attr:`MAX_CACHED` passages (thread-safe: a race computes one twice)."""
-
-    #: passages whose word sets :meth:`words_of` keeps at most (then it starts afresh)
-    MAX_CACHED = 4096
-
-    def __init__(self, titles, title_canon, has_digit, passages):
-        self.titles, self.title_canon, self.has_digit = titles, title_canon, has_digit
-        self._passages = passages
-        self._words: dict[int, frozenset] = {}
-
-    @classmethod
-    def of(cls, index: "PropositionIndex") -> "BridgeFacts":
-        from .entities import canonical_entity
-        from .strings import column
-        raw = [t.strip() for t in column(index.passages, "titles")]
-        has_digit = np.fromiter((any(c.isdigit() for c in n) for n in index.entity_names),
-                                bool, count=index.n_entities)
-        return cls(raw, [canonical_entity(t) for t in raw], has_digit, index.passages)
-
-    def words_of(self, j: int) -> frozenset:
-        """The lower-cased words of passage j's title and text."""
-        w = self._words.get(j)
-        if w is None:
-            from .entities import words
-            p = self._passages[j]
-            if len(self._words) >= self.MAX_CACHED:  # bounded: a big index stays small
-                self._words = {}
-            w = self._words[j] = frozenset(words(p.title + " " + p.text))
-        return w
 
 
 def _same(a: Passage, b: Passage) -> bool:

@@ -16,7 +16,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
-from .extract import name_spans, split_sentences
+from .extract import ENGLISH_STOPWORDS, name_spans, split_sentences
 from .types import Passage
 
 
@@ -208,6 +208,11 @@ class LearnedSelector(Selector):
         return [candidates[i].id for i in sorted(top)]
 
 
+def _mostly_in(toks: list, tokens: set) -> bool:
+    """More than half of the name's tokens ``toks`` are among ``tokens``."""
+    return bool(toks) and sum(t in tokens for t in toks) * 2 > len(toks)
+
+
 class BridgeReformulator(Reformulator):
     """LLM-free residual queries: a bridge entity from the observed text plus the question's
     unresolved words.
@@ -228,7 +233,7 @@ class BridgeReformulator(Reformulator):
     @staticmethod
     def _mentioned(c: str, q_canon: str, q_tokens: set) -> bool:
         toks = c.split()
-        return c in q_canon or (bool(toks) and sum(t in q_tokens for t in toks) * 2 > len(toks))
+        return c in q_canon or _mostly_in(toks, q_tokens)
 
     def bridges(self, question, observed) -> list[tuple[int, str]]:
         """Every bridge span of the observed passages, best first: ``(observed rank, span)``
@@ -247,8 +252,7 @@ class BridgeReformulator(Reformulator):
                     c = canonical_entity(span)
                     if not c or c in seen or self._mentioned(c, q_canon, q_tokens):
                         continue
-                    toks = c.split()
-                    if c == t_canon or (toks and sum(t in t_tokens for t in toks) * 2 > len(toks)):
+                    if c == t_canon or _mostly_in(c.split(), t_tokens):
                         continue  # the passage's own subject, not a bridge
                     seen.add(c)
                     cands.append((rank, -overlap, si, span))
@@ -288,17 +292,12 @@ def _take_queries(ranked, per_passage: int, max_queries: int) -> list[str]:
 
 
 #: words a residual query never keeps from the question (:func:`residual_words`): the
-#: question words above and English function words ("if", "into", "his" are not content)
-_EN_FUNCTION = frozenset("""
-a an the and or but if of in on at to for from by with as into onto over under about after
-before during since until while than then so such not no nor is are was were be been being
-am do does did done have has had having it its he she they them their his her him we us
-our you your i me my this that these those there here who whom whose which what when where
-why how all any both each few more most other some own same too very can could will would
-shall should may might must also only just s t said between through against among per via
-within without upon up down out off again further once
-""".split())
-_RESIDUAL_STOP = frozenset(_QSTOP) | _EN_FUNCTION
+#: question words above and the English stopwords of the phrase extractor ("if", "into",
+#: "his" are not content), less those that carry a question's meaning ("first", "new",
+#: "known", "called", ...)
+_RESIDUAL_STOP = frozenset(_QSTOP) | (ENGLISH_STOPWORDS - {
+    "one", "later", "first", "new", "well", "based", "known", "called", "named", "became",
+    "become", "including", "include", "includes"})
 
 
 def residual_words(text: str) -> list[str]:
@@ -394,15 +393,15 @@ class GraphBridgeReformulator(Reformulator):
         ``allowed``: a passage mask (a filter's) the lookahead stays inside, so that a
         filtered search ranks bridges as an index of the matching passages would."""
         import numpy as np
-        facts = index.bridge_facts()
         q_canon = canonical_entity(question)
         q_tokens = set(q_canon.split())
         names, texts, g = index.entity_names, index.prop_texts, index.graph
         a_indptr, a_indices = np.asarray(g.a_indptr), np.asarray(g.a_indices)  # not memmaps
         look = self.ranking == "lookahead" and vector is not None
+        titles = [index.passages[j].title.strip() for j in observed]
         cands = []  # [rank, -score, proposition position, mention position, entity, proposition]
         for rank, j in enumerate(observed):
-            t_canon = facts.title_canon[j]
+            t_canon = canonical_entity(titles[rank])
             t_tokens = set(t_canon.split())
             seen: set = set()
             for pos, i in enumerate(index.propositions_of(j).tolist()):
@@ -411,10 +410,9 @@ class GraphBridgeReformulator(Reformulator):
                         continue
                     seen.add(e)
                     c = names[e]
-                    toks = c.split()
-                    if facts.has_digit[e] or not toks or c == t_canon or c in q_canon \
-                            or sum(t in q_tokens for t in toks) * 2 > len(toks) \
-                            or sum(t in t_tokens for t in toks) * 2 > len(toks):
+                    if not c or c == t_canon or any(ch.isdigit() for ch in c) \
+                            or BridgeReformulator._mentioned(c, q_canon, q_tokens) \
+                            or _mostly_in(c.split(), t_tokens):
                         continue
                     cands.append([rank, 0.0, pos, 0, e, i])
         if not cands:
@@ -425,7 +423,7 @@ class GraphBridgeReformulator(Reformulator):
             """The proposition's text without the LLM-free extractors' title prefix."""
             i = x[5]
             if i not in bodies:
-                t, title = texts[i], facts.titles[observed[x[0]]]
+                t, title = texts[i], titles[x[0]]
                 bodies[i] = t[len(title) + 2:] if title and t.startswith(title + ": ") else t
             return bodies[i]
         if look:
@@ -490,12 +488,11 @@ class GraphBridgeReformulator(Reformulator):
         filter's passage mask, or None."""
         observed = list(observed)
         q_words = residual_words(question)
-        facts = index.bridge_facts()
         rest_of: dict[int, list[str]] = {}
 
         def query(rank, e, i):
             if rank not in rest_of:
-                covered = facts.words_of(observed[rank])
+                covered = index.passage_words(observed[rank])
                 rest_of[rank] = [w for w in q_words if w not in covered] or q_words
             name = index.entity_names[e]
             b_tokens = set(name.split())

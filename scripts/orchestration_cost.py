@@ -27,7 +27,6 @@ class Replay:
 
     def __init__(self, real, vectors: dict):
         self.name, self.dim, self.vectors = real.name, real.dim, vectors
-        self.spec = getattr(real, "spec", None)
 
     def encode(self, texts):
         return np.stack([self.vectors[t] for t in texts])
@@ -55,7 +54,6 @@ def main(argv=None) -> int:
     vectors = dict(zip(texts, encode_queries(emb, texts)))
     rp = Replay(emb, vectors)
     r = EviReform(idx, embedder=rp)
-    r.check_embedder = None
     parts: dict[str, list] = {}
 
     def clock(name, fn):

@@ -43,7 +43,7 @@ def _index(passages, extractor):
                                   show_progress=False)
 
 
-def _vector(idx, text):
+def _vector(text):
     return encode_queries(HashingEmbedder(2048), [text])[0]
 
 
@@ -52,7 +52,7 @@ def test_bridge_found_with_and_without_capitals(lower):
     ps = _world(lower)
     q = Q.lower() if lower else Q
     idx = _index(ps, PhraseExtractor() if lower else HeuristicExtractor())
-    vec = _vector(idx, q)
+    vec = _vector(q)
     out = GraphBridgeReformulator().reformulate_indexed(q, idx, [0], 3, vector=vec)
     assert out, "no residual query"
     assert out[0].lower().startswith("john doe"), out
@@ -102,7 +102,8 @@ def test_lookahead_cap_and_empty_cases():
     ps2 = ps + [Passage("empty", "Empty", "")]
     idx2 = PropositionIndex.from_propositions(
         ps2, props + [Proposition("alone", "p1", ())], np.eye(7, dtype=np.float32), "user")
-    assert GraphBridgeReformulator().reformulate_indexed("q", idx2, [6], 3, vector=v[:1].repeat(7)) == []
+    assert GraphBridgeReformulator().reformulate_indexed("q", idx2, [6], 3,
+                                                         vector=np.ones(7, np.float32)) == []
 
 
 def test_filtered_bridges_equal_the_subset_index():
@@ -111,7 +112,7 @@ def test_filtered_bridges_equal_the_subset_index():
     keep = ["alpha", "mill", "lyon"]  # the bridge's own passage filtered out
     r = restriction(idx, keep)
     sub = subset_index(idx, [idx.passage_index(p) for p in keep])
-    vec = _vector(idx, Q)
+    vec = _vector(Q)
     ref = GraphBridgeReformulator()
     a = ref.reformulate_indexed(Q, idx, [0], 3, vector=vec, allowed=r.pmask)
     b = ref.reformulate_indexed(Q, sub, [0], 3, vector=vec)
