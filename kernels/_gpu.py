@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _select
 from ._backend import BackendUnavailable, gpu_missing_reason
 
 #: bytes of score block one search or readout step may allocate (queries x rows)
@@ -183,13 +184,41 @@ def block_rows(n_queries: int, k: int, budget: int, itemsize: int = 4) -> int:
     return max(int(k), int(budget // per_row), 1)
 
 
+def _scan_candidates(ns: Namespace, H, kk: int, rows: int, L: int, *, gemm,
+                     positive_only: bool, rng=None):
+    """The tiles' candidate keys of a scan, reduced to the final ``kk`` a query (no defined
+    order): each tile's GEMM scores go to the select kernel as they are (float32, or the
+    float16 of the fp16 GEMM), whose slices give ``kk`` keys each; the held keys are reduced by the
+    same block select whenever they pass :data:`MERGE_WIDTH` x ``kk``."""
+    xp = ns.xp
+    n = H.shape[0]
+    held, width = [], 0
+    for lo in range(0, n, rows):
+        S = gemm(H[lo:lo + rows])
+        c = _select.select_scores(ns, S, lo, kk, L, positive_only=positive_only, rng=rng)
+        held.append(c)
+        width += c.shape[1]
+        if width > MERGE_WIDTH * kk:  # bound the candidates held
+            keys = _select.reduce_keys(ns, xp.concatenate(held, axis=1), kk, L,
+                                       limit=MERGE_WIDTH * kk // 2, rng=rng)
+            held, width = [keys], keys.shape[1]
+    keys = held[0] if len(held) == 1 else xp.concatenate(held, axis=1)
+    return _select.reduce_keys(ns, keys, kk, L, rng=rng)
+
+
 def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDGET,
-                      half: bool = False):
+                      half: bool = False, rng=None):
     """Exact top-``k`` rows of ``H`` (n, d) for each query of ``Q`` (B, d), positive scores only.
 
     Returns (ids int64, scores float32) of shape (B, min(k, n)) on the namespace's device,
     padded with id -1 / score 0.  ``H`` may be float16 (``half=True`` storage): each block is
-    widened to float32 before its GEMM, so accumulation stays float32."""
+    widened to float32 before its GEMM, so accumulation stays float32.
+
+    Each tile's scores go straight from the GEMM to the select kernel (select.cu; emulated
+    block by block on the CPU, :mod:`._select`): no host synchronisation, no sort but the
+    final k a query.  Above k = 1,024 (a slice would not fit in shared memory) the
+    array-namespace radix select :func:`topk_rows` is used.  ``rng``: shuffle the emulated
+    kernels' slot order (tests)."""
     xp = ns.xp
     n = H.shape[0]
     B = Q.shape[0]
@@ -198,14 +227,31 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
         return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
     Q = Q.astype(xp.float32)
     rows = block_rows(B, kk, budget)
+    L = _select.slice_length(kk)
+
+    def gemm(Hb):
+        if half or Hb.dtype != xp.float32:
+            Hb = Hb.astype(xp.float32)
+        return Q @ Hb.T
+    if L is None:
+        return _cosine_topk_reference(ns, H, Q, kk, rows, gemm)
+    keys = _scan_candidates(ns, H, kk, rows, L, gemm=gemm, positive_only=True, rng=rng)
+    return _select.decode_keys(xp, _select.sort_keys(xp, keys))
+
+
+def _cosine_topk_reference(ns: Namespace, H, Q, kk: int, rows: int, gemm, *,
+                           positive_only: bool = True):
+    """The array-namespace scan: each tile's top-k by :func:`topk_rows` (radix select in
+    namespace calls), the held lists merged by the same selection (k > 1,024, and the
+    reference the select kernel is tested against).  ``positive_only=False``: every score
+    is a candidate (NaN excepted)."""
+    xp = ns.xp
+    n = H.shape[0]
     neg = xp.float32(-np.inf)
     cand_i, cand_v, width = [], [], 0
     for lo in range(0, n, rows):
-        Hb = H[lo:lo + rows]
-        if half or Hb.dtype != xp.float32:
-            Hb = Hb.astype(xp.float32)
-        S = Q @ Hb.T
-        S = xp.where(S > 0, S, neg)
+        S = gemm(H[lo:lo + rows])
+        S = xp.where((S > 0) if positive_only else ~xp.isnan(S), S, neg)
         ci, cv = topk_rows(ns, S, kk)
         cand_i.append(ci + lo)
         cand_v.append(cv)
@@ -219,8 +265,21 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
                                 xp.concatenate(cand_v, axis=1), kk)
     else:
         best_i, best_v = cand_i[0], cand_v[0]
-    keep = best_v > 0
+    keep = (best_v > 0) if positive_only else (best_v > neg)
     return xp.where(keep, best_i, -1), xp.where(keep, best_v, xp.float32(0))
+
+
+def cosine_topk_reference(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDGET):
+    """:func:`cosine_topk_batch` through the array-namespace selection only (the reference
+    of the select kernel)."""
+    xp = ns.xp
+    n, B = H.shape[0], Q.shape[0]
+    kk = min(int(k), n)
+    if kk == 0 or B == 0:
+        return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
+    Q = Q.astype(xp.float32)
+    return _cosine_topk_reference(ns, H, Q, kk, block_rows(B, kk, budget),
+                                  lambda Hb: Q @ Hb.astype(xp.float32).T)
 
 
 #: precisions of the scan: exact float32, or a float16 GEMM (tensor cores, float32
@@ -253,13 +312,15 @@ def _gemm16(ns: Namespace, Q16, H16):
 
 
 def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DEFAULT_BUDGET,
-                           margin: int = 64):
+                           margin: int = 64, rng=None):
     """Exact top-``k`` (as :func:`cosine_topk_batch`, float32 scores of ``H``) found by
     scanning ``H16`` (float16 copy of ``H``; half the bytes, tensor-core GEMM) and
     re-ranking candidates with ``H``: the ``k + margin`` best float16 scores of each query are
-    kept; every row within twice :func:`fp16_error_bound` of the k-th float16 score is among
-    them, or the scan is repeated with four times the margin, so the re-ranked top k is the
-    exact one (ties by lower id).  Returns (ids, scores) on the namespace's device."""
+    kept (the float16 tiles go to the select kernel without widening); every row within
+    twice :func:`fp16_error_bound` of the k-th float16 score is among them, or the scan is
+    repeated with four times the margin, so the re-ranked top k is the exact one (ties by
+    lower id).  That check is the one host synchronisation of a call.  Returns (ids, scores)
+    on the namespace's device."""
     xp = ns.xp
     n, B = H.shape[0], Q.shape[0]
     kk = min(int(k), n)
@@ -271,32 +332,27 @@ def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DE
     kc = min(n, kk + int(margin))
     while True:
         rows = block_rows(B, kc, budget, itemsize=2)
-        cand_i, cand_v, width = [], [], 0
-        for lo in range(0, n, rows):
-            S = _gemm16(ns, Q16, H16[lo:lo + rows]).astype(xp.float32)
-            ci, cv = topk_rows(ns, S, kc)
-            cand_i.append(ci + lo)
-            cand_v.append(cv)
-            width += ci.shape[1]
-            if width >= MERGE_WIDTH * kc and len(cand_i) > 1:
-                mi, mv = _merge(ns, xp.concatenate(cand_i, axis=1),
-                                xp.concatenate(cand_v, axis=1), kc)
-                cand_i, cand_v, width = [mi], [mv], kc
-        ci, cv = (_merge(ns, xp.concatenate(cand_i, axis=1), xp.concatenate(cand_v, axis=1),
-                         kc) if len(cand_i) > 1 else (cand_i[0], cand_v[0]))
+        L = _select.slice_length(kc)
+        if L is None:  # too many candidates for a selection block: the reference selection
+            ci, cv = _cosine_topk_reference(
+                ns, H16, Q16, kc, rows, lambda Hb: _gemm16(ns, Q16, Hb).astype(xp.float32),
+                positive_only=False)
+            cv = xp.where(ci >= 0, cv, xp.float32(-np.inf))
+        else:
+            keys = _scan_candidates(ns, H16, kc, rows, L,
+                                    gemm=lambda Hb: _gemm16(ns, Q16, Hb),
+                                    positive_only=False, rng=rng)
+            ci, cv = _select.decode_keys(xp, _select.sort_keys(xp, keys), half=True)
+            cv = xp.where(ci >= 0, cv, xp.float32(-np.inf))
         floor = cv[:, kk - 1] - 2.0 * eps          # every true top-k row scores above it
-        if kc == n or bool(xp.all(cv[:, kc - 1] < floor)):  # one check a call, not a tile
+        if kc == n or bool(xp.all(cv[:, kc - 1] < floor)):  # the one check of a call
             break
         kc = min(n, 4 * kc)
-    # exact float32 re-rank of the candidates, in id order so that ties keep the lower id
-    o = xp.argsort(ci, axis=1)
-    ci, cv = xp.take_along_axis(ci, o, axis=1), xp.take_along_axis(cv, o, axis=1)
-    exact = xp.einsum("bcd,bd->bc", H[ci].astype(xp.float32), Q)
-    ok = (cv >= floor[:, None]) & (exact > 0)
-    cols, best = topk_rows(ns, xp.where(ok, exact, xp.float32(-np.inf)), kk)
-    ids = xp.take_along_axis(ci, cols, axis=1)
-    keep = best > 0
-    return xp.where(keep, ids, -1), xp.where(keep, best, xp.float32(0))
+    # exact float32 re-rank of the candidates: keys of (exact score, id), the k best sorted
+    exact = xp.einsum("bcd,bd->bc", H[xp.maximum(ci, 0)].astype(xp.float32), Q)
+    ok = (ci >= 0) & (cv >= floor[:, None]) & (exact > 0)
+    keys = _select.sort_keys(xp, _select.value_keys(xp, exact, ci, ok))[:, :kk]
+    return _select.decode_keys(xp, keys)
 
 
 def full_scores_topk(ns: Namespace, H, Q, k: int):
@@ -417,11 +473,12 @@ def propagate_batch(dg: DeviceGraph, indptr, ids, vals, alpha: float):
 _RAW = {}
 
 
-def row_of_entries(ns: Namespace, ptr):
+def row_of_entries(ns: Namespace, ptr, n: int | None = None):
     """For CSR row pointers ``ptr`` (starting at 0), the row of every entry (int64); a
-    searchsorted, because cupy.repeat takes no array of counts."""
+    searchsorted, because cupy.repeat takes no array of counts.  ``n``: the number of
+    entries when the caller knows it (else ``ptr[-1]`` is read: a host synchronisation)."""
     xp = ns.xp
-    n = int(ptr[-1])
+    n = int(ptr[-1]) if n is None else int(n)
     return xp.searchsorted(ptr[1:], xp.arange(n, dtype=ptr.dtype), side="right").astype(xp.int64)
 
 
@@ -479,7 +536,11 @@ def topk_from_entries(ns: Namespace, rows, cols, scores, B: int, N: int, k: int)
     slot = xp.where(v_o & (rank < kk), rank, kk)
     out_i[r_o, slot] = c_o
     out_v[r_o, slot] = s_o
-    npos = xp.minimum(xp.bincount(r_o, weights=v_o, minlength=B).astype(xp.int64), kk)
+    # positive entries a row: the run of (row, valid) keys, found by two searchsorted (a
+    # bincount would synchronise with the host on CuPy)
+    rv = r_o * 2 + (~v_o).astype(xp.int64)
+    at = xp.arange(B, dtype=xp.int64) * 2
+    npos = xp.minimum(xp.searchsorted(rv, at, side="right") - xp.searchsorted(rv, at), kk)
     # the zero-score fill: the f-th smallest passage id not among the row's positive ones is
     # f + #{i : p_i - i <= f} over the row's positive passages p_0 < p_1 < ... (sorted)
     o2 = xp.lexsort(xp.stack([cols, (~valid).astype(xp.int64), rows]))
@@ -517,7 +578,7 @@ def readout_topk_batch(dp: DevicePassageMap, indptr, ids, vals, k: int, *,
     B = int(indptr.shape[0]) - 1
     indptr = xp.asarray(indptr, dtype=xp.int64)
     ids = xp.asarray(ids, dtype=xp.int64)
-    rows = row_of_entries(ns, indptr)
+    rows = row_of_entries(ns, indptr, ids.shape[0])
     j = dp.owner[ids].astype(xp.int64)
     key = rows * max(N, 1) + j
     o = xp.argsort(key, kind="stable")
@@ -697,4 +758,4 @@ __all__ = ["Namespace", "cpu_namespace", "gpu_namespace", "namespace", "topk_row
            "propagate_readout_batch", "materialised_w_propagate", "segment_sums", "scale_rows",
            "topk_from_entries", "kth_key", "order_keys",
            "compile_sources", "copy_bandwidth", "block_rows", "DEFAULT_BUDGET",
-           "cosine_topk_batch_fp16", "fp16_error_bound", "PRECISIONS"]
+           "cosine_topk_batch_fp16", "fp16_error_bound", "PRECISIONS", "cosine_topk_reference"]
