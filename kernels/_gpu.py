@@ -7,21 +7,26 @@ Importing this module imports neither CuPy nor CUDA.
 What is a library call and what is custom:
 
 * exact cosine top-k: GEMM (cuBLAS through ``xp.matmul``) over row blocks sized by a memory
-  budget; each block's top-k by a radix select (:func:`kth_key`: 8-bit histograms of
-  order-preserving keys, no sort of a row) with the exact tie rule (lower id wins at the k-th
-  score); the blocks' candidate lists are held side by side and reduced by the same
-  selection once (every :data:`MERGE_WIDTH` blocks, and at the end).  float32, or float16
-  storage with float32 accumulation (:func:`cosine_topk_batch` ``half=True``).
-* batched propagation z = alpha s + (1 - alpha) (A De+ (A^T (Dw+ s)) - diag * Dw+ s): sparse
-  products (cuSPARSE SpGEMM through ``cupyx.scipy.sparse``) on the seed matrix, the diagonal
-  scalings applied to the values in place (:func:`scale_rows`); W is never formed.
+  budget; each block's scores go to the custom select kernel (``select.cu``, :mod:`._select`:
+  one thread block per query row and slice, a shared-memory radix select over 64-bit keys of
+  score bits and inverted id, so ties keep the lower id; k fixed slots a slice), the held
+  candidate keys reduced by the same kernel and only the final k a query sorted.  No host
+  synchronisation in a float32 search.  float32, or float16 storage with float32
+  accumulation (:func:`cosine_topk_batch` ``half=True``), or the fp16 scan whose float16
+  tiles are selected as they are.  The array-namespace radix select (:func:`kth_key`,
+  :func:`topk_rows`) is the reference, and the path above k = 1,024.
+* batched propagation z = alpha s + (1 - alpha) (A De+ (A^T (Dw+ s)) - diag * Dw+ s): each
+  seed expanded to its entities, then to their propositions (:func:`expand`: elementwise work
+  and a searchsorted), the entries summed per (query, proposition) by a stable sort and the
+  segment kernel (:func:`sum_by_key`); W is never formed and no sparse format is converted.
 * readout: z's entries sorted by (query, passage), each run summed in z's order by the
   custom CUDA kernel ``segment.cu`` (one thread a run, no atomics: deterministic, and
   bitwise the CPU kernel's sums; ``add.reduceat`` on the CPU), then the top k per query from
   those entries (:func:`topk_from_entries`): nothing of size queries x passages is formed.
 * fused propagation + readout: with C = R A (passages x entities, R = diag(1/sqrt|P_j|) B^T)
-  precomputed, passage scores are alpha R s + (1 - alpha) (C De+ (A^T x) - R (diag * x)),
-  x = Dw+ s, so the (propositions x queries) matrix z is never formed.
+  precomputed (held as C^T), passage scores are alpha R s + (1 - alpha) (C De+ (A^T x) -
+  R (diag * x)), x = Dw+ s: the second expansion goes through C^T straight to passages, so
+  the (propositions x queries) z is never formed.
 
 Conventions are the CPU kernels': positive cosine scores only, ties by lower id, passages
 tie by stored order and passages without propositions score 0.
@@ -380,6 +385,10 @@ class DeviceGraph:
     def n_props(self) -> int:
         return int(self.A.shape[0])
 
+    @property
+    def n_entities(self) -> int:
+        return int(self.A.shape[1])
+
     @classmethod
     def from_graph(cls, ns: Namespace, g) -> "DeviceGraph":
         xp, sp = ns.xp, ns.sparse
@@ -425,7 +434,8 @@ class DevicePassageMap:
 
 
 def seed_matrix(ns: Namespace, M: int, indptr, ids, vals):
-    """The seeds given as CSR rows, as a sparse (M x B) CSC matrix, duplicates summed."""
+    """The seeds given as CSR rows, as a sparse (M x B) CSC matrix, duplicates summed (the
+    materialised-W peer's input)."""
     xp, sp = ns.xp, ns.sparse
     B = int(indptr.shape[0]) - 1
     # copies: sum_duplicates sorts and sums in place, and the caller's arrays must not change
@@ -436,37 +446,89 @@ def seed_matrix(ns: Namespace, M: int, indptr, ids, vals):
     return S
 
 
-def scale_rows(ns: Namespace, X, v):
-    """diag(v) X without a diagonal matrix: a copy of the sparse ``X`` (CSR or CSC) with each
-    stored value multiplied by its row's ``v`` (one pass over the values; the sparse product
-    with ``diags(v)`` would convert the diagonal and run SpGEMM)."""
-    X = X.copy()
-    if X.format == "csc":
-        X.data *= v[X.indices]
-    else:
-        X = X.tocsr()
-        X.data *= v[row_of_entries(ns, ns.xp.asarray(X.indptr, dtype=ns.xp.int64))]
-    return X
+def expand(ns: Namespace, ptr, src, total: int | None = None):
+    """For entries pointing at CSR rows ``src`` of row pointers ``ptr``: one output entry
+    per (entry, stored position of its row), as (entry index, position) int64 arrays.
+    Elementwise work and a searchsorted; ``total`` (the output size, when the caller knows
+    it) saves the one host read of the size."""
+    xp = ns.xp
+    src = xp.asarray(src, dtype=xp.int64)
+    lo = ptr[src]
+    ends = xp.cumsum(ptr[src + 1] - lo)
+    if total is None:
+        total = int(ends[-1]) if int(src.shape[0]) else 0
+    t = xp.arange(int(total), dtype=xp.int64)
+    entry = xp.searchsorted(ends, t, side="right")
+    start = ends[entry] - (ptr[src[entry] + 1] - lo[entry])
+    return entry, lo[entry] + (t - start)
 
 
-def _propagate_matrix(dg: DeviceGraph, S, alpha: float):
-    """Z = alpha S + (1 - alpha) (A De+ (A^T X) - diag X), X = Dw+ S: two sparse products,
-    the diagonal scalings applied to the values (:func:`scale_rows`)."""
+def sum_by_key(ns: Namespace, key, vals):
+    """Entries (key, value) summed per key: (sorted keys, sums at each run's first entry and
+    0 elsewhere, first-entry mask).  A stable sort by key and :func:`segment_sums` (one thread
+    a run, no atomics): deterministic, no sparse format."""
+    xp = ns.xp
+    o = xp.argsort(key, kind="stable")
+    ks = key[o]
+    n = int(ks.shape[0])
+    first = xp.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = ks[1:] != ks[:-1]
+    return ks, segment_sums(ns, ks, vals[o]), first
+
+
+def _propagation_entries(dg: DeviceGraph, indptr, ids, vals, alpha: float, *, target=None):
+    """The entries of z = alpha s + (1 - alpha) (A De+ A^T x - diag x), x = Dw+ s, before
+    they are summed: (row, target id, value) with target ids the propositions (``target``
+    None) or, for ``target=(ptr, idx, weight, owner, inv_sqrt)``, the passages of a CSR
+    (entities x passages) matrix C^T (weight: C's values) with the seed and diagonal terms
+    sent to their owner passage scaled by inv_sqrt.  Two expansions (seed -> its entities ->
+    their propositions or passages) and elementwise work: W is never formed and nothing is
+    converted between sparse formats."""
     ns = dg.ns
-    X = scale_rows(ns, S, dg.inv_w)
-    Y = dg.A @ scale_rows(ns, dg.AT @ X, dg.inv_deg) - scale_rows(ns, X, dg.diag)
-    return (alpha * S + (1.0 - alpha) * Y).tocsc()
+    xp = ns.xp
+    ids = xp.asarray(ids, dtype=xp.int64)
+    vals = xp.asarray(vals, dtype=xp.float64)
+    rows = row_of_entries(ns, xp.asarray(indptr, dtype=xp.int64), ids.shape[0])
+    x = vals * dg.inv_w[ids]
+    a_ptr, a_idx = dg.A.indptr.astype(xp.int64), dg.A.indices.astype(xp.int64)
+    i1, pos1 = expand(ns, a_ptr, ids)                  # (seed, entity)
+    ent = a_idx[pos1]
+    w1 = x[i1] * dg.inv_deg[ent] * (1.0 - alpha)
+    if target is None:
+        t_ptr, t_idx = dg.AT.indptr.astype(xp.int64), dg.AT.indices.astype(xp.int64)
+        t_w = None
+        own, scale = ids, 1.0
+    else:
+        t_ptr, t_idx, t_w, owner, inv_sqrt = target
+        own = owner[ids].astype(xp.int64)
+        scale = inv_sqrt[own]
+    i2, pos2 = expand(ns, t_ptr, ent)                  # (seed, entity, proposition/passage)
+    w2 = w1[i2] if t_w is None else w1[i2] * t_w[pos2]
+    self_v = (alpha * vals - (1.0 - alpha) * dg.diag[ids] * x) * scale
+    r = xp.concatenate([rows, rows[i1][i2]])
+    c = xp.concatenate([own, t_idx[pos2]])
+    v = xp.concatenate([self_v, w2])
+    return r, c, v
 
 
 def propagate_batch(dg: DeviceGraph, indptr, ids, vals, alpha: float):
-    """Batched propagation; z as CSR rows (indptr, ids ascending, vals) per seed."""
-    xp = dg.ns.xp
+    """Batched propagation; z as CSR rows (indptr, ids ascending, vals) per seed.  The
+    entries of :func:`_propagation_entries` summed per (row, proposition) by
+    :func:`sum_by_key`; the output's size is the one host read besides the expansions'."""
+    ns = dg.ns
+    xp = ns.xp
     B = int(indptr.shape[0]) - 1
-    if B == 0:
-        return xp.zeros(1, xp.int64), xp.zeros(0, xp.int64), xp.zeros(0, xp.float64)
-    Z = _propagate_matrix(dg, seed_matrix(dg.ns, dg.n_props, indptr, ids, vals), float(alpha))
-    Z.sort_indices()
-    return (Z.indptr.astype(xp.int64), Z.indices.astype(xp.int64), Z.data)
+    if B == 0 or int(ids.shape[0]) == 0:
+        return (xp.zeros(B + 1, xp.int64), xp.zeros(0, xp.int64), xp.zeros(0, xp.float64))
+    M = dg.n_props
+    r, c, v = _propagation_entries(dg, indptr, ids, vals, float(alpha))
+    ks, sums, first = sum_by_key(ns, r * M + c, v)
+    keep = xp.flatnonzero(first)
+    zk, zv = ks[keep], sums[keep]
+    zr = zk // M
+    zp = xp.searchsorted(zr, xp.arange(B + 1, dtype=xp.int64))
+    return zp.astype(xp.int64), zk - zr * M, zv
 
 
 # --------------------------------------------------------------------------- readout
@@ -595,7 +657,8 @@ def readout_topk_batch(dp: DevicePassageMap, indptr, ids, vals, k: int, *,
 @dataclass
 class DeviceIndex:
     """An index resident in a namespace (on the GPU once): embeddings, graph and passage map,
-    plus C = R A for the fused propagate + readout.  Built by
+    plus C = R A, held transposed (C^T, entities x passages, CSR) for the fused propagate +
+    readout.  Built by
     :meth:`evireform.index.PropositionIndex.to_device`."""
 
     ns: Namespace
@@ -623,7 +686,7 @@ class DeviceIndex:
         H16 = H.astype(xp.float16) if precision == "fp16" else None
         dg = DeviceGraph.from_graph(ns, graph)
         dp = DevicePassageMap.from_pmap(ns, pmap)
-        C = (dp.R @ dg.A).tocsr()
+        C = (dp.R @ dg.A).T.tocsr()  # C^T: entities x passages, for the fused readout
         return cls(ns, H, dg, dp, C, half, int(budget), precision, H16)
 
     @property
@@ -687,26 +750,35 @@ class DeviceIndex:
 def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k: int, *,
                             dg: DeviceGraph | None = None, passage_mask=None):
     """Fused propagation + readout at passage level (z never formed):
-    scores = alpha R S + (1 - alpha) (C De+ (A^T X) - R (diag X)), X = Dw+ S; then top ``k``.
-    ``dg``: other degree terms over the same incidence; ``passage_mask`` (device bool per
-    passage): passages outside it score 0 (not ranked)."""
+    scores = alpha R s + (1 - alpha) (C De+ (A^T x) - R (diag x)), x = Dw+ s, C = R A; then
+    top ``k``.  The entries of :func:`_propagation_entries` sent through C^T (entities x
+    passages, precomputed) straight to passages, summed per (row, passage) by
+    :func:`sum_by_key`, then :func:`topk_from_entries`.  ``dg``: other degree terms over the
+    same incidence; ``passage_mask`` (device bool per passage): passages outside it score 0
+    (not ranked)."""
     ns = di.ns
-    xp, sp = ns.xp, ns.sparse
+    xp = ns.xp
     dg, dp = (dg if dg is not None else di.graph), di.pmap
     N = dp.n_passages
     B = int(indptr.shape[0]) - 1
     kk = min(int(k), N)
     if B == 0 or kk == 0:
         return xp.zeros((B, kk), dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float64)
-    S = seed_matrix(ns, dg.n_props, indptr, ids, vals)
-    X = scale_rows(ns, S, dg.inv_w)
-    P = alpha * (dp.R @ S) + (1.0 - alpha) * (di.C @ scale_rows(ns, dg.AT @ X, dg.inv_deg)
-                                              - dp.R @ scale_rows(ns, X, dg.diag))
-    P = P.tocoo()  # (N x B): entry (j, b) is passage j's score for query b
-    P.sum_duplicates()
-    data = P.data if passage_mask is None else xp.where(passage_mask[P.row], P.data, 0.0)
+    if int(ids.shape[0]) == 0:
+        z = xp.zeros(0, dtype=xp.int64)
+        return topk_from_entries(ns, z, z, xp.zeros(0, dtype=xp.float64), B, N, kk)
+    CT = di.C
+    r, c, v = _propagation_entries(dg, indptr, ids, vals, float(alpha),
+                                   target=(CT.indptr.astype(xp.int64),
+                                           CT.indices.astype(xp.int64), CT.data,
+                                           dp.owner, dp.inv_sqrt))
+    ks, sums, first = sum_by_key(ns, r * N + c, v)
+    rows, cols = ks // N, ks % N
+    data = xp.where(first, sums, 0.0)  # one score per (row, passage)
+    if passage_mask is not None:
+        data = xp.where(passage_mask[cols], data, 0.0)
     # rounding can leave -1e-17 where a score cancels to 0: not positive, so not ranked
-    return topk_from_entries(ns, P.col, P.row, data, B, N, kk)
+    return topk_from_entries(ns, rows, cols, data, B, N, kk)
 
 
 def materialised_w_propagate(dg: DeviceGraph, indptr, ids, vals, alpha: float):
@@ -755,7 +827,7 @@ def copy_bandwidth(ns: Namespace, nbytes: int = 1 << 30, repeat: int = 5) -> flo
 __all__ = ["Namespace", "cpu_namespace", "gpu_namespace", "namespace", "topk_rows",
            "cosine_topk_batch", "full_scores_topk", "DeviceGraph", "DevicePassageMap",
            "DeviceIndex", "seed_matrix", "propagate_batch", "readout_topk_batch",
-           "propagate_readout_batch", "materialised_w_propagate", "segment_sums", "scale_rows",
+           "propagate_readout_batch", "materialised_w_propagate", "segment_sums", "expand", "sum_by_key",
            "topk_from_entries", "kth_key", "order_keys",
            "compile_sources", "copy_bandwidth", "block_rows", "DEFAULT_BUDGET",
            "cosine_topk_batch_fp16", "fp16_error_bound", "PRECISIONS", "cosine_topk_reference"]

@@ -550,28 +550,54 @@ def test_cost_guard_readout_never_syncs_nor_sorts_passages(rng):
     np.testing.assert_allclose(np.asarray(S), S2, rtol=1e-12)
 
 
-def test_propagation_scales_values_instead_of_diagonal_products(rng):
-    import scipy.sparse
-
-    class NoDiags:
-        def __getattr__(self, name):
-            if name == "diags":
-                raise AssertionError("a diagonal sparse product in the propagation path")
-            return getattr(scipy.sparse, name)
-    ns = _gpu.Namespace("numpy", np, NoDiags())
+def test_propagation_uses_no_sparse_operation_on_the_hot_path(rng):
+    """Propagation and the fused readout read the incidence's CSR arrays only: the sparse
+    matrices are swapped for bare holders of (indptr, indices, data, shape), so any sparse
+    product, transpose or format conversion would fail.  Host reads: the two expansions'
+    sizes (and the output's in propagate_batch); the results equal the CPU kernels'."""
+    from types import SimpleNamespace
+    xp, ns = _counting_ns()
     M, N = 400, 90
     g, pm = random_graph(rng, M, 60), random_passages(rng, M, N)
     di = _gpu.DeviceIndex.from_arrays(ns, g, pm, unit_rows(rng, M, 4))
+
+    def bare(X):
+        return SimpleNamespace(indptr=X.indptr, indices=X.indices, data=X.data, shape=X.shape)
+    di.graph = _gpu.DeviceGraph(ns, bare(di.graph.A), bare(di.graph.AT), di.graph.inv_deg,
+                                di.graph.diag, di.graph.inv_w)
+    di.C = bare(di.C)
+    di.pmap.R = None
     indptr, ids, vals = np.array([0, 3, 3, 9]), rng.integers(0, M, 9), rng.random(9)
-    zp, zi, zv = _gpu.propagate_batch(di.graph, indptr, ids, vals, 0.4)
-    P, S = _gpu.propagate_readout_batch(di, indptr, ids, vals, 0.4, 12)
+    ids[4] = ids[3]  # a duplicated seed
+    xp.calls.clear()
+    zp, zi, zv = _gpu.propagate_batch(di.graph, ns.asarray(indptr), ns.asarray(ids),
+                                      ns.asarray(vals), 0.4)
+    assert len(xp.syncs()) <= 3, xp.syncs()
+    xp.calls.clear()
+    P, S = _gpu.propagate_readout_batch(di, ns.asarray(indptr), ns.asarray(ids),
+                                        ns.asarray(vals), 0.4, 12)
+    assert len(xp.syncs()) <= 2, xp.syncs()
     cp, ci, cv = K.propagate_batch(g, indptr, ids, vals, 0.4)
+    zp, zi, zv = (np.asarray(a) for a in (zp, zi, zv))
     for b in range(3):
         want = R.seed_vector(M, ci[cp[b]:cp[b + 1]], cv[cp[b]:cp[b + 1]])
         got = R.seed_vector(M, zi[zp[b]:zp[b + 1]], zv[zp[b]:zp[b + 1]])
         np.testing.assert_allclose(got, want, atol=1e-12)
+        assert np.all(np.diff(zi[zp[b]:zp[b + 1]]) > 0)  # ids ascending, one entry each
     P2, S2 = K.readout_topk_batch(pm, cp, ci, cv, 12)
-    np.testing.assert_allclose(S, S2, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(S), S2, atol=1e-12)
+
+
+def test_expand_and_sum_by_key(rng):
+    ptr = np.array([0, 2, 2, 5, 6], np.int64)      # row 1 is empty
+    e, pos = _gpu.expand(NS, ptr, np.array([2, 1, 0, 2, 3]))
+    assert e.tolist() == [0, 0, 0, 2, 2, 3, 3, 3, 4]
+    assert pos.tolist() == [2, 3, 4, 0, 1, 2, 3, 4, 5]
+    e, pos = _gpu.expand(NS, ptr, np.zeros(0, np.int64))
+    assert e.shape == pos.shape == (0,)
+    ks, sums, first = _gpu.sum_by_key(NS, np.array([5, 1, 5, 5, 2]), np.array([1., 2, 3, 4, 5]))
+    assert ks.tolist() == [1, 2, 5, 5, 5] and first.tolist() == [1, 1, 1, 0, 0]
+    assert sums[first].tolist() == [2, 5, 8]
 
 
 @pytest.mark.parametrize("ns", NAMESPACES, ids=IDS)
