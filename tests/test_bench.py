@@ -115,7 +115,7 @@ def test_a_failing_case_keeps_the_others_and_the_json_grows_after_each(tmp_path,
     assert report["failed"] == [{"group": "gpu_readout",
                                  "error": "MemoryError: out of device memory"}]
     assert any(k.startswith("gpu_retrieve_many") for k in report["cases"])
-    assert len(seen) == 3 and len(seen[0]) < len(seen[-1])
+    assert len(seen) >= 3 and len(seen[0]) < len(seen[-1])  # after each case (and size)
 
 
 def test_gpu_run_script_reports_a_failed_preflight_by_its_exit_status(tmp_path):
@@ -165,3 +165,57 @@ def test_bench_waits_passively_unless_told(tmp_path, monkeypatch, given):
     out = tmp_path / "b.json"
     assert main(["bench", "--quick", "--only", "limit", "--json", str(out), "--json-only"]) == 0
     assert json.loads(out.read_text())["machine"]["omp_wait_policy"] == (given or "PASSIVE")
+
+
+def test_the_gpu_retrieve_peer_is_the_cpu_engine(rng, monkeypatch):
+    """The retrieve case compares the device engine with the CPU engine even where "auto"
+    would pick the device (a GPU usable, >= GPU_AUTO_MIN_PROPS propositions): made so here,
+    so a peer built on "auto" would be a DeviceEngine and this test would fail."""
+    from evireform import Passage, Proposition, PropositionIndex, engine as E
+    from evireform.bench.gpu_cases import retrieve_pair
+    from evireform.bench.synthetic import GivenReformulator
+    from evireform.kernels import _gpu, config
+    monkeypatch.setattr(config, "GPU_AUTO_MIN_PROPS", 1)
+    monkeypatch.setattr(E, "gpu_usable", lambda: True)
+    ps = [Passage(str(i), "t", "x") for i in range(6)]
+    pr = [Proposition(f"p{i}", str(i), (f"e{i % 2}",)) for i in range(6)]
+    H = rng.standard_normal((6, 4)).astype(np.float32)
+    idx = PropositionIndex.from_propositions(ps, pr, H / np.linalg.norm(H, axis=1)[:, None], "e")
+    monkeypatch.setattr(type(idx), "to_device", lambda self, *a, **k: _gpu.DeviceIndex.from_arrays(
+        _gpu.cpu_namespace(), self.graph, self.pmap, self.embeddings))
+    assert isinstance(E.make_engine(idx, "auto"), E.DeviceEngine)  # what "auto" would give
+    gpu_r, cpu_r = retrieve_pair(idx, _gpu.cpu_namespace(), None, GivenReformulator({}))
+    assert isinstance(gpu_r.engine, E.DeviceEngine)
+    assert isinstance(cpu_r.engine, E.CpuEngine)
+
+
+def test_gpu_targets_name_cases_the_full_run_produces():
+    """Every GPU target names a declared case label that the full-size run writes (both
+    batch sizes of the scans, the sizes of the graph cases)."""
+    from evireform.bench import gpu_cases
+    from evireform.bench import declared_labels
+    from evireform.kernels import _gpu
+    full = gpu_cases.GpuInputs(False, _gpu.cpu_namespace(), print)
+    size = {v: k for k, v in gpu_cases.SIZE.items()}
+    for label, field, want, what, why in gpu_cases.TARGETS:
+        assert label in declared_labels(), label
+        group, rest = label.split("/")
+        s = size[rest.split()[0]]
+        if group.startswith("gpu_cosine"):
+            assert s == full.cos_size and int(rest.split()[1][1:]) in full.batches
+        else:
+            assert s in full.sizes
+        assert what and why and want > 0
+
+
+def test_gpu_cases_flush_each_size_and_stop_at_the_deadline(monkeypatch):
+    """A GPU case hands the report each size as it finishes (the CLI writes its JSON then)
+    and starts no size after the time budget is spent."""
+    from evireform.kernels import _gpu
+    seen = []
+    report = bench.run(backend="gpu", namespace=_gpu.cpu_namespace(), log=lambda m: None,
+                       only=["gpu_cosine"], on_case=lambda rep: seen.append(sorted(rep["cases"])))
+    assert len(seen) >= 2 and seen[0] != []  # flushed within the case, then at its end
+    report = bench.run(backend="gpu", namespace=_gpu.cpu_namespace(), log=lambda m: None,
+                       only=["gpu_cosine"], time_budget=-1.0)
+    assert report["skipped"] == ["gpu_cosine"] and report["cases"] == {}

@@ -28,6 +28,9 @@ class GpuInputs:
         self.tiny = tiny  # the CPU-namespace smoke test: everything small
         self.rng = np.random.default_rng(20261201)
         self._cache: dict = {}
+        #: set by :func:`evireform.bench.run` per case: the report's writer, the budget's end
+        self.flush = lambda: None
+        self.deadline = None
         if tiny:
             self.sizes, self.cos_size, self.w_size = (2_000,), 2_000, 2_000
             self.n_queries, self.n_seeds, self.n_questions = 16, 50, 4
@@ -37,6 +40,15 @@ class GpuInputs:
         else:
             self.sizes, self.cos_size, self.w_size = (1_000_000, 10_000_000), 10_000_000, 100_000
             self.n_queries, self.n_seeds, self.n_questions = 1024, 10_000, 256
+
+    @property
+    def batches(self) -> tuple:
+        """Query batches of the scans: 16 (memory-bound) and the run's full batch."""
+        return tuple(dict.fromkeys((16, self.n_queries)))
+
+    def out_of_time(self) -> bool:
+        """The run's time budget is spent: a case stops before its next size."""
+        return self.deadline is not None and time.perf_counter() > self.deadline
 
     def seeds_at(self, M: int) -> int:
         """Seeds for propagation at M propositions: the hubs (5% of M) make z of a seed hold
@@ -164,11 +176,18 @@ def case_gpu_copy(inp, out):
 @case(*[f"gpu_cosine_topk/{s} b{b} vs {p}" for s in SIZE.values() for b in (16, 256, 1024)
         for p in ("numba", "cupy full argsort")], backend="gpu")
 def case_gpu_cosine(inp, out):
+    for B in inp.batches:
+        if inp.out_of_time():
+            return
+        _cosine_at(inp, out, B)
+        inp.flush()
+
+
+def _cosine_at(inp, out, B):
     ns, xp = inp.ns, inp.ns.xp
-    M, B, k = inp.cos_size, inp.n_queries, 100
+    M, k = inp.cos_size, 100
     H = inp.embeddings(M)
-    Q = H[:B] * 0.5 + inp.embeddings(max(20_000, B))[:B] * 0.5
-    Q = Q / xp.linalg.norm(Q, axis=1, keepdims=True)
+    Q = _queries(inp, H, B)
     t_ours = inp.timed(lambda: _gpu.cosine_topk_batch(ns, H, Q, k), 3)
     n_cpu = min(B, 32)
     H_host, Q_host = ns.to_host(H), ns.to_host(Q[:n_cpu])
@@ -199,12 +218,28 @@ def case_gpu_cosine_fp16(inp, out):
     """The float16 scan (tensor-core GEMM, float32 accumulation) with the exact float32
     re-rank of its candidates, against the exact float32 scan: same top-k (agree), and the
     share of fp16 tensor-core peak the batch reaches (989 TFLOP/s dense on an H200)."""
-    ns, xp = inp.ns, inp.ns.xp
-    M, B, k = inp.cos_size, inp.n_queries, 100
-    H = inp.embeddings(M)
-    H16 = H.astype(xp.float16)
+    for B in inp.batches:
+        if inp.out_of_time():
+            return
+        _cosine_fp16_at(inp, out, B)
+        inp.flush()
+
+
+def _queries(inp, H, B):
+    """B unit queries near rows of H (half a row, half another synthetic row)."""
+    xp = inp.ns.xp
     Q = H[:B] * 0.5 + inp.embeddings(max(20_000, B))[:B] * 0.5
-    Q = Q / xp.linalg.norm(Q, axis=1, keepdims=True)
+    return Q / xp.linalg.norm(Q, axis=1, keepdims=True)
+
+
+def _cosine_fp16_at(inp, out, B):
+    ns, xp = inp.ns, inp.ns.xp
+    M, k = inp.cos_size, 100
+    H = inp.embeddings(M)
+    if "h16" not in inp._cache:
+        inp._cache["h16"] = H.astype(xp.float16)
+    H16 = inp._cache["h16"]
+    Q = _queries(inp, H, B)
     t16 = inp.timed(lambda: _gpu.cosine_topk_batch_fp16(ns, H16, H, Q, k), 3)
     t32 = inp.timed(lambda: _gpu.cosine_topk_batch(ns, H, Q, k), 2)
     a_i, a_v = (ns.to_host(x) for x in _gpu.cosine_topk_batch_fp16(ns, H16, H, Q, k))
@@ -224,6 +259,8 @@ def case_gpu_readout(inp, out):
     ns = inp.ns
     B = min(inp.n_seeds, 1000)
     for M in inp.sizes:
+        if inp.out_of_time():
+            return
         g, pm, di = inp.graph(M)
         # z: sparse rows of 4-18 propositions (the sparse readout's cost follows z's entries;
         # a propagated z at 10M would take the CPU peer longer to make than to read)
@@ -238,6 +275,7 @@ def case_gpu_readout(inp, out):
             "peer_s": t_c, "peer": "numba readout_many", "speedup": t_c / t_g,
             "agree": bool(np.array_equal(P, P2) and np.allclose(S, S2, rtol=1e-12, atol=0)),
             "ms": t_g * 1e3}
+        inp.flush()
 
 
 @case(*[f"gpu_propagate/{s} {n} seeds vs {p}" for s in SIZE.values()
@@ -246,6 +284,8 @@ def case_gpu_readout(inp, out):
 def case_gpu_propagate(inp, out):
     ns = inp.ns
     for M in inp.sizes + ((inp.w_size,) if inp.w_size not in inp.sizes else ()):
+        if inp.out_of_time():
+            return
         B = inp.seeds_at(M)
         g, pm, di = inp.graph(M)
         indptr, ids, vals = inp.seeds(M, B)
@@ -273,16 +313,18 @@ def case_gpu_propagate(inp, out):
                 "size": size, "ours_s": t_g, "peer_s": t_w,
                 "peer": "W = A De+ A^T - diag built in cupyx.scipy.sparse, then W x",
                 "speedup": t_w / t_g, "agree": bool(agree)}
+        inp.flush()
 
 
 @case(*[f"gpu_retrieve_many/{s} vs cpu" for s in SIZE.values()], backend="gpu")
 def case_gpu_retrieve(inp, out):
     from ..index import PropositionIndex
-    from ..retriever import EviReform, EviReformConfig
     from ..types import Passage
     from .synthetic import GivenReformulator
     ns = inp.ns
     for M in inp.sizes:
+        if inp.out_of_time():
+            return
         g, pm, di = inp.graph(M)
         H = ns.to_host(di.embeddings)
         idx = PropositionIndex(passages=[Passage(str(j), f"p{j}", "") for j in
@@ -300,11 +342,7 @@ def case_gpu_retrieve(inp, out):
         table = dict(zip(qs, Hq))
         table.update(vecs)
         embed = _TableEmbedder(table, H.shape[1])
-        cfg = EviReformConfig()
-        dev = idx.to_device(ns.name)
-        gpu_r = EviReform(idx, cfg, embedder=embed, reformulator=GivenReformulator(queries),
-                          backend=dev)
-        cpu_r = EviReform(idx, cfg, embedder=embed, reformulator=GivenReformulator(queries))
+        gpu_r, cpu_r = retrieve_pair(idx, ns, embed, GivenReformulator(queries))
         n_cpu = min(nq, 16)
         t_g = inp.timed(lambda: gpu_r.retrieve_many(qs, 20), 2) / nq
         t_c = inp.timed(lambda: cpu_r.retrieve_many(qs[:n_cpu], 20), 1) / n_cpu
@@ -317,6 +355,19 @@ def case_gpu_retrieve(inp, out):
             "speedup": t_c / t_g, "agree": bool(agree),
             "note": "agree = the top 5 equal for at least 90% of questions (float32 rounding "
                     "of GEMM vs the numba loops can swap near-tied candidates)"}
+        inp.flush()
+
+
+def retrieve_pair(idx, ns, embed, reformulator):
+    """(device retriever, CPU retriever) over one index: the peer runs on
+    ``backend="cpu"`` (the numba kernels), never on "auto", which at >= 1M propositions
+    would pick the same device copy and compare the GPU with itself."""
+    from ..retriever import EviReform, EviReformConfig
+    cfg = EviReformConfig()
+    gpu_r = EviReform(idx, cfg, embedder=embed, reformulator=reformulator,
+                      backend=idx.to_device(ns.name))
+    cpu_r = EviReform(idx, cfg, embedder=embed, reformulator=reformulator, backend="cpu")
+    return gpu_r, cpu_r
 
 
 class _TableEmbedder:
@@ -333,27 +384,34 @@ class _TableEmbedder:
 
 
 #: the GPU targets on an H200, from the roofline (docs/performance.md, "GPU targets"):
-#: (label, field, threshold, what).  A batch of 16 queries over 10M x 384 float32 does 2 x
-#: 16 x 384 = 12 FLOP a byte of embeddings: memory-bound, so its target is a share of copy
-#: bandwidth.  1,024 queries do 768 FLOP a byte: compute-bound (7.9 TFLOP a batch, 117 ms even
-#: at the fp32 peak), so its target is a share of the fp16 tensor-core peak.
+#: (label, field, threshold, what, the floor's reason).  A batch of 16 queries over 10M x 384
+#: float32 does 2 x 16 x 384 = 12 FLOP a byte of embeddings: memory-bound, so its target is
+#: the scan reading the 15.4 GB at the measured copy bandwidth (a copy moves each byte twice,
+#: a scan once: 1.0 leaves half of the read bandwidth to the select kernel's score traffic).
+#: 1,024 queries do 768 FLOP a byte: compute-bound (7.9 TFLOP a batch), so its target is a
+#: share of the fp16 tensor-core peak (989 TFLOP/s dense), with the select kernel reading each
+#: float16 score once.  Propagation moves about 40 bytes an expanded entry through one sort:
+#: 5x the numba kernel on 16 host threads.  The readout of 1,000 rows of 4-18 entries is
+#: launch-bound: 5 ms.
 TARGETS = [
-    ("gpu_cosine_topk/10M b16 vs numba", "fraction_of_copy", 0.5,
-     "exact top-k of 16 queries over 10M x 384 float32 at >= 50% of copy bandwidth"),
+    ("gpu_cosine_topk/10M b16 vs numba", "fraction_of_copy", 1.0,
+     "exact top-k of 16 queries over 10M x 384 float32 at >= 1.0x copy bandwidth",
+     "memory-bound: 12 FLOP a byte"),
     ("gpu_cosine_fp16/10M b1024 vs fp32", "fraction_of_fp16_peak", 0.25,
      "top-k of 1,024 queries over 10M x 384 (float16 scan + exact re-rank) at >= 25% of "
-     "the fp16 tensor-core peak"),
-    ("gpu_propagate/1M 10000 seeds vs numba", "speedup", 20.0,
-     "batched propagation of 10,000 seeds >= 20x the numba CPU kernel"),
-    ("gpu_readout/10M 1000 rows vs numba", "ms", 45.0,
-     "readout of 1,000 rows at 10M propositions in <= 45 ms"),
+     "the fp16 tensor-core peak", "compute-bound: 768 FLOP a byte"),
+    ("gpu_propagate/1M 10000 seeds vs numba", "speedup", 5.0,
+     "batched propagation of 10,000 seeds >= 5x the numba CPU kernel (16 threads)",
+     "one sort of the expanded entries"),
+    ("gpu_readout/1M 1000 rows vs numba", "ms", 5.0,
+     "readout of 1,000 rows at 1M propositions in <= 5 ms", "launch-bound"),
 ]
 
 
 def targets(report: dict) -> str:
     """Each target with the measured value, or why it was not measured."""
     lines = ["targets:"]
-    for label, fld, want, what in TARGETS:
+    for label, fld, want, what, _why in TARGETS:
         c = report["cases"].get(label)
         if c is None or c.get(fld) is None:
             lines.append(f"  not measured  {what} ({label} did not run)")
