@@ -495,36 +495,66 @@ def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv
 
 
 @njit(**_JIT)
-def propagate_collect(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                      seed_indptr, seed_ids, seed_vals, alpha, b0, b1, wf, wb, wi):
-    """Seeds b0 <= b < b1 in one pass with a reused workspace (:func:`ws_views`);
-    returns (counts, ids, vals): the rows' sizes and the rows one after another, written
-    straight into buffers that double when full.  Releases the GIL, so Python threads run
-    ranges side by side.  The caller has checked the seeds."""
+def expansion_bounds(a_indptr, a_indices, at_indptr, seed_indptr, seed_ids, emark, ents):
+    """Row offsets for batched propagation: row b may hold at most its distinct seeds plus
+    the propositions of its distinct entities (with repeats across entities); returns the
+    (B + 1) prefix sums of those bounds.  ``emark`` (False, Ne) is restored; ``ents`` is
+    scratch."""
+    B = seed_indptr.shape[0] - 1
+    out = np.zeros(B + 1, dtype=np.int64)
+    for b in range(B):
+        s = seed_indptr[b + 1] - seed_indptr[b]
+        ne = 0
+        for t in range(seed_indptr[b], seed_indptr[b + 1]):
+            i = seed_ids[t]
+            for p in range(a_indptr[i], a_indptr[i + 1]):
+                e = a_indices[p]
+                if not emark[e]:
+                    emark[e] = True
+                    ents[ne] = e
+                    ne += 1
+                    s += at_indptr[e + 1] - at_indptr[e]
+        for t in range(ne):
+            emark[ents[t]] = False
+        out[b + 1] = out[b] + s
+    return out
+
+
+@njit(**_JIT)
+def propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
+                   seed_indptr, seed_ids, seed_vals, alpha, b0, b1, offs, out_i, out_v, counts,
+                   wf, wb, wi):
+    """Seeds b0 <= b < b1 with a reused workspace (:func:`ws_views`), row b written straight
+    into its own slots ``out_*[offs[b]:]`` (``counts[b]`` entries; ``offs`` from
+    :func:`expansion_bounds`): rows of different ranges never share output slots, so ranges
+    run side by side, and nothing is copied or regrown.  Each row is what
+    :func:`propagate_one` gives its seed, bitwise and in the same order.  Releases the GIL.
+    The caller has checked the seeds."""
     M = a_indptr.shape[0] - 1
-    counts = np.zeros(b1 - b0, dtype=np.int64)
-    cap = 1024
-    out_i = np.empty(cap, dtype=np.int64)
-    out_v = np.empty(cap, dtype=np.float64)
     acc, sbuf, _, yent, mark, emark, touched, _, ents = ws_views(wf, wb, wi, M)
-    m = 0
     for b in range(b0, b1):
         lo, hi = seed_indptr[b], seed_indptr[b + 1]
         n, n_seed = _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w,
                             seed_ids[lo:hi], seed_vals[lo:hi], acc, sbuf, mark, yent,
                             emark, touched, ents)
-        if m + n > cap:
-            while m + n > cap:
-                cap *= 2
-            grown_i = np.empty(cap, dtype=np.int64)
-            grown_v = np.empty(cap, dtype=np.float64)
-            grown_i[:m] = out_i[:m]
-            grown_v[:m] = out_v[:m]
-            out_i, out_v = grown_i, grown_v
-        _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_v, m)
+        _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_v, offs[b])
+        counts[b] = n
+
+
+@njit(**_JIT)
+def compact_rows(offs, counts, out_i, out_v):
+    """Rows written at ``offs`` (``counts[b]`` entries each) moved down to be contiguous, in
+    place; returns the total."""
+    m = 0
+    for b in range(counts.shape[0]):
+        o = offs[b]
+        n = counts[b]
+        if o != m:
+            for t in range(n):
+                out_i[m + t] = out_i[o + t]
+                out_v[m + t] = out_v[o + t]
         m += n
-        counts[b - b0] = n
-    return counts, out_i[:m], out_v[:m]
+    return m
 
 
 # --------------------------------------------------------------------------- readout

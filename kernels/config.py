@@ -53,6 +53,14 @@ SMALL_BATCH = 4
 #: 2-core machine), so only one query takes the loop.
 SEARCH_SMALL_BATCH = 1
 
+#: Batched propagation keeps its last output arrays (ids and values) for the next call when
+#: they take at most this many bytes, and reuses them once no earlier result still uses them:
+#: a fresh output's first write faults in its pages, which on the bench's 1M-proposition
+#: synthetic graph (31M entries of z, 560 MB with the bound's slack) cost about as much as
+#: the propagation (``python scripts/propagate_batch_cost.py``).  0 keeps nothing;
+#: ``evireform.kernels.release_buffers()`` drops what is kept.
+PROPAGATE_KEEP_BYTES = 1 << 30
+
 #: A search over some rows (``cosine_topk_batch(..., rows=...)``: a filter's matching
 #: propositions) with more than ``SMALL_BATCH`` queries copies the rows into blocks of at
 #: most this many bytes and scans each with the batch kernel; fewer queries read the rows in

@@ -449,3 +449,61 @@ def test_int8_scan_with_exact_rescore_equals_the_exact_scan(rng, M, d, k):
         np.testing.assert_array_equal(got[1], want[1])
     with pytest.raises(ValueError, match="exceeds the int8 range"):
         quantize_int8(H * 2, scale)
+
+
+@pytest.mark.parametrize("M,Ne", [(1, 1), (40, 0), (600, 90), (3000, 400)])
+def test_batch_propagation_is_the_one_seed_kernel_bitwise(rng, M, Ne):
+    """The batched kernel (rows written into their own slots from the expansion bounds,
+    then moved together) gives every row exactly what the one-seed kernel gives that seed:
+    the same ids in the same order, the same value bits, with repeated seeds, empty seeds,
+    isolated propositions and zero-degree entities."""
+    g = random_graph(rng, M, Ne)
+    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 12, size=23)]
+    seeds[3] = (np.zeros(0, np.int64), np.zeros(0))
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = np.concatenate([s[0] for s in seeds]).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds])
+    zp, zi, zv = K.propagate_batch(g, indptr, ids, vals, 0.35)
+    assert len(zp) == len(seeds) + 1 and zp[-1] == len(zi) == len(zv)
+    for b, (si, sv) in enumerate(seeds):
+        oi, ov = K.propagate(g, si, sv, 0.35)
+        np.testing.assert_array_equal(zi[zp[b]:zp[b + 1]], oi)
+        np.testing.assert_array_equal(zv[zp[b]:zp[b + 1]].view(np.int64), ov.view(np.int64))
+    from evireform.kernels import _WS, PropWorkspace
+    assert _WS.get(PropWorkspace, g.n_props, g.n_entities).is_clean()
+
+
+def test_batch_propagation_reuses_its_output_only_when_no_result_holds_it(rng, monkeypatch):
+    """The kept output arrays are reused by the next call once the earlier result is gone,
+    never while a caller still holds it (its values stay intact), and not at all above
+    config.PROPAGATE_KEEP_BYTES."""
+    g = EntityGraph.from_lists([[i % 30] for i in range(600)], n_entities=30)  # disjoint lists
+    seeds = [random_seed(rng, 600, 6) for _ in range(K.config.SMALL_BATCH + 5)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = np.concatenate([s[0] for s in seeds]).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds])
+    want = [a.copy() for a in K.propagate_batch(g, indptr, ids, vals, 0.5)]
+
+    def kept():
+        return id(K._OUT_KEPT["pair"][0])
+
+    def check(res):
+        for a, b in zip(res, want):
+            np.testing.assert_array_equal(a, b)
+    K.release_buffers()
+    r1 = K.propagate_batch(g, indptr, ids, vals, 0.5)
+    assert r1[1].base is K._OUT_KEPT["pair"][0]  # a view of the kept buffer
+    k1 = kept()
+    r2 = K.propagate_batch(g, indptr, ids, vals, 0.5)  # r1 still held: a fresh buffer
+    k2 = kept()
+    assert k2 != k1
+    check(r1)
+    check(r2)
+    del r1, r2
+    r3 = K.propagate_batch(g, indptr, ids, vals, 0.5)  # nothing held: r2's buffer again
+    assert kept() == k2
+    check(r3)
+    monkeypatch.setattr(K.config, "PROPAGATE_KEEP_BYTES", 0)
+    K.release_buffers()
+    check(K.propagate_batch(g, indptr, ids, vals, 0.5))
+    assert not K._OUT_KEPT
