@@ -111,6 +111,9 @@ class CpuEngine:
         idx, r = self.index, restriction
         if r is not None:
             k = r.clip_k(k)
+        elif propagation:  # one pass: z stays in the kernel's workspace (bitwise the same)
+            return K.rank_topk_batch(idx.graph, idx.pmap, indptr, ids, vals, alpha, k,
+                                     backend="cpu")
         if propagation:
             indptr, ids, vals = K.propagate_batch(idx.graph if r is None else r.graph, indptr,
                                                   ids, vals, alpha, backend="cpu")

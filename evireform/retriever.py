@@ -33,7 +33,7 @@ from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
 from .index import PropositionIndex
 from .roles import (
-    Candidate, Controller, GraphBridgeReformulator, ObservationController, Reformulator,
+    Candidates, Controller, GraphBridgeReformulator, ObservationController, Reformulator,
     RoleResult, Selector, TopScoreSelector, clean_queries)
 
 MODES = ("residual", "residual_only", "repeat_question")
@@ -280,12 +280,11 @@ class EviReform:
         cfg, idx = self.config, self.index
         cand_ids = cand.ids
         ids, us = cand_ids.tolist(), cand.vals.tolist()
-        if getattr(self.selector, "reads_text", True):
-            texts = idx.prop_texts
-            shown = [texts[i] for i in ids]
-        else:  # a selector that ranks by score alone: no text decoded per question
-            shown = [""] * len(ids)
-        cands = list(map(Candidate, ids, us, shown, idx.owner[cand_ids].tolist()))
+        # made on access: a selector reading the top few builds a few; one that ranks by
+        # score alone (reads_text False) is shown no text, so none is decoded per question
+        cands = Candidates(ids, us, idx.owner[cand_ids].tolist(),
+                           idx.prop_texts if getattr(self.selector, "reads_text", True)
+                           else None)
         pos = {i: s for i, s in zip(ids, us) if s > 0}
         try:
             chosen = self.selector.select(question, cands, cfg.max_selected)
@@ -387,6 +386,7 @@ class EviReform:
         P, S = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
                     restriction=r)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
+        passages = idx.passages
         out = []
         for st, pids, scores in zip(states, P, S):
             if cfg.fill == "dense":
@@ -395,18 +395,19 @@ class EviReform:
             parts = []
             for part in (st.seed.question, st.seed.residual):
                 acc: dict[int, float] = {}
-                for i, v in zip(part.ids, part.vals):
-                    j = int(owner[i])
-                    acc[j] = acc.get(j, 0.0) + alpha * float(v)
+                for j, v in zip(owner[part.ids].tolist(), part.vals.tolist()):
+                    acc[j] = acc.get(j, 0.0) + alpha * v
                 parts.append(acc)
+            pq, pr = parts
+            pids = np.asarray(pids)
             ranked = []
-            for j, sc in zip(pids, scores):
-                j = int(j)
-                fq = float(parts[0].get(j, 0.0) * inv[j])
-                fr = float(parts[1].get(j, 0.0) * inv[j])
-                p = idx.passages[j]
-                ranked.append(RankedPassage(j, p.id, p.title, float(sc), fq, fr,
-                                            max(0.0, float(sc) - fq - fr), p.text, p.metadata))
+            for j, sc, w in zip(pids.tolist(), np.asarray(scores, np.float64).tolist(),
+                                inv[pids].tolist()):
+                fq = pq.get(j, 0.0) * w
+                fr = pr.get(j, 0.0) * w
+                p = passages[j]
+                ranked.append(RankedPassage(j, p.id, p.title, sc, fq, fr,
+                                            max(0.0, sc - fq - fr), p.text, p.metadata))
             out.append(ranked)
         return out
 

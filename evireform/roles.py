@@ -11,6 +11,7 @@ returns is validated by the retriever (Appendix C.1), so a role can never crash 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -69,6 +70,49 @@ class Candidate:
     score: float
     text: str
     passage: int
+
+
+class Candidates(_SequenceABC):
+    """The candidates shown to a selector, best first: a read-only sequence of
+    :class:`Candidate` made on first access, so a selector that looks at the top few (the
+    LLM-free one) costs a few objects, not one per candidate; one that reads them all gets
+    the same objects a list would hold.  ``texts``: indexable by proposition id (the index's
+    texts), or None for candidates shown without text."""
+
+    __slots__ = ("_ids", "_scores", "_passages", "_texts", "_made")
+
+    def __init__(self, ids, scores, passages, texts=None):
+        self._ids, self._scores, self._passages, self._texts = ids, scores, passages, texts
+        self._made: list = [None] * len(ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def _at(self, t: int) -> Candidate:
+        c = self._made[t]
+        if c is None:
+            i = self._ids[t]
+            c = self._made[t] = Candidate(i, self._scores[t],
+                                          "" if self._texts is None else self._texts[i],
+                                          self._passages[t])
+        return c
+
+    def __getitem__(self, t):
+        if isinstance(t, slice):
+            return [self._at(u) for u in range(*t.indices(len(self._ids)))]
+        n = len(self._ids)
+        t = int(t)
+        if t < 0:
+            t += n
+        if not 0 <= t < n:
+            raise IndexError("candidate index out of range")
+        return self._at(t)
+
+    def __iter__(self):
+        return (self._at(t) for t in range(len(self._ids)))
+
+    def __repr__(self) -> str:
+        return f"Candidates({list(self)!r})"
 
 
 @runtime_checkable

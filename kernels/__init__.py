@@ -27,7 +27,7 @@ __all__ = [
     "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
     "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
-    "merge_topk", "release_buffers",
+    "merge_topk", "release_buffers", "rank_topk_batch",
 ]
 
 
@@ -178,9 +178,12 @@ def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
     M = H.shape[0]
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    # one row range per thread (numba splits a prange evenly, so more would only unbalance)
+    # one row range per thread (numba splits a prange evenly, so more would only unbalance);
+    # a small scan runs the same ranges on the calling thread (bitwise the same result)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
-    ids, vals, n = _kernels().topk_one(H, q, min(k, M), n_chunks)
+    kern = _kernels()
+    scan = kern.topk_one_serial if H.nbytes <= config.SERIAL_SCAN_BYTES else kern.topk_one
+    ids, vals, n = scan(H, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
 
 
@@ -241,8 +244,11 @@ def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
         return heap_i, heap_v
     block = _block_rows()
     n_chunks = max(1, min(_n_threads(), M // (2 * block)))
-    parts = [_kernels().topk_batch(H, _pad4(Q[g:g + _QUERY_GROUP]), min(B - g, _QUERY_GROUP),
-                                   k, n_chunks, block)
+    kern = _kernels()
+    scan = (kern.topk_batch_serial if H.nbytes * min(B, 4) <= config.SERIAL_SCAN_BYTES
+            else kern.topk_batch)  # a small scan on the calling thread (bitwise the same)
+    parts = [scan(H, _pad4(Q[g:g + _QUERY_GROUP]), min(B - g, _QUERY_GROUP), k, n_chunks,
+                  block)
              for g in range(0, B, _QUERY_GROUP)]
     if len(parts) == 1:
         return parts[0]
@@ -549,6 +555,44 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
     return out_ptr, out_i[:m], out_v[:m]
 
 
+def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids, seed_vals,
+                    alpha: float, k: int, *, backend: str = "auto"):
+    """:func:`propagate_batch` then :func:`readout_topk_batch` in one pass: each row's z
+    stays in its thread's workspace and goes straight to the readout (no z arrays, one
+    validation).  Returns (passage ids, scores), both (batch, min(k, n_passages)), bitwise
+    what the two calls give."""
+    if pmap.n_props != graph.n_props:
+        raise ValueError(f"the passage map covers {pmap.n_props} propositions, the graph "
+                         f"{graph.n_props}")
+    ids, vals = _check_seed(seed_ids, seed_vals)
+    _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
+    indptr = _check_indptr(seed_indptr, len(ids), "seed")
+    alpha = _check_alpha(alpha)
+    k = min(_check_k(k), pmap.n_passages)
+    if resolve(backend) == "gpu":
+        zp, zi, zv = propagate_batch(graph, indptr, ids, vals, alpha, backend="gpu")
+        return readout_topk_batch(pmap, zp, zi, zv, k, backend="gpu")
+    B = len(indptr) - 1
+    out_i = np.full((B, k), -1, np.int64)
+    out_v = np.zeros((B, k))
+    if k == 0 or B == 0:
+        return out_i, out_v
+    kern, g = _kernels(), graph
+
+    def run(b0, b1):
+        ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
+        rs = _WS.get(ReadWorkspace, pmap.n_passages)
+        kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals, alpha,
+                       b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark, rs.ptouched, out_i,
+                       out_v)
+    if B <= config.SMALL_BATCH:  # a few questions: the calling thread
+        run(0, B)
+    else:  # ranges side by side (the kernel releases the GIL), rows never shared
+        bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
+        list(_pool().map(lambda r: run(bounds[r], bounds[r + 1]), range(len(bounds) - 1)))
+    return out_i, out_v
+
+
 #: the last batched propagation's output arrays, kept for the next call (see _out_buffers)
 _OUT_KEPT: dict = {}
 _OUT_LOCK = threading.Lock()
@@ -657,7 +701,10 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
                 for b in range(B)]
         return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
     n_chunks = max(1, min(B, _n_threads()))
-    return _kernels().readout_many(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
+    kern = _kernels()
+    read = (kern.readout_many_serial if len(ids) <= config.SERIAL_READOUT_ENTRIES
+            else kern.readout_many)  # a few rows on the calling thread (bitwise the same)
+    return read(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 
 
 def w_nnz(graph: EntityGraph) -> int:

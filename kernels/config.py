@@ -43,6 +43,23 @@ DEGREE_EPS = 1e-12
 #: instead of allocating index-sized scratch per call).  Results are the same either way.
 SMALL_BATCH = 4
 
+#: Exact scans of at most this many bytes of embeddings (times the batch, up to 4 queries)
+#: run their row ranges on the calling thread instead of numba's thread pool: the same
+#: kernel compiled without threads (``_cpu._serial_twin``), so the results are bitwise the
+#: same.  Waking the pool costs more than a small scan takes, most under
+#: ``OMP_WAIT_POLICY=passive`` (which ``evireform bench`` sets).  ``python
+#: scripts/serial_crossover.py`` on this 2-core machine, top-100 of one query, pool against
+#: calling thread: 2,000 x 384 float32 rows (3 MB) 73-118 us against 69-75 us; 6,500 rows
+#: 183-500 against 362-556 us; three queries over 2,000 rows already go faster in the pool
+#: (142 against 261 us, policy unset).
+SERIAL_SCAN_BYTES = 4 << 20
+
+#: Batched readouts of at most this many z entries in all run on the calling thread (the
+#: same kernel without threads, bitwise the same).  Same script: one row of 800 entries
+#: took 19-20 us on the calling thread against 24-38 us in the pool; four rows 59-63 against
+#: 37-85 us.
+SERIAL_READOUT_ENTRIES = 1024
+
 #: Batched exact search with at most this many queries runs the single-query kernel once per
 #: query; more run the batch kernel, which reads the embeddings once for the whole batch (the
 #: two accumulate every dot product in the same order: the results are bitwise equal).  A

@@ -507,3 +507,53 @@ def test_batch_propagation_reuses_its_output_only_when_no_result_holds_it(rng, m
     K.release_buffers()
     check(K.propagate_batch(g, indptr, ids, vals, 0.5))
     assert not K._OUT_KEPT
+
+
+@pytest.mark.parametrize("M,B", [(1, 1), (700, 1), (5000, 3), (9000, 9)])
+def test_serial_twins_are_the_parallel_kernels_bitwise(rng, monkeypatch, M, B):
+    """Small scans and readouts run the same kernels without threads: every public result
+    is bitwise the same whichever side of config.SERIAL_SCAN_BYTES /
+    SERIAL_READOUT_ENTRIES the input falls (both sides forced here)."""
+    H = unit_rows(rng, M, 24)
+    Q = unit_rows(rng, B, 24)
+    pm = random_passages(rng, M, max(1, M // 3))
+    indptr = np.r_[0, np.cumsum(rng.integers(0, 30, B))].astype(np.int64)
+    zi = rng.integers(0, M, int(indptr[-1])).astype(np.int64)
+    zv = rng.random(int(indptr[-1]))
+    got = []
+    for serial in (True, False):
+        monkeypatch.setattr(K.config, "SERIAL_SCAN_BYTES", 1 << 40 if serial else -1)
+        monkeypatch.setattr(K.config, "SERIAL_READOUT_ENTRIES", 1 << 40 if serial else -1)
+        monkeypatch.setattr(K.config, "SEARCH_SMALL_BATCH", 1)
+        got.append([K.cosine_topk(H, Q[0], 50), K.cosine_topk_batch(H, Q, 50),
+                    K.readout_topk_batch(pm, indptr, zi, zv, 7)])
+    for a, b in zip(*got):
+        for x, y in zip(a, b):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+    kern = K._kernels()
+    assert kern.topk_one_serial.py_func.__qualname__ == "topk_one_serial"  # own cache files
+    assert not kern.topk_batch_serial.targetoptions.get("parallel")
+
+
+@pytest.mark.parametrize("B", [0, 1, 3, K.config.SMALL_BATCH + 3, 40])
+def test_rank_topk_batch_is_propagate_then_readout_bitwise(rng, B):
+    """The one-pass rank (z kept in the workspace) against propagate_batch followed by
+    readout_topk_batch: the same passages and score bits, empty seeds and k > N included."""
+    M = 900
+    g, pm = random_graph(rng, M, 120), random_passages(rng, M, 200)
+    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 9, B)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    for k in (1, 10, 500):
+        want = K.readout_topk_batch(pm, *K.propagate_batch(g, indptr, ids, vals, 0.3), k)
+        got = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.3, k)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1].view(np.int64), want[1].view(np.int64))
+    with pytest.raises(ValueError, match="passage map covers"):
+        K.rank_topk_batch(g, random_passages(rng, M + 1, 20), indptr, ids, vals, 0.3, 5)
+    from evireform.kernels import _WS, PropWorkspace, ReadWorkspace
+    assert _WS.get(PropWorkspace, g.n_props, g.n_entities).is_clean()
+    ws = _WS.get(ReadWorkspace, pm.n_passages)
+    assert not ws.pacc.any() and not ws.pmark.any()
