@@ -368,8 +368,48 @@ def core_questions(idx, qs, H_q, queries, vecs):
     given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
                            else np.zeros((0, idx.dim), np.float32))
     retr = EviReform(idx, EviReformConfig(), reformulator=GivenReformulator(queries))
-    return lambda: [retr.retrieve_embedded(q, h, 20, residual_embed=given)
-                    for q, h in zip(qs, H_q)]
+    run = lambda: [retr.retrieve_embedded(q, h, 20, residual_embed=given)  # noqa: E731
+                   for q, h in zip(qs, H_q)]
+    run.retriever = retr
+    return run
+
+
+def core_parts(run, n_questions: int, repeat: int = 3) -> dict:
+    """Where a question's time in :func:`core_questions` goes (ms, the median of
+    ``repeat`` passes): the proposition searches, the selection, the reformulation (the
+    given one: a lookup), the ranking (propagation and readout in one kernel pass, then the
+    records) and the Python between them (the rest of the total)."""
+    retr = run.retriever
+    names = {"_search": "search", "_select": "selection", "_queries": "reformulation",
+             "_rank_many": "propagation, readout, records"}
+    spent: dict = {}
+    saved = {a: getattr(retr, a) for a in names}
+
+    def clock(attr):
+        fn = saved[attr]
+
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            out = fn(*a, **kw)
+            spent[names[attr]] = spent.get(names[attr], 0.0) + time.perf_counter() - t
+            return out
+        return timed
+    passes = []
+    try:
+        for a in names:
+            setattr(retr, a, clock(a))
+        for _ in range(repeat):
+            spent.clear()
+            t = time.perf_counter()
+            run()
+            total = time.perf_counter() - t
+            row = {k: v / n_questions * 1e3 for k, v in spent.items()}
+            row["python between"] = max(0.0, total / n_questions * 1e3 - sum(row.values()))
+            passes.append(row)
+    finally:
+        for a in names:
+            retr.__dict__.pop(a, None)
+    return {k: round(float(np.median([p.get(k, 0.0) for p in passes])), 4) for k in passes[0]}
 
 
 def musique_core_inputs(inp):
@@ -408,11 +448,15 @@ def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
     t_o = median_time(ours, rep) / len(qs)
     t_p = median_time(peer, rep, warmup=0) / len(qs)
     a, b = ours(), ours()
+    parts = core_parts(ours, len(qs), rep)
     out[f"retrieve_core/{label} vs igraph PPR"] = {
         "size": f"{idx.n_props:,} propositions, {idx.n_entities:,} entities, {len(qs)} questions",
         "ours_s": t_o, "peer_s": t_p, "peer": "dense search + igraph personalized_pagerank",
         "speedup": t_p / t_o, "agree": all(x.ids == y.ids for x, y in zip(a, b)),
-        "note": "agree = repeated runs give identical rankings (the peer is another method)"}
+        "parts_ms": parts,
+        "note": "agree = repeated runs give identical rankings (the peer is another method); "
+                "parts_ms: a question's time by part (" + ", ".join(
+                    f"{k} {v:.3f}" for k, v in parts.items()) + " ms)"}
 
 
 @case(*[f"retrieve_core/{s} vs igraph PPR"

@@ -124,4 +124,8 @@ def table(report: dict) -> str:
     w = [max(len(r[i]) for r in rows) for i in range(6)]
     lines = ["  ".join(v.ljust(w[i]) for i, v in enumerate(r)) for r in rows]
     lines.insert(1, "-" * len(lines[0]))
+    for name, c in report["cases"].items():  # cases split into their parts
+        if c.get("parts_ms"):
+            lines.append(f"{name}, a question by part: " + ", ".join(
+                f"{k} {v:.3f} ms" for k, v in c["parts_ms"].items()))
     return "\n".join(lines)
