@@ -454,7 +454,7 @@ class GraphBridgeReformulator(Reformulator):
                         continue
                     seen.add(e)
                     c = names[e]
-                    if not c or c == t_canon or any(ch.isdigit() for ch in c) \
+                    if not c or c == t_canon or any(map(str.isdigit, c)) \
                             or BridgeReformulator._mentioned(c, q_canon, q_tokens) \
                             or _mostly_in(c.split(), t_tokens):
                         continue

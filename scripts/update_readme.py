@@ -70,6 +70,9 @@ BLOCKS["distractors-musique"] = EV + _H2 + [
 BLOCKS["glance-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
                                  "dense,bm25,hipporag_ppr,evireform", "--plot",
                                  "docs/recall_musique.png", "--markdown", "--quiet"]
+# the full CPU run, every case at full size (about 10 minutes with the 1M HNSW graph cached
+# under ~/.cache/evireform/bench; a first build of it adds about 7), its JSON kept
+BLOCKS["bench-full"] = EV + ["bench", "--json", "benchmarks/results/bench-cpu.json"]
 # every case's ratio as a figure (quick sizes: about a minute)
 BLOCKS["bench-quick-plot"] = EV + ["bench", "--quick", "--plot", "docs/bench_quick.png"]
 
