@@ -241,7 +241,7 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
     if L is None:
         return _cosine_topk_reference(ns, H, Q, kk, rows, gemm)
     keys = _scan_candidates(ns, H, kk, rows, L, gemm=gemm, positive_only=True, rng=rng)
-    return _select.decode_keys(xp, _select.sort_keys(xp, keys))
+    return _select.decode_keys(xp, _select.sort_keys(ns, keys))
 
 
 def _cosine_topk_reference(ns: Namespace, H, Q, kk: int, rows: int, gemm, *,
@@ -347,7 +347,7 @@ def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DE
             keys = _scan_candidates(ns, H16, kc, rows, L,
                                     gemm=lambda Hb: _gemm16(ns, Q16, Hb),
                                     positive_only=False, rng=rng)
-            ci, cv = _select.decode_keys(xp, _select.sort_keys(xp, keys), half=True)
+            ci, cv = _select.decode_keys(xp, _select.sort_keys(ns, keys), half=True)
             cv = xp.where(ci >= 0, cv, xp.float32(-np.inf))
         floor = cv[:, kk - 1] - 2.0 * eps          # every true top-k row scores above it
         if kc == n or bool(xp.all(cv[:, kc - 1] < floor)):  # the one check of a call
@@ -356,7 +356,7 @@ def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DE
     # exact float32 re-rank of the candidates: keys of (exact score, id), the k best sorted
     exact = xp.einsum("bcd,bd->bc", H[xp.maximum(ci, 0)].astype(xp.float32), Q)
     ok = (ci >= 0) & (cv >= floor[:, None]) & (exact > 0)
-    keys = _select.sort_keys(xp, _select.value_keys(xp, exact, ci, ok))[:, :kk]
+    keys = _select.sort_keys(ns, _select.value_keys(xp, exact, ci, ok))[:, :kk]
     return _select.decode_keys(xp, keys)
 
 

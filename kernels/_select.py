@@ -211,11 +211,59 @@ def reduce_keys(ns, keys, k: int, L: int, *, limit: int | None = None, rng=None)
     return keys
 
 
-def sort_keys(xp, keys):
-    """The k keys of each row, largest first (the one sort of a search: k a row)."""
-    return xp.sort(keys, axis=1)[:, ::-1]
+def _pow2(k: int) -> int:
+    p = 1
+    while p < k:
+        p *= 2
+    return p
+
+
+def emulate_sort_rows_desc(keys: np.ndarray) -> np.ndarray:
+    """What ``sort_rows_desc`` of select.cu leaves in each row of ``keys`` (B, k): the same
+    bitonic network, stage by stage, vectorised over rows (the padding to a power of two
+    with 0 keys, then the first k)."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    B, k = keys.shape
+    P = _pow2(k)
+    s = np.zeros((B, P), dtype=np.uint64)
+    s[:, :k] = keys
+    i = np.arange(P)
+    size = 2
+    while size <= P:
+        stride = size // 2
+        while stride > 0:
+            j = i ^ stride
+            lo = i[j > i]
+            hi = lo ^ stride
+            down = (lo & size) == 0
+            a, b = s[:, lo], s[:, hi]
+            swap = (a < b) == down[None, :]
+            s[:, lo] = np.where(swap, b, a)
+            s[:, hi] = np.where(swap, a, b)
+            stride //= 2
+        size *= 2
+    return s[:, :k]
+
+
+def sort_keys(ns, keys):
+    """The k keys of each row, largest first (the one sort of a search: k a row): the
+    bitonic kernel on a device (no library sort, which may synchronise), its emulation
+    here."""
+    xp = ns.xp
+    B, k = keys.shape
+    if B == 0 or k <= 1:
+        return keys
+    if _pow2(k) > MAX_SLICE:  # too long for shared memory (an fp16 re-rank's widened
+        return xp.sort(keys, axis=1)[:, ::-1]  # margin): the library sort
+    if ns.on_device:
+        keys = xp.ascontiguousarray(keys)
+        _kernels(xp).get_function("sort_rows_desc")(
+            (B,), (THREADS,), (keys, np.int32(k), np.int32(_pow2(k))),
+            shared_mem=_pow2(k) * 8)
+        return keys
+    return xp.asarray(emulate_sort_rows_desc(np.asarray(keys)))
 
 
 __all__ = ["slice_length", "score_keys", "value_keys", "decode_keys", "emulate_block_select",
-           "select_scores", "select_keys", "reduce_keys", "sort_keys", "MAX_SLICE",
+           "select_scores", "select_keys", "reduce_keys", "sort_keys", "emulate_sort_rows_desc", "MAX_SLICE",
            "MIN_SLICE", "THREADS"]

@@ -134,3 +134,34 @@ extern "C" __global__ void select_keys(const u64* __restrict__ K, long long n, i
     __syncthreads();
     block_select(skeys, len, k, out + ((long long)blockIdx.y * gridDim.x + blockIdx.x) * k);
 }
+
+// The final k keys of each row sorted, largest first, in place: one block per row, the row
+// (padded with 0 to P, a power of two >= k, P <= 4096) in shared memory, a bitonic network
+// of compare-exchanges (kernels/_select.py emulates the same network stage by stage).  The
+// keys are unique but for the 0 padding, so the order is the one order.  Replaces a library
+// sort (thrust), which may synchronise the stream.
+// Launch: grid (rows), dynamic shared memory P * 8 bytes.
+extern "C" __global__ void sort_rows_desc(u64* __restrict__ K, int k, int P)
+{
+    extern __shared__ u64 s[];
+    u64* row = K + (long long)blockIdx.x * k;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) s[i] = i < k ? row[i] : 0ull;
+    __syncthreads();
+    for (int size = 2; size <= P; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < P; i += blockDim.x) {
+                int j = i ^ stride;
+                if (j > i) {
+                    bool down = (i & size) == 0;  // this run ends largest first
+                    u64 a = s[i], b = s[j];
+                    if ((a < b) == down) {
+                        s[i] = b;
+                        s[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int i = threadIdx.x; i < k; i += blockDim.x) row[i] = s[i];
+}

@@ -697,7 +697,7 @@ def test_block_select_emulation_equals_the_reference(rng, dtype, B, n, k, L):
         c = _select.reduce_keys(ns, c, kk, L, rng=np.random.default_rng(2))
         assert c.shape[1] <= max(kk, L)
         c = _select.reduce_keys(ns, c, kk, L)
-        ids, vals = _select.decode_keys(np, _select.sort_keys(np, c), half=dtype == np.float16)
+        ids, vals = _select.decode_keys(np, _select.sort_keys(ns, c), half=dtype == np.float16)
         want = _reference_topk(S, kk, positive_only)
         np.testing.assert_array_equal(ids, np.where(want >= 0, want + 1000, -1))
         got_v = np.where(want >= 0, np.take_along_axis(S, np.maximum(want, 0), 1), 0)
@@ -754,7 +754,18 @@ def test_select_source_and_emulation_name_the_same_kernels():
     """The emulation dispatches to the kernels select.cu defines, with their parameters."""
     src = (Path(_gpu.__file__).with_name("select.cu")).read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)', src))
-    assert names == {"select_f32", "select_f16", "select_keys"}
-    used = set(re.findall(r'"(select_\w+)"', Path(_select.__file__).read_text()))
+    assert names == {"select_f32", "select_f16", "select_keys", "sort_rows_desc"}
+    used = set(re.findall(r'"((?:select|sort_rows)_\w+)"', Path(_select.__file__).read_text()))
     used -= {"select_scores"}  # a Python name in __all__
     assert used == names
+
+
+@pytest.mark.parametrize("B,k", [(1, 1), (3, 2), (4, 5), (2, 64), (3, 100), (2, 1000)])
+def test_bitonic_sort_emulation_sorts_rows_largest_first(rng, B, k):
+    """The sort kernel's network (emulated stage by stage): each row largest first, with
+    zero keys (empty slots) last, for k from 1 to 1,000 (padding to a power of two)."""
+    keys = rng.integers(1, 1 << 62, (B, k), dtype=np.uint64)
+    keys[:, ::3] = 0
+    got = _select.emulate_sort_rows_desc(keys)
+    np.testing.assert_array_equal(got, np.sort(keys, axis=1)[:, ::-1])
+    np.testing.assert_array_equal(_select.sort_keys(NS, keys), got)
