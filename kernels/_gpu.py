@@ -10,7 +10,8 @@ What is a library call and what is custom:
   budget; each block's scores go to the custom select kernel (``select.cu``, :mod:`._select`:
   one thread block per query row and slice, a shared-memory radix select over 64-bit keys of
   score bits and inverted id, so ties keep the lower id; k fixed slots a slice), the held
-  candidate keys reduced by the same kernel and only the final k a query sorted.  No host
+  candidate keys reduced by the same kernel and only the final k a query sorted (a bitonic
+  network, ``sort_rows_desc``).  No host
   synchronisation in a float32 search.  float32, or float16 storage with float32
   accumulation (:func:`cosine_topk_batch` ``half=True``), or the fp16 scan whose float16
   tiles are selected as they are.  The array-namespace radix select (:func:`kth_key`,
