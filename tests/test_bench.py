@@ -219,3 +219,15 @@ def test_gpu_cases_flush_each_size_and_stop_at_the_deadline(monkeypatch):
     report = bench.run(backend="gpu", namespace=_gpu.cpu_namespace(), log=lambda m: None,
                        only=["gpu_cosine"], time_budget=-1.0)
     assert report["skipped"] == ["gpu_cosine"] and report["cases"] == {}
+
+
+def test_bench_only_help_names_every_case_group():
+    """`evireform bench --only` lists every registered group of both backends."""
+    import subprocess
+    import sys
+    from evireform.bench.harness import CASES
+    out = subprocess.run([sys.executable, "-m", "evireform", "bench", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    flat = " ".join(out.split())
+    for group in CASES:
+        assert group in flat.replace(",", " ").replace(";", " ").split(), group

@@ -291,8 +291,9 @@ def add_bench_parser(sub) -> None:
     be.add_argument("--only", action="append", metavar="CASE",
                     help="run only these case groups (repeatable): "
                          "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
-                         "build, update, limit; with --backend gpu: gpu_copy, gpu_cosine, "
-                         "gpu_propagate, gpu_readout, gpu_retrieve")
+                         "build, update, filter, limit; with --backend gpu: gpu_copy, "
+                         "gpu_cosine, gpu_cosine_fp16, gpu_propagate, gpu_readout, "
+                         "gpu_retrieve")
     be.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
                     help="gpu: each CuPy kernel against the numba kernel and the naive CuPy "
                          "peer, with the device's copy bandwidth (needs CuPy and a device)")
