@@ -190,6 +190,11 @@ def block_rows(n_queries: int, k: int, budget: int, itemsize: int = 4) -> int:
     return max(int(k), int(budget // per_row), 1)
 
 
+def _no_hits(xp, B: int, kk: int):
+    """A search's result with nothing found: ids -1, scores 0, (B, kk)."""
+    return xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32)
+
+
 def _scan_candidates(ns: Namespace, H, kk: int, rows: int, L: int, *, gemm,
                      positive_only: bool, rng=None):
     """The tiles' candidate keys of a scan, reduced to the final ``kk`` a query (no defined
@@ -230,7 +235,7 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
     B = Q.shape[0]
     kk = min(int(k), n)
     if kk == 0 or B == 0:
-        return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
+        return _no_hits(xp, B, kk)
     Q = Q.astype(xp.float32)
     rows = block_rows(B, kk, budget)
     L = _select.slice_length(kk)
@@ -282,7 +287,7 @@ def cosine_topk_reference(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_
     n, B = H.shape[0], Q.shape[0]
     kk = min(int(k), n)
     if kk == 0 or B == 0:
-        return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
+        return _no_hits(xp, B, kk)
     Q = Q.astype(xp.float32)
     return _cosine_topk_reference(ns, H, Q, kk, block_rows(B, kk, budget),
                                   lambda Hb: Q @ Hb.astype(xp.float32).T)
@@ -331,7 +336,7 @@ def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DE
     n, B = H.shape[0], Q.shape[0]
     kk = min(int(k), n)
     if kk == 0 or B == 0:
-        return (xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32))
+        return _no_hits(xp, B, kk)
     Q = Q.astype(xp.float32)
     Q16 = Q.astype(xp.float16)
     eps = fp16_error_bound(xp, Q)
