@@ -1,0 +1,55 @@
+"""A digest of EviReform's rankings, to show that a change moved none of them: for the first
+N questions of MuSiQue and HotpotQA, under the default config, two rounds and no propagation,
+through ``retrieve_many`` and (the first 15) ``retrieve``, every ranked passage's position and
+the bits of its score and of its three parts, and the residual queries.  Run it at two
+commits (the same data, embedder and machine) and compare the printed digests.
+
+    python scripts/rankings_digest.py [--data ../shared/data] [-n 100]
+"""
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("-n", type=int, default=100)
+    args = ap.parse_args(argv)
+    from evireform import EviReform, EviReformConfig
+    from evireform.cache import cached_index
+    from evireform.embed import get_embedder
+    data = Path(args.data)
+    emb = get_embedder("minilm")
+    total = hashlib.sha256()
+    for ds in ("musique", "hotpotqa"):
+        idx, _, _ = cached_index(data / ds / f"{ds}_corpus.json", emb, show_progress=False)
+        qs = [q["question"] for q in json.loads((data / ds / f"{ds}.json").read_text())]
+        qs = qs[:args.n]
+        for name, cfg in (("default", EviReformConfig()), ("rounds=2", EviReformConfig(rounds=2)),
+                          ("propagation=False", EviReformConfig(propagation=False))):
+            r = EviReform(idx, cfg, embedder=emb)
+            for how, res in (("retrieve_many", r.retrieve_many(qs, 20)),
+                             ("retrieve", [r.retrieve(q, 20) for q in qs[:15]])):
+                h = hashlib.sha256()
+                for x in res:
+                    for p in x.passages:
+                        bits = np.array([p.score, p.from_question, p.from_residual,
+                                         p.from_propagation], np.float64).view(np.int64)
+                        h.update(f"{p.index}:{bits.tolist()};".encode())
+                    h.update(("|".join(x.trace.residual_queries) + "\n").encode())
+                total.update(h.digest())
+                print(f"{ds} {name} {how}: {h.hexdigest()[:16]}")
+    print(f"all: {total.hexdigest()[:16]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
