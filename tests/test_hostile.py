@@ -109,6 +109,22 @@ def test_2_concurrent_updates_lose_nothing(tmp_path):
     assert PropositionIndex.load(ix).n_passages == 3 + 3 * 4
 
 
+def test_2_a_swap_is_seen_even_when_the_directory_inode_comes_back(tmp_path):
+    """A read overlapping two saves must still see that the index changed: the directory's
+    inode is reused at once by the next save's temporary directory (ext4 gives it back
+    almost every time), so the reader's identity also covers the manifest; a CI run under
+    load mixed two versions before (diag.npy of one, the manifest of the other)."""
+    from evireform.store import verify
+    small, big = small_index(n=20), small_index(n=40, seed=1)
+    target = tmp_path / "ix"
+    small.save(target)
+    first = verify._identity(target)
+    big.save(target)
+    small.save(target)
+    assert verify._identity(target) != first
+    assert verify._identity(tmp_path / "missing") is None
+
+
 def test_2_a_reader_sees_one_version_while_saves_swap(tmp_path):
     small, big = small_index(n=20), small_index(n=40, seed=1)
     target = tmp_path / "ix"

@@ -4,6 +4,7 @@ stamp; the legacy JSON texts of versions 1-2; the embeddings alone (:func:`load_
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
 import os
@@ -275,11 +276,17 @@ def _passages_ok(xs: list) -> bool:
 
 
 def _identity(path: Path):
+    """What a save changes at ``path`` and a load's stamp does not: the directory's device
+    and inode and its manifest's inode, size and times (every save writes a new manifest).
+    The directory's inode alone is not enough: a freed inode goes to the next new directory
+    at once (ext4 here: 199 times in 200 mkdtemp/rmtree), so a read overlapping two saves
+    could find the "same" directory and keep a mix of two versions."""
     try:
-        st = os.stat(path)
+        d = os.stat(path)
+        m = os.stat(path / MANIFEST)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino)
+    return (d.st_dev, d.st_ino, m.st_ino, m.st_size, m.st_mtime_ns, m.st_ctime_ns)
 
 
 def load_index(path, *, mmap: bool = True, verify="auto") -> Loaded:
@@ -292,18 +299,22 @@ def load_index(path, *, mmap: bool = True, verify="auto") -> Loaded:
     new one (a few times at most) instead of mixing the two."""
     path = Path(path)
     for attempt in range(5):
-        before = _identity(path)
-        try:
-            got = _load_once(path, mmap, verify)
-        except (IndexFormatError, OSError) as exc:
-            if before is None or _identity(path) == before or attempt == 4:
-                if isinstance(exc, IndexFormatError):
-                    raise
-                raise IndexFormatError(f"{exc.filename or path}: cannot be read "
-                                       f"({exc.strerror or exc})") from None
-            continue
-        if _identity(path) == before:
-            return got
+        last = attempt == 4
+        # the last try holds the directory's lock, which a save holds while it swaps: when
+        # saves keep overlapping the lock-free reads, this one sees a single version
+        with _dir_lock(path) if last else contextlib.nullcontext():
+            before = _identity(path)
+            try:
+                got = _load_once(path, mmap, verify)
+            except (IndexFormatError, OSError) as exc:
+                if before is None or _identity(path) == before or last:
+                    if isinstance(exc, IndexFormatError):
+                        raise
+                    raise IndexFormatError(f"{exc.filename or path}: cannot be read "
+                                           f"({exc.strerror or exc})") from None
+                continue
+            if last or _identity(path) == before:
+                return got
     return got
 
 
