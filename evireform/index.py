@@ -48,7 +48,8 @@ from .types import Passage, Proposition
 
 log = logging.getLogger(__name__)
 
-#: passages whose word sets :meth:`PropositionIndex.passage_words` keeps at most
+#: passages whose derived data (word sets, bridge candidates) :meth:`PropositionIndex.memo`
+#: keeps at most, of each kind
 WORDS_CACHED = 4096
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
@@ -133,17 +134,27 @@ class PropositionIndex:
 
     def passage_words(self, j: int) -> frozenset:
         """The lower-cased words of passage position ``j``'s title and text (what the LLM-free
-        reformulators call covered), kept for the last :data:`WORDS_CACHED` passages asked
-        for (thread-safe: a race computes one twice)."""
-        cache = self.__dict__.setdefault("_words_cache", {})
-        w = cache.get(j)
-        if w is None:
+        reformulators call covered), kept as :meth:`memo` keeps them."""
+        def make(j):
             from .entities import words
             p = self.passages[j]
-            if len(cache) >= WORDS_CACHED:  # bounded: a big index stays small
+            return frozenset(words(p.title + " " + p.text))
+        return self.memo("words", j, make)
+
+    def memo(self, kind: str, j: int, make):
+        """``make(j)``: data of passage position ``j`` that depends on this index alone (its
+        word set, its bridge candidates), computed on first use and kept for the last
+        :data:`WORDS_CACHED` passages of each ``kind`` (bounded: a big index stays small).
+        An index is never changed in place (``add`` / ``delete`` return a new one), so what
+        is kept stays true; thread-safe (a race computes one twice)."""
+        cache = self.__dict__.setdefault("_memo", {}).setdefault(kind, {})
+        v = cache.get(j)
+        if v is None:
+            v = make(j)
+            if len(cache) >= WORDS_CACHED:
                 cache.clear()
-            w = cache[j] = frozenset(words(p.title + " " + p.text))
-        return w
+            cache[j] = v
+        return v
 
     def check_embedder(self, embedder) -> None:
         """Raise ``ValueError`` unless ``embedder`` embeds like the one this index was built

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, Sequence, runtime_checkable
 
 from ._checks import positive_int
@@ -383,6 +384,78 @@ def surface_form(text: str, name: str) -> str:
     return name
 
 
+class _PassageBridges:
+    """What the graph reformulator knows of one passage before any question: its bridge
+    candidates (each entity its propositions mention, first mention first, less those named
+    like the passage's title, empty names and names with a digit) and, filled on demand, the
+    propositions' bodies, words and surface forms.  Kept per passage by
+    :meth:`PropositionIndex.memo`, so a question decodes no entity name and parses no text
+    of a passage seen before."""
+
+    __slots__ = ("index", "title", "cands", "_bodies", "_spelled")
+
+    def __init__(self, index, j: int):
+        import numpy as np
+        self.index = index
+        self.title = index.passages[j].title.strip()
+        t_canon = canonical_entity(self.title)
+        t_tokens = set(t_canon.split())
+        g, names = index.graph, index.entity_names
+        a_indptr, a_indices = np.asarray(g.a_indptr), np.asarray(g.a_indices)  # not memmaps
+        seen: set = set()
+        self.cands: list[tuple] = []  # (proposition position, entity, proposition, name, tokens)
+        for pos, i in enumerate(index.propositions_of(j).tolist()):
+            for e in a_indices[a_indptr[i]:a_indptr[i + 1]].tolist():
+                if e in seen:
+                    continue
+                seen.add(e)
+                c = names[e]
+                toks = c.split()
+                if not c or c == t_canon or any(map(str.isdigit, c)) \
+                        or _mostly_in(toks, t_tokens):
+                    continue
+                self.cands.append((pos, e, i, c, toks))
+        self._bodies: dict = {}
+        self._spelled: dict = {}
+
+    def body(self, i: int) -> str:
+        """Proposition ``i``'s text without the LLM-free extractors' title prefix."""
+        b = self._bodies.get(i)
+        if b is None:
+            t, title = self.index.prop_texts[i], self.title
+            b = t[len(title) + 2:] if title and t.startswith(title + ": ") else t
+            self._bodies[i] = b
+        return b
+
+    def words(self, i: int) -> set:
+        """The words of proposition ``i``'s body (the overlap ranking's)."""
+        key = ("w", i)
+        w = self._spelled.get(key)
+        if w is None:
+            w = self._spelled[key] = set(_words(self.body(i)))
+        return w
+
+    def mention_at(self, i: int, name: str) -> int:
+        """Where the folded entity name ``name`` starts in proposition ``i``'s folded body (its
+        length when absent): the tie-break between mentions of one proposition."""
+        key = ("c", i)
+        canon = self._spelled.get(key)
+        if canon is None:
+            canon = self._spelled[key] = canonical_entity(self.body(i))
+        at = canon.find(name)
+        return at if at >= 0 else len(canon)
+
+    def spelling(self, i: int, e: int) -> tuple[str, set]:
+        """Entity ``e`` as proposition ``i`` spells it (:func:`surface_form`) and its folded
+        name's tokens."""
+        got = self._spelled.get((i, e))
+        if got is None:
+            name = self.index.entity_names[e]
+            got = self._spelled[(i, e)] = (surface_form(self.index.prop_texts[i], name),
+                                           set(name.split()))
+        return got
+
+
 class GraphBridgeReformulator(Reformulator):
     """LLM-free residual queries whose bridges come from the index, not from capital letters
     (the default reformulator).
@@ -439,37 +512,16 @@ class GraphBridgeReformulator(Reformulator):
         import numpy as np
         q_canon = canonical_entity(question)
         q_tokens = set(q_canon.split())
-        names, texts, g = index.entity_names, index.prop_texts, index.graph
-        a_indptr, a_indices = np.asarray(g.a_indptr), np.asarray(g.a_indices)  # not memmaps
         look = self.ranking == "lookahead" and vector is not None
-        titles = [index.passages[j].title.strip() for j in observed]
-        cands = []  # [rank, -score, proposition position, mention position, entity, proposition]
-        for rank, j in enumerate(observed):
-            t_canon = canonical_entity(titles[rank])
-            t_tokens = set(t_canon.split())
-            seen: set = set()
-            for pos, i in enumerate(index.propositions_of(j).tolist()):
-                for e in a_indices[a_indptr[i]:a_indptr[i + 1]].tolist():
-                    if e in seen:
-                        continue
-                    seen.add(e)
-                    c = names[e]
-                    if not c or c == t_canon or any(map(str.isdigit, c)) \
-                            or BridgeReformulator._mentioned(c, q_canon, q_tokens) \
-                            or _mostly_in(c.split(), t_tokens):
-                        continue
-                    cands.append([rank, 0.0, pos, 0, e, i])
+        kept = [index.memo("bridges", j, partial(_PassageBridges, index)) for j in observed]
+        # [rank, -score, proposition position, mention position, entity, proposition, name]
+        cands = []
+        for rank, pb in enumerate(kept):
+            for pos, e, i, c, toks in pb.cands:
+                if not (c in q_canon or _mostly_in(toks, q_tokens)):  # BridgeReformulator._mentioned
+                    cands.append([rank, 0.0, pos, 0, e, i, c])
         if not cands:
             return []
-        bodies: dict[int, str] = {}
-
-        def body(x) -> str:
-            """The proposition's text without the LLM-free extractors' title prefix."""
-            i = x[5]
-            if i not in bodies:
-                t, title = texts[i], titles[x[0]]
-                bodies[i] = t[len(title) + 2:] if title and t.startswith(title + ": ") else t
-            return bodies[i]
         if look:
             scores = self._lookahead(index, [x[4] for x in cands], observed,
                                      np.asarray(vector, dtype=index.embeddings.dtype), allowed)
@@ -478,51 +530,34 @@ class GraphBridgeReformulator(Reformulator):
         else:
             q_words = set(_words(question)) - _QSTOP
             for x in cands:
-                x[1] = -len(set(_words(body(x))) & q_words)
+                x[1] = -len(kept[x[0]].words(x[5]) & q_words)
         # ties within a proposition go to the earlier mention (its text read only then)
         groups: dict = {}
         for x in cands:
             groups.setdefault((x[0], x[1], x[2]), []).append(x)
-        canon: dict[int, str] = {}
         for group in groups.values():
             if len(group) > 1:
                 for x in group:
-                    if x[5] not in canon:
-                        canon[x[5]] = canonical_entity(body(x))
-                    at = canon[x[5]].find(names[x[4]])
-                    x[3] = at if at >= 0 else len(canon[x[5]])
+                    x[3] = kept[x[0]].mention_at(x[5], x[6])
         cands.sort(key=lambda x: x[:4])
         return [(x[0], x[4], x[5]) for x in cands]
 
     def _lookahead(self, index, ents, observed, vector, allowed=None):
         """Per entity: the best cosine of ``vector`` with a proposition that mentions it in
         a passage neither observed nor outside ``allowed`` (a passage mask: the filter's),
-        over its first ``max_lookahead`` such propositions; 0 when there is none."""
+        over its first ``max_lookahead`` such propositions
+        (:func:`evireform.kernels.mentions_outside`); 0 when there is none."""
         import numpy as np
+        from .kernels import mentions_outside
         g = index.graph
-        at_indptr, at_indices = np.asarray(g.at_indptr), np.asarray(g.at_indices)
-        ents = np.asarray(ents, dtype=np.int64)
-        lo, hi = at_indptr[ents], at_indptr[ents + 1]
-        n = hi - lo
-        total = int(n.sum())
-        out = np.zeros(len(ents))
-        if total == 0:
-            return out.tolist()
-        starts = np.concatenate(([0], np.cumsum(n)[:-1]))
-        props = at_indices[np.repeat(lo - starts, n) + np.arange(total)]
-        seg = np.repeat(np.arange(len(ents)), n)
-        owner = np.asarray(index.owner)[props]
-        keep = ~np.isin(owner, np.asarray(observed, dtype=np.int64))
-        if allowed is not None:
-            keep &= np.asarray(allowed, dtype=bool)[owner]
-        props, seg = props[keep], seg[keep]
+        props, counts = mentions_outside(g.at_indptr, g.at_indices, index.owner, ents,
+                                         observed, allowed, limit=self.max_lookahead)
+        out = np.zeros(len(counts))
         if len(props):
-            first = np.searchsorted(seg, seg)  # where each entity's kept propositions start
-            cut = np.arange(len(seg)) - first < self.max_lookahead
-            props, seg = props[cut], seg[cut]
-            best = np.full(len(ents), -np.inf)
-            np.maximum.at(best, seg, np.asarray(index.embeddings)[props] @ vector)
-            out = np.where(np.isfinite(best), best, 0.0)
+            has = counts > 0
+            starts = np.zeros(int(has.sum()), dtype=np.int64)
+            np.cumsum(counts[has][:-1], out=starts[1:])
+            out[has] = np.maximum.reduceat(np.asarray(index.embeddings)[props] @ vector, starts)
         return out.tolist()
 
     def reformulate_indexed(self, question: str, index, observed: Sequence[int],
@@ -538,10 +573,9 @@ class GraphBridgeReformulator(Reformulator):
             if rank not in rest_of:
                 covered = index.passage_words(observed[rank])
                 rest_of[rank] = [w for w in q_words if w not in covered] or q_words
-            name = index.entity_names[e]
-            b_tokens = set(name.split())
-            return " ".join([surface_form(index.prop_texts[i], name)]
-                            + [w for w in rest_of[rank] if w not in b_tokens])
+            spelled, b_tokens = index.memo("bridges", observed[rank],
+                                           partial(_PassageBridges, index)).spelling(i, e)
+            return " ".join([spelled] + [w for w in rest_of[rank] if w not in b_tokens])
         ranked = self.bridges_indexed(question, index, observed, vector, allowed)
         return _take_queries(((rank, lambda r=rank, e=e, i=i: query(r, e, i))
                               for rank, e, i in ranked), self.per_passage, max_queries)

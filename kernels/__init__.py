@@ -27,7 +27,7 @@ __all__ = [
     "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
     "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
-    "merge_topk", "release_buffers", "rank_topk_batch",
+    "merge_topk", "release_buffers", "rank_topk_batch", "mentions_outside",
 ]
 
 
@@ -707,6 +707,32 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
     return read(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 
 
+def mentions_outside(indptr, indices, owner, rows, excluded=(), allowed=None, *,
+                     limit: int):
+    """For each row r of ``rows``, the first ``limit`` entries i of the CSR row
+    ``indices[indptr[r]:indptr[r + 1]]`` (stored order) whose ``owner[i]`` is not in
+    ``excluded`` and, when ``allowed`` (a boolean mask over owners) is given, is allowed.
+    Returns (the kept entries of all rows, concatenated; their count per row), both int64.
+
+    With A^T's CSR, the propositions' owners and an entity list, it is the graph
+    reformulator's look one step ahead: an entity's mentions outside the passages a question
+    has already observed (and inside a filter's passages).  ``excluded`` is meant to be short
+    (it is scanned per entry); an owner past the end of ``allowed`` counts as not allowed.  CPU only; :func:`~evireform.kernels.reference.mentions_outside`
+    is its reference."""
+    limit = _check_k(limit, "limit")
+    indptr = np.asarray(indptr)
+    rows = _as1d(rows, np.int64)
+    n_rows = len(indptr) - 1
+    if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
+        raise ValueError(f"rows must lie in [0, {n_rows}); got {rows.min()}..{rows.max()}")
+    excluded = _as1d(excluded, np.int64)
+    owner = np.asarray(owner)
+    # an owner past the end of ``allowed`` is not allowed (the kernel checks, no O(M) scan here)
+    allowed = np.zeros(0, np.bool_) if allowed is None else _as1d(allowed, np.bool_)
+    return _kernels().mentions_outside(indptr, np.asarray(indices), owner, rows, excluded,
+                                       allowed, limit)
+
+
 def w_nnz(graph: EntityGraph) -> int:
     """Nonzeros W = A De+ A^T - diag would have if it were materialised (it never is)."""
     if graph.n_props == 0:
@@ -745,6 +771,8 @@ def warm_up(batched: bool = True) -> None:
         _kernels().topk_rows(H, np.arange(8, dtype=np.int64), np.ones(8, np.float32), 2, 2)
     z_ids, z_vals = propagate(g, np.array([0], np.int64), np.array([1.0], np.float32))
     readout_topk(pm, z_ids, z_vals, 2)
+    mentions_outside(g.at_indptr, g.at_indices, pm.owner, np.array([0], np.int64),
+                     np.array([1], np.int64), limit=2)  # the graph reformulator's lookahead
 
 
 _WARMING: list = []

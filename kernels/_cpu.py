@@ -766,3 +766,39 @@ topk_one_serial = _serial_twin(topk_one, _DOT)
 topk_batch_serial = _serial_twin(topk_batch, _DOT)
 readout_many_serial = _serial_twin(readout_many, _JIT)
 
+
+
+# --------------------------------------------------------------------------- graph walks
+@njit(**_JIT)
+def mentions_outside(indptr, indices, owner, rows, excluded, allowed, limit):
+    """See :func:`evireform.kernels.mentions_outside` (``allowed`` empty: every owner is
+    allowed; nonempty: an owner past its end is not).  Two passes over the rows: sizes, then entries."""
+    counts = np.zeros(rows.shape[0], dtype=np.int64)
+    check = allowed.shape[0] > 0
+    for pass_ in range(2):
+        total = 0
+        for t in range(rows.shape[0]):
+            total += counts[t]
+        got = np.empty(total if pass_ == 1 else 0, dtype=np.int64)
+        n = 0
+        for t in range(rows.shape[0]):
+            r = rows[t]
+            c = 0
+            for p in range(indptr[r], indptr[r + 1]):
+                if c >= limit:
+                    break
+                i = indices[p]
+                o = owner[i]
+                skip = check and (o >= allowed.shape[0] or not allowed[o])
+                for x in range(excluded.shape[0]):
+                    if excluded[x] == o:
+                        skip = True
+                        break
+                if skip:
+                    continue
+                if pass_ == 1:
+                    got[n] = i
+                    n += 1
+                c += 1
+            counts[t] = c
+    return got, counts

@@ -90,3 +90,23 @@ def readout_topk(z: np.ndarray, owner: np.ndarray, n_passages: int, k: int):
     scores = readout_scores(z, owner, n_passages)
     order = _order(scores, np.arange(n_passages))[:k]
     return order.astype(np.int64), scores[order]
+
+
+def mentions_outside(indptr, indices, owner, rows, excluded, allowed, limit: int):
+    """For each row r of ``rows``: the first ``limit`` entries i of the CSR row
+    ``indices[indptr[r]:indptr[r + 1]]`` (in stored order) whose ``owner[i]`` is not in
+    ``excluded`` and, when ``allowed`` is given, is allowed (an owner past its end is not).
+    Returns (the entries of all rows concatenated, int64; their count per row, int64)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    got, counts = [], np.zeros(len(rows), dtype=np.int64)
+    bad = set(np.asarray(excluded, dtype=np.int64).tolist())
+    for t, r in enumerate(rows.tolist()):
+        for i in np.asarray(indices[indptr[r]:indptr[r + 1]]).tolist():
+            if counts[t] >= limit:
+                break
+            o = int(owner[i])
+            if o in bad or (allowed is not None and (o >= len(allowed) or not allowed[o])):
+                continue
+            got.append(i)
+            counts[t] += 1
+    return np.asarray(got, dtype=np.int64), counts

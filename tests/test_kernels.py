@@ -557,3 +557,43 @@ def test_rank_topk_batch_is_propagate_then_readout_bitwise(rng, B):
     assert _WS.get(PropWorkspace, g.n_props, g.n_entities).is_clean()
     ws = _WS.get(ReadWorkspace, pm.n_passages)
     assert not ws.pacc.any() and not ws.pmark.any()
+
+
+# ------------------------------------------------------------------ mentions outside passages
+@pytest.mark.parametrize("M,Ne,N", [(1, 1, 1), (10, 3, 4), (300, 50, 40), (3000, 400, 200),
+                                    (40, 7, 1)])
+def test_mentions_outside_matches_reference(rng, M, Ne, N):
+    g = random_graph(rng, M, Ne)  # isolated propositions, entities of degree 0 included
+    owner = np.sort(rng.integers(0, N, M)).astype(np.int32)
+    for _ in range(6):
+        rows = rng.integers(0, Ne, int(rng.integers(0, 12)))  # repeats and empty lists too
+        excluded = rng.integers(0, N, int(rng.integers(0, 5)))
+        allowed = None if rng.random() < 0.4 else rng.random(int(rng.integers(0, N + 1))) < 0.6
+        limit = int(rng.integers(1, 6))
+        got = K.mentions_outside(g.at_indptr, g.at_indices, owner, rows, excluded, allowed,
+                                 limit=limit)
+        want = R.mentions_outside(g.at_indptr, g.at_indices, owner, rows, excluded, allowed,
+                                  limit)
+        for a, b in zip(got, want):
+            assert a.dtype == np.int64 and np.array_equal(a, b)
+        assert got[1].sum() == len(got[0]) and (got[1] <= limit).all()
+
+
+def test_mentions_outside_degenerate_and_bad_input():
+    # e0 has no mention; e1 is mentioned by p0 (passage 0) and p2 (passage 1); e2 by p1, p2
+    g = EntityGraph.from_lists([[1], [2], [1, 2]], n_entities=3)
+    owner = np.array([0, 0, 1], np.int32)
+    ids, counts = K.mentions_outside(g.at_indptr, g.at_indices, owner, [0, 1, 2], limit=5)
+    assert ids.tolist() == [0, 2, 1, 2] and counts.tolist() == [0, 2, 2]
+    ids, counts = K.mentions_outside(g.at_indptr, g.at_indices, owner, [1, 2], [0], limit=5)
+    assert ids.tolist() == [2, 2] and counts.tolist() == [1, 1]
+    ids, counts = K.mentions_outside(g.at_indptr, g.at_indices, owner, [1, 2], [],
+                                     np.array([True]), limit=1)  # passage 1 past the mask
+    assert ids.tolist() == [0, 1] and counts.tolist() == [1, 1]
+    ids, counts = K.mentions_outside(g.at_indptr, g.at_indices, owner, [], limit=1)
+    assert ids.shape == (0,) and counts.shape == (0,)
+    for bad in ([3], [-1]):
+        with pytest.raises(ValueError, match="rows must lie"):
+            K.mentions_outside(g.at_indptr, g.at_indices, owner, bad, limit=1)
+    with pytest.raises(ValueError, match="limit"):
+        K.mentions_outside(g.at_indptr, g.at_indices, owner, [0], limit=0)
