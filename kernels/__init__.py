@@ -504,13 +504,18 @@ def _concat_rows(rows):
     return indptr, np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
 
 
+def _checked_seeds(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha):
+    """A batch of seeds as the batched kernels take it: ``(indptr, ids, vals, alpha)``
+    checked (ids inside the graph, finite values, a CSR indptr over them, alpha in [0, 1])."""
+    ids, vals = _check_seed(seed_ids, seed_vals)
+    _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
+    return _check_indptr(seed_indptr, len(ids), "seed"), ids, vals, _check_alpha(alpha)
+
+
 def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha: float = 0.5,
                     *, backend: str = "auto"):
     """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
-    ids, vals = _check_seed(seed_ids, seed_vals)
-    _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
-    indptr = _check_indptr(seed_indptr, len(ids), "seed")
-    alpha = _check_alpha(alpha)
+    indptr, ids, vals, alpha = _checked_seeds(graph, seed_indptr, seed_ids, seed_vals, alpha)
     if resolve(backend) == "gpu":
         from . import _gpu
         dg = _device(graph, "graph")
@@ -564,10 +569,7 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids,
     if pmap.n_props != graph.n_props:
         raise ValueError(f"the passage map covers {pmap.n_props} propositions, the graph "
                          f"{graph.n_props}")
-    ids, vals = _check_seed(seed_ids, seed_vals)
-    _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
-    indptr = _check_indptr(seed_indptr, len(ids), "seed")
-    alpha = _check_alpha(alpha)
+    indptr, ids, vals, alpha = _checked_seeds(graph, seed_indptr, seed_ids, seed_vals, alpha)
     k = min(_check_k(k), pmap.n_passages)
     if resolve(backend) == "gpu":
         zp, zi, zv = propagate_batch(graph, indptr, ids, vals, alpha, backend="gpu")

@@ -388,6 +388,18 @@ def check_seed(ids, vals, M):
     return 0
 
 
+@njit(inline="always", **_JIT)
+def _note_entity(e, emark, ents, ne):
+    """Entity ``e`` appended to the list ``ents[:ne]`` of a seed's distinct entities unless
+    ``emark`` has it already (then marked); returns the list's new length.  Shared by
+    propagation (:func:`_spread`) and the bound on its output (:func:`expansion_bounds`)."""
+    if not emark[e]:
+        emark[e] = True
+        ents[ne] = e
+        ne += 1
+    return ne
+
+
 @njit(**_JIT)
 def _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids, seed_vals,
             acc, sbuf, mark, yent, emark, touched, ents):
@@ -417,10 +429,7 @@ def _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids
             continue
         for p in range(a_indptr[i], a_indptr[i + 1]):
             e = a_indices[p]
-            if not emark[e]:
-                emark[e] = True
-                ents[ne] = e
-                ne += 1
+            ne = _note_entity(e, emark, ents, ne)
             yent[e] += x * inv_deg[e]
     # 3. (A y)_j for every proposition j of a touched entity
     for t in range(ne):
@@ -514,9 +523,7 @@ def expansion_bounds(a_indptr, a_indices, at_indptr, seed_indptr, seed_ids, emar
             for p in range(a_indptr[i], a_indptr[i + 1]):
                 e = a_indices[p]
                 if not emark[e]:
-                    emark[e] = True
-                    ents[ne] = e
-                    ne += 1
+                    ne = _note_entity(e, emark, ents, ne)
                     s += at_indptr[e + 1] - at_indptr[e]
         for t in range(ne):
             emark[ents[t]] = False
