@@ -143,8 +143,9 @@ class PropositionIndex:
 
     def memo(self, kind: str, j: int, make):
         """``make(j)``: data of passage position ``j`` that depends on this index alone (its
-        word set, its bridge candidates), computed on first use and kept for the last
-        :data:`WORDS_CACHED` passages of each ``kind`` (bounded: a big index stays small).
+        word set, its bridge candidates, its decoded :class:`Passage`), computed on first use
+        and kept for the last :data:`WORDS_CACHED` passages of each ``kind`` (bounded: a big
+        index stays small).
         An index is never changed in place (``add`` / ``delete`` return a new one), so what
         is kept stays true; thread-safe (a race computes one twice)."""
         cache = self.__dict__.setdefault("_memo", {}).setdefault(kind, {})

@@ -386,7 +386,7 @@ class EviReform:
         P, S = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
                     restriction=r)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
-        passages = idx.passages
+        passages, memo = idx.passages, idx.memo
         out = []
         for st, pids, scores in zip(states, P, S):
             if cfg.fill == "dense":
@@ -405,7 +405,7 @@ class EviReform:
                                 inv[pids].tolist()):
                 fq = pq.get(j, 0.0) * w
                 fr = pr.get(j, 0.0) * w
-                p = passages[j]
+                p = memo("passage", j, passages.__getitem__)  # decoded once, not per result
                 ranked.append(RankedPassage(j, p.id, p.title, sc, fq, fr,
                                             max(0.0, sc - fq - fr), p.text, p.metadata))
             out.append(ranked)

@@ -12,8 +12,10 @@ without propositions score 0.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import time
 import weakref
 from typing import NamedTuple
 
@@ -27,7 +29,7 @@ __all__ = [
     "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
     "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
-    "merge_topk", "release_buffers", "rank_topk_batch", "mentions_outside",
+    "merge_topk", "release_buffers", "rank_topk_batch", "mentions_outside", "machine_busy",
 ]
 
 
@@ -72,6 +74,50 @@ def _kernels():
 def _n_threads() -> int:
     import numba
     return max(1, int(numba.get_num_threads()))
+
+
+#: the last load check: (monotonic time, busy, this process's CPU seconds); see machine_busy
+_LOAD_SEEN = [-1e18, False, 0.0]
+_CPUS: list = []
+
+
+def _usable_cpus() -> int:
+    if not _CPUS:
+        try:
+            _CPUS.append(max(1, len(os.sched_getaffinity(0))))
+        except (AttributeError, OSError):
+            _CPUS.append(max(1, os.cpu_count() or 1))
+    return _CPUS[0]
+
+
+def machine_busy() -> bool:
+    """True when other work holds the machine's cores: its 1-minute load average, less the
+    cores this process itself kept busy since the last check, exceeds
+    ``config.BUSY_LOAD_PER_CPU`` per usable core.  The kernels then run on the calling
+    thread whatever the input's size (bitwise the same results).  Read at most once a
+    second; False where the OS gives no load average, and always False when the setting is
+    None."""
+    limit = config.BUSY_LOAD_PER_CPU
+    if limit is None:
+        return False
+    now = time.monotonic()
+    last, _, cpu_then = _LOAD_SEEN
+    if now - last >= 1.0:
+        t = os.times()
+        cpu = t.user + t.system  # every thread of this process
+        own = 0.0 if last < 0 else max(0.0, (cpu - cpu_then) / (now - last))
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            load = 0.0
+        _LOAD_SEEN[:] = [now, load - own > float(limit) * _usable_cpus(), cpu]
+    return _LOAD_SEEN[1]
+
+
+def _on_caller(size: int, limit: int) -> bool:
+    """Whether a kernel call of ``size`` (bytes or entries) runs on the calling thread: at
+    most ``limit`` (its serial crossover in :mod:`config`), or the machine is busy."""
+    return size <= limit or machine_busy()
 
 
 def _check_k(k, name: str = "k") -> int:
@@ -182,7 +228,8 @@ def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
     # a small scan runs the same ranges on the calling thread (bitwise the same result)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
     kern = _kernels()
-    scan = kern.topk_one_serial if H.nbytes <= config.SERIAL_SCAN_BYTES else kern.topk_one
+    scan = (kern.topk_one_serial if _on_caller(H.nbytes, config.SERIAL_SCAN_BYTES)
+            else kern.topk_one)
     ids, vals, n = scan(H, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
 
@@ -194,7 +241,7 @@ def _topk_rows_one(H, q, k: int, rows):
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
-    if n_chunks == 1:
+    if n_chunks == 1 or machine_busy():  # one range on the calling thread (same top-k)
         ids, vals, n = _kernels().topk_rows_serial(H, rows, q, min(k, M))
     else:
         ids, vals, n = _kernels().topk_rows(H, rows, q, min(k, M), n_chunks)
@@ -245,7 +292,7 @@ def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
     block = _block_rows()
     n_chunks = max(1, min(_n_threads(), M // (2 * block)))
     kern = _kernels()
-    scan = (kern.topk_batch_serial if H.nbytes * min(B, 4) <= config.SERIAL_SCAN_BYTES
+    scan = (kern.topk_batch_serial if _on_caller(H.nbytes * min(B, 4), config.SERIAL_SCAN_BYTES)
             else kern.topk_batch)  # a small scan on the calling thread (bitwise the same)
     parts = [scan(H, _pad4(Q[g:g + _QUERY_GROUP]), min(B - g, _QUERY_GROUP), k, n_chunks,
                   block)
@@ -550,7 +597,11 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
         kern.propagate_into(*g.kernel_args, indptr, ids, vals, alpha, bounds[r],
                             bounds[r + 1], offs, out_i, out_v, counts, ws.wf, ws.wb, ws.wi)
 
-    list(_pool().map(run, range(n_ranges)))
+    if machine_busy():  # the same ranges in turn on the calling thread
+        for r in range(n_ranges):
+            run(r)
+    else:
+        list(_pool().map(run, range(n_ranges)))
     m = int(kern.compact_rows(offs, counts, out_i, out_v))
     out_ptr = np.zeros(B + 1, dtype=np.int64)
     np.cumsum(counts, out=out_ptr[1:])
@@ -587,7 +638,7 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids,
         kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals, alpha,
                        b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark, rs.ptouched, out_i,
                        out_v)
-    if B <= config.SMALL_BATCH:  # a few questions: the calling thread
+    if B <= config.SMALL_BATCH or machine_busy():  # a few questions, or a busy machine
         run(0, B)
     else:  # ranges side by side (the kernel releases the GIL), rows never shared
         bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
@@ -704,7 +755,7 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
         return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
     n_chunks = max(1, min(B, _n_threads()))
     kern = _kernels()
-    read = (kern.readout_many_serial if len(ids) <= config.SERIAL_READOUT_ENTRIES
+    read = (kern.readout_many_serial if _on_caller(len(ids), config.SERIAL_READOUT_ENTRIES)
             else kern.readout_many)  # a few rows on the calling thread (bitwise the same)
     return read(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 

@@ -60,6 +60,19 @@ SERIAL_SCAN_BYTES = 4 << 20
 #: 37-85 us.
 SERIAL_READOUT_ENTRIES = 1024
 
+#: When other work holds more than this share of the cores (the 1-minute load average, less
+#: what this process itself kept busy since the last check, per core it may use), every
+#: scan, batched readout and batched propagation runs on the calling thread whatever its
+#: size: the same kernels without threads (``_cpu._serial_twin``) or the same seed ranges
+#: one after another, so the results are bitwise the same.  A thread pool on cores that
+#: other work holds waits for its slowest worker, which the scheduler may leave out for a
+#: whole time slice: ``python scripts/orchestration_cost.py`` beside two busy loops on this
+#: 2-core machine gave retrieve() p50 / p90 1.5-56 / 6.5-56 ms with the pool (five runs),
+#: against 1.12-1.23 / 5.4-5.9 ms on the calling thread (three runs).  Read at most once a second
+#: (:func:`evireform.kernels.machine_busy`); None: never (``evireform bench`` sets it, so
+#: its ratios measure the kernels at a fixed thread count, not the load).
+BUSY_LOAD_PER_CPU = 0.75
+
 #: Batched exact search with at most this many queries runs the single-query kernel once per
 #: query; more run the batch kernel, which reads the embeddings once for the whole batch (the
 #: two accumulate every dot product in the same order: the results are bitwise equal).  A

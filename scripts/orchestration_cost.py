@@ -79,7 +79,11 @@ def main(argv=None) -> int:
         r.retrieve_many(qs, 10)
         many.append((time.perf_counter() - t) / len(qs))
     ms = lambda v, p: np.percentile(v, p) * 1e3  # noqa: E731
-    print(f"MuSiQue, {len(qs)} questions x {args.repeat} passes, everything but the encoder:\n")
+    import os
+    from evireform import kernels
+    print(f"MuSiQue, {len(qs)} questions x {args.repeat} passes, everything but the encoder "
+          f"(load average {os.getloadavg()[0]:.2f} over {kernels._usable_cpus()} cores: "
+          f"busy, so kernels on the calling thread: {kernels.machine_busy()}):\n")
     print("| measure | ms |\n|---|---:|")
     print(f"| retrieve() p50 | {ms(one, 50):.2f} |\n| retrieve() p90 | {ms(one, 90):.2f} |")
     print(f"| retrieve() p50, first pass (passages' bridge data made on first sight) | "

@@ -167,6 +167,28 @@ def test_bench_waits_passively_unless_told(tmp_path, monkeypatch, given):
     assert json.loads(out.read_text())["machine"]["omp_wait_policy"] == (given or "PASSIVE")
 
 
+def test_bench_measures_the_kernels_at_their_thread_count_even_when_busy(monkeypatch):
+    """A busy machine's switch to the calling thread (kernels.config.BUSY_LOAD_PER_CPU) is
+    off while the bench runs, so its ratios compare fixed kernels, and back on after (also
+    when a case raises); the report records the load it started under."""
+    import evireform.bench as bench
+    from evireform.kernels import config as kconfig
+    monkeypatch.setattr(kconfig, "BUSY_LOAD_PER_CPU", 1.5)
+    seen = []
+
+    def cases(*a, **kw):
+        seen.append(kconfig.BUSY_LOAD_PER_CPU)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(bench, "_run_cases", cases)
+    report = bench.run(quick=True, only=["limit"])
+    assert seen == [None] and kconfig.BUSY_LOAD_PER_CPU == 1.5
+    assert report["machine"]["load_avg_1m"] >= 0
+    with pytest.raises(KeyboardInterrupt):
+        bench.run(quick=True, only=["limit"])
+    assert seen == [None, None] and kconfig.BUSY_LOAD_PER_CPU == 1.5
+
+
 def test_the_gpu_retrieve_peer_is_the_cpu_engine(rng, monkeypatch):
     """The retrieve case compares the device engine with the CPU engine even where "auto"
     would pick the device (a GPU usable, >= GPU_AUTO_MIN_PROPS propositions): made so here,

@@ -1,4 +1,6 @@
 """Every kernel backend against the numpy/scipy reference, degenerate cases included."""
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -521,6 +523,7 @@ def test_serial_twins_are_the_parallel_kernels_bitwise(rng, monkeypatch, M, B):
     zi = rng.integers(0, M, int(indptr[-1])).astype(np.int64)
     zv = rng.random(int(indptr[-1]))
     got = []
+    monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", None)  # the pool side, even when busy
     for serial in (True, False):
         monkeypatch.setattr(K.config, "SERIAL_SCAN_BYTES", 1 << 40 if serial else -1)
         monkeypatch.setattr(K.config, "SERIAL_READOUT_ENTRIES", 1 << 40 if serial else -1)
@@ -597,3 +600,84 @@ def test_mentions_outside_degenerate_and_bad_input():
             K.mentions_outside(g.at_indptr, g.at_indices, owner, bad, limit=1)
     with pytest.raises(ValueError, match="limit"):
         K.mentions_outside(g.at_indptr, g.at_indices, owner, [0], limit=0)
+
+
+def _busy(monkeypatch, load: float):
+    """A machine whose 1-minute load average is ``load``, seen at the next check."""
+    monkeypatch.setattr(K.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(K, "_LOAD_SEEN", [-1e18, False, 0.0])
+
+
+def test_machine_busy_reads_the_load_per_usable_core(monkeypatch):
+    monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", 1.5)
+    cpus = K._usable_cpus()
+    _busy(monkeypatch, 1.5 * cpus + 0.1)
+    assert K.machine_busy()
+    _busy(monkeypatch, 1.5 * cpus - 0.1)
+    assert not K.machine_busy()
+    # the load this process makes itself is not other work: 2 CPU seconds in 1 s of wall
+    times = [os.times_result((10.0, 1.0, 0, 0, 0)), os.times_result((12.0, 1.0, 0, 0, 0))]
+    monkeypatch.setattr(K.os, "times", lambda: times.pop(0))
+    clock = [100.0, 101.0]
+    monkeypatch.setattr(K.time, "monotonic", lambda: clock[0])
+    _busy(monkeypatch, 1.5 * cpus + 1.0)
+    assert K.machine_busy()  # the first check cannot tell its own share
+    clock[0] = 101.0
+    assert not K.machine_busy()  # 1.5 * cpus + 1 - 2 own cores
+    monkeypatch.undo()
+    monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", 1.5)
+    _busy(monkeypatch, 1.5 * cpus - 0.1)
+    assert not K.machine_busy()
+    # read at most once a second: a load that changes now is seen only later
+    monkeypatch.setattr(K.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    assert not K.machine_busy()
+    K._LOAD_SEEN[0] -= 1.0
+    assert K.machine_busy()
+    monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", None)
+    assert not K.machine_busy()
+
+    def no_load():
+        raise OSError("no load average here")
+    monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", 1.5)
+    monkeypatch.setattr(K.os, "getloadavg", no_load)
+    monkeypatch.setattr(K, "_LOAD_SEEN", [-1e18, True, 0.0])
+    assert not K.machine_busy()
+
+
+def test_a_busy_machine_runs_every_kernel_on_the_calling_thread_bitwise(rng, monkeypatch):
+    """Above config.BUSY_LOAD_PER_CPU the scans, readouts and batched propagation and rank
+    never touch a thread pool (the threaded kernels and the pool raise here), whatever the
+    size, and give bitwise what the threaded ones give on a quiet machine."""
+    M, B = 9000, 9
+    H, Q = unit_rows(rng, M, 24), unit_rows(rng, B, 24)
+    g, pm = random_graph(rng, M, 700), random_passages(rng, M, 3000)
+    seeds = [random_seed(rng, M, 6) for _ in range(B)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = np.concatenate([s[0] for s in seeds]).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds])
+    rows = np.arange(0, M, 2)
+    monkeypatch.setattr(K.config, "SERIAL_SCAN_BYTES", -1)  # pool-sized inputs
+    monkeypatch.setattr(K.config, "SERIAL_READOUT_ENTRIES", -1)
+    monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", 1.5)
+
+    def run():
+        zp, zi, zv = K.propagate_batch(g, indptr, ids, vals, 0.5)
+        return [K.cosine_topk(H, Q[0], 50), K.cosine_topk(H, Q[0], 50, rows=rows),
+                K.cosine_topk_batch(H, Q, 50), (zp, zi, zv),
+                K.readout_topk_batch(pm, zp, zi, zv, 7),
+                K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, 7)]
+    _busy(monkeypatch, 0.0)
+    quiet = run()
+    _busy(monkeypatch, 1e6)
+    kern = K._kernels()
+
+    def pool_used(*a, **kw):
+        raise AssertionError("a thread pool was used on a busy machine")
+    for name in ("topk_one", "topk_batch", "topk_rows", "readout_many"):
+        monkeypatch.setattr(kern, name, pool_used)
+    monkeypatch.setattr(K, "_pool", pool_used)
+    busy = run()
+    for a, b in zip(quiet, busy):
+        for x, y in zip(a, b):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)

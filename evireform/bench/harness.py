@@ -85,6 +85,10 @@ def machine() -> dict:
             "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
             "numpy": np.__version__, "numba": numba.__version__,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+    try:  # what else the machine was doing as the run began
+        info["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        pass
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
