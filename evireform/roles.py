@@ -518,7 +518,8 @@ class GraphBridgeReformulator(Reformulator):
         cands = []
         for rank, pb in enumerate(kept):
             for pos, e, i, c, toks in pb.cands:
-                if not (c in q_canon or _mostly_in(toks, q_tokens)):  # BridgeReformulator._mentioned
+                # not mentioned by the question (as BridgeReformulator._mentioned)
+                if not (c in q_canon or _mostly_in(toks, q_tokens)):
                     cands.append([rank, 0.0, pos, 0, e, i, c])
         if not cands:
             return []
