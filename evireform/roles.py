@@ -388,19 +388,20 @@ class _PassageBridges:
     """What the graph reformulator knows of one passage before any question: its bridge
     candidates (each entity its propositions mention, first mention first, less those named
     like the passage's title, empty names and names with a digit) and, filled on demand, the
-    propositions' bodies, words and surface forms.  Kept per passage by
+    propositions' bodies, words, folded bodies and surface forms.  Kept per passage by
     :meth:`PropositionIndex.memo`, so a question decodes no entity name and parses no text
-    of a passage seen before."""
+    of a passage seen before.  Holds the index's string tables, not the index (which keeps
+    this object: no reference cycle)."""
 
-    __slots__ = ("index", "title", "cands", "_bodies", "_spelled")
+    __slots__ = ("texts", "names", "title", "cands", "_bodies", "_words", "_canon", "_spelled")
 
     def __init__(self, index, j: int):
         import numpy as np
-        self.index = index
+        self.texts, self.names = index.prop_texts, index.entity_names
         self.title = index.passages[j].title.strip()
         t_canon = canonical_entity(self.title)
         t_tokens = set(t_canon.split())
-        g, names = index.graph, index.entity_names
+        g = index.graph
         a_indptr, a_indices = np.asarray(g.a_indptr), np.asarray(g.a_indices)  # not memmaps
         seen: set = set()
         self.cands: list[tuple] = []  # (proposition position, entity, proposition, name, tokens)
@@ -409,39 +410,39 @@ class _PassageBridges:
                 if e in seen:
                     continue
                 seen.add(e)
-                c = names[e]
+                c = self.names[e]
                 toks = c.split()
                 if not c or c == t_canon or any(map(str.isdigit, c)) \
                         or _mostly_in(toks, t_tokens):
                     continue
                 self.cands.append((pos, e, i, c, toks))
         self._bodies: dict = {}
+        self._words: dict = {}
+        self._canon: dict = {}
         self._spelled: dict = {}
 
     def body(self, i: int) -> str:
         """Proposition ``i``'s text without the LLM-free extractors' title prefix."""
         b = self._bodies.get(i)
         if b is None:
-            t, title = self.index.prop_texts[i], self.title
-            b = t[len(title) + 2:] if title and t.startswith(title + ": ") else t
-            self._bodies[i] = b
+            t, title = self.texts[i], self.title
+            b = self._bodies[i] = (t[len(title) + 2:] if title and t.startswith(title + ": ")
+                                   else t)
         return b
 
     def words(self, i: int) -> set:
         """The words of proposition ``i``'s body (the overlap ranking's)."""
-        key = ("w", i)
-        w = self._spelled.get(key)
+        w = self._words.get(i)
         if w is None:
-            w = self._spelled[key] = set(_words(self.body(i)))
+            w = self._words[i] = set(_words(self.body(i)))
         return w
 
     def mention_at(self, i: int, name: str) -> int:
         """Where the folded entity name ``name`` starts in proposition ``i``'s folded body (its
         length when absent): the tie-break between mentions of one proposition."""
-        key = ("c", i)
-        canon = self._spelled.get(key)
+        canon = self._canon.get(i)
         if canon is None:
-            canon = self._spelled[key] = canonical_entity(self.body(i))
+            canon = self._canon[i] = canonical_entity(self.body(i))
         at = canon.find(name)
         return at if at >= 0 else len(canon)
 
@@ -450,8 +451,8 @@ class _PassageBridges:
         name's tokens."""
         got = self._spelled.get((i, e))
         if got is None:
-            name = self.index.entity_names[e]
-            got = self._spelled[(i, e)] = (surface_form(self.index.prop_texts[i], name),
+            name = self.names[e]
+            got = self._spelled[(i, e)] = (surface_form(self.texts[i], name),
                                            set(name.split()))
         return got
 

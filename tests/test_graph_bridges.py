@@ -233,3 +233,29 @@ def test_cli_index_says_the_choice(tmp_path, capsys):
     assert "extractor_choice" in captured.out
     meta = PropositionIndex.load(tmp_path / "ix").meta
     assert meta["extractor_choice"]["chosen"] == "phrases"
+
+
+def test_bridges_are_kept_per_passage_without_keeping_the_index_alive():
+    """Each observed passage's bridge candidates are made once per index
+    (PropositionIndex.memo) and give the same queries when met again; what is kept does not
+    point back at the index, so a dropped index is freed at once (no cycle for the garbage
+    collector to find)."""
+    import gc
+    import weakref
+    ps = _world()
+    idx = _index(ps, HeuristicExtractor())
+    ref = GraphBridgeReformulator()
+    vec = _vector(Q)
+    first = ref.reformulate_indexed(Q, idx, [0, 2], 3, vector=vec)
+    kept = idx.__dict__["_memo"]["bridges"]
+    assert set(kept) == {0, 2}
+    made = kept[0]
+    assert ref.reformulate_indexed(Q, idx, [0, 2], 3, vector=vec) == first
+    assert idx.__dict__["_memo"]["bridges"][0] is made  # not made again
+    alive = weakref.ref(idx)
+    gc.disable()
+    try:
+        del idx, kept, made
+        assert alive() is None
+    finally:
+        gc.enable()
