@@ -770,8 +770,8 @@ def mentions_outside(indptr, indices, owner, rows, excluded=(), allowed=None, *,
     With A^T's CSR, the propositions' owners and an entity list, it is the graph
     reformulator's look one step ahead: an entity's mentions outside the passages a question
     has already observed (and inside a filter's passages).  ``excluded`` is meant to be short
-    (it is scanned per entry); an owner past the end of ``allowed`` counts as not allowed.  CPU only; :func:`~evireform.kernels.reference.mentions_outside`
-    is its reference."""
+    (it is scanned per entry); an owner past the end of ``allowed`` counts as not allowed.
+    CPU only; :func:`~evireform.kernels.reference.mentions_outside` is its reference."""
     limit = _check_k(limit, "limit")
     indptr = np.asarray(indptr)
     rows = _as1d(rows, np.int64)
@@ -780,8 +780,12 @@ def mentions_outside(indptr, indices, owner, rows, excluded=(), allowed=None, *,
         raise ValueError(f"rows must lie in [0, {n_rows}); got {rows.min()}..{rows.max()}")
     excluded = _as1d(excluded, np.int64)
     owner = np.asarray(owner)
-    # an owner past the end of ``allowed`` is not allowed (the kernel checks, no O(M) scan here)
-    allowed = np.zeros(0, np.bool_) if allowed is None else _as1d(allowed, np.bool_)
+    if allowed is None:
+        allowed = np.zeros(0, np.bool_)  # the kernel reads an empty mask as "no mask"
+    else:  # an owner past the mask's end is not allowed (the kernel checks: no O(M) scan)
+        allowed = _as1d(allowed, np.bool_)
+        if len(allowed) == 0:  # a mask of nothing allows nothing
+            return np.zeros(0, np.int64), np.zeros(len(rows), np.int64)
     return _kernels().mentions_outside(indptr, np.asarray(indices), owner, rows, excluded,
                                        allowed, limit)
 

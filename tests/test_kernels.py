@@ -595,6 +595,9 @@ def test_mentions_outside_degenerate_and_bad_input():
     assert ids.tolist() == [0, 1] and counts.tolist() == [1, 1]
     ids, counts = K.mentions_outside(g.at_indptr, g.at_indices, owner, [], limit=1)
     assert ids.shape == (0,) and counts.shape == (0,)
+    ids, counts = K.mentions_outside(g.at_indptr, g.at_indices, owner, [1, 2], [],
+                                     np.zeros(0, bool), limit=5)  # an empty mask: nothing
+    assert ids.shape == (0,) and counts.tolist() == [0, 0]
     for bad in ([3], [-1]):
         with pytest.raises(ValueError, match="rows must lie"):
             K.mentions_outside(g.at_indptr, g.at_indices, owner, bad, limit=1)
