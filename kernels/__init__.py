@@ -381,11 +381,16 @@ def int8_error_bound(Q, scale) -> np.ndarray:
 
 def quantized_topk_batch(codes, scale, H, Q, k: int, *, margin: int = 64):
     """Exact top-``k`` of :func:`cosine_topk_batch` (bitwise the same ids and scores), found
-    by scanning the int8 ``codes`` (4x fewer bytes than float32 ``H``) and re-scoring a
-    candidate margin with ``H``: every row whose int8 score is within twice the error bound
-    (:func:`int8_error_bound`) of the k-th int8 score is re-scored, which provably contains
-    the exact top-k (ties included); when the first ``k + margin`` candidates do not reach
-    that far, the scan is repeated with four times as many."""
+    by scanning the int8 ``codes`` (4x fewer bytes than float32 ``H``) and re-scoring the
+    candidates with ``H``.
+
+    Per query, q x scale is rounded to int16 steps of t (the largest that keeps an int32
+    sum of d products exact), so each row's approximate score t * sum(code * q_int) is an
+    exact integer sum (any order, vectorised), within ``eps`` = :func:`int8_error_bound` +
+    t / 2 x 127 d of the row's score.  Every row within 2 eps of the k-th approximate score
+    is re-scored by the float32 kernel over those rows (:func:`cosine_topk`'s ``rows``,
+    bitwise the full scan's scores), which provably contains the exact top-k, ties and the
+    positive-only rule included.  ``margin`` is accepted for compatibility and unused."""
     H = _check_matrix(H)
     Q = _check_queries(Q, H.shape[1], 2)
     k = _check_k(k)
@@ -393,31 +398,33 @@ def quantized_topk_batch(codes, scale, H, Q, k: int, *, margin: int = 64):
     if codes.dtype != np.int8 or codes.shape != H.shape:
         raise ValueError(f"codes must be int8 of shape {H.shape}; got {codes.dtype} "
                          f"{codes.shape}")
-    B, M = Q.shape[0], H.shape[0]
+    B, (M, d) = Q.shape[0], H.shape
     k = min(k, M)
     out_i = np.full((B, k), -1, np.int64)
     out_v = np.zeros((B, k), np.float32)
     if B == 0 or M == 0 or k == 0:
         return out_i, out_v
-    n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
     eps = int8_error_bound(Q, scale)
-    scale = np.asarray(scale, np.float32)
+    scale = np.asarray(scale, np.float64)
+    steps = min(32767, (2**31 - 1) // (127 * max(1, d)))  # |sum| <= 127 d steps < 2^31
+    kern = _kernels()
+    n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
+    scan = (kern.scores_i8_serial if _on_caller(codes.nbytes, config.SERIAL_SCAN_BYTES)
+            else kern.scores_i8)
     for b in range(B):
-        qs = (Q[b] * scale).astype(np.float32)
-        kk = min(M, k + margin)
-        while True:
-            ids, vals, n = _kernels().topk_i8(codes, qs, kk, n_chunks)
-            floor = float(vals[min(k, n) - 1]) - 2.0 * eps[b]
-            if n < kk or kk == M or float(vals[n - 1]) < floor:
-                break
-            kk = min(M, 4 * kk)
-        cand = np.sort(ids[:n][vals[:n] >= floor])
-        sc = cosine_scores(H[cand], Q[b:b + 1])[0] if len(cand) else np.zeros(0, np.float32)
-        keep = sc > 0
-        cand, sc = cand[keep], sc[keep]
-        o = np.lexsort((cand, -sc.astype(np.float64)))[:k]
-        out_i[b, :len(o)] = cand[o]
-        out_v[b, :len(o)] = sc[o]
+        qs = Q[b].astype(np.float64) * scale
+        top = float(np.abs(qs).max())
+        if top == 0.0:
+            continue  # every score is 0: no positive match
+        t = top / steps
+        qi = np.rint(qs / t).astype(np.int16)
+        S = scan(codes, qi, n_chunks)
+        tau = int(np.partition(S, M - k)[M - k])  # the k-th approximate score, in steps
+        reach = 2.0 * (float(eps[b]) + 0.5 * t * 127 * d) / t
+        cand = np.flatnonzero(S >= tau - int(np.ceil(reach)) - 1)  # ascending positions
+        ids, vals = _topk_rows_one(H, Q[b], k, cand)
+        out_i[b, :len(ids)] = ids
+        out_v[b, :len(ids)] = vals
     return out_i, out_v
 
 

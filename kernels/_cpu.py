@@ -687,33 +687,21 @@ _APPROX = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath=True)
 
 
 @njit(parallel=True, **_APPROX)
-def topk_i8(C, qs, k, n_chunks):
-    """Approximate top-``k`` of one query over int8 codes: score_r = sum_d C[r, d] qs[d]
-    (``qs`` = query x per-dimension scale), any sign, in any summation order (the caller
-    re-scores the candidates exactly).  Returns (ids, vals, count), best first."""
+def scores_i8(C, qi, n_chunks):
+    """S[r] = sum_d C[r, d] qi[d] for int8 codes ``C`` and an int16 query ``qi``: exact int32
+    sums (the caller keeps |qi| small enough), so any summation order, vectorised, gives
+    the same result.  One row range per chunk."""
     M, d = C.shape
-    cand_v = np.empty((n_chunks, k), dtype=np.float32)
-    cand_i = np.empty((n_chunks, k), dtype=np.int64)
-    cand_n = np.zeros(n_chunks, dtype=np.int64)
+    S = np.empty(M, dtype=np.int32)
     step = (M + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
-        lo = min(M, c * step)
-        hi = min(M, lo + step)
-        v = cand_v[c]
-        ix = cand_i[c]
-        n = 0
-        lim = np.float32(-np.inf)
-        for r in range(lo, hi):
-            s = np.float32(0.0)
+        for r in range(c * step, min(M, (c + 1) * step)):
+            acc = np.int32(0)
             row = C[r]
             for j in range(d):
-                s += np.float32(row[j]) * qs[j]
-            if s > lim or n < k:
-                n = _heap_offer(v, ix, n, k, s, r)
-                if n == k:
-                    lim = v[0]
-        cand_n[c] = n
-    return _merge_chunks(cand_v, cand_i, cand_n, k)
+                acc += np.int32(row[j]) * np.int32(qi[j])
+            S[r] = acc
+    return S
 
 
 @njit(**_JIT)
@@ -770,6 +758,7 @@ def _serial_twin(kernel, opts):
 
 
 topk_one_serial = _serial_twin(topk_one, _DOT)
+scores_i8_serial = _serial_twin(scores_i8, _APPROX)
 topk_batch_serial = _serial_twin(topk_batch, _DOT)
 readout_many_serial = _serial_twin(readout_many, _JIT)
 

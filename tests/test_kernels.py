@@ -431,7 +431,7 @@ def test_remove_rows_equals_from_csr(rng, M, Ne, p_drop):
 
 
 @pytest.mark.parametrize("M,d,k", [(1, 8, 1), (5, 8, 10), (300, 16, 7), (2000, 32, 50),
-                                   (5000, 64, 100)])
+                                   (5000, 64, 100), (400, 1024, 20), (9000, 384, 100)])
 def test_int8_scan_with_exact_rescore_equals_the_exact_scan(rng, M, d, k):
     from evireform.kernels import cosine_topk_batch, quantize_int8, quantized_topk_batch
     H = unit_rows(rng, M, d)
@@ -444,6 +444,9 @@ def test_int8_scan_with_exact_rescore_equals_the_exact_scan(rng, M, d, k):
     Q = np.concatenate([H[rng.integers(0, M, 3)] + 0.1 * unit_rows(rng, 3, d),
                         unit_rows(rng, 4, d), H[7:8]])
     Q = (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32)
+    # a query with no positive match, one with few, and the zero vector
+    Q = np.concatenate([Q, -H.max(axis=0, keepdims=True), -Q[:1],
+                        np.zeros((1, d), np.float32)]).astype(np.float32)
     want = cosine_topk_batch(H, Q, k)
     for margin in (0, 3, 64):  # a small margin must widen, not lose rows
         got = quantized_topk_batch(codes, scale, H, Q, k, margin=margin)
