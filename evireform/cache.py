@@ -18,7 +18,8 @@ def default_cache_dir() -> Path:
 
 
 def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | str | None = None,
-                 openie_path=None, cache_dir=None, show_progress: bool = True):
+                 openie_path=None, cache_dir=None, show_progress: bool = True,
+                 openie_plain: bool = False):
     """Load the index for this corpus/extractor/embedder from the cache, or build and save it.
 
     ``extractor``: as :meth:`PropositionIndex.build` takes it (None: ``"auto"``, chosen for
@@ -29,7 +30,8 @@ def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | str 
     corpus_path = Path(corpus_path)
     passages = None
     if openie_path is not None:
-        ex_key = "openie-" + file_sha256(openie_path)[:12]
+        # "openie-": the plain triples (the key of indexes cached before the conventions)
+        ex_key = ("openie-" if openie_plain else "openie2-") + file_sha256(openie_path)[:12]
     else:
         if extractor is None or isinstance(extractor, str):  # "auto" measures the corpus
             passages = load_corpus(corpus_path)
@@ -46,7 +48,7 @@ def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | str 
         passages = load_corpus(corpus_path)
     if openie_path is not None:
         idx = PropositionIndex.from_openie(openie_path, passages, embedder,
-                                           show_progress=show_progress)
+                                           show_progress=show_progress, plain=openie_plain)
     else:
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
                                      show_progress=show_progress)

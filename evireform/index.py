@@ -295,18 +295,21 @@ class PropositionIndex:
     @classmethod
     def from_openie(cls, openie_path, passages: Sequence[Passage], embedder: Embedder, *,
                     batch_size: int = 64, show_progress: bool = True,
-                    hnsw: bool | None = None) -> "PropositionIndex":
-        """Build from a HippoRAG OpenIE file over ``passages`` (one triple = one proposition)."""
+                    hnsw: bool | None = None, plain: bool = False) -> "PropositionIndex":
+        """Build from a HippoRAG OpenIE file over ``passages`` (one triple = one proposition;
+        ``plain``: the triples as the file has them, else with the built-in extractors'
+        title and name conventions, see :func:`~evireform.extract.read_openie`)."""
         passages = list(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
-        props, skipped = read_openie(openie_path, passages)
+        props, skipped = read_openie(openie_path, passages, plain=plain)
         # the build's embed and reduce steps over the file's propositions
         rows = embed_batch(proposition_batch(props, passages), embedder,
                            batch_size=batch_size, show_progress=show_progress)
         return cls.from_batches(passages, [rows], embedder.name, int(embedder.dim), hnsw=hnsw,
                                 meta={"extractor": f"openie:{Path(openie_path).name}",
                                            "openie_skipped_triples": skipped,
+                                           "openie_plain": bool(plain),
                                            "embedder_spec": spec_of(embedder)})
 
     # ------------------------------------------------------------------ search

@@ -114,10 +114,12 @@ def machine_busy() -> bool:
     return _LOAD_SEEN[1]
 
 
-def _on_caller(size: int, limit: int) -> bool:
-    """Whether a kernel call of ``size`` (bytes or entries) runs on the calling thread: at
-    most ``limit`` (its serial crossover in :mod:`config`), or the machine is busy."""
-    return size <= limit or machine_busy()
+def _on_caller(small: bool) -> bool:
+    """The one rule for whether a kernel call runs on the calling thread rather than in
+    threads: the call is ``small`` (at most its serial crossover in :mod:`config`, or too
+    few rows to split), or the machine is busy (:func:`machine_busy`).  The calling thread
+    runs the same kernel without threads or the same ranges in turn: the same results."""
+    return small or machine_busy()
 
 
 def _check_k(k, name: str = "k") -> int:
@@ -228,7 +230,7 @@ def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
     # a small scan runs the same ranges on the calling thread (bitwise the same result)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
     kern = _kernels()
-    scan = (kern.topk_one_serial if _on_caller(H.nbytes, config.SERIAL_SCAN_BYTES)
+    scan = (kern.topk_one_serial if _on_caller(H.nbytes <= config.SERIAL_SCAN_BYTES)
             else kern.topk_one)
     ids, vals, n = scan(H, q, min(k, M), n_chunks)
     return ids[:n], vals[:n]
@@ -241,7 +243,7 @@ def _topk_rows_one(H, q, k: int, rows):
     if M == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
-    if n_chunks == 1 or machine_busy():  # one range on the calling thread (same top-k)
+    if _on_caller(n_chunks == 1):  # one range on the calling thread (same top-k)
         ids, vals, n = _kernels().topk_rows_serial(H, rows, q, min(k, M))
     else:
         ids, vals, n = _kernels().topk_rows(H, rows, q, min(k, M), n_chunks)
@@ -292,7 +294,7 @@ def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
     block = _block_rows()
     n_chunks = max(1, min(_n_threads(), M // (2 * block)))
     kern = _kernels()
-    scan = (kern.topk_batch_serial if _on_caller(H.nbytes * min(B, 4), config.SERIAL_SCAN_BYTES)
+    scan = (kern.topk_batch_serial if _on_caller(H.nbytes * min(B, 4) <= config.SERIAL_SCAN_BYTES)
             else kern.topk_batch)  # a small scan on the calling thread (bitwise the same)
     parts = [scan(H, _pad4(Q[g:g + _QUERY_GROUP]), min(B - g, _QUERY_GROUP), k, n_chunks,
                   block)
@@ -409,7 +411,7 @@ def quantized_topk_batch(codes, scale, H, Q, k: int, *, margin: int = 64):
     steps = min(32767, (2**31 - 1) // (127 * max(1, d)))  # |sum| <= 127 d steps < 2^31
     kern = _kernels()
     n_chunks = max(1, min(_n_threads(), M // config.TOPK_MIN_CHUNK))
-    scan = (kern.scores_i8_serial if _on_caller(codes.nbytes, config.SERIAL_SCAN_BYTES)
+    scan = (kern.scores_i8_serial if _on_caller(codes.nbytes <= config.SERIAL_SCAN_BYTES)
             else kern.scores_i8)
     for b in range(B):
         qs = Q[b].astype(np.float64) * scale
@@ -604,7 +606,7 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
         kern.propagate_into(*g.kernel_args, indptr, ids, vals, alpha, bounds[r],
                             bounds[r + 1], offs, out_i, out_v, counts, ws.wf, ws.wb, ws.wi)
 
-    if machine_busy():  # the same ranges in turn on the calling thread
+    if _on_caller(False):  # busy: the same ranges in turn on the calling thread
         for r in range(n_ranges):
             run(r)
     else:
@@ -645,7 +647,7 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids,
         kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals, alpha,
                        b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark, rs.ptouched, out_i,
                        out_v)
-    if B <= config.SMALL_BATCH or machine_busy():  # a few questions, or a busy machine
+    if _on_caller(B <= config.SMALL_BATCH):  # a few questions, or a busy machine
         run(0, B)
     else:  # ranges side by side (the kernel releases the GIL), rows never shared
         bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
@@ -762,7 +764,7 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
         return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
     n_chunks = max(1, min(B, _n_threads()))
     kern = _kernels()
-    read = (kern.readout_many_serial if _on_caller(len(ids), config.SERIAL_READOUT_ENTRIES)
+    read = (kern.readout_many_serial if _on_caller(len(ids) <= config.SERIAL_READOUT_ENTRIES)
             else kern.readout_many)  # a few rows on the calling thread (bitwise the same)
     return read(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 

@@ -2,7 +2,9 @@
 hipporag_ppr and EviReform with both LLM-free reformulators (``evireform_spans``: capitalised
 name spans of the observed text, the default before graph bridges; ``evireform``: bridges from
 the index's entities, the default) on HotpotQA and MuSiQue, cased and lower-cased, with the
-extractor ``--extractor auto`` picks and with the heuristic one, and on HippoRAG's OpenIE graph.
+extractor ``--extractor auto`` picks and with the heuristic one, and on HippoRAG's OpenIE graph
+(read with the built-in extractors' title and name conventions, the default, and as plain
+triples, ``--openie-plain``).
 
 Usage: ``python scripts/case_table.py [--data ../shared/data] [-n N]``; prints a markdown
 table (docs/results.md, "Text without capital letters", regenerates it through
@@ -30,6 +32,7 @@ def settings():
         yield ds, "lower-cased", {"lowercase": True, "extractor": "heuristic"}
         if ds == "musique":
             yield ds, "cased", {"openie": True}
+            yield ds, "cased", {"openie": True, "openie_plain": True}
 
 
 def main(argv=None) -> int:
@@ -50,7 +53,8 @@ def main(argv=None) -> int:
         rep = run_eval(data / qrel, data / crel, METHODS, embedder=emb, n=args.n,
                        show_progress=False, dataset=ds, **extra)
         m = rep.methods
-        ex = "openie" if "openie_path" in extra else (
+        ex = ("openie, plain triples" if extra.get("openie_plain") else "openie") \
+            if "openie_path" in extra else (
             f"{kw.get('extractor', 'auto')} ({rep.extractor})")
 
         def both(name):

@@ -201,8 +201,30 @@ def test_eval_reuses_a_built_index_and_builds_from_openie(tmp_path, monkeypatch,
     (tmp_path / "openie.json").write_text(json.dumps(openie))
     assert main(base + ["--embedder", "hashing-64", "--openie", str(tmp_path / "openie.json"),
                         "--json", str(tmp_path / "o.json")]) == 0
-    assert any(p.name.endswith("hashing-64") and "openie-" in p.name
+    assert any(p.name.endswith("hashing-64") and "openie2-" in p.name
                for p in (tmp_path / "cache" / "indexes").iterdir())
+    # --openie-plain: the plain triples, cached apart (the key plain indexes had before)
+    assert main(base + ["--embedder", "hashing-64", "--openie", str(tmp_path / "openie.json"),
+                        "--openie-plain", "--json", str(tmp_path / "p.json")]) == 0
+    keys = sorted(p.name for p in (tmp_path / "cache" / "indexes").iterdir()
+                  if "openie" in p.name and not p.name.startswith("."))
+    assert len(keys) == 2 and any("-openie-" in k for k in keys)
+    from evireform.index import PropositionIndex
+    for k in keys:
+        ix = PropositionIndex.load(tmp_path / "cache" / "indexes" / k)
+        assert ix.meta["openie_plain"] is ("-openie-" in k)
+    capsys.readouterr()
+    assert main(base + ["--embedder", "hashing-64", "--openie-plain"]) == 2
+    assert "--openie-plain reads the --openie file" in capsys.readouterr().err
+    for flags, plain in (([], False), (["--openie-plain"], True)):
+        out = tmp_path / f"oix{int(plain)}"
+        assert main(["index", c, str(out), "--extractor", str(tmp_path / "openie.json"),
+                     "--embedder", "hashing-64", "--quiet", *flags]) == 0
+        ix = PropositionIndex.load(out)
+        assert ix.meta["openie_plain"] is plain
+        assert ix.prop_texts[0] == "Alice born in Paris"  # it mentions its title
+    assert main(["index", c, str(tmp_path / "oix2"), "--openie-plain", "--quiet"]) == 2
+    assert "give its path as --extractor" in capsys.readouterr().err
     # hipporag2 reads the OpenIE file's own triples (and the index's without one)
     for extra in (["--openie", str(tmp_path / "openie.json")], []):
         assert main(["eval", "--questions", q, "--corpus", c, "--methods",

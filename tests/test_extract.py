@@ -75,9 +75,49 @@ def test_read_openie_real_file(data_dir):
     mine = [p for p in props if p.passage == first.id]
     assert mine[0].text == "Journal of Mathematical Physics published by American Institute of Physics"
     assert mine[0].entities == ("Journal of Mathematical Physics", "American Institute of Physics")
+    plain, _ = read_openie(data_dir / "musique/musique_openie_gpt-3.5-turbo-1106.json",
+                           passages, plain=True)
+    assert [p.passage for p in plain] == [p.passage for p in props]
+    assert all(p.text.endswith(q.text) for p, q in zip(props, plain))
+    prefixed = sum(p.text != q.text for p, q in zip(props, plain))
+    assert 0 < prefixed < len(props)  # only triples that do not mention their title
     idx = PropositionIndex.from_openie(data_dir / "musique/musique_openie_gpt-3.5-turbo-1106.json",
                                        passages, HashingEmbedder(16), show_progress=False)
     assert idx.n_props == len(props) and idx.stats()["passages_without_propositions"] >= 1
+
+
+def test_read_openie_conventions_and_plain(tmp_path):
+    """Default: the title prefixed where the triple does not mention it, the title as an
+    entity, and the doc's named entities found as whole words (any case) in the subject or
+    object; plain: the triple as the file has it."""
+    f = tmp_path / "o.json"
+    f.write_text(json.dumps({"docs": [
+        {"title": "Alice Smith", "text": "Alice Smith was born in Paris in 1901. She wrote.",
+         "extracted_entities": ["Paris", "1901", "Alice Smith", "Paris", "Ice", 7],
+         "extracted_triples": [["Alice Smith", "born in", "paris"],
+                               ["She", "wrote", "novels in 1901"],
+                               ["her police", "served", "Nice"]]},
+        {"title": "Bob", "text": "Bob.", "extracted_entities": "not a list",
+         "extracted_triples": [["Bob", "is", "Bob"]]}]}))
+    passages = [Passage("a", "Alice Smith", "Alice Smith was born in Paris in 1901. She wrote."),
+                Passage("b", "Bob", "Bob.")]
+    props, skipped = read_openie(f, passages)
+    assert skipped == 0
+    assert [p.text for p in props] == ["Alice Smith born in paris",
+                                       "Alice Smith: She wrote novels in 1901",
+                                       "Alice Smith: her police served Nice", "Bob is Bob"]
+    assert props[0].entities == ("Alice Smith", "paris", "Paris")
+    assert props[1].entities == ("She", "novels in 1901", "Alice Smith", "1901")
+    assert props[2].entities == ("her police", "Nice", "Alice Smith")  # "Ice" is no word there
+    assert props[3].entities == ("Bob", "Bob")
+    plain, _ = read_openie(f, passages, plain=True)
+    assert [p.text for p in plain] == ["Alice Smith born in paris", "She wrote novels in 1901",
+                                       "her police served Nice", "Bob is Bob"]
+    assert [p.entities for p in plain] == [("Alice Smith", "paris"), ("She", "novels in 1901"),
+                                           ("her police", "Nice"), ("Bob", "Bob")]
+    f.write_text(json.dumps({"docs": [["not", "an", "object"]]}))
+    with pytest.raises(ValueError, match="not an object"):
+        read_openie(f, passages)
 
 
 def test_read_openie_rejects_unknown_doc(tmp_path):

@@ -62,7 +62,7 @@ def _cmd_eval(args) -> int:
     client = _llm_client(args)
     index, extra = None, {}
     if args.index is not None:  # a built index: its embedder unless one is named
-        if args.openie or args.lowercase or args.extractor != "auto" \
+        if args.openie or args.openie_plain or args.lowercase or args.extractor != "auto" \
                 or args.extra_corpus:
             raise ValueError("--index is built already: --openie, --lowercase, "
                              "--extra-corpus and --extractor choose how eval builds one")
@@ -72,6 +72,10 @@ def _cmd_eval(args) -> int:
         emb = _embedder(args)
         extra = dict(extractor=args.extractor, lowercase=args.lowercase,
                      openie_path=args.openie, extra_corpora=args.extra_corpus or ())
+        if args.openie_plain:
+            if not args.openie:
+                raise ValueError("--openie-plain reads the --openie file: give one")
+            extra["openie_plain"] = True
     report = run_eval(qpath, cpath, methods, embedder=emb, n=args.n,
                       show_progress=not args.quiet, dataset=args.dataset or "",
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
@@ -219,6 +223,10 @@ def add_eval_parser(sub) -> None:
                     help="build the index from this HippoRAG OpenIE file over the corpus "
                          "(one triple = one proposition; e.g. ../shared/data/musique/"
                          "musique_openie_gpt-3.5-turbo-1106.json) instead of --extractor")
+    ev.add_argument("--openie-plain", action="store_true",
+                    help="with --openie: the triples as the file has them (text 's r o', "
+                         "entities s and o), without the title prefix, title entity and "
+                         "named entities the default adds")
     ev.add_argument("--extra-corpus", action="append", metavar="FILE",
                     help="add this corpus's passages as distractors (repeatable; the "
                          "questions' gold passages stay those of --corpus/--dataset), e.g. "

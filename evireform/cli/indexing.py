@@ -35,6 +35,8 @@ def _check_index_target(out_dir, corpus, force: bool) -> None:
 def _cmd_index(args) -> int:
 
     t0 = time.perf_counter()
+    if args.openie_plain and args.extractor in ("auto", "heuristic", "phrases", "llm"):
+        raise ValueError("--openie-plain reads an OpenIE file: give its path as --extractor")
     for src in args.paths:
         _check_index_target(args.out_dir, src, args.force)
     embedder = _embedder(args)
@@ -86,7 +88,7 @@ def _cmd_index(args) -> int:
                              f"HippoRAG OpenIE JSON file; {openie} {why}")
         idx = PropositionIndex.from_openie(openie, passages, embedder,
                                            batch_size=args.batch_size, show_progress=show,
-                                           hnsw=hnsw)
+                                           hnsw=hnsw, plain=args.openie_plain)
     if args.precision == "int8":
         idx.quantize("int8")
     if loaded.sources:  # which passages are which file's chunks (update --add keys on it)
@@ -223,6 +225,10 @@ def add_index_parser(sub) -> None:
                          "corpus phrases: lower-case text, German, Chinese), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")
+    ix.add_argument("--openie-plain", action="store_true",
+                    help="with an OpenIE file: its triples as they are (text 's r o', "
+                         "entities s and o), without the title prefix, title entity and "
+                         "named entities the default adds")
     _add_document_args(ix)
     _add_embedder_args(ix)
     ix.add_argument("--precision", choices=("float32", "int8"), default="float32",

@@ -142,7 +142,8 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
              reader_k: int = 5, max_workers: int = 1,
              graph_metrics: bool = False, extractor=None,
              lowercase: bool = False, filter=None, index=None,
-             openie_path=None, extra_corpora: Sequence = ()) -> EvalReport:
+             openie_path=None, extra_corpora: Sequence = (),
+             openie_plain: bool = False) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
@@ -162,7 +163,9 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     ``index``: a :class:`~evireform.index.PropositionIndex` already built over this corpus
     (``evireform index CORPUS DIR``; its passages must be the corpus file's, in order) used
     instead of the cache; ``openie_path``: build the index from a HippoRAG OpenIE file over
-    the corpus (one triple = one proposition) instead of ``extractor``.  ``extra_corpora``:
+    the corpus (one triple = one proposition) instead of ``extractor``, with the built-in
+    extractors' title and name conventions unless ``openie_plain``
+    (:func:`~evireform.extract.read_openie`).  ``extra_corpora``:
     corpus files whose passages are added as distractors
     (:func:`~evireform.evaluation.data.combined_copy`); the questions' gold passages stay
     the first corpus's.
@@ -204,7 +207,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     else:
         idx, _, _ = cached_index(corpus_path, embedder, cache_dir=cache_dir,
                                  show_progress=show_progress, extractor=extractor,
-                                 openie_path=openie_path)
+                                 openie_path=openie_path, openie_plain=openie_plain)
     if extra_corpora:  # gold passages matched in the first corpus, at the same positions
         from ..corpus import load_corpus
         qs = load_questions(questions_path, load_corpus(questions_corpus))[:n]
