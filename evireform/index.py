@@ -141,6 +141,11 @@ class PropositionIndex:
             return frozenset(words(p.title + " " + p.text))
         return self.memo("words", j, make)
 
+    def passage(self, j: int) -> Passage:
+        """The :class:`Passage` at position ``j``, decoded once (:meth:`memo`): what the
+        retrieval loop reads of a passage it ranks, observes or asks the controller about."""
+        return self.memo("passage", j, self.passages.__getitem__)
+
     def memo(self, kind: str, j: int, make):
         """``make(j)``: data of passage position ``j`` that depends on this index alone (its
         word set, its bridge candidates, its decoded :class:`Passage`), computed on first use

@@ -330,7 +330,7 @@ class EviReform:
                 raw = indexed(question, self.index, list(observed), cfg.max_residual,
                               vector=vector, allowed=allowed)
             else:
-                passages = [self.index.passages[j] for j in observed]
+                passages = [self.index.passage(j) for j in observed]
                 raw = self.reformulator.reformulate(question, passages, cfg.max_residual)
         except Exception:
             raw = []
@@ -386,7 +386,7 @@ class EviReform:
         P, S = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
                     restriction=r)
         inv, owner = idx.pmap.inv_sqrt, idx.owner
-        passages, memo = idx.passages, idx.memo
+        passage = idx.passage
         out = []
         for st, pids, scores in zip(states, P, S):
             if cfg.fill == "dense":
@@ -405,7 +405,7 @@ class EviReform:
                                 inv[pids].tolist()):
                 fq = pq.get(j, 0.0) * w
                 fr = pr.get(j, 0.0) * w
-                p = memo("passage", j, passages.__getitem__)  # decoded once, not per result
+                p = passage(j)  # decoded once, not per result
                 ranked.append(RankedPassage(j, p.id, p.title, sc, fq, fr,
                                             max(0.0, sc - fq - fr), p.text, p.metadata))
             out.append(ranked)
@@ -561,7 +561,7 @@ class EviReform:
         the newly ranked passages next round (and search for the gaps it named, if any)."""
         cfg, idx = self.config, self.index
         tops = [[p.index for p in st.result.passages[: cfg.max_selected]] for st in active]
-        verdicts = self._map(lambda a: self._assess(a[0].text, [idx.passages[j] for j in a[1]],
+        verdicts = self._map(lambda a: self._assess(a[0].text, [idx.passage(j) for j in a[1]],
                                                     a[0].trace), list(zip(active, tops)))
         still = []
         for st, top, (ok, gaps) in zip(active, tops, verdicts):

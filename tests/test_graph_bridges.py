@@ -259,3 +259,12 @@ def test_bridges_are_kept_per_passage_without_keeping_the_index_alive():
         assert alive() is None
     finally:
         gc.enable()
+
+
+def test_a_passage_is_decoded_once_per_index():
+    """PropositionIndex.passage: the decoded Passage, made on first use and then the same
+    object (the retrieval loop reads its ranked and observed passages through it)."""
+    idx = _index(_world(), HeuristicExtractor())
+    p = idx.passage(1)
+    assert p == idx.passages[1] and idx.passage(1) is p
+    assert set(idx.__dict__["_memo"]["passage"]) == {1}
