@@ -137,7 +137,7 @@ class PropositionIndex:
         reformulators call covered), kept as :meth:`memo` keeps them."""
         def make(j):
             from .entities import words
-            p = self.passages[j]
+            p = self.passage(j)
             return frozenset(words(p.title + " " + p.text))
         return self.memo("words", j, make)
 

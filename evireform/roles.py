@@ -398,7 +398,7 @@ class _PassageBridges:
     def __init__(self, index, j: int):
         import numpy as np
         self.texts, self.names = index.prop_texts, index.entity_names
-        self.title = index.passages[j].title.strip()
+        self.title = index.passage(j).title.strip()
         t_canon = canonical_entity(self.title)
         t_tokens = set(t_canon.split())
         g = index.graph
