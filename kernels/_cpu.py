@@ -183,20 +183,101 @@ def dot_one(H, q, S):
         S[8 * n8:] = out[:tail]
 
 
+# --------------------------------------------------------------------------- top-k buffers
+# The exact top-k scans keep their candidates in a flat buffer instead of a heap: a score above
+# the bar is appended (one store), and a full buffer is cut back to its best k, whose k-th
+# score becomes the new bar.  Rows arrive in increasing id order, so the buffer stays in id
+# order, ties at the bar keep their lowest ids, and a later row with a score equal to the bar
+# (a higher id) is rightly refused: the kept set is exactly the heap's.  A heap pays a sift
+# of log k branchy steps for each of the ~k(1 + ln(n/k)) rows that beat its root; the buffer
+# pays a store, plus one linear cut per (capacity - k) appends.
+
+
+@njit(inline="always", **_JIT)
+def _buf_cap(k):
+    """Candidate-buffer capacity for top-``k``: room for k and a whole score block (at most
+    256 scores) after a cut."""
+    return 2 * k + 256
+
+
+@njit(**_JIT)
+def _buf_keep(bv, bi, n, k):
+    """Cut ``bv[:n]``/``bi[:n]`` (n > k, ids increasing) to its best ``k`` in place, keeping
+    their order (ties at the k-th score keep the lowest ids); returns the k-th score."""
+    tau = np.partition(bv[:n], n - k)[n - k]  # a copy: bv is not reordered
+    above = 0
+    for j in range(n):
+        if bv[j] > tau:
+            above += 1
+    ties = k - above
+    m = 0
+    for j in range(n):
+        v = bv[j]
+        if v > tau or (v == tau and ties > 0):
+            if not v > tau:
+                ties -= 1
+            bv[m] = v
+            bi[m] = bi[j]
+            m += 1
+    return tau
+
+
+@njit(**_JIT)
+def _buf_sort(bv, bi, n):
+    """Sort ``bv[:n]``/``bi[:n]`` (ids increasing) best first, ties by lower id (stable)."""
+    if n < 2:
+        return
+    order = np.argsort(-bv[:n], kind="mergesort")
+    v = bv[:n].copy()
+    i = bi[:n].copy()
+    for j in range(n):
+        bv[j] = v[order[j]]
+        bi[j] = i[order[j]]
+
+
+@njit(inline="always", **_JIT)
+def _buf_fold(sc, lo, m, base, v, ix, n, lim, k):
+    """Append the scores ``sc[lo:lo + m]`` above the bar ``lim`` (ids ``base + j``, increasing)
+    to the candidates ``v[:n]``/``ix[:n]``; returns the new ``(n, lim)``.  A block with none
+    above the bar costs one vectorised count; otherwise every score is stored and the count
+    advances by the comparison, so no branch depends on the data.  The buffer is cut to its
+    best ``k`` first when the block might not fit."""
+    c = 0
+    for j in range(m):
+        c += sc[lo + j] > lim
+    if c == 0:
+        return n, lim
+    if n + m > v.shape[0]:
+        lim = _buf_keep(v, ix, n, k)
+        n = k
+    for j in range(m):
+        x = sc[lo + j]
+        v[n] = x
+        ix[n] = base + j
+        n += x > lim
+    return n, lim
+
+
 @njit(**_JIT)
 def _merge_chunks(cand_v, cand_i, cand_n, k):
-    """The best ``k`` of the chunks' heaps (``cand_n[c]`` entries each): (ids, vals, count),
-    best first, ties by lower id."""
-    out_v = np.empty(k, dtype=np.float32)
-    out_i = np.empty(k, dtype=np.int64)
+    """The best ``k`` of the chunks' candidates (``cand_n[c]`` entries each, chunk ranges in
+    increasing id order): (ids, vals, count), best first, ties by lower id."""
+    total = 0
+    for c in range(cand_v.shape[0]):
+        total += cand_n[c]
+    all_v = np.empty(max(total, k), dtype=np.float32)
+    all_i = np.empty(max(total, k), dtype=np.int64)
     n = 0
     for c in range(cand_v.shape[0]):
         for j in range(cand_n[c]):
-            v, i = cand_v[c, j], cand_i[c, j]
-            if n < k or _worse(out_v[0], out_i[0], v, i):  # the root's reject, inline
-                n = _heap_offer(out_v, out_i, n, k, v, i)
-    _heap_sort(out_v, out_i, n)
-    return out_i, out_v, n
+            all_v[n] = cand_v[c, j]
+            all_i[n] = cand_i[c, j]
+            n += 1
+    if n > k:
+        _buf_keep(all_v, all_i, n, k)
+        n = k
+    _buf_sort(all_v, all_i, n)
+    return all_i[:k].copy(), all_v[:k].copy(), n
 
 
 @njit(parallel=True, **_DOT)
@@ -205,8 +286,9 @@ def topk_one(H, q, k, n_chunks):
     eight rows at a time (as in :func:`dot_one`) straight into its own heap; the heaps are
     merged at the end.  Returns (ids, vals, count), best first, ties by lower id."""
     M, d = H.shape
-    cand_v = np.empty((n_chunks, k), dtype=np.float32)
-    cand_i = np.empty((n_chunks, k), dtype=np.int64)
+    cap = _buf_cap(k)
+    cand_v = np.empty((n_chunks, cap), dtype=np.float32)
+    cand_i = np.empty((n_chunks, cap), dtype=np.int64)
     cand_n = np.zeros(n_chunks, dtype=np.int64)
     step = (M + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
@@ -217,7 +299,7 @@ def topk_one(H, q, k, n_chunks):
         buf = np.empty(256, dtype=np.float32)
         T = np.zeros((8, d), dtype=np.float32)
         n = 0
-        lim = np.float32(0.0)  # only positive scores; once full, only strictly better ones
+        lim = np.float32(0.0)  # only positive scores; once cut, only strictly better ones
         for b0 in range(lo, hi, 256):
             b1 = min(hi, b0 + 256)
             m8 = (b1 - b0) // 8
@@ -227,23 +309,18 @@ def topk_one(H, q, k, n_chunks):
             if m > 0:
                 T[:m] = H[b0 + 8 * m8:b1]
                 _rows8(T, 0, q, buf, 8 * m8)
-            for j in range(b1 - b0):
-                s = buf[j]
-                if s > lim:
-                    n = _heap_offer(v, ix, n, k, s, b0 + j)
-                    if n == k:
-                        lim = v[0]
+            n, lim = _buf_fold(buf, 0, b1 - b0, b0, v, ix, n, lim, k)
         cand_n[c] = n
     return _merge_chunks(cand_v, cand_i, cand_n, k)
 
 
 @njit(**_DOT)
-def _topk_rows_range(H, rows, q, lo, hi, v, ix):
-    """The heap ``(v, ix)`` of the positive scores of ``rows[lo:hi]``: each group of eight
-    rows is copied into a scratch block and scored by the eight-row dot product of
-    :func:`topk_one` (so every score equals bitwise the one a matrix of just those rows
-    gets); returns the heap's size."""
-    k = v.shape[0]
+def _topk_rows_range(H, rows, q, lo, hi, k, v, ix):
+    """The top-``k`` candidates ``(v, ix)`` (capacity ``_buf_cap(k)``) of the positive scores
+    of ``rows[lo:hi]``: each group of eight rows is copied into a scratch
+    block and scored by the eight-row dot product of :func:`topk_one` (so every score equals
+    bitwise the one a matrix of just those rows gets); returns their number, ids increasing."""
+    cap = v.shape[0]
     d = H.shape[1]
     buf = np.empty(8, dtype=np.float32)
     T = np.zeros((8, d), dtype=np.float32)
@@ -256,12 +333,19 @@ def _topk_rows_range(H, rows, q, lo, hi, v, ix):
             for t in range(d):  # an explicit loop: a slice copy is a call per row
                 T[j, t] = H[r, t]
         _rows8(T, 0, q, buf, 0)
+        c = 0
         for j in range(m):
-            s = buf[j]
-            if s > lim:
-                n = _heap_offer(v, ix, n, k, s, rows[g0 + j])
-                if n == k:
-                    lim = v[0]
+            c += buf[j] > lim
+        if c == 0:
+            continue
+        if n + m > cap:
+            lim = _buf_keep(v, ix, n, k)
+            n = k
+        for j in range(m):
+            x = buf[j]
+            v[n] = x
+            ix[n] = rows[g0 + j]
+            n += x > lim
     return n
 
 
@@ -271,13 +355,15 @@ def topk_rows(H, rows, q, k, n_chunks):
     range of them per thread (:func:`_topk_rows_range`); ids are positions in ``H``.
     Nothing proportional to ``rows`` is allocated."""
     R = rows.shape[0]
-    cand_v = np.empty((n_chunks, k), dtype=np.float32)
-    cand_i = np.empty((n_chunks, k), dtype=np.int64)
+    cap = _buf_cap(k)
+    cand_v = np.empty((n_chunks, cap), dtype=np.float32)
+    cand_i = np.empty((n_chunks, cap), dtype=np.int64)
     cand_n = np.zeros(n_chunks, dtype=np.int64)
     step = (R + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         lo = min(R, c * step)
-        cand_n[c] = _topk_rows_range(H, rows, q, lo, min(R, lo + step), cand_v[c], cand_i[c])
+        cand_n[c] = _topk_rows_range(H, rows, q, lo, min(R, lo + step), k, cand_v[c],
+                                      cand_i[c])
     return _merge_chunks(cand_v, cand_i, cand_n, k)
 
 
@@ -285,11 +371,12 @@ def topk_rows(H, rows, q, k, n_chunks):
 def topk_rows_serial(H, rows, q, k):
     """:func:`topk_rows` in one range on the calling thread: for few rows, where waking the
     thread pool would cost more than the scan (and, on a loaded machine, wait for a core)."""
-    v = np.empty(k, dtype=np.float32)
-    ix = np.empty(k, dtype=np.int64)
-    n = _topk_rows_range(H, rows, q, 0, rows.shape[0], v, ix)
-    _heap_sort(v, ix, n)
-    return ix, v, n
+    cap = _buf_cap(k)
+    v = np.empty((1, cap), dtype=np.float32)
+    ix = np.empty((1, cap), dtype=np.int64)
+    n = np.zeros(1, dtype=np.int64)
+    n[0] = _topk_rows_range(H, rows, q, 0, rows.shape[0], k, v[0], ix[0])
+    return _merge_chunks(v, ix, n, k)
 
 
 @njit(**_DOT)
@@ -326,14 +413,17 @@ def topk_batch(H, Q, B, k, n_chunks, block):
     """Fused exact top-k for queries Q[:B] (Q zero-padded to a multiple of 4 rows).
 
     Each of ``n_chunks`` row ranges is scored ``block`` rows at a time into a small per-thread
-    score block that is folded at once into per-query heaps; the chunks' heaps are merged at
-    the end.  Returns (ids, scores) of shape (B, k), best first, padded with -1 / 0.
+    score block that is folded at once into per-query candidate buffers; the chunks'
+    candidates are merged at the end.  Returns (ids, scores) of shape (B, k), best first,
+    padded with -1 / 0.
     """
     M, d = H.shape
     Bq = Q.shape[0]
-    cv = np.zeros((n_chunks, B, k), dtype=np.float32)
-    ci = np.full((n_chunks, B, k), -1, dtype=np.int64)
+    cap = _buf_cap(k) + max(0, block - 256)  # a cut leaves room for a whole block
+    cv = np.empty((n_chunks, B, cap), dtype=np.float32)
+    ci = np.empty((n_chunks, B, cap), dtype=np.int64)
     cn = np.zeros((n_chunks, B), dtype=np.int64)
+    cl = np.zeros((n_chunks, B), dtype=np.float32)  # each buffer's bar
     step = (M + n_chunks - 1) // n_chunks
     for c in prange(n_chunks):
         lo = c * step
@@ -348,31 +438,18 @@ def topk_batch(H, Q, B, k, n_chunks, block):
                 ix = ci[c, b]
                 n = cn[c, b]
                 # only positive scores enter; rows arrive in increasing id order, so once the
-                # heap is full only a strictly higher score can (an equal one has a higher id)
-                lim = v[0] if n == k else np.float32(0.0)
-                row = S[b]
-                for r in range(s1 - s0):
-                    s = row[r]
-                    if s > lim:
-                        n = _heap_offer(v, ix, n, k, s, s0 + r)
-                        if n == k:
-                            lim = v[0]
+                # buffer has been cut only a strictly higher score can (an equal one has a
+                # higher id)
+                lim = cl[c, b]
+                n, lim = _buf_fold(S[b], 0, s1 - s0, s0, v, ix, n, lim, k)
                 cn[c, b] = n
+                cl[c, b] = lim
     out_v = np.zeros((B, k), dtype=np.float32)
     out_i = np.full((B, k), -1, dtype=np.int64)
     for b in prange(B):
-        v = out_v[b]
-        ix = out_i[b]
-        n = 0
-        for c in range(n_chunks):
-            for j in range(cn[c, b]):
-                s, i = cv[c, b, j], ci[c, b, j]
-                if n < k or _worse(v[0], ix[0], s, i):  # the root's reject, inline
-                    n = _heap_offer(v, ix, n, k, s, i)
-        _heap_sort(v, ix, n)
-        for j in range(n, k):
-            v[j] = 0
-            ix[j] = -1
+        ids, vals, n = _merge_chunks(cv[:, b, :], ci[:, b, :], cn[:, b], k)
+        out_i[b, :n] = ids[:n]
+        out_v[b, :n] = vals[:n]
     return out_i, out_v
 
 

@@ -105,6 +105,37 @@ def test_cosine_topk_ties_and_nonpositive():
     np.testing.assert_array_equal(bv[2], [0, 0, 0])
 
 
+@pytest.mark.parametrize("k", [1, 7, 300, 1000, 6000])
+@pytest.mark.parametrize("block", [128, 600])
+def test_cosine_topk_keeps_the_lowest_ids_among_ties_across_buffer_cuts(rng, k, block,
+                                                                          monkeypatch):
+    # every row is one of six vectors, so scores tie exactly in long runs: the candidate
+    # buffers are cut to their best k many times with ties at the bar, and a later row equal
+    # to the bar must stay out; the result must be the (score desc, id asc) order exactly
+    monkeypatch.setattr(K.config, "BATCH_BLOCK_ROWS", block)
+    d, M = 16, 5000
+    V = unit_rows(rng, 6, d)
+    H = np.ascontiguousarray(V[rng.integers(0, 6, M)])
+    Q = unit_rows(rng, 9, d)
+    sc = K.cosine_scores(H, Q)  # one value per vector and query, bitwise
+    for b in range(len(Q)):
+        keep = np.flatnonzero(sc[b] > 0)
+        want = keep[np.lexsort((keep, -sc[b][keep].astype(np.float64)))][:k]
+        ids, vals = K.cosine_topk(H, Q[b], k)
+        np.testing.assert_array_equal(ids, want)
+        np.testing.assert_array_equal(vals, sc[b][want])
+        rows = np.arange(0, M, 3)
+        kr = keep[keep % 3 == 0]
+        want_r = kr[np.lexsort((kr, -sc[b][kr].astype(np.float64)))][:k]
+        np.testing.assert_array_equal(K.cosine_topk(H, Q[b], k, rows=rows)[0], want_r)
+    bi, bv = K.cosine_topk_batch(H, Q, k)
+    for b in range(len(Q)):
+        ids, vals = K.cosine_topk(H, Q[b], k)
+        np.testing.assert_array_equal(bi[b, :len(ids)], ids)
+        np.testing.assert_array_equal(bv[b, :len(ids)], vals)
+        assert (bi[b, len(ids):] == -1).all()
+
+
 def test_cosine_topk_empty_and_bad_input(rng):
     H = np.zeros((0, 8), np.float32)
     ids, vals = K.cosine_topk(H, np.ones(8, np.float32), 5)
