@@ -12,7 +12,10 @@ input, own the workspaces and choose the backend.  Conventions shared by all ker
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from . import config
 
@@ -74,19 +77,162 @@ def _heap_sort(vals, ids, n):
         _sift_down(vals, ids, end, 0)
 
 
+# --------------------------------------------------------------------------- vector tiles
+# Dot-product tiles written as LLVM vector code, with their order of summation spelled out.
+#
+# The plain loops below (``_rows8_loop``, ``_rows2q4``) are compiled with reassociation allowed,
+# so LLVM picks their order of summation for the machine.  On the x86-64 machine these kernels
+# were measured on, it keeps sixteen running sums (two 8-lane registers): lane ``l`` adds
+# ``h[t] * q[t]`` for ``t = l, l + 16, l + 32, ...`` with a fused multiply-add, then the lanes
+# are added as ``(l, l + 8)``, then ``(l, l + 4)``, then ``(0 + 2) + (1 + 3)``.  The tiles write
+# that order out (``python scripts/tile_order_check.py`` compares loops and tiles on a
+# machine), so it is the same on every machine and in every tile shape: an ``R`` rows x ``NQ``
+# queries tile keeps ``R * NQ`` independent 16-lane sums, enough to keep the FMA units busy,
+# where the loop's two rows x four queries could not.  A dimension that is not a multiple of
+# 16 keeps the loops (LLVM adds a remainder there, in a machine-dependent order).
+#
+# A tile is an ``@intrinsic``: ``tile(H, r, Q, b, S, o)`` sets ``S[b + j, o + i] = H[r + i] .
+# Q[b + j]`` for ``i < R``, ``j < NQ`` (``Q`` and ``S`` may be 1-D when ``NQ == 1``: then
+# ``S[o + i] = H[r + i] . Q``).  The caller guarantees the bounds, rows with unit stride, and
+# ``d % 16 == 0``.
+LANES = 16
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_F32 = ir.FloatType()
+_VEC = ir.VectorType(_F32, LANES)
+_BYTES = ir.IntType(8).as_pointer()
+
+
+def _mask(idx):
+    return ir.Constant(ir.VectorType(_I32, len(idx)), [ir.Constant(_I32, x) for x in idx])
+
+
+def _reduce(builder, v):
+    """The lanes of ``v`` added in the loops' order: (l, l+8), then (l, l+4), then
+    (0 + 2) + (1 + 3)."""
+    v8 = builder.fadd(builder.shuffle_vector(v, v, _mask(range(8))),
+                      builder.shuffle_vector(v, v, _mask(range(8, 16))))
+    v4 = builder.fadd(builder.shuffle_vector(v8, v8, _mask(range(4))),
+                      builder.shuffle_vector(v8, v8, _mask(range(4, 8))))
+    e = [builder.extract_element(v4, ir.Constant(_I32, x)) for x in range(4)]
+    return builder.fadd(builder.fadd(e[0], e[2]), builder.fadd(e[1], e[3]))
+
+
+def make_tile(R: int, NQ: int):
+    """The ``R`` x ``NQ`` dot-product tile (see the module docstring)."""
+
+    @intrinsic
+    def tile(typingctx, H, r, Q, b, S, o):
+        sig = types.void(H, r, Q, b, S, o)
+
+        def codegen(context, builder, signature, args):
+            Hv, rv, Qv, bv, Sv, ov = args
+            _, _, Qt, _, St, _ = signature.args
+            c = lambda v: ir.Constant(_I64, v)  # noqa: E731
+            Ha = context.make_array(signature.args[0])(context, builder, Hv)
+            Qa = context.make_array(Qt)(context, builder, Qv)
+            Sa = context.make_array(St)(context, builder, Sv)
+            d = cgutils.unpack_tuple(builder, Ha.shape, 2)[1]
+            hs0 = cgutils.unpack_tuple(builder, Ha.strides, 2)[0]
+            hb = builder.bitcast(Ha.data, _BYTES)
+            qb = builder.bitcast(Qa.data, _BYTES)
+            sb = builder.bitcast(Sa.data, _BYTES)
+            hrow = [builder.gep(hb, [builder.mul(builder.add(rv, c(i)), hs0)])
+                    for i in range(R)]
+            if Qt.ndim == 2:
+                qs0 = cgutils.unpack_tuple(builder, Qa.strides, 2)[0]
+                qrow = [builder.gep(qb, [builder.mul(builder.add(bv, c(j)), qs0)])
+                        for j in range(NQ)]
+            else:
+                qrow = [qb]
+            if St.ndim == 2:
+                ss0, ss1 = cgutils.unpack_tuple(builder, Sa.strides, 2)
+            else:
+                ss0, ss1 = c(0), cgutils.unpack_tuple(builder, Sa.strides, 1)[0]
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
+            zero = ir.Constant(_VEC, None)
+            n16 = builder.sdiv(d, c(LANES))
+            pre = builder.basic_block
+            loop = builder.append_basic_block("tile.loop")
+            done = builder.append_basic_block("tile.done")
+            builder.cbranch(builder.icmp_signed(">", n16, c(0)), loop, done)
+
+            builder.position_at_end(loop)
+            t = builder.phi(_I64)
+            acc = [[builder.phi(_VEC) for _ in range(NQ)] for _ in range(R)]
+            off = builder.mul(t, c(4 * LANES))
+            load = lambda base: builder.load(  # noqa: E731
+                builder.bitcast(builder.gep(base, [off]), _VEC.as_pointer()), align=4)
+            hv = [load(p) for p in hrow]
+            qv = [load(p) for p in qrow]
+            new = [[builder.call(fma, [hv[i], qv[j], acc[i][j]]) for j in range(NQ)]
+                   for i in range(R)]
+            t1 = builder.add(t, c(1))
+            end = builder.basic_block
+            t.add_incoming(c(0), pre)
+            t.add_incoming(t1, end)
+            for i in range(R):
+                for j in range(NQ):
+                    acc[i][j].add_incoming(zero, pre)
+                    acc[i][j].add_incoming(new[i][j], end)
+            builder.cbranch(builder.icmp_signed("<", t1, n16), loop, done)
+
+            builder.position_at_end(done)
+            fin = [[builder.phi(_VEC) for _ in range(NQ)] for _ in range(R)]
+            for i in range(R):
+                for j in range(NQ):
+                    fin[i][j].add_incoming(zero, pre)
+                    fin[i][j].add_incoming(new[i][j], end)
+            for i in range(R):
+                for j in range(NQ):
+                    at = builder.add(builder.mul(builder.add(bv, c(j)), ss0),
+                                     builder.mul(builder.add(ov, c(i)), ss1))
+                    builder.store(_reduce(builder, fin[i][j]),
+                                  builder.bitcast(builder.gep(sb, [at]), _F32.as_pointer()))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
 # --------------------------------------------------------------------------- cosine top-k
-# Every dot product is a float32 loop with eight running sums per loop (eight rows x one query
-# for a single query, two rows x four queries for a batch).  Neither shape is reassociated by
-# LLVM: each product is accumulated in index order (the batch shape is vectorised across its
-# four queries, the single-query one stays scalar), so a query's scores are bitwise identical
-# alone or in any batch (BLAS gives no such guarantee); tests/test_kernels.py checks this on
-# several shapes, so a compiler that reorders either loop fails the suite.
+# A query's scores do not depend on the kernel or the batch it is searched in (BLAS gives no
+# such guarantee): for a dimension that is a multiple of 16, the vector tiles above (one order
+# on every machine; eight rows x one query for a single query, six rows x four queries for a
+# batch); for any other dimension, the plain loops below (eight rows x one query, two rows x
+# four queries), which LLVM compiles to one order for both shapes on a given machine.
+# tests/test_kernels.py checks single against batch on several shapes, and the tiles against
+# the written-out order, so a compiler that reorders either fails the suite.
+_T8x1 = make_tile(8, 1)
+_T6x4 = make_tile(6, 4)
+_T1x4 = make_tile(1, 4)
+
+
+@njit(inline="always", **_JIT)
+def _tiled(H, Q):
+    """True when the vector tiles apply: d a multiple of 16, rows contiguous."""
+    d = H.shape[1]
+    return (d >= LANES and d % LANES == 0 and H.strides[1] == 4
+            and Q.strides[Q.ndim - 1] == 4)
+
+
 _DOT = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract"})
 
 
 @njit(**_DOT)
 def _rows8(H, r, q, S, o):
-    """S[o + i] = H[r + i] . q for i < 8."""
+    """S[o + i] = H[r + i] . q for i < 8: the vector tile when it applies, else the loop."""
+    if _tiled(H, q):
+        _T8x1(H, r, q, 0, S, o)
+    else:
+        _rows8_loop(H, r, q, S, o)
+
+
+@njit(**_DOT)
+def _rows8_loop(H, r, q, S, o):
+    """S[o + i] = H[r + i] . q for i < 8, as a loop."""
     d = q.shape[0]
     h0 = H[r]
     h1 = H[r + 1]
@@ -382,9 +528,18 @@ def topk_rows_serial(H, rows, q, k):
 @njit(**_DOT)
 def _dot_block(H, lo, hi, Q, S, T):
     """S[:, r - lo] = Q . H[r] for lo <= r < hi; Q has a multiple of 4 rows, S at least
-    hi - lo + 1 columns (an odd last row goes through the 2-row scratch T)."""
+    hi - lo + 1 columns (with the loops, an odd last row goes through the 2-row scratch T)."""
     B = Q.shape[0]
     n = hi - lo
+    if _tiled(H, Q):
+        n6 = n // 6
+        for p in range(n6):
+            for b in range(0, B, 4):
+                _T6x4(H, lo + 6 * p, Q, b, S, 6 * p)
+        for i in range(6 * n6, n):
+            for b in range(0, B, 4):
+                _T1x4(H, lo + i, Q, b, S, i)
+        return
     for p in range(n // 2):
         for b in range(0, B, 4):
             _rows2q4(H, lo + 2 * p, Q, b, S, 2 * p)

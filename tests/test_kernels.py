@@ -341,11 +341,48 @@ def test_entity_graph_validation():
         PassageMap.from_owner([0, 3], 3)
 
 
-@pytest.mark.parametrize("M,d", [(20000, 384), (1003, 5), (517, 33), (64, 768), (3, 7)])
+def _fma32(a, b, c):
+    """float32 a * b + c rounded once (exactly, through fractions)."""
+    from fractions import Fraction
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    x = np.float32(float(exact))
+    near = [x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))]
+    err = [abs(Fraction(float(y)) - exact) for y in near]
+    best = min(err)
+    tied = [y for y, e in zip(near, err) if e == best]
+    return min(tied, key=lambda y: int(np.float32(y).view(np.uint32)) & 1)  # ties to even
+
+
+def _documented_dot(h, q):
+    """The order kernels/_simd.py documents: sixteen fused running sums, then pairwise."""
+    lanes = [np.float32(0)] * 16
+    for t in range(len(h)):
+        lanes[t % 16] = _fma32(h[t], q[t], lanes[t % 16])
+    v8 = [np.float32(lanes[i] + lanes[i + 8]) for i in range(8)]
+    v4 = [np.float32(v8[i] + v8[i + 4]) for i in range(4)]
+    return np.float32(np.float32(v4[0] + v4[2]) + np.float32(v4[1] + v4[3]))
+
+
+@pytest.mark.parametrize("d", [16, 48, 384])
+def test_vector_tiles_sum_in_the_documented_order(rng, d):
+    # the tiles (d a multiple of 16) define the scores on every machine: single query and
+    # batch, head and tail rows, all equal the written-out order bitwise
+    H = rng.standard_normal((13, d)).astype(np.float32)
+    Q = rng.standard_normal((5, d)).astype(np.float32)
+    S = K.cosine_scores(H, Q)
+    for b in range(len(Q)):
+        want = np.array([_documented_dot(H[r], Q[b]) for r in range(len(H))], np.float32)
+        np.testing.assert_array_equal(S[b], want)
+        np.testing.assert_array_equal(K.cosine_scores(H, Q[b:b + 1])[0], want)
+
+
+@pytest.mark.parametrize("M,d", [(20000, 384), (1003, 5), (517, 33), (64, 768), (3, 7),
+                                 (1001, 16), (259, 48)])
 def test_single_and_batch_scores_are_bitwise_equal(rng, M, d):
     """A query's scores do not depend on the batch it is searched in (unlike BLAS): the
-    single-query kernel (8 rows x 1 query) and the batch kernel (2 rows x 4 queries) must
-    accumulate in the same order, for any d and for the padded tail rows."""
+    single-query kernel (8 rows x 1 query) and the batch kernel (6 rows x 4 queries as vector
+    tiles when d is a multiple of 16, 2 rows x 4 queries as loops otherwise) must accumulate
+    in the same order, for any d and for the tail rows."""
     from evireform.kernels import _cpu
     H = unit_rows(rng, M, d)
     Q = unit_rows(rng, 37, d)
