@@ -105,6 +105,22 @@ def test_cosine_topk_ties_and_nonpositive():
     np.testing.assert_array_equal(bv[2], [0, 0, 0])
 
 
+def test_kth_largest_matches_a_sort(rng):
+    # the candidate buffers' cut: quickselect on a copy, duplicates, runs and sorted input
+    from evireform.kernels import _cpu
+    for trial in range(3000):
+        n = int(rng.integers(1, 700))
+        k = int(rng.integers(1, n + 1))
+        kind = trial % 5
+        a = (rng.random(n) if kind == 0 else rng.integers(0, 4, n) if kind == 1
+             else np.full(n, 0.25) if kind == 2 else np.sort(rng.random(n))
+             if kind == 3 else np.sort(rng.random(n))[::-1]).astype(np.float32)
+        a = np.ascontiguousarray(a)
+        before = a.copy()
+        assert _cpu._kth_largest(a, n, k) == np.sort(a)[n - k]
+        np.testing.assert_array_equal(a, before)  # the buffer itself is not reordered
+
+
 @pytest.mark.parametrize("k", [1, 7, 300, 1000, 6000])
 @pytest.mark.parametrize("block", [128, 600])
 def test_cosine_topk_keeps_the_lowest_ids_among_ties_across_buffer_cuts(rng, k, block,
