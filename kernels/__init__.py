@@ -250,7 +250,8 @@ def _topk_rows_one(H, q, k: int, rows):
     return ids[:n], vals[:n]
 
 
-#: Queries per call of the fused batch kernel (bounds its per-thread score blocks and heaps).
+#: Queries per call of the fused batch kernel (bounds its per-thread score blocks and
+#: candidate buffers).
 _QUERY_GROUP = 1024
 
 
@@ -260,7 +261,8 @@ def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
     Returns ``(ids, scores)`` of shape ``(batch, min(k, n))`` (memory scales with the index,
     not with ``k``); rows with fewer positive matches are padded with id -1 and score 0.
     Each thread scores ``config.BATCH_BLOCK_ROWS``
-    rows at a time against the whole batch and folds the block into per-query heaps at once,
+    rows at a time against the whole batch and folds the block into per-query candidate
+    buffers at once (cut to the best k whenever full),
     so no (batch x n) score matrix is ever formed.
 
     ``rows``: only those rows (see :func:`cosine_topk`; n is their number).  Up to

@@ -3,8 +3,9 @@
 Every kernel here is private: the public wrappers in :mod:`evireform.kernels` validate the
 input, own the workspaces and choose the backend.  Conventions shared by all kernels:
 
-* a top-k "heap" keeps the *worst* kept item at its root, where "worse" means a lower score,
-  or an equal score and a higher id; the final order is best-first, ties by lower id;
+* a top-k order is best-first, where "worse" means a lower score, or an equal score and a
+  higher id (ties by lower id); the readout keeps a heap with the worst kept item at its root,
+  the exact search a flat candidate buffer (see "top-k buffers");
 * variable-length data is one flat array plus offsets (CSR);
 * parallel loops give every thread its own output rows and its own scratch, so results are
   deterministic and no atomics are needed.
@@ -195,6 +196,50 @@ def make_tile(R: int, NQ: int):
         return sig, codegen
 
     return tile
+
+
+@intrinsic
+def _compress16(typingctx, sc, lo, lim, v, ix, n, base):
+    """Append the scores ``sc[lo:lo + 16]`` above ``lim`` to ``v[n:]`` and their ids (``base +
+    j``) to ``ix[n:]``, in order, by two masked compress-stores; returns the new ``n``.  The
+    caller guarantees unit strides and room for 16 more."""
+    sig = types.int64(sc, lo, lim, v, ix, n, base)
+
+    def codegen(context, builder, signature, args):
+        scv, lov, limv, vv, ixv, nv, basev = args
+        st, _, _, vt, it, _, _ = signature.args
+        sa = context.make_array(st)(context, builder, scv)
+        va = context.make_array(vt)(context, builder, vv)
+        ia = context.make_array(it)(context, builder, ixv)
+        i1 = ir.IntType(1)
+        mvec = ir.VectorType(i1, LANES)
+        ivec = ir.VectorType(_I64, LANES)
+        x = builder.load(builder.bitcast(builder.gep(sa.data, [lov]), _VEC.as_pointer()),
+                         align=4)
+        bar = builder.insert_element(ir.Constant(_VEC, ir.Undefined), limv,
+                                     ir.Constant(_I32, 0))
+        bar = builder.shuffle_vector(bar, bar, ir.Constant(ir.VectorType(_I32, LANES),
+                                                           [ir.Constant(_I32, 0)] * LANES))
+        mask = builder.fcmp_ordered(">", x, bar)
+        store_f = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [_VEC, _F32.as_pointer(), mvec]),
+            "llvm.masked.compressstore.v16f32")
+        store_i = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ivec, _I64.as_pointer(), mvec]),
+            "llvm.masked.compressstore.v16i64")
+        builder.call(store_f, [x, builder.gep(va.data, [nv]), mask])
+        b = builder.insert_element(ir.Constant(ivec, ir.Undefined), basev, ir.Constant(_I32, 0))
+        b = builder.shuffle_vector(b, b, ir.Constant(ir.VectorType(_I32, LANES),
+                                                     [ir.Constant(_I32, 0)] * LANES))
+        ids = builder.add(b, ir.Constant(ivec, [ir.Constant(_I64, j) for j in range(LANES)]))
+        builder.call(store_i, [ids, builder.gep(ia.data, [nv]), mask])
+        bits = builder.bitcast(mask, ir.IntType(LANES))
+        pop = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.IntType(LANES), [ir.IntType(LANES)]),
+            f"llvm.ctpop.i{LANES}")
+        return builder.add(nv, builder.zext(builder.call(pop, [bits]), _I64))
+
+    return sig, codegen
 
 
 # --------------------------------------------------------------------------- cosine top-k
@@ -396,14 +441,15 @@ def _buf_keep(bv, bi, n, k):
             above += 1
     ties = k - above
     m = 0
-    for j in range(n):
+    for j in range(n):  # without data-dependent branches: every entry written, m moves on a keep
         v = bv[j]
-        if v > tau or (v == tau and ties > 0):
-            if not v > tau:
-                ties -= 1
-            bv[m] = v
-            bi[m] = bi[j]
-            m += 1
+        i = bi[j]
+        eq = v == tau
+        keep = (v > tau) | (eq & (ties > 0))
+        bv[m] = v
+        bi[m] = i
+        m += keep
+        ties -= eq & keep
     return tau
 
 
@@ -435,11 +481,17 @@ def _buf_fold(sc, lo, m, base, v, ix, n, lim, k):
     if n + m > v.shape[0]:
         lim = _buf_keep(v, ix, n, k)
         n = k
-    for j in range(m):
+    j = 0
+    if sc.strides[0] == 4 and v.strides[0] == 4 and ix.strides[0] == 8:
+        while j + LANES <= m:
+            n = _compress16(sc, lo + j, lim, v, ix, n, base + j)
+            j += LANES
+    while j < m:
         x = sc[lo + j]
         v[n] = x
         ix[n] = base + j
         n += x > lim
+        j += 1
     return n, lim
 
 

@@ -7,11 +7,13 @@ is read from the environment and importing the package sets no global state.
 #: numba writes compiled machine code next to the sources so later processes skip the JIT.
 NUMBA_CACHE = True
 
-#: Single-query exact search splits the rows into chunks (one heap each) of at least this many.
+#: Single-query exact search splits the rows into chunks (one candidate buffer each) of at
+#: least this many.
 TOPK_MIN_CHUNK = 2048
 
 #: Batched exact search: each thread scores this many embedding rows against the whole batch
-#: into a small (batch x rows) float32 block and folds it into per-query heaps at once.
+#: into a small (batch x rows) float32 block and folds it into per-query candidate buffers
+#: at once.
 BATCH_BLOCK_ROWS = 128
 
 #: Indexes with at least this many propositions search candidates with HNSW (hnswlib); smaller

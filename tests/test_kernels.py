@@ -103,6 +103,18 @@ def test_cosine_topk_ties_and_nonpositive():
     bi, bv = K.cosine_topk_batch(H, np.stack([q, -q, np.zeros(2, np.float32)]), 3)
     np.testing.assert_array_equal(bi, [[1, 4, -1], [3, -1, -1], [-1, -1, -1]])
     np.testing.assert_array_equal(bv[2], [0, 0, 0])
+    # the same over whole vector blocks (scores compared 16 at a time): zero scores stay out
+    E = np.eye(16, dtype=np.float32)
+    pick = np.random.default_rng(7).integers(0, 3, 4000)
+    H = np.ascontiguousarray(np.stack([E[0], E[1], -E[0]])[pick])
+    want = np.flatnonzero(pick == 0)
+    for k in (5, 700, 4000):
+        ids, vals = K.cosine_topk(H, E[0], k)
+        np.testing.assert_array_equal(ids, want[:k])
+        np.testing.assert_array_equal(vals, np.ones(min(k, len(want)), np.float32))
+        bi, _ = K.cosine_topk_batch(H, np.stack([E[0]] * 6 + [E[2]]), k)
+        np.testing.assert_array_equal(bi[0, :min(k, len(want))], want[:k])
+        assert (bi[0, len(want):] == -1).all() and (bi[6] == -1).all()
 
 
 def test_kth_largest_matches_a_sort(rng):
