@@ -253,3 +253,28 @@ def test_bench_only_help_names_every_case_group():
     flat = " ".join(out.split())
     for group in CASES:
         assert group in flat.replace(",", " ").replace(";", " ").split(), group
+
+
+def test_a_case_under_its_floor_is_measured_once_more_and_keeps_the_better():
+    name, floor = next(iter(bench.FLOORS.items()))
+    calls = []
+
+    def rerun(speedup):
+        def run(groups):
+            calls.append(groups)
+            return _report(speedup)
+        return run
+
+    report = _report(floor / 2)
+    assert bench.remeasure_below_floor(report, rerun(floor * 2), log=lambda m: None) == []
+    assert bench.check(report) == []
+    assert report["remeasured"] == {name: [floor / 2, floor * 2]}
+    assert calls == [[next(g for g, c in bench.CASES.items() if name in c.labels)]]
+    # under the floor twice: it fails, with the better of the two measurements kept
+    report = _report(floor / 2)
+    assert bench.remeasure_below_floor(report, rerun(floor / 3), log=lambda m: None) == [name]
+    assert report["cases"][name]["speedup"] == floor / 2 and "floor" in bench.check(report)[0]
+    # nothing under a floor: nothing is run again
+    calls.clear()
+    assert bench.remeasure_below_floor(_report(floor * 2), rerun(0.0), log=lambda m: None) == []
+    assert calls == []

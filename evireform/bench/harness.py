@@ -31,7 +31,9 @@ FLOORS = {
     "readout/1M vs bincount": 5.0,
     "hnsw/20k vs exact": 0.5,
     "cosine_topk/100k b1 vs numpy": 0.6,
-    "cosine_topk/100k b64 vs numpy": 0.6,
+    # the batch's vector tiles and compress-stores (issue 38): eight quick runs here gave
+    # 1.5x-2.0x (0.6x-1.2x before); full runs 2.0x
+    "cosine_topk/100k b64 vs numpy": 0.75,
     "cosine_topk/100k b1 vs faiss": 1.5,
     "cosine_topk/100k b64 vs faiss": 1.5,
     "hnsw/1M vs exact": 20.0,
