@@ -470,9 +470,10 @@ def _buf_sort(bv, bi, n):
 def _buf_fold(sc, lo, m, base, v, ix, n, lim, k):
     """Append the scores ``sc[lo:lo + m]`` above the bar ``lim`` (ids ``base + j``, increasing)
     to the candidates ``v[:n]``/``ix[:n]``; returns the new ``(n, lim)``.  A block with none
-    above the bar costs one vectorised count; otherwise every score is stored and the count
-    advances by the comparison, so no branch depends on the data.  The buffer is cut to its
-    best ``k`` first when the block might not fit."""
+    above the bar costs one vectorised count; otherwise the scores above it are appended
+    sixteen at a time by :func:`_compress16` (the rest one by one, the count advancing by the
+    comparison), so no branch depends on the data.  The buffer is cut to its best ``k`` first
+    when the block might not fit."""
     c = 0
     for j in range(m):
         c += sc[lo + j] > lim
@@ -520,8 +521,8 @@ def _merge_chunks(cand_v, cand_i, cand_n, k):
 @njit(parallel=True, **_DOT)
 def topk_one(H, q, k, n_chunks):
     """Fused exact top-k positive scores of one query: each of ``n_chunks`` row ranges is scored
-    eight rows at a time (as in :func:`dot_one`) straight into its own heap; the heaps are
-    merged at the end.  Returns (ids, vals, count), best first, ties by lower id."""
+    eight rows at a time (as in :func:`dot_one`) straight into its own candidate buffer; the
+    buffers are merged at the end.  Returns (ids, vals, count), best first, ties by lower id."""
     M, d = H.shape
     cap = _buf_cap(k)
     cand_v = np.empty((n_chunks, cap), dtype=np.float32)
@@ -553,8 +554,8 @@ def topk_one(H, q, k, n_chunks):
 
 @njit(**_DOT)
 def _topk_rows_range(H, rows, q, lo, hi, k, v, ix):
-    """The top-``k`` candidates ``(v, ix)`` (capacity ``_buf_cap(k)``) of the positive scores
-    of ``rows[lo:hi]``: each group of eight rows is copied into a scratch
+    """The candidates ``(v, ix)`` (capacity ``_buf_cap(k)``; a superset of the top ``k``) of
+    the positive scores of ``rows[lo:hi]``: each group of eight rows is copied into a scratch
     block and scored by the eight-row dot product of :func:`topk_one` (so every score equals
     bitwise the one a matrix of just those rows gets); returns their number, ids increasing."""
     cap = v.shape[0]
