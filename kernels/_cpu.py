@@ -469,7 +469,8 @@ def _buf_sort(bv, bi, n):
 @njit(inline="always", **_JIT)
 def _buf_fold(sc, lo, m, base, v, ix, n, lim, k):
     """Append the scores ``sc[lo:lo + m]`` above the bar ``lim`` (ids ``base + j``, increasing)
-    to the candidates ``v[:n]``/``ix[:n]``; returns the new ``(n, lim)``.  A block with none
+    to the candidates ``v[:n]``/``ix[:n]``; returns the new ``(n, lim, start)``, ``start``
+    where this block's entries begin.  A block with none
     above the bar costs one vectorised count; otherwise the scores above it are appended
     sixteen at a time by :func:`_compress16` (the rest one by one, the count advancing by the
     comparison), so no branch depends on the data.  The buffer is cut to its best ``k`` first
@@ -478,10 +479,11 @@ def _buf_fold(sc, lo, m, base, v, ix, n, lim, k):
     for j in range(m):
         c += sc[lo + j] > lim
     if c == 0:
-        return n, lim
+        return n, lim, n
     if n + m > v.shape[0]:
         lim = _buf_keep(v, ix, n, k)
         n = k
+    start = n
     j = 0
     if sc.strides[0] == 4 and v.strides[0] == 4 and ix.strides[0] == 8:
         while j + LANES <= m:
@@ -493,7 +495,7 @@ def _buf_fold(sc, lo, m, base, v, ix, n, lim, k):
         ix[n] = base + j
         n += x > lim
         j += 1
-    return n, lim
+    return n, lim, start
 
 
 @njit(**_JIT)
@@ -547,7 +549,7 @@ def topk_one(H, q, k, n_chunks):
             if m > 0:
                 T[:m] = H[b0 + 8 * m8:b1]
                 _rows8(T, 0, q, buf, 8 * m8)
-            n, lim = _buf_fold(buf, 0, b1 - b0, b0, v, ix, n, lim, k)
+            n, lim, _ = _buf_fold(buf, 0, b1 - b0, b0, v, ix, n, lim, k)
         cand_n[c] = n
     return _merge_chunks(cand_v, cand_i, cand_n, k)
 
@@ -558,7 +560,6 @@ def _topk_rows_range(H, rows, q, lo, hi, k, v, ix):
     the positive scores of ``rows[lo:hi]``: each group of eight rows is copied into a scratch
     block and scored by the eight-row dot product of :func:`topk_one` (so every score equals
     bitwise the one a matrix of just those rows gets); returns their number, ids increasing."""
-    cap = v.shape[0]
     d = H.shape[1]
     buf = np.empty(8, dtype=np.float32)
     T = np.zeros((8, d), dtype=np.float32)
@@ -571,19 +572,9 @@ def _topk_rows_range(H, rows, q, lo, hi, k, v, ix):
             for t in range(d):  # an explicit loop: a slice copy is a call per row
                 T[j, t] = H[r, t]
         _rows8(T, 0, q, buf, 0)
-        c = 0
-        for j in range(m):
-            c += buf[j] > lim
-        if c == 0:
-            continue
-        if n + m > cap:
-            lim = _buf_keep(v, ix, n, k)
-            n = k
-        for j in range(m):
-            x = buf[j]
-            v[n] = x
-            ix[n] = rows[g0 + j]
-            n += x > lim
+        n, lim, start = _buf_fold(buf, 0, m, 0, v, ix, n, lim, k)
+        for p in range(start, n):  # the block's offsets to row ids (still increasing)
+            ix[p] = rows[g0 + ix[p]]
     return n
 
 
@@ -688,7 +679,7 @@ def topk_batch(H, Q, B, k, n_chunks, block):
                 # buffer has been cut only a strictly higher score can (an equal one has a
                 # higher id)
                 lim = cl[c, b]
-                n, lim = _buf_fold(S[b], 0, s1 - s0, s0, v, ix, n, lim, k)
+                n, lim, _ = _buf_fold(S[b], 0, s1 - s0, s0, v, ix, n, lim, k)
                 cn[c, b] = n
                 cl[c, b] = lim
     out_v = np.zeros((B, k), dtype=np.float32)

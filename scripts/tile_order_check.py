@@ -8,14 +8,15 @@ The exact search scores a dimension that is a multiple of 16 with the vector til
 picks for the machine.  Where the two agree, scores, and so rankings, are bitwise what they
 were before the tiles.  Prints, per dimension, how many of the loop's scores differ.
 ``--time``: also the scoring alone (no top-k) of 10,000 x 384 rows by one query and by 64,
-loops against tiles on numba's threads, with numpy's matrix product beside them.
+loops against tiles on numba's threads, with numpy's matrix product beside them
+(timed as ``evireform bench`` times its cases).
 """
 import argparse
-import time
 
 import numpy as np
 from numba import njit, prange
 
+from evireform.bench import times
 from evireform.kernels import _cpu
 
 
@@ -77,17 +78,8 @@ def _tiles64(H, Q, S):
 
 
 def _median_us(f, reps: int = 7) -> float:
-    f()
-    out = []
-    for _ in range(reps):
-        time.sleep(0.02)
-        ts, end = [], time.perf_counter() + 0.25
-        while time.perf_counter() < end:
-            t = time.perf_counter()
-            f()
-            ts.append(time.perf_counter() - t)
-        out.append(np.median(ts))
-    return float(np.median(out)) * 1e6
+    """The median of ``reps`` timings by the bench's harness (a pause, a 0.25 s loop)."""
+    return float(np.median([times([f], repeat=20, min_s=0.25)[0] for _ in range(reps)])) * 1e6
 
 
 def timing() -> None:
@@ -100,11 +92,12 @@ def timing() -> None:
              lambda: H @ Q[0]),
             ("64 queries", lambda: _loops64(H, Q, S64), lambda: _tiles64(H, Q, S64),
              lambda: Q @ H.T)]
-    print(f"\nscoring {M:,} x 384 float32 rows (no top-k), median of 7 0.25 s loops:\n")
+    print(f"\nscoring {M:,} x 384 float32 rows (no top-k), the median of 7 timings by "
+          f"the bench's harness:\n")
     print("| queries | loops | tiles | loops / tiles | numpy |")
     print("|---|---:|---:|---:|---:|")
     for name, loops, tiles, peer in rows:
-        a, b, c = _median_us(loops), _median_us(tiles), _median_us(peer)
+        a, b, c = (_median_us(f) for f in (loops, tiles, peer))
         print(f"| {name} | {a:.0f} us | {b:.0f} us | {a / b:.2f}x | {c:.0f} us |")
 
 

@@ -167,14 +167,10 @@ def check(report: dict, floors: dict | None = None) -> list[str]:
     whose declared case did not run (full-size cases in quick mode) is not checked."""
     floors = FLOORS if floors is None else floors
     known = declared_labels()
-    bad = []
-    for name, floor in floors.items():
-        if name not in known:
-            bad.append(f"{name}: the floor names no declared bench case label")
-            continue
-        c = report["cases"].get(name)
-        if c is not None and c["speedup"] is not None and c["speedup"] < floor:
-            bad.append(f"{name}: speedup {c['speedup']:.2f} < floor {floor}")
+    bad = [f"{name}: the floor names no declared bench case label"
+           for name in floors if name not in known]
+    bad += [f"{name}: speedup {report['cases'][name]['speedup']:.2f} < floor {floors[name]}"
+            for name in below_floor(report, floors) if name in known]
     for name, c in report["cases"].items():
         if not c["agree"]:
             bad.append(f"{name}: ours and the peer disagree")
