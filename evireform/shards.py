@@ -25,6 +25,7 @@ from ._checks import loads as _json_loads, positive_int
 from .kernels import cosine_topk_batch
 from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk, search_rows
 from .store import IndexFormatError, file_sha256, load_hnsw, write_dir_atomically
+from .store.hnsw_file import write_hnsw
 
 __all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
            "save_shards", "read_shard_manifest", "load_shard"]
@@ -165,7 +166,7 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
             e = {"lo": int(sh.offset), "hi": int(sh.offset + len(sh.embeddings)), "hnsw": None}
             if sh.hnsw is not None:
                 name = f"shard-{n}.hnsw"
-                sh.hnsw.save_index(str(tmp / name))
+                write_hnsw(sh.hnsw, tmp / name)
                 e["hnsw"] = {"file": name, "sha256": file_sha256(tmp / name)}
             entries.append(e)
         dim = int(shards[0].embeddings.shape[1]) if shards else 0

@@ -115,3 +115,37 @@ def test_the_hnsw_scan_kernel_accepts_a_real_graph_and_names_each_fault(tmp_path
     assert scan(raw, 0, 3, 8, 2, np.zeros(3, np.int64), np.zeros(3, np.int64)) == (4, 0)
     with pytest.raises(IndexFormatError):
         hnsw_file.check_hnsw_file(f, idx.n_props + 1, idx.dim)
+
+
+# ------------------------------------------------------------------ hnsw_file: the two layouts
+def test_hnsw_files_of_either_library_layout_load_and_search_alike(tmp_path):
+    """Chroma's fork (the wheels installed) writes a lengths block that hnswlib does not; a
+    saved index holds zeros there (never the heap's bytes), and a file in the other layout
+    loads through a converted copy with the same neighbours."""
+    out = _ix(tmp_path, hnsw=True)
+    f = out / "hnsw.bin"
+    idx = PropositionIndex.load(out)
+    n, dim = idx.n_props, idx.dim
+    raw = np.fromfile(f, np.uint8)
+    hd = raw[:hnsw_file._HNSW_HEADER.itemsize].view(hnsw_file._HNSW_HEADER)[0]
+    body = hnsw_file._HNSW_HEADER.itemsize + n * int(hd["size_per_element"])
+    mine = hnsw_file.file_layout(f)
+    assert mine == int(hnsw_file._library_writes_lengths())
+    if mine:
+        assert not raw[body:body + 4 * n].any()
+    other = tmp_path / "other.bin"
+    with open(other, "wb") as fh:
+        hnsw_file._convert(f, 1 - mine, fh)
+    assert other.stat().st_size == f.stat().st_size + (4 * n if not mine else -4 * n)
+    assert hnsw_file.file_layout(other) == 1 - mine
+    emb = np.asarray(idx.embeddings)
+    h1 = hnsw_file.load_hnsw(f, n, dim, emb)
+    h2 = hnsw_file.load_hnsw(other, n, dim, emb)
+    a = h1.knn_query(emb[:7], k=5)[0]
+    b = h2.knn_query(emb[:7], k=5)[0]
+    assert np.array_equal(a, b)
+    # a cut in the upper levels is refused in either layout
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(other.read_bytes()[:-3])
+    with pytest.raises(IndexFormatError, match="cut.bin"):
+        hnsw_file.check_hnsw_file(cut, n, dim)

@@ -147,7 +147,8 @@ def _write_files(idx, tmp: Path) -> None:
         np.save(tmp / SCALE_FILE, np.ascontiguousarray(idx.code_scale, dtype=np.float32),
                 allow_pickle=False)
     if idx.hnsw is not None:
-        idx.hnsw.save_index(str(tmp / HNSW_FILE))
+        from .hnsw_file import write_hnsw
+        write_hnsw(idx.hnsw, tmp / HNSW_FILE)
         if getattr(idx, "hnsw_ids", None) is not None:
             np.save(tmp / HNSW_IDS_FILE, np.ascontiguousarray(idx.hnsw_ids, dtype=np.int64),
                     allow_pickle=False)

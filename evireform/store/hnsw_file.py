@@ -1,9 +1,20 @@
 """The hnswlib binary file, parsed and checked before hnswlib reads it (:func:`check_hnsw_file`,
 :func:`load_hnsw`): header, levels, neighbour lists and labels, and (full tier) the stored
 vectors against the embeddings.  The scan of the upper levels is a numba kernel
-(:func:`evireform.kernels._cpu.hnsw_upper_scan`)."""
+(:func:`evireform.kernels._cpu.hnsw_upper_scan`).
+
+Two layouts of the file exist: hnswlib's (header, level-0 data, upper levels) and that of
+Chroma's maintained fork ``chroma-hnswlib`` (the binary wheels this package installs), which
+writes a block of ``count`` float32 vector lengths between the level-0 data and the upper
+levels.  The checks read either; :func:`load_hnsw` hands the installed library its own
+layout (a file of the other is converted into a temporary copy first, so indexes saved with
+either library load with both).  :func:`write_hnsw` saves a graph with that block zeroed:
+for an inner-product graph the fork never fills it, and would otherwise write whatever the
+heap held there into the index."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +102,17 @@ def check_hnsw_file(f: Path, n: int, dim: int, embeddings=None, label_ids=None) 
     maxlevel, entry = int(hd["maxlevel"]), int(hd["entry"])
     levels = np.zeros(count, np.int64)
     starts = np.zeros(count, np.int64)
-    code, where = _hnsw_upper(raw, body, count, 4 + 4 * maxM, maxM, levels, starts)
+    code, where = 0, -1
+    for lengths in _layouts(_library_writes_lengths()):
+        levels[:] = 0
+        starts[:] = 0
+        got = _hnsw_upper(raw, body + 4 * count * lengths, count, 4 + 4 * maxM, maxM,
+                          levels, starts)
+        if got[0] == 0:
+            code, where = got
+            break
+        if (code, where) == (0, -1):
+            code, where = got  # the installed library's layout: its failure is reported
     messages = {1: "truncated upper-level data", 2: "bad upper-level link block size",
                 3: "an upper-level neighbour list is longer than maxM",
                 4: "an upper-level neighbour is out of range or lacks that level",
@@ -130,15 +151,84 @@ def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
     return K._kernels().hnsw_upper_scan(raw, pos, count, per_level, maxM, levels, starts)
 
 
+def _library_writes_lengths() -> bool:
+    """True when the installed ``hnswlib`` module is Chroma's fork (its files carry the
+    lengths block)."""
+    import hnswlib
+    return hasattr(hnswlib.Index, "persist_dirty")
+
+
+def _layouts(first: bool):
+    """The layouts to try (1 = with the lengths block), the installed library's first."""
+    return (int(first), 1 - int(first))
+
+
+def file_layout(f: Path) -> int:
+    """1 when the (checked) file at ``f`` has the lengths block, 0 when not."""
+    raw = np.memmap(f, dtype=np.uint8, mode="r")
+    hd = raw[:_HNSW_HEADER.itemsize].view(_HNSW_HEADER)[0]
+    count, spe, maxM = int(hd["count"]), int(hd["size_per_element"]), int(hd["maxM"])
+    body = _HNSW_HEADER.itemsize + count * spe
+    for lengths in _layouts(_library_writes_lengths()):
+        levels = np.zeros(count, np.int64)
+        starts = np.zeros(count, np.int64)
+        if _hnsw_upper(raw, body + 4 * count * lengths, count, 4 + 4 * maxM, maxM, levels,
+                       starts)[0] == 0:
+            return lengths
+    _fail(f, "neither hnswlib layout reads it")
+    return 0
+
+
+def _convert(f: Path, to_lengths: int, out) -> None:
+    """Write ``f`` in the other layout to the open binary file ``out``: the lengths block
+    inserted (zeros) or dropped."""
+    raw = np.memmap(f, dtype=np.uint8, mode="r")
+    hd = raw[:_HNSW_HEADER.itemsize].view(_HNSW_HEADER)[0]
+    count = int(hd["count"])
+    body = _HNSW_HEADER.itemsize + count * int(hd["size_per_element"])
+    out.write(memoryview(raw[:body]))
+    if to_lengths:
+        out.write(bytes(4 * count))
+        out.write(memoryview(raw[body:]))
+    else:
+        out.write(memoryview(raw[body + 4 * count:]))
+
+
+def write_hnsw(h, f) -> None:
+    """Save the graph ``h`` to ``f`` (``save_index``), the fork's lengths block zeroed (an
+    inner-product graph never fills it: the bytes would be the heap's)."""
+    f = Path(f)
+    h.save_index(str(f))
+    if not _library_writes_lengths():
+        return
+    count = int(h.element_count)
+    with open(f, "r+b") as fh:
+        hd = np.frombuffer(fh.read(_HNSW_HEADER.itemsize), _HNSW_HEADER)[0]
+        fh.seek(_HNSW_HEADER.itemsize + count * int(hd["size_per_element"]))
+        fh.write(bytes(4 * count))
+
+
 def load_hnsw(f: Path, n: int, dim: int, embeddings=None, label_ids=None):
     """An hnswlib graph from ``f`` after :func:`check_hnsw_file` (with ``embeddings`` and
-    ``label_ids`` when given); raises IndexFormatError."""
+    ``label_ids`` when given), in either layout (see the module docstring); raises
+    IndexFormatError."""
     check_hnsw_file(f, n, dim, embeddings, label_ids)
     import hnswlib
     h = hnswlib.Index(space="ip", dim=dim)
+    want = int(_library_writes_lengths())
+    tmp = None
     try:
-        h.load_index(str(f), max_elements=max(n, 1))
+        src = f
+        if n and file_layout(f) != want:  # the other library's layout: a converted copy
+            fd, tmp = tempfile.mkstemp(prefix="evireform-hnsw-", suffix=".bin")
+            with os.fdopen(fd, "wb") as out:
+                _convert(f, want, out)
+            src = Path(tmp)
+        h.load_index(str(src), max_elements=max(n, 1))
     except Exception as exc:
         _fail(f, f"hnswlib cannot load it ({exc})")
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     h.set_ef(kconfig.HNSW_EF_SEARCH)
     return h
