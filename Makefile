@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[embed,eval,test,bench,gpu-cuda12]'
+	$(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed,documents,eval,test,bench,gpu-cuda12]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -47,15 +47,17 @@ from pathlib import Path
 
 from ._checks import check_json_value, check_text
 from .corpus import load_corpus
+from .formats import DOCUMENT_SUFFIXES, Block, Document, Section, read_document
 from .store import looks_like_index
 from .text import sentences
 from .types import Passage
 
 __all__ = ["TEXT_SUFFIXES", "CORPUS_SUFFIXES", "load_paths", "chunk_text", "token_counter",
            "replace_sources", "Loaded", "front_matter", "document_registry", "document_roots",
-           "DOCUMENTS"]
+           "DOCUMENTS", "chunk_blocks"]
 
-TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+#: files chunked into passages: plain text, and the documents of :mod:`evireform.formats`
+TEXT_SUFFIXES = (".txt",) + DOCUMENT_SUFFIXES
 CORPUS_SUFFIXES = (".json", ".jsonl", ".ndjson")
 #: a chunk holds at most chunk_tokens * MAX_CHARS_PER_TOKEN characters, whatever the
 #: tokenizer says of a long run without spaces
@@ -109,6 +111,16 @@ def chunk_text(text: str, chunk_tokens: int = 200, chunk_overlap: int = 30, *,
     """``text`` split into chunks of at most ``chunk_tokens`` tokens (by ``count``, default
     :func:`_regex_count`) on sentence ends, consecutive chunks repeating trailing whole
     sentences of up to ``chunk_overlap`` tokens."""
+    return chunk_blocks([Block(text)], chunk_tokens, chunk_overlap, count=count,
+                        block_sep=" ")
+
+
+def chunk_blocks(blocks, chunk_tokens: int = 200, chunk_overlap: int = 30, *, count=None,
+                 block_sep: str = "\n") -> list[str]:
+    """Blocks of a document section (:class:`evireform.formats.Block`) split into chunks as
+    :func:`chunk_text` does, sentences of a block joined by a space and blocks by
+    ``block_sep``; a ``verbatim`` block (code) keeps its lines and is cut only at line ends
+    (by words or characters when one line is longer than a chunk)."""
     if chunk_tokens < 1 or chunk_overlap < 0 or chunk_overlap >= chunk_tokens:
         raise ValueError(f"need chunk_tokens >= 1 and 0 <= chunk_overlap < chunk_tokens; got "
                          f"{chunk_tokens}, {chunk_overlap}")
@@ -117,55 +129,74 @@ def chunk_text(text: str, chunk_tokens: int = 200, chunk_overlap: int = 30, *,
     def count(texts):  # one long "word" (a data URI, a file without spaces) is many tokens,
         # though a tokenizer may call it one unknown token
         return [max(n, -(-len(t) // MAX_CHARS_PER_TOKEN)) for t, n in zip(texts, base(texts))]
-    sents = [s for s in sentences(text) if s.strip()]
-    if not sents:
-        return []
-    pieces: list[tuple[str, int]] = []
-    for s, n in zip(sents, count(sents)):
-        if n <= chunk_tokens:
-            pieces.append((s, n))
+    pieces: list[tuple[str, int, bool]] = []  # (text, tokens, starts a block)
+    for b in blocks:
+        if b.verbatim:
+            units = [ln for ln in b.text.split("\n")]
+            units = _group_lines(units, count(units), chunk_tokens) if units else []
         else:
-            cut = _cut_long(s, n, chunk_tokens)
-            for c, m in zip(cut, count(cut)):
-                if m > chunk_tokens and len(c.split()) <= 1:  # one long word: by characters
-                    sub = _cut_long(c, m, chunk_tokens)
-                    pieces.extend(zip(sub, count(sub)))
-                else:
-                    pieces.append((c, m))
+            units = [s for s in sentences(b.text) if s.strip()]
+        first = True
+        for s, n in zip(units, count(units)):
+            if n <= chunk_tokens:
+                got = [(s, n)]
+            else:
+                got = []
+                cut = _cut_long(s, n, chunk_tokens)
+                for c, m in zip(cut, count(cut)):
+                    if m > chunk_tokens and len(c.split()) <= 1:  # one long word: by characters
+                        sub = _cut_long(c, m, chunk_tokens)
+                        got.extend(zip(sub, count(sub)))
+                    else:
+                        got.append((c, m))
+            for c, m in got:
+                pieces.append((c, m, first))
+                first = False
+    if not pieces:
+        return []
     chunks, cur, size = [], [], 0
-    for s, n in pieces:
+    for s, n, new in pieces:
         if cur and size + n > chunk_tokens:
-            chunks.append(_join(cur))
+            chunks.append(_join(cur, block_sep))
             keep, kept = [], 0  # the overlap: trailing whole sentences
-            for t, m in reversed(cur):
+            for t, m, nb in reversed(cur):
                 if kept + m > chunk_overlap or kept + m + n > chunk_tokens:
                     break
-                keep.insert(0, (t, m))
+                keep.insert(0, (t, m, nb))
                 kept += m
             cur, size = keep, kept
-        cur.append((s, n))
+        cur.append((s, n, new))
         size += n
     if cur:
-        chunks.append(_join(cur))
+        chunks.append(_join(cur, block_sep))
     return chunks
 
 
-def _join(parts) -> str:
+def _group_lines(lines: list[str], sizes: list[int], limit: int) -> list[str]:
+    """Consecutive lines of a code block grouped into units of at most ``limit`` tokens."""
+    out, cur, size = [], [], 0
+    for ln, n in zip(lines, sizes):
+        if cur and size + n > limit:
+            out.append("\n".join(cur))
+            cur, size = [], 0
+        cur.append(ln)
+        size += n
+    if cur:
+        out.append("\n".join(cur))
+    return [u for u in out if u.strip()]
+
+
+def _join(parts, block_sep: str = " ") -> str:
     out = ""
-    for s, _ in parts:
-        if out and not (_CJK.search(out[-1]) and _CJK.search(s[:1])):
-            out += " "
-        out += s.strip()
+    for s, _, new in parts:
+        s = s if "\n" in s else s.strip()
+        if out:
+            if new:
+                out += block_sep
+            elif not (_CJK.search(out[-1]) and _CJK.search(s[:1])):
+                out += " "
+        out += s
     return out
-
-
-def _title(text: str, path: Path) -> str:
-    if path.suffix.lower() in (".md", ".markdown"):
-        for line in text.splitlines():
-            m = re.match(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", line)
-            if m:
-                return m.group(1)
-    return path.stem
 
 
 @dataclass
@@ -312,6 +343,8 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
             _name_ok(str(f))
             if f.suffix.lower() in CORPUS_SUFFIXES:
                 got = load_corpus(f)
+            elif f.suffix.lower() in DOCUMENT_SUFFIXES:
+                got = _document_file(f, src, chunk_tokens, chunk_overlap, count)
             elif f.suffix.lower() in TEXT_SUFFIXES or f.suffix == "":
                 got = _text_file(f, src, chunk_tokens, chunk_overlap, count)
             else:
@@ -380,17 +413,47 @@ def front_matter(text: str, where: str) -> tuple[dict, str]:
 
 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
+    """A plain-text file's passages: front matter as metadata, the rest chunked."""
     try:
         text = f.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     front, text = front_matter(text, str(f))
+    doc = Document(None, front, [Section((), [Block(text)])])
+    return _passages(doc, f, src, chunk_tokens, chunk_overlap, count, block_sep=" ")
+
+
+def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
+    """A Markdown, HTML, PDF or DOCX file's passages (:func:`evireform.formats.read_document`):
+    each section chunked on its own, its heading the first line of its first chunk, its
+    heading path in the passage's ``section`` (and ``page`` for a PDF page)."""
+    return _passages(read_document(f), f, src, chunk_tokens, chunk_overlap, count)
+
+
+def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, count,
+              block_sep: str = "\n") -> list[Passage]:
+    front = doc.metadata
     title = str(front["title"]) if isinstance(front.get("title"), (str, int, float)) \
-        and str(front.get("title")).strip() else _title(text, f)
-    extra = {k: v for k, v in front.items() if k not in ("source", "chunk", "title")}
-    return [Passage(id=f"{src}#{i}", title=title, text=c,
-                    metadata={**extra, "source": src, "chunk": i, "title": title})
-            for i, c in enumerate(chunk_text(text, chunk_tokens, chunk_overlap, count=count))]
+        and str(front.get("title")).strip() else (doc.title or f.stem)
+    extra = {k: v for k, v in front.items()
+             if k not in ("source", "chunk", "title", "section", "page")}
+    out: list[Passage] = []
+    for sec in doc.sections:
+        if not sec.blocks:
+            continue
+        blocks = ([Block(sec.path[-1])] if sec.path else []) + list(sec.blocks)
+        where = {}
+        if sec.path:
+            where["section"] = " > ".join(sec.path)
+        if sec.page is not None:
+            where["page"] = sec.page
+        for c in chunk_blocks(blocks, chunk_tokens, chunk_overlap, count=count,
+                              block_sep=block_sep):
+            i = len(out)
+            out.append(Passage(id=f"{src}#{i}", title=title, text=c,
+                               metadata={**extra, **where, "source": src, "chunk": i,
+                                         "title": title}))
+    return out
 
 
 #: where an index records the files it holds chunks of (``index.meta[DOCUMENTS]``):

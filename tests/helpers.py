@@ -66,3 +66,40 @@ def as_old_format(ix, version):
                               "bytes": (ix / name).stat().st_size}
     man["format_version"] = version
     (ix / "manifest.json").write_text(json.dumps(man))
+
+
+def minimal_pdf(pages, title=None) -> bytes:
+    """A small valid PDF (Helvetica text, one line a string) with ``pages`` (each a list of
+    lines), written by hand so that tests need no PDF writer."""
+    objs = ["<< /Type /Catalog /Pages 2 0 R >>", None,
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    kids = []
+    for lines in pages:
+        ops = ["BT /F1 12 Tf 72 720 Td 14 TL"]
+        for ln in lines:
+            esc = ln.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+            ops.append(f"({esc}) Tj T*")
+        ops.append("ET")
+        stream = "\n".join(ops)
+        objs.append(f"<< /Length {len(stream.encode('latin-1'))} >>\nstream\n{stream}\n"
+                    "endstream")
+        objs.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources "
+                    f"<< /Font << /F1 3 0 R >> >> /Contents {len(objs)} 0 R >>")
+        kids.append(f"{len(objs)} 0 R")
+    objs[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+    info = None
+    if title:
+        objs.append(f"<< /Title ({title}) /Author (Test Author) >>")
+        info = len(objs)
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for n, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n{body}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    for off in offsets:
+        out += f"{off:010d} 00000 n \n".encode()
+    trailer = f"<< /Size {len(objs) + 1} /Root 1 0 R" + (f" /Info {info} 0 R" if info else "")
+    out += f"trailer\n{trailer} >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return out

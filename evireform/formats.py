@@ -1,0 +1,439 @@
+"""Documents read as documents: Markdown, HTML, PDF and DOCX files turned into plain-text
+sections (:func:`read_document`), which :mod:`evireform.documents` chunks into passages.
+
+Each reader returns a :class:`Document`: its title (when the file states one), metadata the
+file carries (front matter, PDF and DOCX properties, HTML ``<meta>``), and its sections in
+order, each with its heading path and blocks of text without markup.  A block is a
+paragraph, a list item, a table row or a code block; code keeps its lines (``verbatim``).
+
+The parsers, and why these:
+
+* Markdown: ``markdown-it-py``, a CommonMark parser (the spec Markdown files are written
+  to, pure Python, a core dependency): emphasis, links, images (their alt text), escapes
+  and HTML tags are removed; headings become the section path; fenced and indented code
+  is kept as it is; a leading ``---`` YAML block is the front matter (metadata).
+* HTML: Python's own ``html.parser`` (no dependency): text of the body without scripts,
+  styles and navigation chrome (``nav``, ``header``, ``footer``, ``aside`` are kept, they are
+  text too; only ``script``, ``style``, ``template``, ``noscript`` and ``svg`` are dropped),
+  ``h1``-``h6`` as sections, ``pre`` as code, ``<title>`` as the title and ``<meta name=...
+  content=...>`` (description, author, keywords) as metadata.
+* PDF: ``pypdf`` (the ``documents`` extra; pure Python): text page by page (a section per
+  page, ``page`` in its metadata, the outline's titles as its section path when the file
+  has an outline), the document information's title, author and subject.
+* DOCX: ``python-docx`` (the ``documents`` extra): paragraphs and tables in body order,
+  ``Heading N`` and ``Title`` styles as sections, the core properties' title, author,
+  subject and keywords.
+
+Heavier converters (markitdown, unstructured, textract) read more formats but pull in many
+dependencies and external programs; these four cover what users ask for with small,
+maintained, wheel-only packages.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+__all__ = ["Block", "Section", "Document", "read_document", "READERS", "DOCUMENT_SUFFIXES",
+           "MissingReader"]
+
+
+@dataclass
+class Block:
+    """A paragraph, list item, table row or (``verbatim``) code block."""
+
+    text: str
+    verbatim: bool = False
+
+
+@dataclass
+class Section:
+    """The blocks under one heading path (``()`` before the first heading); ``page`` for a
+    PDF page."""
+
+    path: tuple[str, ...]
+    blocks: list[Block] = field(default_factory=list)
+    page: int | None = None
+
+
+@dataclass
+class Document:
+    title: str | None
+    metadata: dict
+    sections: list[Section]
+
+
+class MissingReader(ValueError):
+    """A format whose parser is not installed (the ``documents`` extra)."""
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _meta_value(v):
+    if v is None:
+        return None
+    s = str(v).strip()
+    return s or None
+
+
+class _Sections:
+    """Sections built block by block as headings arrive."""
+
+    def __init__(self):
+        self.sections: list[Section] = [Section(())]
+        self.path: list[str] = []
+
+    def heading(self, level: int, title: str) -> None:
+        title = _clean(title)
+        if not title:
+            return
+        self.path = self.path[:max(0, level - 1)] + [title]
+        self.sections.append(Section(tuple(self.path)))
+
+    def add(self, text: str, verbatim: bool = False) -> None:
+        text = text.strip("\n") if verbatim else _clean(text)
+        if text.strip():
+            self.sections[-1].blocks.append(Block(text, verbatim))
+
+    def done(self) -> list[Section]:
+        return [s for s in self.sections if s.blocks or s.path]
+
+
+# --------------------------------------------------------------------------- Markdown
+def _inline_text(tok) -> str:
+    """An inline token's text without markup: text, code spans, image alt texts; soft
+    breaks as spaces, hard breaks as new lines; inline HTML dropped."""
+    out = []
+    for c in tok.children or ():
+        if c.type in ("text", "code_inline"):
+            out.append(c.content)
+        elif c.type == "softbreak":
+            out.append(" ")
+        elif c.type == "hardbreak":
+            out.append("\n")
+        elif c.type == "image":
+            out.append(_inline_text(c))
+    return "".join(out)
+
+
+def read_markdown_text(text: str) -> Document:
+    """Markdown (front matter already removed) parsed with markdown-it-py."""
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:  # pragma: no cover - a core dependency
+        raise MissingReader("reading Markdown needs markdown-it-py: pip install "
+                            "markdown-it-py") from None
+    md = MarkdownIt("commonmark").enable("table")
+    toks = md.parse(text)
+    out = _Sections()
+    title = None
+    level = 0
+    row: list[str] | None = None
+    for i, t in enumerate(toks):
+        if t.type == "heading_open":
+            level = int(t.tag[1])
+        elif t.type == "inline" and i and toks[i - 1].type == "heading_open":
+            h = _inline_text(t)
+            if title is None and _clean(h):
+                title = _clean(h)
+            out.heading(level, h)
+        elif t.type == "tr_open":
+            row = []
+        elif t.type == "tr_close":
+            if row is not None:
+                out.add(" | ".join(c for c in row if c))
+            row = None
+        elif t.type == "inline" and row is not None:
+            row.append(_clean(_inline_text(t)))
+        elif t.type == "inline":
+            out.add(_inline_text(t))
+        elif t.type in ("fence", "code_block"):
+            out.add(t.content, verbatim=True)
+        elif t.type == "html_block":
+            got = read_html_text(t.content)
+            for s in got.sections:
+                for b in s.blocks:
+                    out.add(b.text, b.verbatim)
+    return Document(title, {}, out.done())
+
+
+def _read_markdown(path: Path) -> Document:
+    from .documents import front_matter
+    text = _read_utf8(path)
+    meta, body = front_matter(text, str(path))
+    doc = read_markdown_text(body)
+    doc.metadata = meta
+    if isinstance(meta.get("title"), (str, int, float)) and str(meta["title"]).strip():
+        doc.title = str(meta["title"])
+    return doc
+
+
+# --------------------------------------------------------------------------- HTML
+_BLOCK_TAGS = {"p", "div", "li", "dt", "dd", "blockquote", "section", "article", "main",
+               "header", "footer", "nav", "aside", "figcaption", "caption", "table", "ul",
+               "ol", "dl", "form", "br", "hr", "body", "address", "details", "summary"}
+_SKIP_TAGS = {"script", "style", "template", "noscript", "svg"}
+
+
+class _HTMLText(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.out = _Sections()
+        self.buf: list[str] = []
+        self.skip = 0
+        self.pre = 0
+        self.heading: int | None = None
+        self.in_title = False
+        self.title: str | None = None
+        self.meta: dict = {}
+        self.cells: list[str] | None = None
+        self.h1: str | None = None
+
+    def flush(self):
+        text = "".join(self.buf)
+        self.buf = []
+        if self.heading is not None:
+            return text
+        if self.cells is not None:
+            if _clean(text):
+                self.cells.append(_clean(text))
+            return ""
+        self.out.add(text)
+        return ""
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "meta" and a.get("name") and a.get("content"):
+            name = a["name"].lower()
+            if name in ("description", "author", "keywords") and _meta_value(a["content"]):
+                self.meta[name] = _clean(a["content"])
+            return
+        if tag == "title":
+            self.in_title = True
+            return
+        if tag in _SKIP_TAGS:
+            self.skip += 1
+            return
+        if self.skip:
+            return
+        if re.fullmatch(r"h[1-6]", tag):
+            self.flush()
+            self.heading = int(tag[1])
+        elif tag == "pre":
+            self.flush()
+            self.pre += 1
+        elif tag == "tr":
+            self.flush()
+            self.cells = []
+        elif tag in ("td", "th") and self.cells is not None:
+            self.flush()
+        elif tag == "img" and a.get("alt"):
+            self.buf.append(" " + a["alt"] + " ")
+        elif tag in _BLOCK_TAGS and not self.pre:
+            self.flush()
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self.in_title = False
+            return
+        if tag in _SKIP_TAGS:
+            self.skip = max(0, self.skip - 1)
+            return
+        if self.skip:
+            return
+        if re.fullmatch(r"h[1-6]", tag) and self.heading is not None:
+            text = self.flush()
+            level, self.heading = self.heading, None
+            if level == 1 and self.h1 is None and _clean(text):
+                self.h1 = _clean(text)
+            self.out.heading(level, text)
+        elif tag == "pre" and self.pre:
+            self.pre -= 1
+            text = "".join(self.buf)
+            self.buf = []
+            self.out.add(text, verbatim=True)
+        elif tag in ("td", "th") and self.cells is not None:
+            self.flush()
+        elif tag == "tr" and self.cells is not None:
+            self.flush()
+            cells, self.cells = self.cells, None
+            self.out.add(" | ".join(cells))
+        elif tag in _BLOCK_TAGS and not self.pre:
+            self.flush()
+
+    def handle_data(self, data):
+        if self.in_title:
+            self.title = _clean((self.title or "") + " " + data) or None
+            return
+        if not self.skip:
+            self.buf.append(data)
+
+
+def read_html_text(text: str) -> Document:
+    """HTML parsed with ``html.parser`` (see the module docstring)."""
+    p = _HTMLText()
+    p.feed(text)
+    p.close()
+    p.flush()
+    title = p.title or p.h1
+    return Document(title, dict(p.meta), p.out.done())
+
+
+def _read_html(path: Path) -> Document:
+    raw = path.read_bytes()
+    m = re.search(rb"<meta[^>]+charset=[\"']?([A-Za-z0-9_\-]+)", raw[:4096], re.I)
+    enc = m.group(1).decode("ascii", "replace") if m else "utf-8"
+    try:
+        text = raw.decode(enc)
+    except (LookupError, UnicodeDecodeError):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text and no usable charset declared "
+                             f"({exc.reason} at byte {exc.start})") from None
+    return read_html_text(text)
+
+
+# --------------------------------------------------------------------------- PDF
+def _read_pdf(path: Path) -> Document:
+    try:
+        import pypdf
+    except ImportError:
+        raise MissingReader(f"{path}: reading PDF needs the 'documents' extra: pip install "
+                            "'evireform[documents]' (or exclude '*.pdf')") from None
+    import logging
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # malformed-but-readable warnings
+    try:
+        reader = pypdf.PdfReader(str(path))
+        if reader.is_encrypted:
+            try:
+                reader.decrypt("")
+            except Exception:
+                raise ValueError(f"{path}: the PDF is encrypted") from None
+        pages = [pg.extract_text() or "" for pg in reader.pages]
+        info = reader.metadata or {}
+        outline = _pdf_outline(reader)
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable PDF ({type(exc).__name__}: {exc})") \
+            from None
+    meta = {}
+    for key, name in (("/Author", "author"), ("/Subject", "subject"),
+                      ("/Keywords", "keywords")):
+        v = _meta_value(info.get(key)) if hasattr(info, "get") else None
+        if v:
+            meta[name] = v
+    title = _meta_value(info.get("/Title")) if hasattr(info, "get") else None
+    sections = []
+    path_now: tuple[str, ...] = ()
+    for n, text in enumerate(pages, 1):
+        path_now = outline.get(n, path_now)
+        blocks = [Block(_clean(b)) for b in re.split(r"\n\s*\n", _unhyphenate(text))
+                  if _clean(b)]
+        if blocks:
+            sections.append(Section(path_now, blocks, page=n))
+    return Document(title, meta, sections)
+
+
+def _unhyphenate(text: str) -> str:
+    """Lines of a PDF page joined: a word hyphenated across a line end rejoined."""
+    return re.sub(r"(\w)-\n(\w)", r"\1\2", text)
+
+
+def _pdf_outline(reader) -> dict:
+    """page number -> the outline's title path of the last entry starting on that page."""
+    out: dict = {}
+
+    def walk(items, path):
+        last = None
+        for it in items:
+            if isinstance(it, list):
+                if last is not None:
+                    walk(it, last)
+                continue
+            try:
+                title = _clean(str(it.title))
+                page = reader.get_destination_page_number(it) + 1
+            except Exception:
+                continue
+            last = path + (title,)
+            out.setdefault(page, last)
+    try:
+        walk(reader.outline, ())
+    except Exception:
+        return {}
+    return out
+
+
+# --------------------------------------------------------------------------- DOCX
+def _read_docx(path: Path) -> Document:
+    try:
+        import docx
+        from docx.table import Table
+    except ImportError:
+        raise MissingReader(f"{path}: reading DOCX needs the 'documents' extra: pip install "
+                            "'evireform[documents]' (or exclude '*.docx')") from None
+    try:
+        d = docx.Document(str(path))
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable DOCX file ({type(exc).__name__}: {exc})") \
+            from None
+    out = _Sections()
+    title = None
+    for item in d.iter_inner_content():
+        if isinstance(item, Table):
+            for r in item.rows:
+                cells = []
+                for c in r.cells:
+                    t = _clean(c.text)
+                    if t and (not cells or cells[-1] != t):  # merged cells repeat
+                        cells.append(t)
+                out.add(" | ".join(cells))
+            continue
+        style = (item.style.name if item.style is not None else "") or ""
+        text = item.text
+        m = re.fullmatch(r"Heading (\d)", style)
+        if style == "Title":
+            if _clean(text):
+                title = title or _clean(text)
+                out.heading(1, text)
+        elif m:
+            out.heading(int(m.group(1)), text)
+        else:
+            out.add(text)
+    cp = d.core_properties
+    meta = {k: v for k, v in (("author", _meta_value(cp.author)),
+                              ("subject", _meta_value(cp.subject)),
+                              ("keywords", _meta_value(cp.keywords))) if v}
+    return Document(_meta_value(cp.title) or title, meta, out.done())
+
+
+# --------------------------------------------------------------------------- text
+def _read_utf8(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
+
+
+#: suffix -> reader of that format
+READERS = {".md": _read_markdown, ".markdown": _read_markdown, ".html": _read_html,
+           ".htm": _read_html, ".pdf": _read_pdf, ".docx": _read_docx}
+#: the formats read as documents (plain text, ``.txt``, is chunked as it is)
+DOCUMENT_SUFFIXES = tuple(READERS)
+
+
+def read_document(path) -> Document:
+    """The :class:`Document` of the file at ``path`` by its suffix (``ValueError`` for
+    another suffix, :class:`MissingReader` when the format's parser is not installed)."""
+    path = Path(path)
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise ValueError(f"{path}: no document reader for {path.suffix!r} "
+                         f"(documents: {', '.join(DOCUMENT_SUFFIXES)})")
+    return reader(path)
