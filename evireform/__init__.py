@@ -16,6 +16,28 @@ def _version() -> str:
 
 __version__ = _version()
 
+
+def _unshadow_kernels() -> None:
+    """Take the source checkout's root off ``sys.path`` when it is there (``python -m ...``
+    run inside the checkout puts it first): its top-level ``kernels/`` folder, shipped as
+    ``evireform.kernels``, would otherwise shadow the PyPI package ``kernels`` that
+    transformers imports.  An installed evireform keeps working: its modules load through
+    the installed package, never through that root."""
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not (os.path.isfile(os.path.join(root, "kernels", "__init__.py"))
+            and os.path.isfile(os.path.join(root, "pyproject.toml"))):
+        return
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != root]
+    mod = sys.modules.get("kernels")
+    if mod is not None and os.path.dirname(os.path.abspath(
+            getattr(mod, "__file__", "") or "")) == os.path.join(root, "kernels"):
+        del sys.modules["kernels"]
+
+
+_unshadow_kernels()
+
 import logging as _logging  # noqa: E402
 
 #: the library's logger ("evireform"; modules log to its children, e.g. "evireform.index"):

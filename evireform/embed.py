@@ -58,6 +58,27 @@ def normalise_rows(X: np.ndarray, what: str = "embeddings") -> np.ndarray:
     return out
 
 
+class _quiet_loading:
+    """transformers' weight-loading progress bar off while a model loads (a command's
+    output is its own: its bars are the build's, not the loader's)."""
+
+    def __enter__(self):
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:
+            self.hf = None
+            return self
+        self.hf = hf_logging
+        self.was = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        return self
+
+    def __exit__(self, *exc):
+        if self.hf is not None and self.was:
+            self.hf.enable_progress_bar()
+        return False
+
+
 class BaseEmbedder:
     """Shared behaviour: queries are documents unless a subclass says otherwise, and the spec
     recorded in the index manifest (what :func:`embedder_from_spec` rebuilds)."""
@@ -94,10 +115,17 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         #: how questions and residual queries are embedded: "onnx" (ONNX Runtime, no torch;
         #: :mod:`evireform.onnx_encoder`), "onnx-int8" (its dynamically quantised copy: faster,
         #: not equal), "torch", or "auto" = ONNX when onnxruntime is installed, the device is
-        #: the CPU and the model has the usual shape, else torch.
-        #: Documents (index builds) always go through sentence-transformers.
+        #: the CPU and the model has the usual shape, else torch.  Under "auto" a question
+        #: never waits for an export: the export is written when documents are embedded (an
+        #: index build or update, :meth:`prepare`), and until then questions go through torch.
+        #: Documents go through the same ONNX session under "auto" and "onnx" when a probe
+        #: of the first texts gives torch's embeddings (within 1e-5 per coordinate; about
+        #: twice as fast on a CPU), else through sentence-transformers.
         self.encoder = encoder
         self._onnx = None
+        #: which encoder embedded the documents of the last ``encode`` ("onnx" or "torch")
+        self.document_encoder: str | None = None
+        self._docs_onnx: bool | None = None
         self.model_name_or_path = str(model_name_or_path)
         self.device, self.dtype, self.batch_size = device, dtype, int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
@@ -119,8 +147,9 @@ class SentenceTransformerEmbedder(BaseEmbedder):
                 import torch
                 kw["model_kwargs"] = {"torch_dtype": getattr(torch, self.dtype)}
             try:
-                model = SentenceTransformer(self.model_name_or_path, device=self.device,
-                                            local_files_only=True, **kw)
+                with _quiet_loading():
+                    model = SentenceTransformer(self.model_name_or_path, device=self.device,
+                                                local_files_only=True, **kw)
             except OSError as exc:
                 raise ValueError(f"sentence-transformers model {self.model_name_or_path!r} "
                                  "is not a local path or in the local cache (evireform never "
@@ -150,8 +179,51 @@ class SentenceTransformerEmbedder(BaseEmbedder):
                                     normalize_embeddings=True)
         return normalise_rows(X)
 
+    #: texts the document probe compares between ONNX and torch
+    PROBE_TEXTS = 16
+
     def encode(self, texts, *, batch_size: int | None = None, show_progress: bool = False):
-        return self._encode(texts, self.document_prompt, batch_size, show_progress)
+        texts = list(texts)
+        onnx = self._document_onnx(texts)
+        if onnx is None:
+            self.document_encoder = "torch"
+            return self._encode(texts, self.document_prompt, batch_size, show_progress)
+        self.document_encoder = "onnx"
+        texts = [(self.document_prompt or "") + t for t in texts]
+        if not texts:
+            return np.zeros((0, self._dim or onnx.dim or 0), dtype=np.float32)
+        return normalise_rows(onnx.encode(texts, batch_size=onnx.batch_size,
+                                          show_progress=show_progress))
+
+    def _document_onnx(self, texts):
+        """The ONNX encoder for documents, or None (see ``encoder``): prepared (exported when
+        needed) and checked against torch on the first texts once per embedder."""
+        if self.encoder not in ("auto", "onnx") or self._docs_onnx is False or not texts:
+            return self._onnx if self._docs_onnx else None
+        onnx = self.prepare()
+        if onnx is None:
+            self._docs_onnx = False
+            return None
+        if self._docs_onnx is None:
+            probe = [(self.document_prompt or "") + t for t in texts[:self.PROBE_TEXTS]]
+            try:
+                ref = self._encode(texts[:self.PROBE_TEXTS], self.document_prompt, None, False)
+            except ImportError:  # no torch here: ONNX is the only encoder
+                self._docs_onnx = True
+                return onnx
+            diff = float(np.abs(normalise_rows(onnx.encode(probe)) - ref).max())
+            self._docs_onnx = diff <= 1e-5
+            if not self._docs_onnx:
+                import logging
+                logging.getLogger(__name__).info(
+                    "documents embedded by torch: ONNX differs by %.2g on the probe", diff)
+        return onnx if self._docs_onnx else None
+
+    def prepare(self):
+        """The ONNX encoder, exported now when the cache lacks it (what an index build or
+        update calls, so that questions find it ready); None when the encoder is torch or
+        ONNX is unavailable."""
+        return self.query_encoder(export=True)
 
     def encode_queries(self, texts, *, batch_size: int | None = None,
                        show_progress: bool = False):
@@ -166,15 +238,21 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     def _model_dir(self) -> str:
         return self.model_name_or_path
 
-    def query_encoder(self):
+    def query_encoder(self, *, export: bool = False):
         """The :class:`~evireform.onnx_encoder.OnnxEncoder` serving queries, or None when
-        torch serves them (see ``encoder``); built on first use."""
+        torch serves them (see ``encoder``); built on first use.  Under "auto" without
+        ``export`` it is built only from a file the cache already holds: a question never
+        waits for an export."""
         if self._onnx is not None or self.encoder == "torch":
             return self._onnx
         if self.encoder == "auto" and (str(self.device) != "cpu" or self.dtype):
             self.encoder = "torch"
             return None
         from . import onnx_encoder
+        if self.encoder == "auto" and not export:
+            if not onnx_encoder.available() or onnx_encoder.cached_model(
+                    self._model_dir()) is None:
+                return None
         try:
             with self._lock:
                 if self._onnx is None:

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
 #: bump when the exported graph changes (the cache key includes it)
 EXPORT_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 class OnnxUnsupported(ValueError):
@@ -84,15 +88,48 @@ def _key(model_dir: Path, layout: dict, quantize: bool) -> str:
     return h.hexdigest()[:20]
 
 
+def cached_model(model_dir, *, quantize: bool = False, cache_dir=None) -> Path | None:
+    """The exported file of ``model_dir`` when the cache holds it, else None (nothing is
+    exported: what the query path asks before it picks an encoder)."""
+    d = Path(model_dir)
+    try:
+        layout = model_layout(d)
+    except OnnxUnsupported:
+        return None
+    root = Path(cache_dir) if cache_dir else cache_root()
+    name = "model-int8.onnx" if quantize else "model.onnx"
+    f = root / _key(d, layout, quantize) / name
+    return f if f.is_file() else None
+
+
 def export(model_dir, out: Path, layout: dict) -> None:
     """Export the transformer with pooling and L2 normalisation in the graph (needs torch,
-    transformers and onnx); written to a temporary file and renamed into place."""
+    transformers and onnx); written to a temporary file and renamed into place.  Silent:
+    the tracer's warnings and the loaders' progress bars go to this module's log (DEBUG)."""
+    import warnings
+    t0 = time.perf_counter()
     try:
         import torch
         from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
     except ImportError as exc:
         raise OnnxUnsupported(f"exporting to ONNX needs torch and transformers ({exc})") \
             from None
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _export(torch, AutoModel, model_dir, out, layout)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    for w in caught:
+        log.debug("ONNX export of %s: %s: %s", model_dir, w.category.__name__, w.message)
+    log.info("exported %s to ONNX in %.1f s: %s", model_dir, time.perf_counter() - t0, out)
+
+
+def _export(torch, AutoModel, model_dir, out: Path, layout: dict) -> None:
     model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
     pooling, normalize = layout["pooling"], layout["normalize"]
 
@@ -116,16 +153,13 @@ def export(model_dir, out: Path, layout: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
     os.close(fd)
     try:
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                Pooled(model), (ids, ids, torch.zeros_like(ids)), tmp,
-                input_names=["input_ids", "attention_mask", "token_type_ids"],
-                output_names=["embedding"], opset_version=17, dynamo=False,
-                dynamic_axes={n: {0: "batch", 1: "seq"} for n in
-                              ("input_ids", "attention_mask", "token_type_ids")}
-                | {"embedding": {0: "batch"}})
+        torch.onnx.export(
+            Pooled(model), (ids, ids, torch.zeros_like(ids)), tmp,
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["embedding"], opset_version=17, dynamo=False,
+            dynamic_axes={n: {0: "batch", 1: "seq"} for n in
+                          ("input_ids", "attention_mask", "token_type_ids")}
+            | {"embedding": {0: "batch"}})
         os.replace(tmp, out)
     except Exception as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -225,7 +259,8 @@ class OnnxEncoder:
     #: one at a time, 6.1-6.2 in batches of 4 to 16, 8.7 in batches of 64)
     batch_size = 8
 
-    def encode(self, texts, *, batch_size: int | None = None) -> np.ndarray:
+    def encode(self, texts, *, batch_size: int | None = None,
+               show_progress: bool = False) -> np.ndarray:
         """Unit-norm float32 rows, one per text, in order (batches sorted by length, as
         sentence-transformers does, to pad less)."""
         texts = list(texts)
@@ -234,7 +269,11 @@ class OnnxEncoder:
         batch_size = int(batch_size or self.batch_size)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = [None] * len(texts)
-        for lo in range(0, len(texts), batch_size):
+        starts = range(0, len(texts), batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+            starts = tqdm(starts, desc="embed", unit="batch")
+        for lo in starts:
             idx = order[lo:lo + batch_size]
             enc = self._tok.encode_batch([texts[i] for i in idx])
             ids = np.asarray([e.ids for e in enc], np.int64)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sentences", "tokens", "is_cjk", "ABBREVIATIONS"]
+__all__ = ["sentences", "tokens", "is_cjk", "ABBREVIATIONS", "snippet"]
 
 #: tokens that a period does not end a sentence after (lower-cased, without the period)
 ABBREVIATIONS = {
@@ -71,3 +71,46 @@ def sentences(text: str) -> list[str]:
 def tokens(text: str) -> list[str]:
     """Lower-cased word tokens (``casefold``); each CJK character is a token of its own."""
     return [m.group(0).casefold() for m in _WORD.finditer(text)]
+
+
+_SNIPPET_STOP = frozenset(
+    "a an the of in on at to for from by with and or but is are was were be been who whom "
+    "whose what which when where why how does did do this that these those it its as into "
+    "than then there their they he she his her him we you your our i me my not no".split())
+
+
+def snippet(text: str, question: str, width: int = 320) -> str:
+    """A window of about ``width`` characters of ``text`` around the sentences that share
+    the most words with ``question`` (lower-cased word tokens, common function words
+    ignored); ``…`` marks what was cut.  Whitespace is collapsed; the whole text when it
+    fits."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    want = {t for t in tokens(question) if t not in _SNIPPET_STOP}
+    sents = sentences(text) or [flat]
+    scores = [len(want & set(tokens(s))) for s in sents]
+    best = max(range(len(sents)), key=lambda i: (scores[i], -i))
+    lo = hi = best
+    size = len(sents[best])
+    while True:  # grow around the best sentence, the better neighbour first
+        options = [i for i in (lo - 1, hi + 1) if 0 <= i < len(sents)
+                   and size + 1 + len(sents[i]) <= width]
+        if not options:
+            break
+        i = max(options, key=lambda j: (scores[j], -abs(j - best)))
+        size += 1 + len(sents[i])
+        lo, hi = min(lo, i), max(hi, i)
+    body = " ".join(sents[lo:hi + 1])
+    if len(body) > width:  # one sentence longer than the window: cut around its matches
+        words = body.split()
+        hit = next((n for n, w in enumerate(words) if set(tokens(w)) & want), 0)
+        start = max(0, hit - 8)
+        body, out = "", []
+        for w in words[start:]:
+            if len(body) + len(w) + 1 > width:
+                break
+            out.append(w)
+            body = " ".join(out)
+        return ("… " if start else "") + body + " …"
+    return ("… " if lo > 0 else "") + body + (" …" if hi < len(sents) - 1 else "")

@@ -189,3 +189,25 @@ def test_a_trec_run_scores_in_ir_measures_as_in_evireform(tmp_path, capsys):
                                          ir_measures.R @ 20], qrels, run)
     for K in (5, 10, 20):
         assert round(100 * theirs[ir_measures.R @ K], 2) == ours[f"recall@{K}"], K
+
+
+def test_query_prints_each_passage_with_its_source_and_text(tmp_path, capsys):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "ops.md").write_text("---\nowner: infra\n---\n# Operations\n\n## Build farm\n\n"
+                                  "The build farm is run by **Dana Ruiz**. " + "Filler words "
+                                  "about other things entirely. " * 30 + "\n")
+    (notes / "team.md").write_text("# Team\n\nDana Ruiz joined from the Lisbon office.\n")
+    assert main(["index", str(notes), str(tmp_path / "n.idx"), "--embedder", "hashing-64",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["query", str(tmp_path / "n.idx"), "who runs the build farm?", "-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "notes/ops.md #0 · section Operations > Build farm" in out
+    assert '{"owner": "infra"}' in out
+    assert "The build farm is run by Dana Ruiz." in out and "**" not in out
+    assert "…" in out  # the long passage trimmed around the question's words
+    assert main(["query", str(tmp_path / "n.idx"), "who runs the build farm?", "-k", "2",
+                 "--no-text"]) == 0
+    compact = capsys.readouterr().out
+    assert "is run by" not in compact and "\"source\": \"notes/ops.md\"" in compact

@@ -110,3 +110,36 @@ def test_normalise_rows_in_blocks(monkeypatch):
     X[7] = 0
     with pytest.raises(ValueError, match="row 7"):
         normalise_rows(X)
+
+
+def test_documents_go_through_onnx_and_questions_never_wait_for_an_export(tmp_path,
+                                                                          monkeypatch):
+    """The first-question path: with an empty cache, a question goes through torch and
+    nothing is exported; embedding documents (an index build) writes the export and checks
+    it against torch; later questions use it."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("sentence_transformers")
+    from evireform import onnx_encoder
+    from evireform.embed import MiniLMEmbedder
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path))
+    real = onnx_encoder.export
+    calls = []
+
+    def no_export(*a, **k):
+        calls.append(a)
+        raise AssertionError("exported at question time")
+    monkeypatch.setattr(onnx_encoder, "export", no_export)
+    e = MiniLMEmbedder()
+    q = e.encode_queries(["Who founded the Orvel Society?"])
+    assert e.query_encoder() is None and not calls and q.shape == (1, 384)
+    monkeypatch.setattr(onnx_encoder, "export", real)
+    docs = ["Alice Smith founded the Orvel Society in Paris.", "The Orvel Society publishes "
+            "Journal Zeta.", "naïve café – 東京"] * 7
+    X = e.encode(docs)
+    assert e.document_encoder == "onnx" and e.query_encoder() is not None
+    assert onnx_encoder.cached_model(e._model_dir()) is not None
+    ref = MiniLMEmbedder(encoder="torch").encode(docs)
+    assert np.abs(X - ref).max() <= 1e-5
+    fresh = MiniLMEmbedder()  # a later process: the export is found, questions use it
+    assert fresh.query_encoder() is not None
+    assert np.abs(fresh.encode_queries(["Who founded the Orvel Society?"]) - q).max() <= 1e-5

@@ -40,6 +40,7 @@ def _cmd_index(args) -> int:
     for src in args.paths:
         _check_index_target(args.out_dir, src, args.force)
     embedder = _embedder(args)
+    encoding = _time_encoding(embedder)
     loaded = _read_paths(args, args.paths, embedder, whole=True)
     passages = loaded.passages
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
@@ -105,9 +106,10 @@ def _cmd_index(args) -> int:
     if choice:
         stats["extractor_choice"] = (f"auto: capitalised share {choice['capitalised_share']}, "
                                      f"caseless-script share {choice['uncased_share']}")
+    took = time.perf_counter() - t0
     stats.update({"extractor": idx.meta.get("extractor"), "bytes_on_disk": disk_bytes(out),
-                  "path": str(out), "reload_identical": same,
-                  "seconds": round(time.perf_counter() - t0, 2)})
+                  "path": str(out), "reload_identical": same, "seconds": round(took, 2)})
+    stats.update(_throughput(idx, took, encoding, embedder))
     if args.json:
         print(json.dumps(stats, indent=1))
     else:
@@ -116,6 +118,39 @@ def _cmd_index(args) -> int:
             print(f"{k:<{width}}  {v:,}" if isinstance(v, int) and not isinstance(v, bool)
                   else f"{k:<{width}}  {v}")
     return 0 if same else 1
+
+
+def _time_encoding(embedder) -> list:
+    """Seconds spent in ``embedder.encode`` from now on, summed into the returned list's
+    one element (the build's encoding share)."""
+    spent = [0.0]
+    inner = getattr(embedder, "encode", None)
+    if inner is None:
+        return spent
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t
+    try:
+        embedder.encode = timed
+    except (AttributeError, TypeError):  # an embedder that takes no attributes: not timed
+        pass
+    return spent
+
+
+def _throughput(idx, seconds: float, encoding: list, embedder) -> dict:
+    """Passages and propositions a second, and the share of the time spent encoding."""
+    s = max(seconds, 1e-9)
+    out = {"passages_per_second": round(idx.n_passages / s, 1),
+           "propositions_per_second": round(idx.n_props / s, 1),
+           "encoding_share": round(encoding[0] / s, 3)}
+    which = getattr(embedder, "document_encoder", None)
+    if which:
+        out["document_encoder"] = which
+    return out
 
 
 def _cmd_update(args) -> int:
@@ -203,7 +238,27 @@ def _cmd_verify(args) -> int:
           f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
           f"embedding norms, texts" + (", HNSW graph" if idx.hnsw is not None else "")
           + f" in {took:.2f} s; {tail}")
+    ready = prepare_query_encoder(idx)
+    if ready:
+        print(f"question encoder: {ready}")
     return 0
+
+
+def prepare_query_encoder(idx) -> str | None:
+    """The ONNX question encoder of ``idx``'s embedder written now if the cache lacks it
+    (an index made before builds wrote it; :meth:`SentenceTransformerEmbedder.prepare`), so
+    that its first question does not wait; what was done, or None when the embedder has no
+    ONNX side (a remote, hashing or unavailable one)."""
+    from ..embed import embedder_from_spec
+    try:
+        emb = embedder_from_spec(idx.meta.get("embedder_spec") or idx.embedder_name)
+        prepare = getattr(emb, "prepare", None)
+        return None if prepare is None or prepare() is None else \
+            f"ONNX ({emb.query_encoder().path})"
+    except Exception as exc:  # the index stays usable: questions go through torch
+        import logging
+        logging.getLogger(__name__).info("no ONNX question encoder prepared: %s", exc)
+        return None
 
 
 def add_index_parser(sub) -> None:

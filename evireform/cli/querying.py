@@ -107,12 +107,44 @@ def _cmd_query(args) -> int:
     if not res.passages:
         print("   (no passage matches the filter)")
     for r, p in enumerate(res.passages, 1):
-        md = f"  {json.dumps(p.metadata, ensure_ascii=False):.120}" if p.metadata else ""
-        print(f"{r:>3}. {p.score:.4f}  {p.title}  [{p.id}]{md}")
+        print(format_passage(r, p, args.question, text=not args.no_text))
     if args.graph:
         print("evidence graph (how each passage was reached):")
         print(res.evidence_graph().format())
     return _strict_status(args, [res])
+
+
+def format_passage(rank: int, p, question: str, *, text: bool = True,
+                   width: int = 320) -> str:
+    """One ranked passage for the terminal: rank, score, title and id; then (``text``) its
+    source and other metadata on one line and its text trimmed around the question's words
+    (:func:`evireform.text.snippet`).  ``text=False``: the compact one-line form."""
+    md = dict(p.metadata or {})
+    if not text:
+        extra = f"  {json.dumps(md, ensure_ascii=False):.120}" if md else ""
+        return f"{rank:>3}. {p.score:.4f}  {p.title}  [{p.id}]{extra}"
+    lines = [f"{rank:>3}. {p.score:.4f}  {p.title}  [{p.id}]"]
+    where = []
+    src = md.pop("source", None)
+    if src is not None:
+        where.append(f"{src}" + (f" #{md['chunk']}" if isinstance(md.get("chunk"), int) else ""))
+    md.pop("chunk", None)
+    if md.get("title") == p.title:
+        md.pop("title")
+    for key in ("section", "page"):
+        if key in md:
+            where.append(f"{key} {md.pop(key)}")
+    if md:
+        where.append(f"{json.dumps(md, ensure_ascii=False):.160}")
+    if where:
+        lines.append("     " + " · ".join(where))
+    from ..text import snippet
+    body = snippet(p.text, question, width)
+    if body:
+        import textwrap
+        lines.extend(textwrap.wrap(body, 96, initial_indent="     ", subsequent_indent="     ",
+                                   break_on_hyphens=False) or [])
+    return "\n".join(lines)
 
 
 def trec_docid(pid: str) -> str:
@@ -224,6 +256,9 @@ def add_query_parser(sub) -> None:
     qu.add_argument("-k", type=_positive_int, default=10, help="passages to return")
     qu.add_argument("--json", action="store_true",
                     help="print the result record as JSON (the service's /query shape)")
+    qu.add_argument("--no-text", action="store_true",
+                    help="one line a passage (rank, score, title, id, metadata) instead of "
+                         "its source, metadata and text trimmed around the question's words")
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
