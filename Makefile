@@ -8,6 +8,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 DATA   ?= ../shared/data
+# where CPU torch comes from: empty = pip's configured index (this workplace serves the CPU
+# build there); elsewhere https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
@@ -16,7 +19,7 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed,documents,eval,test,bench,gpu-cuda12]'
 	touch $(STAMP)
 

@@ -5,6 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# `python -m pytest` puts the checkout's root first on sys.path, where kernels/ (shipped as
+# evireform.kernels) would shadow the PyPI package `kernels` that transformers imports;
+# importing evireform first takes the root off (evireform._unshadow_kernels)
+import evireform  # noqa: F401,E402
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("EVIREFORM_DATA", REPO.parent / "shared" / "data"))
 

