@@ -110,10 +110,30 @@ def write_atomic(path, text: str, *, inputs=(), name: str = "output") -> None:
 MAX_INPUT_BYTES = 256 << 20
 
 
+def regular_file(path, what: str) -> Path:
+    """``path`` when it is a regular file; else ``ValueError`` naming the option and what it
+    is (a FIFO, a device such as ``/dev/zero``, a socket, a folder) or that it does not
+    exist.  Only ``stat`` is called: a FIFO is never opened, so nothing waits on it."""
+    import stat as _stat
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise ValueError(f"{what} {p}: no such file") from None
+    if _stat.S_ISREG(mode):
+        return p
+    kind = ("a folder" if _stat.S_ISDIR(mode) else "a FIFO (named pipe)" if _stat.S_ISFIFO(mode)
+            else "a device" if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode) else
+            "a socket" if _stat.S_ISSOCK(mode) else "not a regular file")
+    raise ValueError(f"{what} {p}: is {kind}; give a regular file")
+
+
 def read_text_file(path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of ``path`` for option ``what``, read in blocks up to ``limit`` bytes:
-    ``ValueError`` naming the option for a larger input (``/dev/zero``), one with NUL bytes
-    (not a text file) or one that is not UTF-8; ``OSError`` as raised."""
+    ``ValueError`` naming the option for a larger input, one that is not a regular file
+    (:func:`regular_file`: a FIFO or ``/dev/zero`` is refused before it is opened), one with
+    NUL bytes (not a text file) or one that is not UTF-8; ``OSError`` as raised."""
+    regular_file(path, what)
     buf = bytearray()
     with open(path, "rb") as f:
         while True:

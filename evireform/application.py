@@ -91,7 +91,8 @@ def update_extractor(index, extractor=None):
                          "passages' triples in the OpenIE file")
     if isinstance(extractor, str):
         return make_extractor(extractor, built)
-    return extractor if extractor is not None else extractor_recorded(built)
+    return extractor if extractor is not None else extractor_recorded(
+        built, index.meta.get("extractor_choice"))
 
 
 @dataclass

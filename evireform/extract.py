@@ -365,6 +365,9 @@ class PhraseExtractor(Extractor):
 
 #: the LLM-free extractors by their CLI name
 EXTRACTORS = {"heuristic": HeuristicExtractor, "phrases": PhraseExtractor}
+#: every name ``--extractor`` takes besides an OpenIE file: the corpus-measured choice, the
+#: LLM-free extractors and the LLM one
+EXTRACTOR_CHOICES = ("auto", *EXTRACTORS, "llm")
 
 
 _LETTER_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
@@ -376,6 +379,8 @@ _LETTER_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
 #: and 2Wiki corpora), lower-cased text 0, all-capitals text 1.
 AUTO_CAPITALISED = (0.05, 0.8)
 AUTO_MAX_UNCASED = 0.3
+AUTO_RULE = (f"heuristic when {AUTO_CAPITALISED[0]} <= capitalised_share <= "
+             f"{AUTO_CAPITALISED[1]} and uncased_share < {AUTO_MAX_UNCASED}, else phrases")
 #: words :func:`choose_extractor` reads at most (spread over the corpus)
 AUTO_SAMPLE_WORDS = 200_000
 
@@ -407,6 +412,90 @@ def measure_case(passages: Sequence[Passage], max_words: int = AUTO_SAMPLE_WORDS
             "uncased_share": round(unc / total, 4) if total else 0.0}
 
 
+def _namespace_of(metadata: dict, group_by: str | None):
+    """The namespace a passage belongs to for corpus statistics (JSON equality, as filters;
+    None: the passages without ``group_by``)."""
+    if group_by is None or group_by not in metadata:
+        return None
+    try:
+        return ("key", _canonical(metadata[group_by]))
+    except TypeError:  # unhashable (never from JSON): its own spelling
+        return ("repr", repr(metadata[group_by]))
+
+
+def _namespace_label(g) -> str:
+    """A namespace key as it is recorded in ``meta["extractor_choice"]`` (JSON text)."""
+    return "" if g is None else json.dumps(_plain(g[1]) if g[0] == "key" else g[1],
+                                           sort_keys=True, ensure_ascii=False)
+
+
+def _plain(c):
+    """A canonical JSON value (:func:`evireform.filters._canonical`) as plain JSON data, equal
+    values spelt alike (``1`` and ``1.0`` both ``1``)."""
+    kind, v = c
+    if kind == "l":
+        return [_plain(x) for x in v]
+    if kind == "o":
+        return {k: _plain(x) for k, x in v}
+    if kind == "n" and isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _rule(m: dict) -> str:
+    lo, hi = AUTO_CAPITALISED
+    cased = lo <= m["capitalised_share"] <= hi and m["uncased_share"] < AUTO_MAX_UNCASED
+    return "heuristic" if cased else "phrases"
+
+
+class NamespaceAutoExtractor(Extractor):
+    """``--extractor auto`` when the namespaces of a corpus call for different extractors:
+    each namespace (metadata key ``group_by``, default ``"namespace"``; passages without it
+    form one group) gets the extractor :func:`choose_extractor` picks for its own passages,
+    so that one tenant's letter case never chooses another tenant's extractor, and a
+    namespace of the index equals an index built from its passages alone.  ``choices``:
+    namespace label (:func:`_namespace_label`) -> ``"heuristic"`` or ``"phrases"``, as
+    recorded in ``meta["extractor_choice"]["namespaces"]``; an add measures the namespaces it
+    has no choice for."""
+
+    name = "auto-v1"
+
+    def __init__(self, group_by: str | None = "namespace", choices: dict | None = None):
+        self.group_by = group_by
+        self.choices: dict = dict(choices or {})
+        self.heuristic = HeuristicExtractor()
+        self.phrases = PhraseExtractor(group_by=group_by)
+
+    def _which(self, metadata: dict):
+        return self.choices.get(_namespace_label(_namespace_of(metadata, self.group_by)),
+                                "heuristic")
+
+    def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
+            ) -> "NamespaceAutoExtractor":
+        groups = [_namespace_of(md, self.group_by) for md in metadata_of(passages)]
+        members: dict = {}
+        for i, g in enumerate(groups):
+            members.setdefault(g, []).append(i)
+        wanted = None if new is None else {_namespace_of(p.metadata, self.group_by)
+                                          for p in new}
+        phrase_rows = []
+        for g, pos in members.items():
+            label = _namespace_label(g)
+            if label not in self.choices:
+                self.choices[label] = _rule(measure_case(Take(passages, pos)))
+            if self.choices[label] == "phrases" and (wanted is None or g in wanted):
+                phrase_rows += pos
+        if phrase_rows:
+            sub = Take(passages, sorted(phrase_rows))
+            self.phrases.fit(sub, None if new is None else
+                             [p for p in new if self._which(p.metadata) == "phrases"])
+        return self
+
+    def extract(self, passage: Passage) -> list[Proposition]:
+        ex = self.phrases if self._which(passage.metadata) == "phrases" else self.heuristic
+        return ex.extract(passage)
+
+
 def choose_extractor(passages: Sequence[Passage]) -> tuple["Extractor", dict]:
     """``--extractor auto``: the LLM-free extractor for this corpus and why.  Returns
     ``(extractor, choice)`` with ``choice = {"chosen": "heuristic"|"phrases", "rule": ...,
@@ -415,12 +504,8 @@ def choose_extractor(passages: Sequence[Passage]) -> tuple["Extractor", dict]:
     corpus that is lower-cased (chat, search logs, OCR), all capitals, or in a script without
     case gets :class:`PhraseExtractor`, whose vocabulary does not depend on case."""
     m = measure_case(passages)
-    lo, hi = AUTO_CAPITALISED
-    cased = lo <= m["capitalised_share"] <= hi and m["uncased_share"] < AUTO_MAX_UNCASED
-    chosen = "heuristic" if cased else "phrases"
-    rule = (f"heuristic when {lo} <= capitalised_share <= {hi} and uncased_share < "
-            f"{AUTO_MAX_UNCASED}, else phrases")
-    return make_extractor(chosen), {"chosen": chosen, "rule": rule, **m}
+    chosen = _rule(m)
+    return make_extractor(chosen), {"chosen": chosen, "rule": AUTO_RULE, **m}
 
 
 def make_extractor(name: str, recorded: str | None = None,
@@ -433,7 +518,17 @@ def make_extractor(name: str, recorded: str | None = None,
     if name == "auto":
         if passages is None:
             raise ValueError("extractor 'auto' measures the corpus: pass its passages")
-        ex, choice = choose_extractor(passages)
+        per = NamespaceAutoExtractor().fit(passages)
+        picked = set(per.choices.values())
+        m = measure_case(passages)
+        if len(picked) > 1:  # tenants of different letter case: each its own extractor
+            ex: Extractor = per
+            choice = {"chosen": "per namespace", "rule": AUTO_RULE,
+                      "namespaces": dict(sorted(per.choices.items())), **m}
+        else:  # one choice for every namespace (one namespace: the corpus's own)
+            chosen = picked.pop() if picked else _rule(m)
+            ex = make_extractor(chosen)
+            choice = {"chosen": chosen, "rule": AUTO_RULE, **m}
         ex.choice = choice
         return ex
     if name == "phrases" and recorded == "phrases-v1":
@@ -445,9 +540,16 @@ def make_extractor(name: str, recorded: str | None = None,
                          f"{sorted(EXTRACTORS)}") from None
 
 
-def extractor_recorded(recorded) -> Extractor | None:
+def extractor_recorded(recorded, choice: dict | None = None) -> Extractor | None:
     """A fresh LLM-free extractor that writes the name ``recorded`` (from an index's
-    ``meta["extractor"]``), or None when no LLM-free extractor does."""
+    ``meta["extractor"]``), or None when no LLM-free extractor does.  ``choice``: the index's
+    ``meta["extractor_choice"]``, whose per-namespace choices an ``auto-v1`` index extracts
+    new passages with."""
+    if recorded == NamespaceAutoExtractor.name:
+        got = (choice or {}).get("namespaces")
+        return NamespaceAutoExtractor(choices={str(k): v for k, v in got.items()
+                                               if v in ("heuristic", "phrases")}
+                                      if isinstance(got, dict) else None)
     for key in EXTRACTORS:
         found = make_extractor(key, recorded)
         if found.name == recorded:

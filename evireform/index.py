@@ -424,7 +424,8 @@ class PropositionIndex:
             new = [p for p in new if p.id not in skip]
         self.check_embedder(embedder)
         # default: the LLM-free extractor the index was built with
-        extractor = extractor or extractor_recorded(self.meta.get("extractor")) \
+        extractor = extractor or extractor_recorded(
+            self.meta.get("extractor"), self.meta.get("extractor_choice")) \
             or HeuristicExtractor()
         if self.meta.get("extractor") not in (None, extractor.name):
             raise ValueError(f"the index was built with extractor {self.meta['extractor']!r}; "
@@ -459,6 +460,11 @@ class PropositionIndex:
                                        self.n_passages + len(new)),
             embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
             embedder_name=self.embedder_name, meta=dict(self.meta))
+        per = getattr(extractor, "choices", None)
+        if isinstance(per, dict) and isinstance(self.meta.get("extractor_choice"), dict):
+            # an auto-v1 index: the namespaces this add measured are recorded with the rest
+            out.meta["extractor_choice"] = {**self.meta["extractor_choice"],
+                                            "namespaces": dict(sorted(per.items()))}
         if self.codes is not None:  # the new rows on the same scale, or all re-quantized
             try:
                 new_codes, _ = quantize_int8(emb, self.code_scale)

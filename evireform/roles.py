@@ -541,7 +541,11 @@ class GraphBridgeReformulator(Reformulator):
             if len(group) > 1:
                 for x in group:
                     x[3] = kept[x[0]].mention_at(x[5], x[6])
-        cands.sort(key=lambda x: x[:4])
+        # the last ties (two names starting at one place, "Ethiopia" and "Ethiopian
+        # Highlands", both without lookahead) go to the longer name, then by spelling: what
+        # the passage holds, never entity ids, which number the whole index (a filtered
+        # question ranks bridges as the index of the matching passages would)
+        cands.sort(key=lambda x: (*x[:4], -len(x[6]), x[6]))
         return [(x[0], x[4], x[5]) for x in cands]
 
     def _lookahead(self, index, ents, observed, vector, allowed=None):

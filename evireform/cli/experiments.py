@@ -8,9 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from .._io import Outputs
+from .._io import Outputs, regular_file
 from ..cache import cached_index
 from ..embed import get_embedder
+from ..extract import EXTRACTORS
 from ..index import PropositionIndex
 from ..llm import ReplyCache
 from ..retriever import EviReformConfig
@@ -49,15 +50,26 @@ def _cmd_eval(args) -> int:
 
     methods = parse_methods(args.methods)
     if args.dataset:
+        if args.questions or args.corpus:
+            raise ValueError("--dataset names the questions and the corpus itself; give "
+                             "either --dataset or both --questions and --corpus")
         qrel, crel = DATASETS[args.dataset]
         qpath, cpath = _data_dir(args.data) / qrel, _data_dir(args.data) / crel
+        for f in (qpath, cpath):
+            if not f.exists():
+                raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     elif args.questions and args.corpus:
         qpath, cpath = Path(args.questions), Path(args.corpus)
     else:
         raise ValueError("give --dataset musique|hotpotqa, or both --questions and --corpus")
-    for f in (qpath, cpath):
-        if not f.is_file():
-            raise FileNotFoundError(f"{f} not found (see README, 'Data')")
+    # every input a regular file before anything hashes or reads it (a FIFO or /dev/zero
+    # would never end)
+    regular_file(qpath, "--questions" if not args.dataset else "the dataset's questions")
+    regular_file(cpath, "--corpus" if not args.dataset else "the dataset's corpus")
+    for f in args.extra_corpus or ():
+        regular_file(f, "--extra-corpus")
+    if args.openie:
+        regular_file(args.openie, "--openie")
     overrides = dict(parse_setting(item) for item in args.set or [])
     client = _llm_client(args)
     index, extra = None, {}
@@ -216,7 +228,7 @@ def add_eval_parser(sub) -> None:
                     help="comma-separated methods or 'all'")
     _add_embedder_args(ev, batch=False)
     ev.add_argument("-n", type=_positive_int, default=None, help="only the first N questions")
-    ev.add_argument("--extractor", choices=("auto", "heuristic", "phrases"), default="auto",
+    ev.add_argument("--extractor", choices=("auto", *EXTRACTORS), default="auto",
                     help="the LLM-free extractor the index is built with; auto: chosen by "
                          "the corpus's letter case (heuristic for cased text, phrases for "
                          "lower-cased, all-capitals or caseless scripts)")

@@ -12,7 +12,7 @@ from .._io import read_text_file
 from ..application import apply_update
 from ..documents import DOCUMENTS, document_roots
 from ..embed import spec_of
-from ..extract import make_extractor
+from ..extract import EXTRACTOR_CHOICES, EXTRACTORS, make_extractor
 from ..index import PropositionIndex, arrays_equal, disk_bytes
 from ..llm import LLMExtractor
 from ..store import STAMP, UnsafeTargetError, check_target, looks_like_index
@@ -35,7 +35,7 @@ def _check_index_target(out_dir, corpus, force: bool) -> None:
 def _cmd_index(args) -> int:
 
     t0 = time.perf_counter()
-    if args.openie_plain and args.extractor in ("auto", "heuristic", "phrases", "llm"):
+    if args.openie_plain and args.extractor in EXTRACTOR_CHOICES:
         raise ValueError("--openie-plain reads an OpenIE file: give its path as --extractor")
     for src in args.paths:
         _check_index_target(args.out_dir, src, args.force)
@@ -48,16 +48,20 @@ def _cmd_index(args) -> int:
     choice = extractor = None
     if args.extractor == "auto":  # measured once here; the build records the choice
         extractor = make_extractor("auto", passages=passages)
-        choice, args.extractor = extractor.choice, extractor.choice["chosen"]
+        choice = extractor.choice
+        args.extractor = "heuristic" if choice["chosen"] == "per namespace" else \
+            choice["chosen"]  # an LLM-free build either way
         if show:
-            print(f"extractor auto: {args.extractor} (capitalised share "
-                  f"{choice['capitalised_share']:.3f}, caseless-script share "
-                  f"{choice['uncased_share']:.3f}, over {choice['words']:,} words)",
+            per = choice.get("namespaces") or {}
+            each = ", ".join(f"{k or '(no namespace)'}: {v}" for k, v in per.items())
+            print(f"extractor auto: {choice['chosen']}" + (f" ({each})" if each else "")
+                  + f" (capitalised share {choice['capitalised_share']:.3f}, caseless-script "
+                  f"share {choice['uncased_share']:.3f}, over {choice['words']:,} words)",
                   file=sys.stderr)
-    elif args.extractor in ("heuristic", "phrases"):
+    elif args.extractor in EXTRACTORS:
         extractor = make_extractor(args.extractor)
     if args.ray:
-        if args.extractor not in ("heuristic", "phrases", "llm"):
+        if args.extractor not in (*EXTRACTORS, "llm"):
             raise SystemExit("evireform index --ray: --extractor must be 'auto', 'heuristic', "
                              "'phrases' or 'llm'")
         from ..distributed import LLMExtractorFactory, build_ray
@@ -70,7 +74,7 @@ def _cmd_index(args) -> int:
                         concurrency=args.ray_workers, num_gpus=args.num_gpus,
                         ray_address=args.ray_address,
                         embed_batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
-    elif args.extractor in ("heuristic", "phrases", "llm"):
+    elif args.extractor in (*EXTRACTORS, "llm"):
         if args.extractor == "llm":
             args.llm = True
             extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
@@ -85,8 +89,8 @@ def _cmd_index(args) -> int:
         if not openie.is_file() or openie.stat().st_size == 0:
             why = ("is empty or not a regular file" if openie.exists() else
                    "is not a file that exists")
-            raise ValueError(f"--extractor must be 'heuristic', 'phrases', 'llm' or a "
-                             f"HippoRAG OpenIE JSON file; {openie} {why}")
+            raise ValueError(f"--extractor must be one of {', '.join(EXTRACTOR_CHOICES)} or "
+                             f"a HippoRAG OpenIE JSON file; {openie} {why}")
         idx = PropositionIndex.from_openie(openie, passages, embedder,
                                            batch_size=args.batch_size, show_progress=show,
                                            hnsw=hnsw, plain=args.openie_plain)
@@ -317,7 +321,7 @@ def add_update_parser(sub) -> None:
     up.add_argument("--upsert", action="store_true",
                     help="--add replaces passages whose ids exist instead of refusing them")
     up.add_argument("--device", default=None, help="device for the index's embedder")
-    up.add_argument("--extractor", choices=("heuristic", "phrases", "llm"), default=None,
+    up.add_argument("--extractor", choices=(*EXTRACTORS, "llm"), default=None,
                     help="the extractor for --add (default: the one the index was built with)")
     _add_quiet(up)
     _add_document_args(up)
