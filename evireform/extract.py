@@ -589,19 +589,30 @@ def _openie_docs(path, passages: Sequence[Passage]):
     used: dict[str, int] = {}
     out: dict[str, list] = {}
     named: dict[str, list] = {}
-    skipped = 0
+    skipped = repeated = empty = 0
     for n, doc in enumerate(docs):
         if not isinstance(doc, dict):
-            raise ValueError(f"OpenIE doc {n} is not an object")
+            raise ValueError(f"OpenIE file {path}: doc {n} is not an object")
+        for field in ("extracted_triples", "extracted_entities"):
+            if doc.get(field) is not None and not isinstance(doc.get(field), list):
+                raise ValueError(f"OpenIE file {path}: doc {n} ({doc.get('title', '')!r:.60}): "
+                                 f"'{field}' must be a list, not "
+                                 f"{type(doc.get(field)).__name__}")
         key = " ".join(str(doc.get("text", doc.get("passage", ""))).split())
         ids = by_text.get(key) or by_text.get(" ".join(str(doc.get("passage", "")).split()))
         if not ids:
-            raise ValueError(f"OpenIE doc {n} ({doc.get('title', '')!r}) matches no corpus passage")
-        # identical texts map to their passages in order
+            raise ValueError(f"OpenIE file {path}: doc {n} ({doc.get('title', '')!r}) matches "
+                             "no corpus passage")
+        # identical texts map to their passages in order; a doc beyond them repeats one
         k = used.get(key, 0)
         used[key] = k + 1
-        pid = ids[min(k, len(ids) - 1)]
+        if k >= len(ids):
+            repeated += 1
+            continue
+        pid = ids[k]
         got = out.setdefault(pid, [])
+        if not doc.get("extracted_triples"):
+            empty += 1
         for t in doc.get("extracted_triples", []) or []:
             if not (isinstance(t, (list, tuple)) and len(t) == 3
                     and all(isinstance(x, (str, int, float)) for x in t)):
@@ -612,6 +623,16 @@ def _openie_docs(path, passages: Sequence[Passage]):
         named.setdefault(pid, []).extend(
             s for s in (str(e).strip() for e in (ents if isinstance(ents, list) else [])
                         if isinstance(e, (str, int, float))) if s)
+    missing = len({p.id for p in passages} - set(out))
+    if repeated or empty or missing:
+        import logging
+        logging.getLogger(__name__).warning(
+            "OpenIE file %s: %s", path, "; ".join(x for x in (
+                f"{repeated} docs repeat a passage an earlier doc gave (their triples are "
+                "not read twice)" if repeated else "",
+                f"{empty} docs have no triples" if empty else "",
+                f"{missing} of {len(passages)} passages have no doc (no propositions)"
+                if missing else "") if x))
     return out, named, skipped
 
 
@@ -635,8 +656,7 @@ def read_openie(path, passages: Sequence[Passage], *,
     props: list[Proposition] = []
     for pid, found in triples.items():  # in the file's order
         title = titles.get(pid, "")
-        names = [] if plain else [(e, re.compile(r"(?<!\w)" + re.escape(e.casefold())
-                                                 + r"(?!\w)")) for e in named.get(pid, [])]
+        spot = None if plain else _WholeWords(named.get(pid, []))
         for s_, r, o in found:
             text = " ".join(x for x in (s_, r, o) if x)
             if not text:
@@ -647,10 +667,61 @@ def read_openie(path, passages: Sequence[Passage], *,
                     text = f"{title}: {text}"
                 if title not in ents:
                     ents += (title,)
-            if names:
-                args = (s_.casefold(), o.casefold())
-                for e, pat in names:
-                    if e not in ents and any(pat.search(a) for a in args):
-                        ents += (e,)
+            if spot:
+                have = set(ents)
+                ents += tuple(e for e in spot.found(s_.casefold(), o.casefold())
+                              if e not in have)
             props.append(Proposition(text=text, passage=pid, entities=ents))
     return props, skipped
+
+
+_TOKEN_RUN = re.compile(r"\w+|\W", re.UNICODE)
+_WORD_START = re.compile(r"\w", re.UNICODE)
+
+
+class _WholeWords:
+    """A doc's named entities found as whole words (``(?<!\w)name(?!\w)``, case-folded) in
+    a triple's arguments, in time linear in the arguments: each name is indexed by its
+    tokens (runs of word characters, single other characters), and an argument's token
+    spans up to the longest name's are looked up, instead of one pattern per name per
+    triple (quadratic: 20,000 names x 2,000 triples)."""
+
+    def __init__(self, names):
+        self.order: dict[str, int] = {}
+        self.by_tokens: dict[tuple, list[str]] = {}
+        for e in names:
+            if e in self.order:
+                continue
+            self.order[e] = len(self.order)
+            toks = tuple(_TOKEN_RUN.findall(e.casefold()))
+            if toks:
+                self.by_tokens.setdefault(toks, []).append(e)
+        self.longest = max(map(len, self.by_tokens), default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_tokens)
+
+    def found(self, *args: str) -> list[str]:
+        """The names occurring in any of ``args`` (case-folded), in the names' order."""
+        hit: set = set()
+        for a in args:
+            toks = _TOKEN_RUN.findall(a)
+            n = len(toks)
+            for i in range(n):
+                for j in range(i + 1, min(n, i + self.longest) + 1):
+                    names = self.by_tokens.get(tuple(toks[i:j]))
+                    if names and self._bounded(toks, i, j):
+                        hit.update(names)
+        return sorted(hit, key=self.order.__getitem__)
+
+    @staticmethod
+    def _bounded(toks, i: int, j: int) -> bool:
+        """No word character touches the span ``toks[i:j]`` from outside (a token is a whole
+        word run, so only a span edge that is not a word character can be touched)."""
+        def word(t):
+            return _WORD_START.match(t) is not None
+        if i > 0 and not word(toks[i]) and word(toks[i - 1]):
+            return False
+        if j < len(toks) and not word(toks[j - 1]) and word(toks[j]):
+            return False
+        return True

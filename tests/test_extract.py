@@ -97,8 +97,7 @@ def test_read_openie_conventions_and_plain(tmp_path):
          "extracted_triples": [["Alice Smith", "born in", "paris"],
                                ["She", "wrote", "novels in 1901"],
                                ["her police", "served", "Nice"]]},
-        {"title": "Bob", "text": "Bob.", "extracted_entities": "not a list",
-         "extracted_triples": [["Bob", "is", "Bob"]]}]}))
+        {"title": "Bob", "text": "Bob.", "extracted_triples": [["Bob", "is", "Bob"]]}]}))
     passages = [Passage("a", "Alice Smith", "Alice Smith was born in Paris in 1901. She wrote."),
                 Passage("b", "Bob", "Bob.")]
     props, skipped = read_openie(f, passages)
@@ -116,8 +115,52 @@ def test_read_openie_conventions_and_plain(tmp_path):
     assert [p.entities for p in plain] == [("Alice Smith", "paris"), ("She", "novels in 1901"),
                                            ("her police", "Nice"), ("Bob", "Bob")]
     f.write_text(json.dumps({"docs": [["not", "an", "object"]]}))
-    with pytest.raises(ValueError, match="not an object"):
+    with pytest.raises(ValueError, match="o.json: doc 0 is not an object"):
         read_openie(f, passages)
+    f.write_text(json.dumps({"docs": [{"title": "Bob", "text": "Bob.",
+                                       "extracted_entities": "not a list"}]}))
+    with pytest.raises(ValueError, match=r"o.json: doc 0 \('Bob'\): 'extracted_entities' "
+                                         "must be a list, not str"):
+        read_openie(f, passages)
+
+
+def test_read_openie_warns_of_repeated_empty_and_missing_docs(tmp_path, caplog):
+    f = tmp_path / "o.json"
+    doc = {"title": "A", "text": "Alpha met Beta.", "extracted_triples": [["Alpha", "met", "Beta"]]}
+    f.write_text(json.dumps({"docs": [doc, doc, {"title": "B", "text": "Beta.",
+                                                 "extracted_triples": []}]}))
+    passages = [Passage("a", "A", "Alpha met Beta."), Passage("b", "B", "Beta."),
+                Passage("c", "C", "Gamma.")]
+    with caplog.at_level("WARNING", logger="evireform.extract"):
+        props, _ = read_openie(f, passages)
+    assert len(props) == 1  # the repeated doc's triple is not read twice
+    msg = caplog.text
+    assert "1 docs repeat a passage" in msg and "1 docs have no triples" in msg
+    assert "1 of 3 passages have no doc" in msg
+
+
+def test_named_entities_are_found_as_whole_words_in_linear_time():
+    """The OpenIE reader's spotter equals one whole-word pattern per name (what it replaced:
+    quadratic in a doc's names x triples) on random names and arguments with punctuation,
+    underscores, digits and case-folded letters."""
+    import random
+    import re
+    from evireform.extract import _WholeWords
+    rng = random.Random(7)
+    parts = ["a", "b", "ab", "x y", "c.d", ".net", "asp", ".", "-", "é", "ß", "1963",
+             "foo_bar", " ", "(", ")", "a-b"]
+    for _ in range(3000):
+        names = [n for n in ("".join(rng.choice(parts) for _ in range(rng.randint(1, 3)))
+                             .strip() for _ in range(rng.randint(1, 6))) if n]
+        args = ["".join(rng.choice(parts) for _ in range(rng.randint(0, 8))).casefold()
+                for _ in range(2)]
+        want = []
+        for e in names:
+            pat = re.compile(r"(?<!\w)" + re.escape(e.casefold()) + r"(?!\w)")
+            if e not in want and any(pat.search(a) for a in args):
+                want.append(e)
+        spot = _WholeWords(names)
+        assert (spot.found(*args) if spot else []) == want, (names, args)
 
 
 def test_read_openie_rejects_unknown_doc(tmp_path):
