@@ -504,7 +504,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
            422: "a body that is not valid JSON or does not match the schema",
            500: "internal error (never a traceback)",
            503: "the queue is full (Retry-After) or the index files cannot be served",
-           507: "no space left on the server's disk for the new generation"}
+           507: "no space left on the server's disk (or a file-size limit) for the new "
+                "generation"}
 
     def errors(*codes):
         out = {}
@@ -762,6 +763,9 @@ def _error_of(exc) -> tuple[int, str]:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return 507, "the index could not be written: no space left on the server's disk"
+        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+            return 507, ("the index could not be written: a file would pass the server's "
+                         "file-size limit")
         if isinstance(exc, _BodyTooLarge):
             return 413, "request body too large"
         exc = exc.__cause__ or exc.__context__

@@ -162,8 +162,52 @@ def write_dir_atomically(path, write, *, looks_like, check=None) -> Path:
             _fsync_dir(path.parent)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            recover(path, looks_like)
+            named = named_write_error(exc, path.parent)
+            if named is exc:
+                raise
+            raise named from exc
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             recover(path, looks_like)
             raise
     return path
+
+
+def named_write_error(exc: OSError, where) -> OSError:
+    """``exc`` from writing under the folder ``where``, its cause named when it has no errno:
+    numpy (and other buffered writers) report a short write as ``"768000 requested and
+    51168 written"``.  The folder's free space and the process's file-size limit tell which
+    it was: an ``OSError`` with ``errno.ENOSPC`` (the disk is full) or ``errno.EFBIG`` (a file
+    would pass ``ulimit -f``) and a message saying so and what to do; ``exc`` itself when
+    it has an errno or neither explains it."""
+    import errno
+    import re
+    if exc.errno is not None:
+        return exc
+    m = re.search(r"(\d+) requested and (\d+) written", str(exc))
+    want = int(m.group(1)) - int(m.group(2)) if m else 1
+    try:
+        st = os.statvfs(where)
+        free = st.f_bavail * st.f_frsize
+    except (OSError, AttributeError):
+        free = None
+    limit = None
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        limit = None if soft == resource.RLIM_INFINITY else soft
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    if free is not None and free < max(want, 1 << 16):
+        out = OSError(errno.ENOSPC, f"no space left on the disk holding {where} (a write "
+                      f"stopped short: {exc}); free some space and run the command again")
+    elif limit is not None:
+        out = OSError(errno.EFBIG, f"a file written under {where} would pass this process's "
+                      f"file-size limit (ulimit -f: {limit:,} bytes; a write stopped short: "
+                      f"{exc}); raise the limit and run the command again")
+    else:
+        return exc
+    return out
