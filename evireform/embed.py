@@ -545,8 +545,29 @@ def spec_of(embedder) -> dict:
                                                       "dim": int(embedder.dim)}
 
 
+class EmbedderOutputError(ValueError):
+    """An embedder gave other than one finite row per text at question time (a custom
+    embedder's bug, not the question's): the service answers 500 with this message."""
+
+
 def encode_queries(embedder, texts) -> np.ndarray:
     """Questions and residual queries through the embedder's query side (``encode`` for
-    embedders without one)."""
+    embedders without one), checked: one row per text, 2-d, finite
+    (:class:`EmbedderOutputError` naming the embedder otherwise)."""
+    texts = list(texts)
     f = getattr(embedder, "encode_queries", None)
-    return f(list(texts)) if f is not None else embedder.encode(list(texts))
+    X = f(texts) if f is not None else embedder.encode(texts)
+    name = getattr(embedder, "name", type(embedder).__name__)
+    try:
+        X = np.asarray(X)
+        finite = bool(np.isfinite(X).all())
+    except (TypeError, ValueError) as exc:
+        raise EmbedderOutputError(f"embedder {name!r:.80} returned no array of numbers for "
+                                  f"the questions ({exc})") from None
+    if X.ndim != 2 or X.shape[0] != len(texts):
+        raise EmbedderOutputError(f"embedder {name!r:.80} returned an array of shape "
+                                  f"{X.shape} for {len(texts)} questions; it must return one "
+                                  "row per text")
+    if not finite:
+        raise EmbedderOutputError(f"embedder {name!r:.80} returned NaN or inf for a question")
+    return X

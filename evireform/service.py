@@ -65,7 +65,7 @@ from typing import Annotated, Literal
 
 from ._checks import positive_int
 from .application import METHODS, apply_update, llm_roles, make_method
-from .embed import encode_queries
+from .embed import EmbedderOutputError, encode_queries
 from .filters import compile_filter
 from .index import PropositionIndex
 from .kernels import warm_up
@@ -573,6 +573,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             return error(503, str(exc), {"Retry-After": "1"})
         except Unavailable as exc:
             return error(503, str(exc))
+        except EmbedderOutputError as exc:  # the server's embedder, not the request
+            return error(500, str(exc))
         except ValueError as exc:
             return error(400, str(exc))
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
@@ -589,6 +591,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             return error(503, str(exc), {"Retry-After": "1"})
         except Unavailable as exc:
             return error(503, str(exc))
+        except EmbedderOutputError as exc:  # the server's embedder, not the request
+            return error(500, str(exc))
         except ValueError as exc:
             return error(400, str(exc))
         took = time.perf_counter() - t0

@@ -143,3 +143,40 @@ def test_documents_go_through_onnx_and_questions_never_wait_for_an_export(tmp_pa
     fresh = MiniLMEmbedder()  # a later process: the export is found, questions use it
     assert fresh.query_encoder() is not None
     assert np.abs(fresh.encode_queries(["Who founded the Orvel Society?"]) - q).max() <= 1e-5
+
+
+def test_an_embedder_with_the_wrong_rows_at_question_time_is_named(tmp_path):
+    """A custom embedder that returns one row for three texts: a clear error naming it (no
+    IndexError), and the service's 500 carries that message."""
+    import asyncio
+
+    import httpx
+    from evireform.embed import EmbedderOutputError
+    from evireform.service import RetrievalService, create_app
+    good = HashingEmbedder(16)
+    idx = PropositionIndex.build([Passage("a", "Alpha", "Alpha met Beta in Paris."),
+                                  Passage("b", "Beta", "Beta lives in Rome.")], good,
+                                 show_progress=False)
+
+    class OneRow(HashingEmbedder):
+        def encode(self, texts, **kw):
+            return super().encode(list(texts)[:1])
+    bad = OneRow(16)
+    with pytest.raises(EmbedderOutputError, match=r"hashing-16.*shape \(1, 16\) for 3"):
+        from evireform.embed import encode_queries
+        encode_queries(bad, ["a", "b", "c"])
+    with pytest.raises(EmbedderOutputError, match="one row per text"):
+        EviReform(idx, embedder=bad).retrieve_many(["Who met Beta?", "Where is Rome?"], 2)
+    svc = RetrievalService(idx.save(tmp_path / "ix"), bad)
+    app = create_app(svc)
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                return await c.post("/query_batch", json={"questions": ["a?", "b?"]})
+        finally:
+            await svc.stop()
+    r = asyncio.run(run())
+    assert r.status_code == 500 and "one row per text" in r.json()["error"]

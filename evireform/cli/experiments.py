@@ -60,6 +60,12 @@ def _cmd_eval(args) -> int:
                 raise FileNotFoundError(f"{f} not found (see README, 'Data')")
     elif args.questions and args.corpus:
         qpath, cpath = Path(args.questions), Path(args.corpus)
+    elif args.questions or args.corpus:
+        given, other = ("--questions", "--corpus") if args.questions else \
+            ("--corpus", "--questions")
+        regular_file(args.questions or args.corpus, given)
+        raise ValueError(f"{given} needs {other} (the questions and the passages they are "
+                         "asked over); give both, or --dataset musique|hotpotqa")
     else:
         raise ValueError("give --dataset musique|hotpotqa, or both --questions and --corpus")
     # every input a regular file before anything hashes or reads it (a FIFO or /dev/zero

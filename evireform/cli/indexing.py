@@ -32,6 +32,18 @@ def _check_index_target(out_dir, corpus, force: bool) -> None:
     check_target(out_dir, overwrite=force)
 
 
+def _openie_arg(value: str) -> Path:
+    """``--extractor``'s value when it is not a name: a non-empty regular file (the OpenIE
+    JSON), else ``ValueError`` listing the names."""
+    openie = Path(value)
+    if not openie.is_file() or openie.stat().st_size == 0:
+        why = ("is empty or not a regular file" if openie.exists() else
+               "is not a file that exists")
+        raise ValueError(f"--extractor must be one of {', '.join(EXTRACTOR_CHOICES)} or a "
+                         f"HippoRAG OpenIE JSON file; {openie} {why}")
+    return openie
+
+
 def _cmd_index(args) -> int:
 
     t0 = time.perf_counter()
@@ -39,6 +51,8 @@ def _cmd_index(args) -> int:
         raise ValueError("--openie-plain reads an OpenIE file: give its path as --extractor")
     for src in args.paths:
         _check_index_target(args.out_dir, src, args.force)
+    if args.extractor not in EXTRACTOR_CHOICES:  # an OpenIE file: checked before any reading
+        _openie_arg(args.extractor)
     embedder = _embedder(args)
     encoding = _time_encoding(embedder)
     loaded = _read_paths(args, args.paths, embedder, whole=True)
@@ -85,12 +99,7 @@ def _cmd_index(args) -> int:
             if _fallbacks_refused(args, "index", extractor, len(passages)):
                 return 3
     else:
-        openie = Path(args.extractor)
-        if not openie.is_file() or openie.stat().st_size == 0:
-            why = ("is empty or not a regular file" if openie.exists() else
-                   "is not a file that exists")
-            raise ValueError(f"--extractor must be one of {', '.join(EXTRACTOR_CHOICES)} or "
-                             f"a HippoRAG OpenIE JSON file; {openie} {why}")
+        openie = _openie_arg(args.extractor)
         idx = PropositionIndex.from_openie(openie, passages, embedder,
                                            batch_size=args.batch_size, show_progress=show,
                                            hnsw=hnsw, plain=args.openie_plain)

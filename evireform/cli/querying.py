@@ -12,6 +12,7 @@ from urllib.parse import quote
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._checks import check_text
 from .._checks import loads as _json_loads
 from .._io import Outputs, read_text_file
 from ..application import METHODS, make_method
@@ -46,7 +47,8 @@ def read_questions(path) -> list[tuple[str, str]]:
             if not isinstance(q, str) or not q.strip():
                 raise ValueError(f"{path}: record {n} has no 'question' string")
             qid = str(n) if isinstance(rec, str) else str(rec.get("id", rec.get("_id", n)))
-            out.append((qid, q))
+            out.append((check_text(qid, f"{path}: record {n} (id)"),
+                        check_text(q, f"{path}: record {n} (question)")))
         if not out:
             raise ValueError(f"{path}: no questions")
         return out
@@ -62,7 +64,8 @@ def read_questions(path) -> list[tuple[str, str]]:
             q = rec.get("question") if isinstance(rec, dict) else None
             if not isinstance(q, str) or not q.strip():
                 raise ValueError(f"{path}:{n}: the record has no 'question' string")
-            out.append((str(rec.get("id", rec.get("_id", n))), q))
+            out.append((check_text(str(rec.get("id", rec.get("_id", n))), f"{path}:{n} (id)"),
+                        check_text(q, f"{path}:{n} (question)")))
         else:
             out.append((str(n), line))
     if not out:
@@ -145,6 +148,16 @@ def format_passage(rank: int, p, question: str, *, text: bool = True,
         lines.extend(textwrap.wrap(body, 96, initial_indent="     ", subsequent_indent="     ",
                                    break_on_hyphens=False) or [])
     return "\n".join(lines)
+
+
+def _run_name(value: str) -> str:
+    """A TREC run name: the sixth whitespace-separated field of every line, so one
+    non-empty token of printable characters."""
+    import argparse
+    if not value or any(c.isspace() or not c.isprintable() for c in value):
+        raise argparse.ArgumentTypeError(f"{value!r:.60} is not one token; a TREC run name "
+                                         "has no spaces (each line's sixth field)")
+    return value
 
 
 def trec_docid(pid: str) -> str:
@@ -278,7 +291,8 @@ def add_query_parser(sub) -> None:
     qu.add_argument("--out", help="--questions: the JSONL results file")
     qu.add_argument("--trec", metavar="RUN_FILE",
                     help="--questions: also write a TREC run file (qid Q0 docid rank score run)")
-    qu.add_argument("--run-name", default="evireform", help="the TREC run name")
+    qu.add_argument("--run-name", default="evireform", type=_run_name,
+                    help="the TREC run name (one token: no spaces)")
     qu.add_argument("--batch", type=_positive_int, default=64,
                     help="--questions: questions per retrieve_many call (1 = one at a time)")
     qu.add_argument("--filter", metavar="JSON",
