@@ -680,7 +680,7 @@ _WORD_START = re.compile(r"\w", re.UNICODE)
 
 
 class _WholeWords:
-    """A doc's named entities found as whole words (``(?<!\w)name(?!\w)``, case-folded) in
+    r"""A doc's named entities found as whole words (``(?<!\w)name(?!\w)``, case-folded) in
     a triple's arguments, in time linear in the arguments: each name is indexed by its
     tokens (runs of word characters, single other characters), and an argument's token
     spans up to the longest name's are looked up, instead of one pattern per name per

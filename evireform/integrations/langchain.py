@@ -124,13 +124,45 @@ class EviReformRetriever(BaseRetriever):
 
     def batch(self, inputs, config=None, *, return_exceptions: bool = False, **kwargs):
         """All questions through one :meth:`EviReform.retrieve_many` (batched search and
-        kernels); with per-call configs or callbacks it falls back to the base class."""
-        if config is not None or kwargs or not inputs:
+        kernels), with LangChain's batch contract: each input's run reported to its
+        config's callbacks (``on_retriever_start`` / ``_end`` / ``_error``, tags, metadata,
+        run names), and with ``return_exceptions`` a failing input answered by its exception
+        while the others get their documents (the batch is then answered input by input).
+        Per-call keywords (``k=``, ``filter=``) go through the base class."""
+        inputs = list(inputs)
+        if kwargs or not inputs:
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
+        from langchain_core.callbacks import CallbackManager
+        from langchain_core.runnables.config import get_config_list
+        configs = get_config_list(config, len(inputs))
+        runs = []
+        for q, cfg in zip(inputs, configs):
+            cm = CallbackManager.configure(
+                cfg.get("callbacks"), None, verbose=bool(getattr(self, "verbose", False)),
+                inheritable_tags=cfg.get("tags"), local_tags=self.tags,
+                inheritable_metadata=cfg.get("metadata"), local_metadata=self.metadata)
+            runs.append(cm.on_retriever_start(None, q, name=cfg.get("run_name")
+                                              or self.get_name(), run_id=cfg.get("run_id")))
         try:
-            results = self.retriever.retrieve_many(list(inputs), self.k, filter=self.filter)
+            results = self.retriever.retrieve_many(inputs, self.k, filter=self.filter)
         except Exception as exc:
-            if not return_exceptions:
-                raise
-            return [exc] * len(inputs)
-        return [self._documents(r) for r in results]
+            if return_exceptions:  # which input failed: each one on its own
+                out = []
+                for q, run in zip(inputs, runs):
+                    try:
+                        docs = self._documents(self.retriever.retrieve(q, self.k,
+                                                                       filter=self.filter))
+                    except Exception as one:
+                        run.on_retriever_error(one)
+                        out.append(one)
+                    else:
+                        run.on_retriever_end(docs)
+                        out.append(docs)
+                return out
+            for run in runs:
+                run.on_retriever_error(exc)
+            raise
+        out = [self._documents(r) for r in results]
+        for run, docs in zip(runs, out):
+            run.on_retriever_end(docs)
+        return out
