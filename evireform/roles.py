@@ -28,13 +28,17 @@ MAX_QUERY_CHARS = 1000
 
 
 def clean_queries(queries, limit: int) -> tuple[list[str], int]:
-    """Drop non-strings, blanks, duplicates and queries over :data:`MAX_QUERY_CHARS`
-    characters; cap at ``limit``.  Returns (kept, dropped)."""
+    """Drop non-strings, queries without a letter or digit (blank, NUL-only, punctuation:
+    nothing to search for), duplicates and queries over :data:`MAX_QUERY_CHARS` characters;
+    control characters are removed first; cap at ``limit``.  Returns (kept, dropped): the
+    retriever counts the dropped ones in ``Trace.dropped_queries``."""
     out, dropped = [], 0
     if isinstance(queries, str):
         queries = [queries]
     for q in queries or []:
-        if not isinstance(q, str) or not q.strip() or q.strip() in out \
+        if isinstance(q, str) and not q.isprintable():
+            q = "".join(c for c in q if c.isprintable() or c.isspace())
+        if not isinstance(q, str) or not any(c.isalnum() for c in q) or q.strip() in out \
                 or len(q.strip()) > MAX_QUERY_CHARS:
             dropped += 1
             continue

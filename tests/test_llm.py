@@ -90,6 +90,24 @@ def test_empty_and_duplicate_queries_dropped(endpoint):
     raw = LLMReformulator(client).reformulate("q", PASSAGES, 3)
     # handed over as given; the retriever's one cleaning step drops (and counts) the rest
     assert clean_queries(raw, 3) == (["x", "y", "z"], 5)
+    # nothing to search for: NUL-only, control characters, punctuation; NULs inside removed
+    assert clean_queries(["\x00", "\x00\x01 ", "?!", "Pa\x00ris", "a\tb"], 5) == \
+        (["Paris", "a\tb"], 3)
+
+
+def test_a_reformulator_s_unsearchable_queries_are_counted_not_searched():
+    from evireform import EviReform, Passage, PropositionIndex
+    from evireform.embed import HashingEmbedder
+    emb = HashingEmbedder(16)
+    idx = PropositionIndex.build([Passage("a", "Alpha", "Alpha met Beta."),
+                                  Passage("b", "Beta", "Beta lives in Rome.")], emb,
+                                 show_progress=False)
+
+    class Junk:
+        def reformulate(self, question, passages, max_queries):
+            return ["\x00", "", "\x00\x00"]
+    res = EviReform(idx, embedder=emb, reformulator=Junk()).retrieve("Who met Beta?", 2)
+    assert res.trace.residual_queries == [] and res.trace.dropped_queries == 3
 
 
 def test_passage_instructions_are_quoted_data(endpoint):
