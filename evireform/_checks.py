@@ -2,11 +2,13 @@
 document must be, so every entry point refuses the same bad input with the same words."""
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import math
 import numbers
 
-def as_list(items, what: str) -> list:
+def as_list(items, what: str) -> list[Any]:
     """``items`` as a list; a bare string (or bytes) is refused instead of being read as a
     sequence of characters (``delete("12")`` must not delete passages '1' and '2')."""
     if isinstance(items, (str, bytes, bytearray)):

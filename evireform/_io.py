@@ -2,6 +2,8 @@
 and put in place atomically when it succeeds."""
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import os
 import tempfile
@@ -34,12 +36,12 @@ class Outputs:
     a failure leaves every previous file as it was; special files (``/dev/stdout``) are
     written directly.  ``None`` paths are skipped."""
 
-    def __init__(self, outputs: dict, inputs=(), *, encoding: str = "utf-8"):
+    def __init__(self, outputs: dict[str, Any], inputs=(), *, encoding: str = "utf-8"):
         self.paths = {k: Path(v) for k, v in outputs.items() if v is not None}
         self.inputs = [Path(p) for p in inputs if p is not None]
         self.encoding = encoding
-        self.files: dict = {}
-        self._tmp: dict = {}
+        self.files: dict[str, Any] = {}
+        self._tmp: dict[str, Any] = {}
 
     def _check(self) -> None:
         names = list(self.paths)
@@ -59,7 +61,7 @@ class Outputs:
                     raise ValueError(f"{name} and {other} are the same file {p}; give each "
                                      "output its own file")
 
-    def __enter__(self) -> dict:
+    def __enter__(self) -> dict[str, Any]:
         self._check()
         try:
             for name, p in self.paths.items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .documents import Loaded, replace_sources
 from .embed import embedder_from_spec, get_embedder
@@ -38,7 +38,7 @@ __all__ = ["METHODS", "make_method", "llm_roles", "index_embedder", "Update", "a
 METHODS: tuple[str, ...] = ("evireform", *STRATEGIES)
 
 
-def llm_roles(client) -> dict:
+def llm_roles(client) -> dict[str, Any]:
     """``{"selector", "reformulator", "controller"}``: the LLM roles over ``client`` (an
     :class:`~evireform.llm.LLMClient`); ``{}`` (the LLM-free roles) when it is None."""
     if client is None:
@@ -48,7 +48,7 @@ def llm_roles(client) -> dict:
 
 
 def make_method(name: str, index, embedder=None, *, llm=None, engine=None, config=None,
-                roles: dict | None = None, max_workers: int = 1):
+                roles: dict[str, Any] | None = None, max_workers: int = 1):
     """The retriever answering with ``name`` (one of :data:`METHODS`) over ``index``: an
     :class:`~evireform.retriever.EviReform` (its roles: ``roles``, else the LLM roles of
     ``llm`` when given, else the LLM-free ones) or a strategy
@@ -103,15 +103,15 @@ class Update:
 
     index: PropositionIndex
     before: tuple[int, int]
-    changes: dict = field(default_factory=dict)
+    changes: dict[str, Any] = field(default_factory=dict)
     saved: bool = True
     extractor: object = None
 
-    def counts(self) -> dict:
+    def counts(self) -> dict[str, Any]:
         return {k: len(v) for k, v in self.changes.items()}
 
 
-def _merge(changes: dict, new: dict) -> None:
+def _merge(changes: dict[str, Any], new: dict[str, Any]) -> None:
     for key, ids in new.items():
         changes[key] = changes.get(key, []) + list(ids)
 

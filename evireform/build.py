@@ -21,7 +21,7 @@ steps in one process.
 from __future__ import annotations
 
 import json
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ def _strs(col) -> list[str]:
     return [str(x) for x in (col.tolist() if isinstance(col, np.ndarray) else col)]
 
 
-def passage_batch(passages: Sequence[Passage], start: int = 0) -> dict:
+def passage_batch(passages: Sequence[Passage], start: int = 0) -> dict[str, Any]:
     """The passage batch of ``passages`` (positions from ``start``)."""
     return {"pos": np.arange(start, start + len(passages), dtype=np.int64),
             "id": [p.id for p in passages], "title": [p.title for p in passages],
@@ -51,13 +51,13 @@ def passage_batch(passages: Sequence[Passage], start: int = 0) -> dict:
             "metadata": [metadata_json(p.metadata) for p in passages]}
 
 
-def metadata_json(md: dict) -> str:
+def metadata_json(md: dict[str, Any]) -> str:
     """A passage's metadata as the batch column (and the index's string table) hold it:
     compact JSON, ``""`` for none."""
     return json.dumps(md, ensure_ascii=False, separators=(",", ":")) if md else ""
 
 
-def _check(batch: dict, cols: Sequence[str], step: str) -> int:
+def _check(batch: dict[str, Any], cols: Sequence[str], step: str) -> int:
     missing = [c for c in cols if c not in batch]
     if missing:
         raise ValueError(f"{step}: the batch lacks column(s) {missing}; it has {list(batch)}")
@@ -67,7 +67,7 @@ def _check(batch: dict, cols: Sequence[str], step: str) -> int:
     return n.pop() if n else 0
 
 
-def extract_batch(batch: dict, extractor, *, show_progress: bool = False) -> dict:
+def extract_batch(batch: dict[str, Any], extractor, *, show_progress: bool = False) -> dict[str, Any]:
     """Propositions of a passage batch: ``{pos, ord, text, entities}``."""
     n = _check(batch, PASSAGE_COLUMNS, "extract_batch")
     ids, titles, texts = _strs(batch["id"]), _strs(batch["title"]), _strs(batch["text"])
@@ -91,8 +91,8 @@ def extract_batch(batch: dict, extractor, *, show_progress: bool = False) -> dic
             "entities": out_ent}
 
 
-def embed_batch(batch: dict, embedder, *, batch_size: int = 64,
-                show_progress: bool = False) -> dict:
+def embed_batch(batch: dict[str, Any], embedder, *, batch_size: int = 64,
+                show_progress: bool = False) -> dict[str, Any]:
     """The proposition batch with ``embedding`` added (float32, one row per proposition)."""
     n = _check(batch, PROPOSITION_COLUMNS, "embed_batch")
     out = {c: batch[c] for c in PROPOSITION_COLUMNS}
@@ -111,7 +111,7 @@ def embed_batch(batch: dict, embedder, *, batch_size: int = 64,
 
 
 def proposition_batch(propositions: Sequence[Proposition], passages: Sequence[Passage],
-                      start: int = 0) -> dict:
+                      start: int = 0) -> dict[str, Any]:
     """The proposition batch ``{pos, ord, text, entities}`` of propositions extracted
     elsewhere (an OpenIE file, the user's own), over ``passages`` at positions ``start``..;
     ``ord`` counts each passage's propositions in the order given."""
@@ -143,7 +143,7 @@ def embedded_propositions(passages: Sequence[Passage], extractor, embedder, *,
     return reduce_records(passages, [rows], int(embedder.dim))
 
 
-def concat_batches(batches: Iterable[dict], dim: int) -> dict:
+def concat_batches(batches: Iterable[dict], dim: int) -> dict[str, Any]:
     """One embedded proposition batch from many, rows in ``(pos, ord)`` order."""
     batches = list(batches)
     if not batches:

@@ -21,6 +21,8 @@ position ids keep loading and keep their ids.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ._checks import as_list, loads as _json_loads
 
 import hashlib
@@ -52,7 +54,7 @@ def _label(value, where: str, what: str) -> str:
 RECORD_FIELDS = ("id", "idx", "title", "text", "paragraph_text", "metadata")
 
 
-def record_metadata(rec: dict, where: str) -> dict:
+def record_metadata(rec: dict[str, Any], where: str) -> dict[str, Any]:
     """The metadata of a corpus record: its ``"metadata"`` object (if any) and every field
     that is not one of :data:`RECORD_FIELDS`.  Keys must be strings."""
     given = rec.get("metadata", {})
@@ -127,7 +129,7 @@ def passages_from_json(obj) -> list[Passage]:
     return out
 
 
-def _jsonl(text: str) -> list:
+def _jsonl(text: str) -> list[Any]:
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():

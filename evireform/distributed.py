@@ -24,6 +24,8 @@ a Ray actor; the retriever takes it as ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import json
 import logging
@@ -76,7 +78,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
 
 # --------------------------------------------------------------------------- shards on disk
-def _digest(rows: dict) -> str:
+def _digest(rows: dict[str, Any]) -> str:
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(rows["pos"], np.int64).tobytes())
     h.update(np.ascontiguousarray(rows["ord"], np.int64).tobytes())
@@ -86,7 +88,7 @@ def _digest(rows: dict) -> str:
     return h.hexdigest()
 
 
-def write_shard(rows: dict, shard_dir) -> str:
+def write_shard(rows: dict[str, Any], shard_dir) -> str:
     """Write an embedded proposition batch as ``props-<sha256>.npz`` (atomic; an existing
     shard of the same name holds the same rows and is kept); returns the file name."""
     name = f"props-{_digest(rows)}.npz"
@@ -109,7 +111,7 @@ def write_shard(rows: dict, shard_dir) -> str:
     return name
 
 
-def read_shard(path) -> dict:
+def read_shard(path) -> dict[str, Any]:
     """Read a shard written by :func:`write_shard`; its name is checked against its content."""
     path = Path(path)
     with np.load(path, allow_pickle=False) as z:
@@ -144,7 +146,7 @@ class LLMExtractorFactory:
         return LLMExtractor(LLMClient(cfg), max_workers=self.max_workers)
 
 
-_WORKER_EXTRACTORS: dict = {}  # one extractor per factory in each worker process
+_WORKER_EXTRACTORS: dict[str, Any] = {}  # one extractor per factory in each worker process
 
 
 def _check_extractor(extractor) -> str:
@@ -164,7 +166,7 @@ def _make_extractor(extractor):
     return _WORKER_EXTRACTORS[key]
 
 
-def _extract(batch: dict, extractor) -> dict:
+def _extract(batch: dict[str, Any], extractor) -> dict[str, Any]:
     return extract_batch(batch, _make_extractor(extractor))
 
 
@@ -173,7 +175,7 @@ class _EmbedWriter:
         self.embedder = embedder_from_spec(embedder_spec, device=device, allow_remote=True)
         self.shard_dir, self.batch_size = shard_dir, batch_size
 
-    def __call__(self, batch: dict) -> dict:
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         rows = embed_batch(batch, self.embedder, batch_size=self.batch_size)
         n = len(rows["pos"])
         name = write_shard(rows, self.shard_dir) if n else ""
@@ -291,7 +293,7 @@ def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw)
 
 # --------------------------------------------------------------------------- sharded search
 class _ShardActor:
-    def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict,
+    def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict[str, Any],
                  saved: tuple | None = None):
         if saved is not None:  # (shard dir, manifest entry, index dir): read on this node
             from .store import load_embeddings

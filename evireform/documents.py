@@ -38,6 +38,8 @@ naming it; with ``skip_errors=True`` it is reported in the returned error list a
 """
 from __future__ import annotations
 
+from typing import Any
+
 import fnmatch
 import os
 import re
@@ -209,11 +211,11 @@ class Loaded:
     which :func:`replace_sources` uses to make the index match the folders."""
 
     passages: list[Passage]
-    sources: dict = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
     errors: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    files: dict = field(default_factory=dict)
-    scopes: list = field(default_factory=list)
+    files: dict[str, Any] = field(default_factory=dict)
+    scopes: list[Any] = field(default_factory=list)
 
 
 def _name_ok(path: str) -> None:
@@ -461,7 +463,7 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
 DOCUMENTS = "documents"
 
 
-def document_registry(index) -> dict:
+def document_registry(index) -> dict[str, Any]:
     """source -> ``{"root", "path", "chunks"}`` for the files ``index`` holds chunks of: the
     record the loader left in ``index.meta``, else (an index built by the library from
     :func:`load_paths` passages) the passages that carry exactly the loader's metadata and
@@ -469,7 +471,7 @@ def document_registry(index) -> dict:
     reg = index.meta.get(DOCUMENTS)
     if isinstance(reg, dict):
         return {k: dict(v) for k, v in reg.items() if isinstance(v, dict)}
-    out: dict = {}
+    out: dict[str, Any] = {}
     for p in index.passages:
         md = p.metadata
         src, chunk = md.get("source"), md.get("chunk")
@@ -485,7 +487,7 @@ def document_roots(index) -> list[str]:
     return sorted({e["root"] for e in document_registry(index).values() if e.get("root")})
 
 
-def _in_scope(src: str, entry: dict, scope) -> bool:
+def _in_scope(src: str, entry: dict[str, Any], scope) -> bool:
     root, below, is_folder = scope
     if entry.get("root") is not None:
         if entry["root"] != root:

@@ -12,7 +12,7 @@ import json
 import re
 import threading
 import time
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class BaseEmbedder:
         return self.encode(texts, batch_size=batch_size, show_progress=show_progress)
 
     @property
-    def spec(self) -> dict:
+    def spec(self) -> dict[str, Any]:
         return {"spec": self.name, "dim": int(self.dim), "query_prompt": self.query_prompt,
                 "document_prompt": self.document_prompt, "normalize": True}
 
@@ -266,7 +266,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         return self._onnx
 
     @property
-    def spec(self) -> dict:
+    def spec(self) -> dict[str, Any]:
         out = super().spec
         out["max_seq_length"] = self.max_seq_length
         return out
@@ -538,7 +538,7 @@ def embedder_from_spec(spec, *, device: str | None = None, allow_remote: bool = 
     return emb
 
 
-def spec_of(embedder) -> dict:
+def spec_of(embedder) -> dict[str, Any]:
     """The spec an embedder records in an index (name and dimension for foreign ones)."""
     spec = getattr(embedder, "spec", None)
     return dict(spec) if isinstance(spec, dict) else {"spec": embedder.name,

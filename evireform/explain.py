@@ -23,6 +23,8 @@ most of that mass (propagation that only echoes a passage's own seed names none)
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 from dataclasses import dataclass, field
 
@@ -58,7 +60,7 @@ class EvidenceGraph:
     def edge_set(self) -> set[tuple[int, int]]:
         return {(e.src, e.dst) for e in self.edges}
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         pos = {j: i for i, j in enumerate(self.nodes)}
         return {"nodes": [{"index": j, "id": i, "title": t}
                           for j, i, t in zip(self.nodes, self.ids, self.titles)],

@@ -18,7 +18,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ._checks import loads as _json_loads
 from .filters import _canonical
@@ -255,7 +255,7 @@ class PhraseExtractor(Extractor):
         if group_by is None:
             self.name = "phrases-v1"
         #: the vocabulary and longest phrase of each namespace (see the class docstring)
-        self.vocabs: dict = {}
+        self.vocabs: dict[str, Any] = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
         self.max_title_tokens = int(max_title_tokens)
         self.title_prefix, self.title_entity = title_prefix, title_entity
@@ -282,7 +282,7 @@ class PhraseExtractor(Extractor):
                     break
                 yield gram
 
-    def _group(self, metadata: dict):
+    def _group(self, metadata: dict[str, Any]):
         """The namespace a passage's vocabulary comes from (JSON equality, as filters)."""
         if self.group_by is None or self.group_by not in metadata:
             return None
@@ -298,7 +298,7 @@ class PhraseExtractor(Extractor):
         of no other passage)."""
         groups = [self._group(md) for md in metadata_of(passages)]
         wanted = None if new is None else {self._group(p.metadata) for p in new}
-        members: dict = {}
+        members: dict[str, Any] = {}
         for i, g in enumerate(groups):
             if wanted is None or g in wanted:
                 members.setdefault(g, []).append(i)
@@ -385,7 +385,7 @@ AUTO_RULE = (f"heuristic when {AUTO_CAPITALISED[0]} <= capitalised_share <= "
 AUTO_SAMPLE_WORDS = 200_000
 
 
-def measure_case(passages: Sequence[Passage], max_words: int = AUTO_SAMPLE_WORDS) -> dict:
+def measure_case(passages: Sequence[Passage], max_words: int = AUTO_SAMPLE_WORDS) -> dict[str, Any]:
     """How a corpus uses letter case: ``{"words", "capitalised_share", "uncased_share"}``
     over the words (tokens starting with a letter) of passages spread evenly over the
     corpus, until ``max_words`` are read.  ``capitalised_share``: the share of words of
@@ -412,7 +412,7 @@ def measure_case(passages: Sequence[Passage], max_words: int = AUTO_SAMPLE_WORDS
             "uncased_share": round(unc / total, 4) if total else 0.0}
 
 
-def _namespace_of(metadata: dict, group_by: str | None):
+def _namespace_of(metadata: dict[str, Any], group_by: str | None):
     """The namespace a passage belongs to for corpus statistics (JSON equality, as filters;
     None: the passages without ``group_by``)."""
     if group_by is None or group_by not in metadata:
@@ -442,7 +442,7 @@ def _plain(c):
     return v
 
 
-def _rule(m: dict) -> str:
+def _rule(m: dict[str, Any]) -> str:
     lo, hi = AUTO_CAPITALISED
     cased = lo <= m["capitalised_share"] <= hi and m["uncased_share"] < AUTO_MAX_UNCASED
     return "heuristic" if cased else "phrases"
@@ -460,20 +460,20 @@ class NamespaceAutoExtractor(Extractor):
 
     name = "auto-v1"
 
-    def __init__(self, group_by: str | None = "namespace", choices: dict | None = None):
+    def __init__(self, group_by: str | None = "namespace", choices: dict[str, Any] | None = None):
         self.group_by = group_by
-        self.choices: dict = dict(choices or {})
+        self.choices: dict[str, Any] = dict(choices or {})
         self.heuristic = HeuristicExtractor()
         self.phrases = PhraseExtractor(group_by=group_by)
 
-    def _which(self, metadata: dict):
+    def _which(self, metadata: dict[str, Any]):
         return self.choices.get(_namespace_label(_namespace_of(metadata, self.group_by)),
                                 "heuristic")
 
     def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
             ) -> "NamespaceAutoExtractor":
         groups = [_namespace_of(md, self.group_by) for md in metadata_of(passages)]
-        members: dict = {}
+        members: dict[str, Any] = {}
         for i, g in enumerate(groups):
             members.setdefault(g, []).append(i)
         wanted = None if new is None else {_namespace_of(p.metadata, self.group_by)
@@ -540,7 +540,7 @@ def make_extractor(name: str, recorded: str | None = None,
                          f"{sorted(EXTRACTORS)}") from None
 
 
-def extractor_recorded(recorded, choice: dict | None = None) -> Extractor | None:
+def extractor_recorded(recorded, choice: dict[str, Any] | None = None) -> Extractor | None:
     """A fresh LLM-free extractor that writes the name ``recorded`` (from an index's
     ``meta["extractor"]``), or None when no LLM-free extractor does.  ``choice``: the index's
     ``meta["extractor_choice"]``, whose per-namespace choices an ``auto-v1`` index extracts

@@ -68,6 +68,8 @@ engine under a filter.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import operator
 import threading
@@ -333,7 +335,7 @@ def _in_mask(cols, key, values):
     out = np.zeros(cols.n, dtype=bool)
     if num is None or not len(values):
         return out
-    by: dict = {}
+    by: dict[str, Any] = {}
     for x in values:
         by.setdefault(_kind(x), []).append(x)
     if "number" in by:

@@ -30,6 +30,8 @@ maintained, wheel-only packages.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -60,7 +62,7 @@ class Section:
 @dataclass
 class Document:
     title: str | None
-    metadata: dict
+    metadata: dict[str, Any]
     sections: list[Section]
 
 
@@ -188,7 +190,7 @@ class _HTMLText(HTMLParser):
         self.heading: int | None = None
         self.in_title = False
         self.title: str | None = None
-        self.meta: dict = {}
+        self.meta: dict[str, Any] = {}
         self.cells: list[str] | None = None
         self.h1: str | None = None
 
@@ -344,9 +346,9 @@ def _unhyphenate(text: str) -> str:
     return re.sub(r"(\w)-\n(\w)", r"\1\2", text)
 
 
-def _pdf_outline(reader) -> dict:
+def _pdf_outline(reader) -> dict[str, Any]:
     """page number -> the outline's title path of the last entry starting on that page."""
-    out: dict = {}
+    out: dict[str, Any] = {}
 
     def walk(items, path):
         last = None

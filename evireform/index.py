@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,14 +65,14 @@ class PropositionIndex:
     pmap: PassageMap
     embeddings: np.ndarray
     embedder_name: str
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     hnsw: object | None = None
     #: HNSW label -> proposition id (-1: deleted), once deletions have renumbered the
     #: propositions; None while labels are proposition ids
     hnsw_ids: np.ndarray | None = None
     #: what the update that made this index did ({"added", "duplicates", "replaced",
     #: "deleted"}: passage ids); empty for a built or loaded index
-    changes: dict = field(default_factory=dict, repr=False, compare=False)
+    changes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: the verification tier a loaded index passed ("fast" or "full"; evireform.store);
     #: "" for an index built in this process
     verified: str = field(default="", repr=False, compare=False)
@@ -102,7 +102,7 @@ class PropositionIndex:
         return self.pmap.owner
 
     @property
-    def _pos(self) -> dict:
+    def _pos(self) -> dict[str, Any]:
         """Passage id -> position, built on first use (adding, deleting, filtering by id) and
         kept: a loaded index holds no per-passage Python objects until then."""
         pos = self.__dict__.get("_pos_cache")
@@ -181,7 +181,7 @@ class PropositionIndex:
             raise ValueError(f"embedder dimension {embedder.dim} differs from the index's "
                              f"{self.dim}")
 
-    def stats(self, with_w: bool = True) -> dict:
+    def stats(self, with_w: bool = True) -> dict[str, Any]:
         """Counts: passages, propositions, entities, incidence nonzeros and W's nonzeros."""
         out = {
             "passages": self.n_passages,

@@ -32,7 +32,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ._checks import loads as _json_loads
 from .entities import canonical_entity
@@ -273,7 +273,7 @@ class ReplayIndex:
 
     def __init__(self, records):
         self.by_key = {}
-        self.by_question: dict = {}
+        self.by_question: dict[str, Any] = {}
         for r in records:
             self.by_key[r["key"]] = r["reply"]
             msgs = r.get("messages") or []
@@ -781,7 +781,7 @@ class LLMSelector(_LLMRole):
                   "most useful first.")
         head = f"Question: {_quote(question)}\nCandidates:\n"
         lines = [f"[{n}] {_quote(c.text)}" for n, c in enumerate(candidates, 1)]
-        ids: list = []
+        ids: list[Any] = []
         cut = [0]
 
         def build():  # the best candidates that fit the context (they come best first)
@@ -967,7 +967,7 @@ class LLMRewriter(_LLMRole):
         return RoleResult(value, role="hiq-rewrite", repaired=repaired, fallback=why)
 
 
-def context_within_budget(passages, budget_tokens: int = 3000) -> list:
+def context_within_budget(passages, budget_tokens: int = 3000) -> list[Any]:
     """The leading passages whose text fits ``budget_tokens`` (about 0.75 words per token);
     the passage that crosses the budget is cut, the rest are dropped."""
     out, used = [], 0

@@ -14,6 +14,8 @@ faster on CPU, not equal: its recall change is measured by ``scripts/onnx_int8_r
 """
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import json
 import logging
@@ -52,7 +54,7 @@ def available() -> bool:
     return True
 
 
-def model_layout(model_dir) -> dict:
+def model_layout(model_dir) -> dict[str, Any]:
     """What the export needs from a sentence-transformers directory: pooling mode,
     normalisation and max_seq_length; :class:`OnnxUnsupported` otherwise."""
     d = Path(model_dir)
@@ -77,7 +79,7 @@ def model_layout(model_dir) -> dict:
             "normalize": types[-1] == "Normalize", "max_seq_length": seq}
 
 
-def _key(model_dir: Path, layout: dict, quantize: bool) -> str:
+def _key(model_dir: Path, layout: dict[str, Any], quantize: bool) -> str:
     h = hashlib.sha256()
     h.update(str(model_dir.resolve()).encode())
     for f in sorted(model_dir.iterdir()):
@@ -102,7 +104,7 @@ def cached_model(model_dir, *, quantize: bool = False, cache_dir=None) -> Path |
     return f if f.is_file() else None
 
 
-def export(model_dir, out: Path, layout: dict) -> None:
+def export(model_dir, out: Path, layout: dict[str, Any]) -> None:
     """Export the transformer with pooling and L2 normalisation in the graph (needs torch,
     transformers and onnx); written to a temporary file and renamed into place.  Silent:
     the tracer's warnings and the loaders' progress bars go to this module's log (DEBUG)."""
@@ -129,7 +131,7 @@ def export(model_dir, out: Path, layout: dict) -> None:
     log.info("exported %s to ONNX in %.1f s: %s", model_dir, time.perf_counter() - t0, out)
 
 
-def _export(torch, AutoModel, model_dir, out: Path, layout: dict) -> None:
+def _export(torch, AutoModel, model_dir, out: Path, layout: dict[str, Any]) -> None:
     model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
     pooling, normalize = layout["pooling"], layout["normalize"]
 

@@ -136,9 +136,9 @@ class RankedPassage:
     #: the passage's text (a reference to the index's string, not a copy)
     text: str = field(default="", repr=False)
     #: the passage's metadata (the index's object, not a copy: do not modify it)
-    metadata: dict = field(default_factory=dict, repr=False)
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON form (the CLI's --json and batch output, the service)."""
         return {"id": self.id, "title": self.title, "text": self.text,
                 "metadata": self.metadata, "score": self.score,
@@ -167,7 +167,7 @@ class RetrievalResult:
     trace: Trace
     #: the evidence edges, when the method states them (Hi-Q, BGR); EviReform's are derived
     #: on demand from the trace by ``_explain``
-    edges: list | None = None
+    edges: list[Any] | None = None
     _explain: object = field(default=None, repr=False, compare=False)
 
     @property
@@ -182,7 +182,7 @@ class RetrievalResult:
         state["_explain"] = None
         return state
 
-    def to_dict(self, *, graph: bool = False, id: str | None = None) -> dict:
+    def to_dict(self, *, graph: bool = False, id: str | None = None) -> dict[str, Any]:
         """The result record, the one JSON shape every door prints (``query --json``, each
         line of ``query --questions``, the service's ``/query`` and each of ``/query_batch``'s
         results): ``{"id"?, "question", "passages": [RankedPassage.to_dict()], "trace":
@@ -479,7 +479,7 @@ class EviReform:
         ids, scores = search(self.engine, H, k, restriction)
         return ids, scores.astype(np.float64)
 
-    def _map(self, fn, items) -> list:
+    def _map(self, fn, items) -> list[Any]:
         """``[fn(x) for x in items]`` with at most ``max_workers`` calls in flight, in order."""
         items = list(items)
         if self.max_workers == 1 or len(items) < 2:

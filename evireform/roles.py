@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
@@ -88,7 +88,7 @@ class Candidates(_SequenceABC):
 
     def __init__(self, ids, scores, passages, texts=None):
         self._ids, self._scores, self._passages, self._texts = ids, scores, passages, texts
-        self._made: list = [None] * len(ids)
+        self._made: list[Any] = [None] * len(ids)
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -257,7 +257,7 @@ class LearnedSelector(Selector):
         return [candidates[i].id for i in sorted(top)]
 
 
-def _mostly_in(toks: list, tokens: set) -> bool:
+def _mostly_in(toks: list[Any], tokens: set) -> bool:
     """More than half of the name's tokens ``toks`` are among ``tokens``."""
     return bool(toks) and sum(t in tokens for t in toks) * 2 > len(toks)
 
@@ -420,10 +420,10 @@ class _PassageBridges:
                         or _mostly_in(toks, t_tokens):
                     continue
                 self.cands.append((pos, e, i, c, toks))
-        self._bodies: dict = {}
-        self._words: dict = {}
-        self._canon: dict = {}
-        self._spelled: dict = {}
+        self._bodies: dict[str, Any] = {}
+        self._words: dict[str, Any] = {}
+        self._canon: dict[str, Any] = {}
+        self._spelled: dict[str, Any] = {}
 
     def body(self, i: int) -> str:
         """Proposition ``i``'s text without the LLM-free extractors' title prefix."""
@@ -538,7 +538,7 @@ class GraphBridgeReformulator(Reformulator):
             for x in cands:
                 x[1] = -len(kept[x[0]].words(x[5]) & q_words)
         # ties within a proposition go to the earlier mention (its text read only then)
-        groups: dict = {}
+        groups: dict[str, Any] = {}
         for x in cands:
             groups.setdefault((x[0], x[1], x[2]), []).append(x)
         for group in groups.values():

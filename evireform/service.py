@@ -61,7 +61,7 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Annotated, Literal
 
 from ._checks import positive_int
 from .application import METHODS, apply_update, llm_roles, make_method
@@ -91,7 +91,7 @@ class Generation:
     number: int
     index: object
     retriever: object
-    strategies: dict = field(default_factory=dict)
+    strategies: dict[str, Any] = field(default_factory=dict)
 
 
 class RetrievalService:
@@ -204,7 +204,7 @@ class RetrievalService:
             gen.strategies[method] = self._method(method, gen.index)
         return gen.strategies[method]
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         try:
             g = self.current()
         except Unavailable as exc:
@@ -327,13 +327,13 @@ class RetrievalService:
                         g[2].set_result((res, gen.number))
 
     # ------------------------------------------------------------------ updates
-    async def update(self, add=None, upsert: bool = False, delete=None) -> dict:
+    async def update(self, add=None, upsert: bool = False, delete=None) -> dict[str, Any]:
         """Apply deletions then additions to the saved index under its lock, save the new
         generation atomically and swap it in; serialised."""
         return await asyncio.get_running_loop().run_in_executor(
             self._upd, self._update_sync, add, upsert, delete)
 
-    def _update_sync(self, add, upsert, delete) -> dict:
+    def _update_sync(self, add, upsert, delete) -> dict[str, Any]:
         with self._update_lock:
             up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
                               upsert=upsert)
@@ -407,7 +407,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         k: Integer = Field(10, ge=1, le=max_k)
         method: Method = "evireform"
         graph: StrictBool = False
-        filter: dict | list[StrictStr] | None = None
+        filter: dict[str, Any] | list[StrictStr] | None = None
         namespace: StrictStr | None = Field(None, min_length=1, max_length=1000)
 
         def where(self):
@@ -433,7 +433,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         id: StrictStr | None = Field(None, min_length=1, max_length=1000)
         title: StrictStr = Field("", max_length=10_000)
         text: StrictStr = Field(min_length=1, max_length=200_000)
-        metadata: dict | None = None
+        metadata: dict[str, Any] | None = None
 
     class UpdateIn(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -446,7 +446,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         id: str
         title: str
         text: str
-        metadata: dict
+        metadata: dict[str, Any]
         score: float
         from_question: float
         from_residual: float
@@ -462,7 +462,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         question: str
         passages: list[PassageOut]
         trace: TraceOut
-        graph: dict | None = Field(None, description="the evidence graph (graph: true)")
+        graph: dict[str, Any] | None = Field(None, description="the evidence graph (graph: true)")
         generation: int
         took_ms: float
 
@@ -552,7 +552,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         code, msg = _error_of(exc)
         return error(code, msg)
 
-    def answer(res, gen: int, graph: bool, took: float) -> dict:  # plain JSON types only
+    def answer(res, gen: int, graph: bool, took: float) -> dict[str, Any]:  # plain JSON types only
         # the result record every door prints (RetrievalResult.to_dict), and when it ran
         return {**res.to_dict(graph=graph), "generation": gen, "took_ms": round(took * 1e3, 3)}
 

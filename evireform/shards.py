@@ -15,6 +15,8 @@ retriever takes either: ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,7 +213,7 @@ def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
     return entries
 
 
-def load_shard(path, entry: dict, embeddings) -> Shard:
+def load_shard(path, entry: dict[str, Any], embeddings) -> Shard:
     """One shard of a saved shard directory over the index's ``embeddings`` (a view of its
     rows); its HNSW file is checked (digest, header, links, labels) before hnswlib reads it."""
     lo, hi = entry["lo"], entry["hi"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -445,7 +445,7 @@ class HiQ(_Strategy):
 
 
     # -- the operators
-    def _resolve(self, node: HiQNode, events: list) -> bool:
+    def _resolve(self, node: HiQNode, events: list[Any]) -> bool:
         P, _ = self.search.rank([node.query], self.k_node)[0]
         node.passages = [int(j) for j in P]
         if not node.passages:
@@ -477,7 +477,7 @@ class HiQ(_Strategy):
         b = self.bridges.bridges(query, passages)
         return b[0][1] if b else None
 
-    def _split(self, query: str, events: list) -> tuple[str, str] | None:
+    def _split(self, query: str, events: list[Any]) -> tuple[str, str] | None:
         parts = self.splitter.split(query)
         events.extend(parts.events() if isinstance(parts, RoleResult) else [])
         if parts and self.splitter.verify(query, *parts[0]):
@@ -491,7 +491,7 @@ class HiQ(_Strategy):
             return parts
         return None
 
-    def _solve(self, query: str, depth: int, events: list, split: bool = True) -> HiQNode:
+    def _solve(self, query: str, depth: int, events: list[Any], split: bool = True) -> HiQNode:
         node = HiQNode(query, depth)
         if self._resolve(node, events):
             node.status = "resolved"

@@ -20,6 +20,8 @@ blob (an update's memory is proportional to what it changes, not to the texts).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import mmap
 from bisect import bisect_right
@@ -124,7 +126,7 @@ class PassageTable(_View):
         return len(self.ids)
 
     @staticmethod
-    def _meta(raw: str) -> dict:
+    def _meta(raw: str) -> dict[str, Any]:
         if not raw:
             return {}
         try:
@@ -154,7 +156,7 @@ class Concat(_View):
     __slots__ = ("parts", "_ends")
 
     def __init__(self, *parts):
-        flat: list = []
+        flat: list[Any] = []
         for part in parts:
             flat.extend(part.parts if isinstance(part, Concat) else [part])
         self.parts = [part for part in flat if len(part)]
@@ -254,7 +256,7 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
     (a lone surrogate raises ``ValueError`` naming the string: never invalid UTF-8)."""
     chunks: list[np.ndarray] = []   # string sizes, in order
     sizes: list[int] = []           # sizes of the strings encoded since the last chunk
-    buf: list = []
+    buf: list[Any] = []
     held = 0
     count = 0
 

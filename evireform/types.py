@@ -1,6 +1,8 @@
 """Plain records shared across the package."""
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 
@@ -16,7 +18,7 @@ class Passage:
     id: str
     title: str
     text: str
-    metadata: dict = field(default_factory=dict, hash=False)
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ _CPU = None
 
 #: the per-call ``backend="gpu"`` door's device copies, keyed by (object id, kind): held
 #: here, never written into the graph or passage map, and dropped with the object
-_DEVICE_COPIES: dict = {}
+_DEVICE_COPIES: dict[str, Any] = {}
 _DEVICE_LOCK = threading.Lock()
 
 
@@ -78,7 +78,7 @@ def _n_threads() -> int:
 
 #: the last load check: (monotonic time, busy, this process's CPU seconds); see machine_busy
 _LOAD_SEEN = [-1e18, False, 0.0]
-_CPUS: list = []
+_CPUS: list[Any] = []
 
 
 def _usable_cpus() -> int:
@@ -658,7 +658,7 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids,
 
 
 #: the last batched propagation's output arrays, kept for the next call (see _out_buffers)
-_OUT_KEPT: dict = {}
+_OUT_KEPT: dict[str, Any] = {}
 _OUT_LOCK = threading.Lock()
 
 
@@ -843,7 +843,7 @@ def warm_up(batched: bool = True) -> None:
                      np.array([1], np.int64), limit=2)  # the graph reformulator's lookahead
 
 
-_WARMING: list = []
+_WARMING: list[Any] = []
 _WARMING_LOCK = threading.Lock()
 
 

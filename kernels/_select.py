@@ -17,6 +17,8 @@ counter may give them).  The tests compare it with the array-namespace reference
 """
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +33,7 @@ THREADS = 256
 _MAX_GRID_Y = 65535
 
 _ID_MASK = np.uint64(0xFFFFFFFF)
-_RAW: dict = {}
+_RAW: dict[str, Any] = {}
 
 
 def slice_length(k: int) -> int | None:

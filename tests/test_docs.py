@@ -82,16 +82,20 @@ def test_the_first_index_and_query_commands_run_as_written(tmp_path, monkeypatch
     (notes / "ops.md").write_text("# Operations\n\n## Build farm\n\nThe build farm is run by "
                                   "**Dana Ruiz**.\n\n## Backups\n\nSnapshots run nightly.\n")
     (notes / "team.html").write_text("<h1>Team</h1><p>Dana Ruiz joined from Lisbon.</p>")
-    env = {**__import__("os").environ, "EVIREFORM_CACHE": str(tmp_path / "cache")}
+    # a fresh numba cache: the index compiles what the query runs, so the query compiles
+    # nothing (NUMBA_DEBUG_CACHE prints "data saved" for each kernel it compiles)
+    env = {**__import__("os").environ, "EVIREFORM_CACHE": str(tmp_path / "cache"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     exe = str(Path(sys.executable).with_name("evireform"))
     for n, c in enumerate(cmds):
         argv = [exe] + shlex.split(c.split("#")[0])[1:]
-        r = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=600)
+        r = subprocess.run(argv, cwd=tmp_path, env={**env, "NUMBA_DEBUG_CACHE": str(n)},
+                           capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         if n == 0:
             assert list((tmp_path / "cache" / "onnx").rglob("model.onnx"))
             assert "document_encoder               onnx" in r.stdout
+    assert "data loaded" in r.stdout and "data saved" not in r.stdout
     assert "The build farm is run by Dana Ruiz." in r.stdout
     assert "notes/ops.md #0 · section Operations > Build farm" in r.stdout
     assert "Warning" not in r.stderr and "Loading weights" not in r.stderr

@@ -13,6 +13,8 @@ the sizes so the whole run takes about a minute (CI runs it so the suite cannot 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import time
 from pathlib import Path
 
@@ -35,7 +37,7 @@ GPU_ORDER = ("gpu_copy", "gpu_cosine", "gpu_cosine_fp16", "gpu_propagate", "gpu_
 
 
 def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cpu",
-        namespace=None, time_budget: float | None = None, on_case=None) -> dict:
+        namespace=None, time_budget: float | None = None, on_case=None) -> dict[str, Any]:
     """Run the cases of ``backend`` (all, or the groups named in ``only``) and return the
     report.  ``backend="gpu"`` needs CuPy and a device, unless ``namespace`` is given (the
     tests run the GPU cases on numpy at tiny sizes).  With ``time_budget`` (seconds), cases
@@ -59,9 +61,9 @@ def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cp
         inp = gpu_cases.GpuInputs(quick, ns, log, tiny=namespace is not None and not ns.on_device)
     else:
         inp = cases.Inputs(quick, Path(data) if data else None, log)
-    rows: dict = {}
-    skipped: list = []
-    failed: list = []
+    rows: dict[str, Any] = {}
+    skipped: list[Any] = []
+    failed: list[Any] = []
     report = {"machine": machine(), "quick": quick, "backend": backend, "cases": rows,
               "skipped": skipped, "failed": failed}
     if backend == "gpu":
@@ -89,7 +91,7 @@ def _run_cases(mine, only, inp, report, time_budget, on_case, log) -> None:
             log(f"  {group} skipped: the time budget of {time_budget:.0f}s is spent")
             continue
         t = time.perf_counter()
-        out: dict = {}
+        out: dict[str, Any] = {}
 
         def flush(out=out, c=c):
             """A case's rows so far into the report and out to ``on_case`` (a GPU case
@@ -128,7 +130,7 @@ def _device_name(ns) -> str:
         return f"unknown ({exc})"
 
 
-def below_floor(report: dict, floors: dict | None = None) -> list[str]:
+def below_floor(report: dict[str, Any], floors: dict[str, Any] | None = None) -> list[str]:
     """The labels of the measured cases whose speedup falls under their floor."""
     floors = FLOORS if floors is None else floors
     return [name for name, floor in floors.items()
@@ -136,7 +138,7 @@ def below_floor(report: dict, floors: dict | None = None) -> list[str]:
             and c["speedup"] < floor]
 
 
-def remeasure_below_floor(report: dict, rerun, floors: dict | None = None,
+def remeasure_below_floor(report: dict[str, Any], rerun, floors: dict[str, Any] | None = None,
                           log=print) -> list[str]:
     """Measure once more the case groups with a speedup under its floor, and keep each such
     case's better measurement; ``report["remeasured"]`` records both speedups.  On a shared
@@ -161,7 +163,7 @@ def remeasure_below_floor(report: dict, rerun, floors: dict | None = None,
     return below_floor(report, floors)
 
 
-def check(report: dict, floors: dict | None = None) -> list[str]:
+def check(report: dict[str, Any], floors: dict[str, Any] | None = None) -> list[str]:
     """Floors that a measured speedup falls under, floors that name no declared case label
     (a renamed label would otherwise switch its guard off), and pairs that disagree.  A floor
     whose declared case did not run (full-size cases in quick mode) is not checked."""

@@ -7,6 +7,8 @@ names none.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import time
@@ -374,7 +376,7 @@ def core_questions(idx, qs, H_q, queries, vecs):
     return run
 
 
-def core_parts(run, n_questions: int, repeat: int = 3) -> dict:
+def core_parts(run, n_questions: int, repeat: int = 3) -> dict[str, Any]:
     """Where a question's time in :func:`core_questions` goes (ms, the median of
     ``repeat`` passes): the proposition searches, the selection, the reformulation (the
     given one: a lookup), the ranking (propagation and readout in one kernel pass, then the
@@ -382,7 +384,7 @@ def core_parts(run, n_questions: int, repeat: int = 3) -> dict:
     retr = run.retriever
     names = {"_search": "search", "_select": "selection", "_queries": "reformulation",
              "_rank_many": "propagation, readout, records"}
-    spent: dict = {}
+    spent: dict[str, Any] = {}
     saved = {a: getattr(retr, a) for a in names}
 
     def clock(attr):

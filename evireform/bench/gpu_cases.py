@@ -9,6 +9,8 @@ of 10,000 seeds at 1M and 10M propositions; readout at 1M and 10M; retrieve_many
 """
 from __future__ import annotations
 
+from typing import Any
+
 import time
 
 import numpy as np
@@ -27,7 +29,7 @@ class GpuInputs:
         self.quick, self.ns, self.log = quick, ns, log
         self.tiny = tiny  # the CPU-namespace smoke test: everything small
         self.rng = np.random.default_rng(20261201)
-        self._cache: dict = {}
+        self._cache: dict[str, Any] = {}
         #: set by :func:`evireform.bench.run` per case: the report's writer, the budget's end
         self.flush = lambda: None
         self.deadline = None
@@ -410,7 +412,7 @@ TARGETS = [
 ]
 
 
-def targets(report: dict) -> str:
+def targets(report: dict[str, Any]) -> str:
     """Each target with the measured value, or why it was not measured."""
     lines = ["targets:"]
     for label, fld, want, what, _why in TARGETS:

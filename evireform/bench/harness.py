@@ -6,7 +6,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def median_time(fn, repeat: int, warmup: int = 1) -> float:
     return float(np.median(ts))
 
 
-def times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list:
+def times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list[Any]:
     """Median time of each of ``fns``, one after another: a pause (so that the thread pools of
     whatever ran before -- numba's, OpenBLAS's, faiss's OpenMP -- stop spinning on the 2 cores),
     one warm-up call, then calls until there are at least ``repeat`` and they add up to
@@ -71,7 +71,7 @@ def times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list:
     for fn in fns:
         time.sleep(pause)
         fn()
-        ts: list = []
+        ts: list[Any] = []
         while len(ts) < repeat or sum(ts) < min_s:
             t0 = time.perf_counter()
             fn()
@@ -80,7 +80,7 @@ def times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list:
     return out
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     import numba
     info = {"python": platform.python_version(), "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
@@ -128,7 +128,7 @@ def case(*labels: str, backend: str = "cpu"):
     return register
 
 
-def table(report: dict) -> str:
+def table(report: dict[str, Any]) -> str:
     rows = [("case", "size", "ours", "peer", "ratio", "agree")]
     for name, c in report["cases"].items():
         fmt = lambda s: "-" if s is None else (f"{s * 1e6:.1f} us" if s < 1e-3 else  # noqa: E731

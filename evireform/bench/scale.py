@@ -21,6 +21,8 @@ drop).  Sizes that need more disk than is free are skipped and said so.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import resource
@@ -75,7 +77,7 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def build_point(M: int, out: Path, seed: int = 0) -> dict:
+def build_point(M: int, out: Path, seed: int = 0) -> dict[str, Any]:
     """Build and save a synthetic index of ``M`` propositions at ``out``."""
     from ..index import PropositionIndex, disk_bytes
     from ..types import Passage
@@ -107,7 +109,7 @@ def build_point(M: int, out: Path, seed: int = 0) -> dict:
             "build_peak_rss": _peak_rss(), "build_peak_anon": anon.peak}
 
 
-def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
+def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict[str, Any]:
     """Load the index at ``path`` (memory-mapped, verified) and time Algorithm 1 per question."""
     from ..engine import make_engine
     from ..index import PropositionIndex
@@ -180,7 +182,7 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict:
             "n_queries": n_queries, "query_peak_rss": _peak_rss(), "query_peak_anon": anon.peak}
 
 
-def _child(kind: str, M: int, path: Path, n_queries: int) -> dict:
+def _child(kind: str, M: int, path: Path, n_queries: int) -> dict[str, Any]:
     call = (f"scale.build_point({M}, Path({str(path)!r}))" if kind == "build"
             else f"scale.query_point(Path({str(path)!r}), {n_queries})")
     code = ("import json; from pathlib import Path; from evireform.bench import scale; "

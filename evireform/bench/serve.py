@@ -8,6 +8,7 @@ p50/p95/p99 latency and throughput.  The client runs on the same machine as the 
 on a small machine it takes CPU from it; the in-process figures are measured in this process
 before the service starts.
 """
+from typing import Any
 import asyncio
 import json
 import os
@@ -28,14 +29,14 @@ def _port() -> int:
     return p
 
 
-def _pct(lat) -> dict:
+def _pct(lat) -> dict[str, Any]:
     a = np.asarray(lat) * 1e3
     return {"p50_ms": round(float(np.percentile(a, 50)), 2),
             "p95_ms": round(float(np.percentile(a, 95)), 2),
             "p99_ms": round(float(np.percentile(a, 99)), 2)}
 
 
-def in_process(index_dir, questions, encoder: str, k: int = 10, batch: int = 64) -> dict:
+def in_process(index_dir, questions, encoder: str, k: int = 10, batch: int = 64) -> dict[str, Any]:
     """p50 of ``retrieve()`` one question at a time, and ``retrieve_many`` ms per question in
     batches of ``batch``, with the index's own embedder on ``encoder``."""
     from ..application import index_embedder
@@ -82,7 +83,7 @@ async def _drive(url: str, questions, concurrency: int, per_client: int, k: int)
 
 
 def service(index_dir, questions, encoder: str, concurrencies=(1, 8, 32), k: int = 10,
-            requests: int = 256) -> dict:
+            requests: int = 256) -> dict[str, Any]:
     """Start ``evireform serve`` on ``encoder``; ready time, then each concurrency."""
     import httpx
     port = _port()
@@ -132,7 +133,7 @@ def cold_query(index_dir, question: str, encoder: str, repeats: int = 3) -> floa
 
 
 def run(index_dir, questions_file, *, n: int = 200, encoders=("onnx", "torch"),
-        concurrencies=(1, 8, 32), log=print) -> dict:
+        concurrencies=(1, 8, 32), log=print) -> dict[str, Any]:
     qs = [q["question"] for q in json.loads(Path(questions_file).read_text())][:n]
     report = {"index": str(index_dir), "questions": len(qs), "cpus": os.cpu_count(),
               "encoders": {}}

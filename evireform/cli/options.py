@@ -2,6 +2,8 @@
 defined once."""
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import os
 import sys
@@ -183,7 +185,7 @@ def _add_llm_args(p) -> None:
                    help="prompt tokens per minute (0: no limit)")
 
 
-def _replay_setup(args) -> dict:
+def _replay_setup(args) -> dict[str, Any]:
     """--llm-replay: offline, answered from the recorded replies (by key, else by content);
     the model defaults to the one the first file names."""
     model = None

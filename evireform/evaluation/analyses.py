@@ -15,7 +15,7 @@ exactly those methods and formats the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .data import Question
 from .metrics import KS, metrics, per_question
@@ -41,7 +41,7 @@ def initial_pool(owner, candidates: Sequence[tuple[int, float]], size: int = POO
     return pool
 
 
-def pool_coverage(owner, questions: Sequence[Question], traces, size: int = POOL_SIZE) -> dict:
+def pool_coverage(owner, questions: Sequence[Question], traces, size: int = POOL_SIZE) -> dict[str, Any]:
     """Coverage before and after residual retrieval, in percent, and the transitions.
 
     ``passages`` = share of all gold passages (pooled over questions) inside the pool;
@@ -67,7 +67,7 @@ def pool_coverage(owner, questions: Sequence[Question], traces, size: int = POOL
             "completed": int(completed), "n_questions": len(questions)}
 
 
-def by_type(rankings: dict, questions: Sequence[Question], ks=KS) -> dict:
+def by_type(rankings: dict[str, Any], questions: Sequence[Question], ks=KS) -> dict[str, Any]:
     """{type: {"n": count, "methods": {method: metrics}}} over the questions' types."""
     out = {}
     for typ in sorted({q.type for q in questions}):
@@ -78,7 +78,7 @@ def by_type(rankings: dict, questions: Sequence[Question], ks=KS) -> dict:
     return out
 
 
-def sensitivity(run_config, grids: dict = GRIDS) -> dict:
+def sensitivity(run_config, grids: dict[str, Any] = GRIDS) -> dict[str, Any]:
     """``run_config(**override) -> metrics``; returns {param: {value: metrics}}."""
     return {p: {v: run_config(**{p: v}) for v in values} for p, values in grids.items()}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -210,6 +210,6 @@ BASELINES: dict[str, Baseline] = {
 }
 
 
-def _hipporag2(b: "BaselineInputs") -> list:
+def _hipporag2(b: "BaselineInputs") -> list[Any]:
     from .hipporag2 import hipporag2_rankings
     return hipporag2_rankings(b, b.k)

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..types import Passage
 
@@ -99,7 +99,7 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
 _REF = re.compile(r"#(\d+)")
 
 
-def _decomposition_edges(r: dict, by_text: dict, qid: str) -> frozenset | None:
+def _decomposition_edges(r: dict[str, Any], by_text: dict[str, Any], qid: str) -> frozenset | None:
     """MuSiQue ``question_decomposition`` -> gold edges (see :class:`Question`)."""
     steps = r.get("question_decomposition")
     if not isinstance(steps, list) or not steps:

@@ -19,6 +19,8 @@ questions whose gold graph has no edges.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 MAX_EXACT_NODES = 7
@@ -72,7 +74,7 @@ def ged(nodes1, edges1, nodes2, edges2, *, labelled: bool = True) -> int:
     return best
 
 
-def graph_scores(pred_nodes, pred_edges, gold_nodes, gold_edges) -> dict:
+def graph_scores(pred_nodes, pred_edges, gold_nodes, gold_edges) -> dict[str, Any]:
     """The metrics of one question (0/1 for EM, GM, GS; fractions for P, R, F1)."""
     p, g = set(pred_nodes), set(gold_nodes)
     hit = len(p & g)
@@ -102,7 +104,7 @@ def method_graphs(ranking, results, questions):
     return out
 
 
-def graph_metrics(ranking, results, questions) -> dict:
+def graph_metrics(ranking, results, questions) -> dict[str, Any]:
     """Means over the questions with a gold graph: EM/P/R/F1/GM/GS in percent, GED raw;
     ``n_graph_questions`` says how many.  Empty when none has one."""
     rows = []

@@ -28,7 +28,7 @@ triple ``(e1, text, en)`` (an adaptation: the heuristic extractor gives no subje
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -115,7 +115,7 @@ class HippoRAG2:
         self.graph.es["weight"] = [stats[e] for e in edges]
         self.E = E
 
-    def _synonymy(self, ent_emb: np.ndarray, stats: dict) -> None:
+    def _synonymy(self, ent_emb: np.ndarray, stats: dict[str, Any]) -> None:
         alnum = [len(re.sub("[^A-Za-z0-9]", "", e)) > 2 for e in self.entities]
         E = len(self.entities)
         for lo in range(0, E, 1024):

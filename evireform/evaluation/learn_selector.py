@@ -11,6 +11,8 @@ LLM selection (also with the LLM-free reformulator), all in one run.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +66,7 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50)
     return w
 
 
-def _run(idx, qs, embedder, selector) -> dict:
+def _run(idx, qs, embedder, selector) -> dict[str, Any]:
     from ..retriever import EviReform
     r = EviReform(idx, embedder=embedder, selector=selector)
     res = r.retrieve_many([q.question for q in qs], 20)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Sequence
+from typing import Any, Sequence
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -47,7 +47,7 @@ def best_scores(pred: str, golds: Sequence[str]) -> tuple[float, float]:
     return max(f1_score(pred, g) for g in golds), max(exact_match(pred, g) for g in golds)
 
 
-def qa_metrics(preds: Sequence[str], golds: Sequence[Sequence[str]]) -> dict:
+def qa_metrics(preds: Sequence[str], golds: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Mean F1 and EM in percent."""
     if not preds:
         return {"f1": 0.0, "em": 0.0}

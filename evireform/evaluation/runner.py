@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .._checks import positive_int
 from .baselines import BASELINES, BaselineInputs
@@ -26,7 +26,7 @@ class Method:
     #: a baseline's name in BASELINES, or None for an EviReform variant
     baseline: str | None = None
     #: EviReformConfig overrides of an EviReform variant
-    overrides: dict = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     #: the LLM-free selector fills every selection slot instead of taking the run's seed count
     all_slots: bool = False
     #: a strategy of evireform.strategies ("bgr", "hiq") instead of an EviReform variant
@@ -100,19 +100,19 @@ class EvalReport:
     n_propositions: int
     embedder: str
     extractor: str | None
-    config: dict
+    config: dict[str, Any]
     selector_n: int | None
     methods: dict[str, dict]
     rankings: dict[str, list[list[int]]]
     questions: list[Question]
     traces: dict[str, list]
-    bootstrap: dict | None = None
-    llm_usage: dict | None = None
+    bootstrap: dict[str, Any] | None = None
+    llm_usage: dict[str, Any] | None = None
 
     _SUMMARY = ("dataset", "n_questions", "n_passages", "n_propositions", "embedder",
                 "extractor", "config", "selector_n", "methods", "llm_usage", "bootstrap")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The summary (``llm_usage`` and ``bootstrap`` only when present)."""
         return {k: getattr(self, k) for k in self._SUMMARY
                 if getattr(self, k) is not None or k not in ("llm_usage", "bootstrap")}
@@ -228,7 +228,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
                             openie_path=openie_path, llm=llm)
     rankings: dict[str, list[list[int]]] = {}
     traces: dict[str, list] = {}
-    by_cfg: dict = {}
+    by_cfg: dict[str, Any] = {}
     for name in methods:
         m = METHODS[name]
         if m.is_baseline:
@@ -289,7 +289,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     return report
 
 
-def bootstrap_vs_strongest(rankings: dict, qs, dataset: str, ks=KS) -> dict:
+def bootstrap_vs_strongest(rankings: dict[str, Any], qs, dataset: str, ks=KS) -> dict[str, Any]:
     """For every metric: EviReform minus the strongest other method on that metric, with a
     paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
     the baselines (dense, bm25, dense_prop, hipporag_ppr) and the related strategies (bgr,

@@ -9,6 +9,8 @@ per dataset and metric, so every interval is reproducible.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import zlib
 
 import numpy as np
@@ -23,7 +25,7 @@ def seed_offset(dataset: str, metric: str) -> int:
 
 
 def paired_bootstrap(a, b, *, seed: int, n_resamples: int = N_RESAMPLES,
-                     level: float = 0.95) -> dict:
+                     level: float = 0.95) -> dict[str, Any]:
     """Mean difference 100*(a-b) with its percentile interval."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     n = len(d)

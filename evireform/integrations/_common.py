@@ -1,6 +1,8 @@
 """What both adapters share: building the retriever and the metadata of a result passage."""
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 from ..application import index_embedder
@@ -25,7 +27,7 @@ def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, se
                      **roles)
 
 
-def passage_metadata(result, rank: int, passage) -> dict:
+def passage_metadata(result, rank: int, passage) -> dict[str, Any]:
     """Metadata of one ranked passage: the passage's own metadata, then ids, title, score
     and its three parts, the question's residual queries (JSON-serialisable; these keys win
     over the passage's own of the same name)."""

@@ -44,7 +44,7 @@ from ._common import document_passages, make_retriever, passage_metadata, passag
 _UNSET: Any = object()
 
 
-def passages_from_documents(documents) -> list:
+def passages_from_documents(documents) -> list[Any]:
     """:class:`~evireform.Passage` objects from LangChain ``Document`` objects, metadata
     kept (``id``: the document's ``id`` when set, else derived from its content; ``title``:
     ``metadata["title"]`` when a string)."""

@@ -19,6 +19,8 @@ ids: :mod:`evireform.filters`) restricts every query.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .._checks import loads as _json_loads, positive_int
 
 import dataclasses
@@ -40,7 +42,7 @@ from ..filters import compile_filter
 from ..retriever import EviReformConfig
 
 
-def passages_from_nodes(nodes) -> list:
+def passages_from_nodes(nodes) -> list[Any]:
     """:class:`~evireform.Passage` objects from LlamaIndex nodes or documents (their text,
     ``id_`` and metadata)."""
     return document_passages(((n.get_content(), n.metadata, getattr(n, "id_", None))

@@ -4,6 +4,8 @@ two.  Nothing here knows what an index holds: the caller says what a parked dire
 look like."""
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import os
 import shutil
@@ -40,7 +42,7 @@ def _replace(src: Path, dst: Path) -> None:
     os.replace(src, dst)
 
 
-_LOCKS: dict = {}
+_LOCKS: dict[str, Any] = {}
 
 
 _LOCKS_GUARD = threading.Lock()

@@ -3,6 +3,8 @@ stamp, and writing an index (:func:`save_index`, through :mod:`evireform.store.a
 what a save refuses (:func:`check_target`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import datetime as _dt
 import hashlib
 import json
@@ -189,7 +191,7 @@ def _digest(f: Path, size: int) -> str:
     return h.hexdigest()
 
 
-def _seen(f: Path) -> list:
+def _seen(f: Path) -> list[Any]:
     st = os.stat(f)
     return [st.st_size, st.st_mtime_ns, st.st_ino, _digest(f, st.st_size)]
 

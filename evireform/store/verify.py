@@ -3,6 +3,8 @@ readers trust) and the full tier (checksums, recomputed arrays, norms, texts), c
 stamp; the legacy JSON texts of versions 1-2; the embeddings alone (:func:`load_embeddings`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import codecs
 import contextlib
 import hashlib
@@ -31,7 +33,7 @@ from .hnsw_file import _load_hnsw_ids, load_hnsw
 class Loaded:
     """What :func:`load_index` read and checked, ready to become a PropositionIndex."""
 
-    manifest: dict
+    manifest: dict[str, Any]
     graph: EntityGraph
     pmap: PassageMap
     embeddings: np.ndarray
@@ -84,7 +86,7 @@ def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
     return counts, files
 
 
-def _check_files(path: Path, files: dict, verify: bool, streamed=()) -> None:
+def _check_files(path: Path, files: dict[str, Any], verify: bool, streamed=()) -> None:
     """Every listed file present, regular and of its manifest size; with ``verify`` its
     sha256 too, except the ``streamed`` ones (checked while their values are read)."""
     for name, info in files.items():
@@ -99,7 +101,7 @@ def _check_files(path: Path, files: dict, verify: bool, streamed=()) -> None:
             _fail(f, "sha256 does not match the manifest (edited or corrupt)")
 
 
-def _load_arrays(path: Path, sizes: dict, mmap: bool) -> dict[str, np.ndarray]:
+def _load_arrays(path: Path, sizes: dict[str, Any], mmap: bool) -> dict[str, np.ndarray]:
     arr = {}
     for s in SPECS:
         f = path / s.file
@@ -170,7 +172,7 @@ def _hashable(arr) -> bool:
 
 
 def _check_unit_rows(f: Path, emb, codes=None, scale=None, fc: Path | None = None,
-                     sha: dict | None = None) -> None:
+                     sha: dict[str, Any] | None = None) -> None:
     """Every row finite and of unit L2 norm within :data:`NORM_TOLERANCE`, and with
     ``codes``, every int8 code within half a scale step of its value (what makes the int8
     search exact): one pass in blocks of 64 MiB, so a memory-mapped file is streamed once,
@@ -216,7 +218,7 @@ def _check_unit_rows(f: Path, emb, codes=None, scale=None, fc: Path | None = Non
     checksums()
 
 
-def _check_arrays(path: Path, arr: dict, sizes: dict,
+def _check_arrays(path: Path, arr: dict[str, Any], sizes: dict[str, Any],
                   full: bool = True) -> tuple[EntityGraph, PassageMap]:
     M, E, N = sizes["M"], sizes["E"], sizes["N"]
     _check_ptr(path / "a_indptr.npy", arr["a_indptr"], sizes["nnz"])
@@ -247,7 +249,7 @@ def _check_arrays(path: Path, arr: dict, sizes: dict,
     return graph, pmap
 
 
-def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list:
+def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list[Any]:
     f = path / name
     try:
         obj = _json_loads(f.read_text(encoding="utf-8"), str(f))
@@ -264,11 +266,11 @@ def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list:
     return obj
 
 
-def _strings_ok(xs: list) -> bool:
+def _strings_ok(xs: list[Any]) -> bool:
     return set(map(type, xs)) <= {str}
 
 
-def _passages_ok(xs: list) -> bool:
+def _passages_ok(xs: list[Any]) -> bool:
     if not set(map(type, xs)) <= {dict}:
         return False
     return all(_strings_ok([x.get(k) for x in xs]) for k in ("id", "title", "text")) \
@@ -342,7 +344,7 @@ def _tier(verify) -> str:
     return verify
 
 
-def _check_strings(path: Path, sizes: dict, full: bool):
+def _check_strings(path: Path, sizes: dict[str, Any], full: bool):
     """The string blob (memory-mapped) and its offsets, checked; ``(blob, offsets)``."""
     f, fo = path / STRINGS_FILE, path / OFFSETS_FILE
     n = sum(sizes[c] for _, c in TABLES)
@@ -382,7 +384,7 @@ def _check_utf8(f: Path, blob, off) -> None:
         release_pages(blob, a, min(a + step, size))
 
 
-def _string_tables(path: Path, sizes: dict, full: bool):
+def _string_tables(path: Path, sizes: dict[str, Any], full: bool):
     """(passages, propositions, entities) of a version-3 index as tables over the blob."""
     blob, off = _check_strings(path, sizes, full)
     tables, lo = {}, 0
@@ -407,7 +409,7 @@ def _string_tables(path: Path, sizes: dict, full: bool):
     return passages, tables["propositions"], tables["entities"]
 
 
-def _json_tables(path: Path, sizes: dict):
+def _json_tables(path: Path, sizes: dict[str, Any]):
     """(passages, propositions, entities) of a version-1/2 index, from its JSON files."""
     raw = _load_json(path, "passages.json", sizes["N"], _passages_ok,
                      "an object with string id, title and text (and an object metadata)")
@@ -468,7 +470,7 @@ def _load_once(path: Path, mmap: bool, verify) -> Loaded:
                   codes, scale)
 
 
-def _load_codes(path: Path, files: dict, sizes: dict, mmap: bool):
+def _load_codes(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool):
     """The int8 codes and their scale, if the index has them (dtype, shape, finite positive
     scale); the full tier checks their values against the embeddings
     (:func:`_check_unit_rows`)."""
