@@ -132,10 +132,10 @@ def regular_file(path, what: str) -> Path:
 
 def read_text_file(path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of ``path`` for option ``what``, read in blocks up to ``limit`` bytes:
-    ``ValueError`` naming the option for a larger input, one that is not a regular file
-    (:func:`regular_file`: a FIFO or ``/dev/zero`` is refused before it is opened), one with
-    NUL bytes (not a text file) or one that is not UTF-8; ``OSError`` as raised."""
-    regular_file(path, what)
+    ``ValueError`` naming the option for a larger input (``/dev/zero``), one with NUL bytes
+    (not a text file) or one that is not UTF-8; ``OSError`` as raised.  A pipe is read as
+    it streams (``--questions <(cmd)``); inputs that are hashed or memory-mapped whole go
+    through :func:`regular_file` instead."""
     buf = bytearray()
     with open(path, "rb") as f:
         while True:

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from ._checks import check_json_value, check_text
 from .corpus import load_corpus
-from .formats import DOCUMENT_SUFFIXES, Block, Document, Section, read_document
+from .formats import DOCUMENT_SUFFIXES, Block, Document, Section, front_matter, read_document
 from .store import looks_like_index
 from .text import sentences
 from .types import Passage
@@ -371,47 +371,6 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
         raise ValueError("no passages found in " + ", ".join(map(str, paths))
                          + (f" ({len(out.errors)} files skipped)" if out.errors else ""))
     return out
-
-
-#: front matter: a block between ``---`` lines at the very start of a text file
-_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
-
-
-def front_matter(text: str, where: str) -> tuple[dict, str]:
-    """``(metadata, body)``: a leading YAML front matter block (``---`` ... ``---``) read as
-    metadata (YAML's safe loader; dates and other non-JSON values as strings) and removed
-    from the text, so it is neither embedded nor returned as passage text.  A block that is
-    not a mapping raises ``ValueError`` naming the file."""
-    m = _FRONT.match(text)
-    if not m:
-        return {}, text
-    try:
-        import yaml
-        got = yaml.safe_load(m.group(1)) if m.group(1).strip() else {}
-    except ImportError:  # a minimal reader: "key: value" lines
-        got = {}
-        for line in m.group(1).splitlines():
-            k, sep, v = line.partition(":")
-            if sep and k.strip():
-                got[k.strip()] = v.strip().strip("'\"")
-    except Exception as exc:
-        raise ValueError(f"{where}: the front matter is not valid YAML ({exc})") from None
-    if got is None:
-        got = {}
-    if not isinstance(got, dict):
-        raise ValueError(f"{where}: the front matter must be a mapping of keys to values")
-
-    def plain(v):
-        if isinstance(v, dict):
-            return {str(a): plain(b) for a, b in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        return str(v)  # dates, times
-    md = plain(got)
-    check_json_value(md, f"{where} (front matter)")
-    return md, text[m.end():]
 
 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):

@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
+from ._checks import check_json_value
+
 __all__ = ["Block", "Section", "Document", "read_document", "READERS", "DOCUMENT_SUFFIXES",
-           "MissingReader"]
+           "MissingReader", "front_matter"]
 
 
 @dataclass
@@ -104,6 +106,47 @@ class _Sections:
         return [s for s in self.sections if s.blocks or s.path]
 
 
+#: front matter: a block between ``---`` lines at the very start of a text file
+_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+
+
+def front_matter(text: str, where: str) -> tuple[dict, str]:
+    """``(metadata, body)``: a leading YAML front matter block (``---`` ... ``---``) read as
+    metadata (YAML's safe loader; dates and other non-JSON values as strings) and removed
+    from the text, so it is neither embedded nor returned as passage text.  A block that is
+    not a mapping raises ``ValueError`` naming the file."""
+    m = _FRONT.match(text)
+    if not m:
+        return {}, text
+    try:
+        import yaml
+        got = yaml.safe_load(m.group(1)) if m.group(1).strip() else {}
+    except ImportError:  # a minimal reader: "key: value" lines
+        got = {}
+        for line in m.group(1).splitlines():
+            k, sep, v = line.partition(":")
+            if sep and k.strip():
+                got[k.strip()] = v.strip().strip("'\"")
+    except Exception as exc:
+        raise ValueError(f"{where}: the front matter is not valid YAML ({exc})") from None
+    if got is None:
+        got = {}
+    if not isinstance(got, dict):
+        raise ValueError(f"{where}: the front matter must be a mapping of keys to values")
+
+    def plain(v):
+        if isinstance(v, dict):
+            return {str(a): plain(b) for a, b in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return str(v)  # dates, times
+    md = plain(got)
+    check_json_value(md, f"{where} (front matter)")
+    return md, text[m.end():]
+
+
 # --------------------------------------------------------------------------- Markdown
 def _inline_text(tok) -> str:
     """An inline token's text without markup: text, code spans, image alt texts; soft
@@ -163,7 +206,6 @@ def read_markdown_text(text: str) -> Document:
 
 
 def _read_markdown(path: Path) -> Document:
-    from .documents import front_matter
     text = _read_utf8(path)
     meta, body = front_matter(text, str(path))
     doc = read_markdown_text(body)

@@ -53,6 +53,9 @@ def _cmd_index(args) -> int:
         raise ValueError("--openie-plain reads an OpenIE file: give its path as --extractor")
     for src in args.paths:
         _check_index_target(args.out_dir, src, args.force)
+    if args.ray and args.extractor not in EXTRACTOR_CHOICES:
+        raise SystemExit("evireform index --ray: --extractor must be 'auto', 'heuristic', "
+                         "'phrases' or 'llm'")
     if args.extractor not in EXTRACTOR_CHOICES:  # an OpenIE file: checked before any reading
         _openie_arg(args.extractor)
     embedder = _embedder(args)

@@ -149,7 +149,6 @@ def _write_files(idx, tmp: Path) -> None:
         np.save(tmp / SCALE_FILE, np.ascontiguousarray(idx.code_scale, dtype=np.float32),
                 allow_pickle=False)
     if idx.hnsw is not None:
-        from .hnsw_file import write_hnsw
         write_hnsw(idx.hnsw, tmp / HNSW_FILE)
         if getattr(idx, "hnsw_ids", None) is not None:
             np.save(tmp / HNSW_IDS_FILE, np.ascontiguousarray(idx.hnsw_ids, dtype=np.int64),
@@ -281,3 +280,34 @@ def check_target(path, *, overwrite: bool = False) -> Path:
     raise UnsafeTargetError(f"{path} {why} ({shown}); refusing to replace it. Choose a new "
                             "directory, or pass overwrite=True (CLI: --force) to replace it "
                             "and everything in it")
+
+
+# --------------------------------------------------------------------------- hnsw.bin
+#: hnswlib's saveIndex header: six size_t, int maxlevel, uint32 entry point, three size_t,
+#: double mult, size_t ef_construction
+_HNSW_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"),
+                         ("size_per_element", "<u8"), ("label_offset", "<u8"),
+                         ("offset_data", "<u8"), ("maxlevel", "<i4"), ("entry", "<u4"),
+                         ("maxM", "<u8"), ("maxM0", "<u8"), ("M", "<u8"), ("mult", "<f8"),
+                         ("ef_construction", "<u8")])
+
+
+def _library_writes_lengths() -> bool:
+    """True when the installed ``hnswlib`` module is Chroma's fork (its files carry the
+    lengths block)."""
+    import hnswlib
+    return hasattr(hnswlib.Index, "persist_dirty")
+
+
+def write_hnsw(h, f) -> None:
+    """Save the graph ``h`` to ``f`` (``save_index``), the fork's lengths block zeroed (an
+    inner-product graph never fills it: the bytes would be the heap's)."""
+    f = Path(f)
+    h.save_index(str(f))
+    if not _library_writes_lengths():
+        return
+    count = int(h.element_count)
+    with open(f, "r+b") as fh:
+        hd = np.frombuffer(fh.read(_HNSW_HEADER.itemsize), _HNSW_HEADER)[0]
+        fh.seek(_HNSW_HEADER.itemsize + count * int(hd["size_per_element"]))
+        fh.write(bytes(4 * count))

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels import config as kconfig
-from .format import _fail
+from .format import _HNSW_HEADER, _fail, _library_writes_lengths, write_hnsw  # noqa: F401
 
 
 def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
@@ -42,15 +42,6 @@ def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- hnsw.bin
-#: hnswlib's saveIndex header: six size_t, int maxlevel, uint32 entry point, three size_t,
-#: double mult, size_t ef_construction
-_HNSW_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"),
-                         ("size_per_element", "<u8"), ("label_offset", "<u8"),
-                         ("offset_data", "<u8"), ("maxlevel", "<i4"), ("entry", "<u4"),
-                         ("maxM", "<u8"), ("maxM0", "<u8"), ("M", "<u8"), ("mult", "<f8"),
-                         ("ef_construction", "<u8")])
-
-
 def check_hnsw_file(f: Path, n: int, dim: int, embeddings=None, label_ids=None) -> None:
     """Check an hnswlib index file for everything its loader and search trust: the header
     against ``n`` elements of ``dim`` floats, every neighbour id and list length, every
@@ -151,13 +142,6 @@ def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
     return K._kernels().hnsw_upper_scan(raw, pos, count, per_level, maxM, levels, starts)
 
 
-def _library_writes_lengths() -> bool:
-    """True when the installed ``hnswlib`` module is Chroma's fork (its files carry the
-    lengths block)."""
-    import hnswlib
-    return hasattr(hnswlib.Index, "persist_dirty")
-
-
 def _layouts(first: bool):
     """The layouts to try (1 = with the lengths block), the installed library's first."""
     return (int(first), 1 - int(first))
@@ -192,20 +176,6 @@ def _convert(f: Path, to_lengths: int, out) -> None:
         out.write(memoryview(raw[body:]))
     else:
         out.write(memoryview(raw[body + 4 * count:]))
-
-
-def write_hnsw(h, f) -> None:
-    """Save the graph ``h`` to ``f`` (``save_index``), the fork's lengths block zeroed (an
-    inner-product graph never fills it: the bytes would be the heap's)."""
-    f = Path(f)
-    h.save_index(str(f))
-    if not _library_writes_lengths():
-        return
-    count = int(h.element_count)
-    with open(f, "r+b") as fh:
-        hd = np.frombuffer(fh.read(_HNSW_HEADER.itemsize), _HNSW_HEADER)[0]
-        fh.seek(_HNSW_HEADER.itemsize + count * int(hd["size_per_element"]))
-        fh.write(bytes(4 * count))
 
 
 def load_hnsw(f: Path, n: int, dim: int, embeddings=None, label_ids=None):
