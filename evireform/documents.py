@@ -47,7 +47,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._checks import check_json_value, check_text
+from ._checks import check_text
 from .corpus import load_corpus
 from .formats import DOCUMENT_SUFFIXES, Block, Document, Section, front_matter, read_document
 from .store import looks_like_index
