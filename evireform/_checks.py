@@ -8,7 +8,7 @@ import json
 import math
 import numbers
 
-def as_list(items, what: str) -> list[Any]:
+def as_list(items: Any, what: str) -> list[Any]:
     """``items`` as a list; a bare string (or bytes) is refused instead of being read as a
     sequence of characters (``delete("12")`` must not delete passages '1' and '2')."""
     if isinstance(items, (str, bytes, bytearray)):

@@ -2,12 +2,15 @@
 and put in place atomically when it succeeds."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import contextlib
 import os
 import tempfile
 from pathlib import Path
+
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
 
 
 def _umask() -> int:
@@ -36,10 +39,10 @@ class Outputs:
     a failure leaves every previous file as it was; special files (``/dev/stdout``) are
     written directly.  ``None`` paths are skipped."""
 
-    def __init__(self, outputs: dict[str, Any], inputs=(), *, encoding: str = "utf-8"):
+    def __init__(self, outputs: dict[str, Any], inputs=(), *, encoding: str = "utf-8") -> None:
         self.paths = {k: Path(v) for k, v in outputs.items() if v is not None}
         self.inputs = [Path(p) for p in inputs if p is not None]
-        self.encoding = encoding
+        self.encoding: str = encoding
         self.files: dict[str, Any] = {}
         self._tmp: dict[str, Any] = {}
 
@@ -102,7 +105,7 @@ class Outputs:
             raise
 
 
-def write_atomic(path, text: str, *, inputs=(), name: str = "output") -> None:
+def write_atomic(path: StrPath, text: str, *, inputs=(), name: str = "output") -> None:
     """Write ``text`` to ``path`` through :class:`Outputs` (checked against ``inputs``)."""
     with Outputs({name: path}, inputs) as files:
         files[name].write(text)
@@ -112,7 +115,7 @@ def write_atomic(path, text: str, *, inputs=(), name: str = "output") -> None:
 MAX_INPUT_BYTES = 256 << 20
 
 
-def regular_file(path, what: str) -> Path:
+def regular_file(path: StrPath, what: str) -> Path:
     """``path`` when it is a regular file; else ``ValueError`` naming the option and what it
     is (a FIFO, a device such as ``/dev/zero``, a socket, a folder) or that it does not
     exist.  Only ``stat`` is called: a FIFO is never opened, so nothing waits on it."""
@@ -130,7 +133,7 @@ def regular_file(path, what: str) -> Path:
     raise ValueError(f"{what} {p}: is {kind}; give a regular file")
 
 
-def read_text_file(path, what: str, limit: int = MAX_INPUT_BYTES) -> str:
+def read_text_file(path: StrPath, what: str, limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of ``path`` for option ``what``, read in blocks up to ``limit`` bytes:
     ``ValueError`` naming the option for a larger input (``/dev/zero``), one with NUL bytes
     (not a text file) or one that is not UTF-8; ``OSError`` as raised.  A pipe is read as

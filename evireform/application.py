@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 from .documents import Loaded, replace_sources
 from .embed import embedder_from_spec, get_embedder
@@ -29,6 +29,12 @@ from .retriever import EviReform
 from .store import index_lock
 from .strategies import STRATEGIES, make_strategy
 
+if TYPE_CHECKING:  # annotations only
+    from .embed import Embedder
+    from .extract import Extractor
+    from .index import PropositionIndex
+    from .types import StrPath
+
 log = logging.getLogger(__name__)
 
 __all__ = ["METHODS", "make_method", "llm_roles", "index_embedder", "Update", "apply_update"]
@@ -38,7 +44,7 @@ __all__ = ["METHODS", "make_method", "llm_roles", "index_embedder", "Update", "a
 METHODS: tuple[str, ...] = ("evireform", *STRATEGIES)
 
 
-def llm_roles(client) -> dict[str, Any]:
+def llm_roles(client: Any) -> dict[str, Any]:
     """``{"selector", "reformulator", "controller"}``: the LLM roles over ``client`` (an
     :class:`~evireform.llm.LLMClient`); ``{}`` (the LLM-free roles) when it is None."""
     if client is None:
@@ -47,7 +53,7 @@ def llm_roles(client) -> dict[str, Any]:
                 controller=LLMController(client))
 
 
-def make_method(name: str, index, embedder=None, *, llm=None, engine=None, config=None,
+def make_method(name: str, index: PropositionIndex, embedder: Embedder | None=None, *, llm: Any=None, engine: Any=None, config: Any=None,
                 roles: dict[str, Any] | None = None, max_workers: int = 1):
     """The retriever answering with ``name`` (one of :data:`METHODS`) over ``index``: an
     :class:`~evireform.retriever.EviReform` (its roles: ``roles``, else the LLM roles of
@@ -64,7 +70,7 @@ def make_method(name: str, index, embedder=None, *, llm=None, engine=None, confi
     return make_strategy(name, index, embedder, llm, engine=engine)
 
 
-def index_embedder(index, embedder: str | None = None, *, device: str | None = None,
+def index_embedder(index: PropositionIndex, embedder: str | None = None, *, device: str | None = None,
                    encoder: str = "auto", **options):
     """The embedder for the saved ``index``: the one its manifest records (with its prompts
     and dimension), or ``embedder`` (a name, e.g. ``"hashing-64"``, built with ``options``:
@@ -79,7 +85,7 @@ def index_embedder(index, embedder: str | None = None, *, device: str | None = N
                               encoder=encoder)
 
 
-def update_extractor(index, extractor=None):
+def update_extractor(index: PropositionIndex, extractor: Extractor | None=None):
     """The extractor that adds passages to ``index``: ``extractor`` (an
     :class:`~evireform.extract.Extractor`, or an LLM-free extractor's name such as
     ``"phrases"``) when given, else the LLM-free one the index was built with.  An index
@@ -116,8 +122,8 @@ def _merge(changes: dict[str, Any], new: dict[str, Any]) -> None:
         changes[key] = changes.get(key, []) + list(ids)
 
 
-def apply_update(index_dir, *, delete: Sequence[str] | None = None, add=None,
-                 embedder=None, upsert: bool = False, extractor=None,
+def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add: Any=None,
+                 embedder: Embedder | None=None, upsert: bool = False, extractor: Extractor | None=None,
                  show_progress: bool = False,
                  before_save: Callable[[Update], bool] | None = None) -> Update:
     """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``

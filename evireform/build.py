@@ -21,11 +21,15 @@ steps in one process.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TYPE_CHECKING
 
 import numpy as np
 
 from .types import Passage, Proposition
+
+if TYPE_CHECKING:  # annotations only
+    from .embed import Embedder
+    from .extract import Extractor
 
 __all__ = ["PASSAGE_COLUMNS", "PROPOSITION_COLUMNS", "passage_batch", "extract_batch",
            "embed_batch", "proposition_batch", "concat_batches", "reduce_records",
@@ -67,7 +71,7 @@ def _check(batch: dict[str, Any], cols: Sequence[str], step: str) -> int:
     return n.pop() if n else 0
 
 
-def extract_batch(batch: dict[str, Any], extractor, *, show_progress: bool = False) -> dict[str, Any]:
+def extract_batch(batch: dict[str, Any], extractor: Extractor, *, show_progress: bool = False) -> dict[str, Any]:
     """Propositions of a passage batch: ``{pos, ord, text, entities}``."""
     n = _check(batch, PASSAGE_COLUMNS, "extract_batch")
     ids, titles, texts = _strs(batch["id"]), _strs(batch["title"]), _strs(batch["text"])
@@ -91,7 +95,7 @@ def extract_batch(batch: dict[str, Any], extractor, *, show_progress: bool = Fal
             "entities": out_ent}
 
 
-def embed_batch(batch: dict[str, Any], embedder, *, batch_size: int = 64,
+def embed_batch(batch: dict[str, Any], embedder: Embedder, *, batch_size: int = 64,
                 show_progress: bool = False) -> dict[str, Any]:
     """The proposition batch with ``embedding`` added (float32, one row per proposition)."""
     n = _check(batch, PROPOSITION_COLUMNS, "embed_batch")
@@ -133,7 +137,7 @@ def proposition_batch(propositions: Sequence[Proposition], passages: Sequence[Pa
                          for pr in propositions]}
 
 
-def embedded_propositions(passages: Sequence[Passage], extractor, embedder, *,
+def embedded_propositions(passages: Sequence[Passage], extractor: Extractor, embedder: Embedder, *,
                           batch_size: int = 64, show_progress: bool = False):
     """The three steps in one process over ``passages``: ``(propositions, embeddings)``
     (float32, one row per proposition, in passage then extraction order).  What a build,

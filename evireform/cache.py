@@ -1,6 +1,8 @@
 """On-disk cache of built indexes, keyed by corpus checksum, extractor and embedder."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 from pathlib import Path
 
@@ -10,6 +12,9 @@ from .extract import Extractor, make_extractor
 from .index import IndexFormatError, PropositionIndex
 from .store import file_sha256
 
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
+
 
 def default_cache_dir() -> Path:
     """``$EVIREFORM_CACHE`` if set, else ``~/.cache/evireform``."""
@@ -17,8 +22,8 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "evireform"
 
 
-def cached_index(corpus_path, embedder: Embedder, *, extractor: Extractor | str | None = None,
-                 openie_path=None, cache_dir=None, show_progress: bool = True,
+def cached_index(corpus_path: StrPath, embedder: Embedder, *, extractor: Extractor | str | None = None,
+                 openie_path: StrPath | None=None, cache_dir: StrPath | None=None, show_progress: bool = True,
                  openie_plain: bool = False):
     """Load the index for this corpus/extractor/embedder from the cache, or build and save it.
 

@@ -21,7 +21,7 @@ position ids keep loading and keep their ids.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from ._checks import as_list, loads as _json_loads
 
@@ -31,6 +31,9 @@ from pathlib import Path
 
 from ._checks import check_json_value, check_passage
 from .types import Passage
+
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
 
 
 def _text(value, where: str) -> str:
@@ -140,7 +143,7 @@ def _jsonl(text: str) -> list[Any]:
     return out
 
 
-def as_passages(items, what: str = "passages") -> list[Passage]:
+def as_passages(items: Any, what: str = "passages") -> list[Passage]:
     """Passages from what a user has at hand: :class:`Passage` objects, strings (ids from
     their content, :func:`content_id`), or ``{"id"?, "title"?, "text"}`` dicts; mixed lists
     are fine.  A bare string is refused (it is not a list of passages)."""
@@ -154,7 +157,7 @@ def as_passages(items, what: str = "passages") -> list[Passage]:
                                 "metadata": p.metadata} for p in items])
 
 
-def load_corpus(path) -> list[Passage]:
+def load_corpus(path: StrPath) -> list[Passage]:
     """Read a corpus file; raises ``ValueError`` for an empty or malformed corpus."""
     path = Path(path)
     if not path.is_file():

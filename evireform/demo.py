@@ -7,6 +7,8 @@ Run with ``make demo`` or ``python -m evireform.demo --data PATH`` where PATH ho
 """
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from .retriever import EviReform, EviReformConfig
 from .roles import make_reformulator
 
 
-def main(argv=None) -> int:
+def main(argv: Any=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", default="../shared/data", help="folder with hotpotqa/ and musique/")
     ap.add_argument("-n", type=int, default=3, help="how many questions to show")

@@ -24,7 +24,7 @@ a Ray actor; the retriever takes it as ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import hashlib
 import json
@@ -47,6 +47,13 @@ from .llm import LLMClient, LLMExtractor, extractor_name
 from .search import check_queries, merge_topk
 from .shards import Shard, load_shard, read_shard_manifest, shard_bounds
 from .store import check_target, load_embeddings
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .embed import Embedder
+    from .extract import Extractor
+    from .index import PropositionIndex
+    from .types import StrPath
 
 __all__ = ["build_ray", "build_index_ray", "LLMExtractorFactory", "RayShardedSearcher",
            "read_shard", "write_shard", "ensure_ray"]
@@ -88,7 +95,7 @@ def _digest(rows: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def write_shard(rows: dict[str, Any], shard_dir) -> str:
+def write_shard(rows: dict[str, Any], shard_dir: StrPath) -> str:
     """Write an embedded proposition batch as ``props-<sha256>.npz`` (atomic; an existing
     shard of the same name holds the same rows and is kept); returns the file name."""
     name = f"props-{_digest(rows)}.npz"
@@ -111,7 +118,7 @@ def write_shard(rows: dict[str, Any], shard_dir) -> str:
     return name
 
 
-def read_shard(path) -> dict[str, Any]:
+def read_shard(path: StrPath) -> dict[str, Any]:
     """Read a shard written by :func:`write_shard`; its name is checked against its content."""
     path = Path(path)
     with np.load(path, allow_pickle=False) as z:
@@ -149,14 +156,14 @@ class LLMExtractorFactory:
 _WORKER_EXTRACTORS: dict[str, Any] = {}  # one extractor per factory in each worker process
 
 
-def _check_extractor(extractor) -> str:
+def _check_extractor(extractor: Extractor) -> str:
     """The extractor's name; ``TypeError`` unless it is an Extractor or a factory."""
     if not callable(getattr(extractor, "extract_many", None)) and not callable(extractor):
         raise TypeError("extractor must be an Extractor or a zero-argument factory of one")
     return getattr(extractor, "name", None) or extractor().name
 
 
-def _make_extractor(extractor):
+def _make_extractor(extractor: Extractor):
     """In a worker: the extractor itself, or the one this process built from the factory."""
     if callable(getattr(extractor, "extract_many", None)):
         return extractor
@@ -166,12 +173,12 @@ def _make_extractor(extractor):
     return _WORKER_EXTRACTORS[key]
 
 
-def _extract(batch: dict[str, Any], extractor) -> dict[str, Any]:
+def _extract(batch: dict[str, Any], extractor: Extractor) -> dict[str, Any]:
     return extract_batch(batch, _make_extractor(extractor))
 
 
 class _EmbedWriter:
-    def __init__(self, embedder_spec, shard_dir: str, batch_size: int, device: str | None):
+    def __init__(self, embedder_spec, shard_dir: str, batch_size: int, device: str | None) -> None:
         self.embedder = embedder_from_spec(embedder_spec, device=device, allow_remote=True)
         self.shard_dir, self.batch_size = shard_dir, batch_size
 
@@ -183,9 +190,9 @@ class _EmbedWriter:
 
 
 # --------------------------------------------------------------------------- the build
-def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 256,
+def build_ray(passages: Sequence[Any], embedder: Embedder, *, extractor: Extractor | None=None, passages_per_batch: int = 256,
               embed_batch_size: int = 64, concurrency: int = 2, num_gpus: float = 0,
-              shard_dir=None, hnsw: bool | None = None, ray_address: str | None = None,
+              shard_dir: StrPath | None=None, hnsw: bool | None = None, ray_address: str | None = None,
               num_cpus: int | None = None, show_progress: bool = True):
     """Build a :class:`~evireform.index.PropositionIndex` with a Ray Data pipeline.
 
@@ -280,7 +287,7 @@ def build_ray(passages, embedder, *, extractor=None, passages_per_batch: int = 2
             ray.shutdown()
 
 
-def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw):
+def build_index_ray(corpus, embedder: Embedder, out_dir: StrPath, *, overwrite: bool = False, **kw: Any):
     """:func:`build_ray` over a corpus file (or passages), saved to ``out_dir`` (checked
     before any work, as ``evireform index`` does); returns ``(path, index, seconds)``."""
     t0 = time.perf_counter()
@@ -293,8 +300,8 @@ def build_index_ray(corpus, embedder, out_dir, *, overwrite: bool = False, **kw)
 
 # --------------------------------------------------------------------------- sharded search
 class _ShardActor:
-    def __init__(self, embeddings, offset: int, hnsw: bool, hnsw_kw: dict[str, Any],
-                 saved: tuple | None = None):
+    def __init__(self, embeddings: ArrayLike, offset: int, hnsw: bool, hnsw_kw: dict[str, Any],
+                 saved: tuple[Any, ...] | None = None) -> None:
         if saved is not None:  # (shard dir, manifest entry, index dir): read on this node
             from .store import load_embeddings
             shard_dir, entry, index_dir = saved
@@ -302,7 +309,7 @@ class _ShardActor:
         else:
             self.shard = Shard.build(np.asarray(embeddings), offset, hnsw, **hnsw_kw)
 
-    def search_batch(self, Q, k, rows=None):
+    def search_batch(self, Q: ArrayLike, k, rows: Any=None):
         return self.shard.search_batch(Q, k, rows=rows)
 
 
@@ -315,8 +322,8 @@ class RayShardedSearcher:
     :meth:`close` (or use it as a context manager) to free the actors.
     """
 
-    def __init__(self, embeddings, n_shards: int, *, hnsw: bool = False,
-                 num_cpus: float = 1, **hnsw_kw):
+    def __init__(self, embeddings: ArrayLike, n_shards: int, *, hnsw: bool = False,
+                 num_cpus: float = 1, **hnsw_kw: Any) -> None:
         ray = _ray()
         ensure_ray()
         self._ray = ray
@@ -328,11 +335,11 @@ class RayShardedSearcher:
                        for lo, hi in shard_bounds(self.n_props, n_shards)]
 
     @classmethod
-    def from_index(cls, index, n_shards: int, **kw) -> "RayShardedSearcher":
+    def from_index(cls, index: PropositionIndex, n_shards: int, **kw: Any) -> "RayShardedSearcher":
         return cls(index.embeddings, n_shards, **kw)
 
     @classmethod
-    def load(cls, shard_dir, index_dir, *, num_cpus: float = 1) -> "RayShardedSearcher":
+    def load(cls, shard_dir: StrPath, index_dir: StrPath, *, num_cpus: float = 1) -> "RayShardedSearcher":
         """Actors that each read their own shard from disk: the index's
         ``embeddings.npy`` memory-mapped and the shard's saved HNSW graph
         (:meth:`ShardedSearcher.save`), checked first.  On a cluster both directories must
@@ -348,7 +355,7 @@ class RayShardedSearcher:
                                     (str(shard_dir), e, str(index_dir))) for e in entries]
         return self
 
-    def search_batch(self, Q, k: int, *, rows=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
         """As :meth:`evireform.shards.ShardedSearcher.search_batch` (``rows``: only those
         candidates, sent to every actor once per call)."""
         Q, k = check_queries(Q, k, self.dim)
@@ -368,5 +375,5 @@ class RayShardedSearcher:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.close()

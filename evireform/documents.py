@@ -38,7 +38,7 @@ naming it; with ``skip_errors=True`` it is reported in the returned error list a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import fnmatch
 import os
@@ -53,6 +53,10 @@ from .formats import DOCUMENT_SUFFIXES, Block, Document, Section, front_matter, 
 from .store import looks_like_index
 from .text import sentences
 from .types import Passage
+
+if TYPE_CHECKING:  # annotations only
+    from .embed import Embedder
+    from .index import PropositionIndex
 
 __all__ = ["TEXT_SUFFIXES", "CORPUS_SUFFIXES", "load_paths", "chunk_text", "token_counter",
            "replace_sources", "Loaded", "front_matter", "document_registry", "document_roots",
@@ -74,7 +78,7 @@ def _regex_count(texts: list[str]) -> list[int]:
     return [sum(len(_CJK.findall(t)) or 1 for t in _TOKEN.findall(s)) for s in texts]
 
 
-def token_counter(embedder=None):
+def token_counter(embedder: Embedder | None=None):
     """``texts -> token counts`` with ``embedder``'s tokenizer (a sentence-transformers
     model directory's ``tokenizer.json``, read with ``tokenizers``), else
     :func:`_regex_count`."""
@@ -109,7 +113,7 @@ def _cut_long(sentence: str, n_tokens: int, limit: int) -> list[str]:
 
 
 def chunk_text(text: str, chunk_tokens: int = 200, chunk_overlap: int = 30, *,
-               count=None) -> list[str]:
+               count: Any=None) -> list[str]:
     """``text`` split into chunks of at most ``chunk_tokens`` tokens (by ``count``, default
     :func:`_regex_count`) on sentence ends, consecutive chunks repeating trailing whole
     sentences of up to ``chunk_overlap`` tokens."""
@@ -117,7 +121,7 @@ def chunk_text(text: str, chunk_tokens: int = 200, chunk_overlap: int = 30, *,
                         block_sep=" ")
 
 
-def chunk_blocks(blocks, chunk_tokens: int = 200, chunk_overlap: int = 30, *, count=None,
+def chunk_blocks(blocks, chunk_tokens: int = 200, chunk_overlap: int = 30, *, count: Any=None,
                  block_sep: str = "\n") -> list[str]:
     """Blocks of a document section (:class:`evireform.formats.Block`) split into chunks as
     :func:`chunk_text` does, sentences of a block joined by a space and blocks by
@@ -128,7 +132,7 @@ def chunk_blocks(blocks, chunk_tokens: int = 200, chunk_overlap: int = 30, *, co
                          f"{chunk_tokens}, {chunk_overlap}")
     base = count or _regex_count
 
-    def count(texts):  # one long "word" (a data URI, a file without spaces) is many tokens,
+    def count(texts: Sequence[str]):  # one long "word" (a data URI, a file without spaces) is many tokens,
         # though a tokenizer may call it one unknown token
         return [max(n, -(-len(t) // MAX_CHARS_PER_TOKEN)) for t, n in zip(texts, base(texts))]
     pieces: list[tuple[str, int, bool]] = []  # (text, tokens, starts a block)
@@ -188,7 +192,7 @@ def _group_lines(lines: list[str], sizes: list[int], limit: int) -> list[str]:
     return [u for u in out if u.strip()]
 
 
-def _join(parts, block_sep: str = " ") -> str:
+def _join(parts: Any, block_sep: str = " ") -> str:
     out = ""
     for s, _, new in parts:
         s = s if "\n" in s else s.strip()
@@ -250,7 +254,7 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
     over with a warning; an entry that cannot be listed stops the walk unless
     ``skip_errors``."""
 
-    def failed(exc):
+    def failed(exc) -> None:
         msg = f"{exc.filename or folder}: cannot be read ({exc.strerror or exc})"
         if not skip_errors:
             raise ValueError(msg + " (--skip-errors skips unreadable entries)")
@@ -294,7 +298,7 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
             yield full, rel
 
 
-def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embedder=None,
+def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embedder: Embedder | None=None,
                include=None, exclude=None, skip_errors: bool = False,
                show_progress: bool = False, roots=None) -> Loaded:
     """Passages from files and folders (see the module docstring).  ``roots``: folder roots
@@ -332,7 +336,7 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
         else:
             raise ValueError(f"{p}: no such file or folder")
     count = token_counter(embedder)
-    seen: set = set()
+    seen: set[Any] = set()
     if show_progress:
         from tqdm.auto import tqdm
         files = tqdm(files, desc="read", unit="file")
@@ -373,7 +377,7 @@ def load_paths(paths, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embed
     return out
 
 
-def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
+def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
     """A plain-text file's passages: front matter as metadata, the rest chunked."""
     try:
         text = f.read_text(encoding="utf-8")
@@ -384,14 +388,14 @@ def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
     return _passages(doc, f, src, chunk_tokens, chunk_overlap, count, block_sep=" ")
 
 
-def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count):
+def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
     """A Markdown, HTML, PDF or DOCX file's passages (:func:`evireform.formats.read_document`):
     each section chunked on its own, its heading the first line of its first chunk, its
     heading path in the passage's ``section`` (and ``page`` for a PDF page)."""
     return _passages(read_document(f), f, src, chunk_tokens, chunk_overlap, count)
 
 
-def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, count,
+def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, count: Any,
               block_sep: str = "\n") -> list[Passage]:
     front = doc.metadata
     title = str(front["title"]) if isinstance(front.get("title"), (str, int, float)) \
@@ -422,7 +426,7 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
 DOCUMENTS = "documents"
 
 
-def document_registry(index) -> dict[str, Any]:
+def document_registry(index: PropositionIndex) -> dict[str, Any]:
     """source -> ``{"root", "path", "chunks"}`` for the files ``index`` holds chunks of: the
     record the loader left in ``index.meta``, else (an index built by the library from
     :func:`load_paths` passages) the passages that carry exactly the loader's metadata and
@@ -441,7 +445,7 @@ def document_registry(index) -> dict[str, Any]:
     return out
 
 
-def document_roots(index) -> list[str]:
+def document_roots(index: PropositionIndex) -> list[str]:
     """The folder roots ``index`` holds files of (for :func:`load_paths`'s ``roots``)."""
     return sorted({e["root"] for e in document_registry(index).values() if e.get("root")})
 
@@ -462,7 +466,7 @@ def _in_scope(src: str, entry: dict[str, Any], scope) -> bool:
     return below == "" or path == below or path.startswith(below + "/")
 
 
-def replace_sources(index, loaded: Loaded, embedder, **kw):
+def replace_sources(index: PropositionIndex, loaded: Loaded, embedder: Embedder, **kw: Any):
     """``index`` made to match the files and folders of ``loaded``: the chunks of files no
     longer there (deleted, renamed, emptied) deleted, changed chunks replaced, new ones
     added, unchanged ones kept (:meth:`~evireform.index.PropositionIndex.upsert`).  Which

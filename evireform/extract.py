@@ -18,13 +18,16 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 from ._checks import loads as _json_loads
 from .filters import _canonical
 from .strings import Take, metadata_of
 from .text import is_cjk, sentences, tokens
 from .types import Passage, Proposition
+
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
 
 
 @runtime_checkable
@@ -119,7 +122,7 @@ def name_spans(sentence: str) -> list[str]:
     toks = [_POSSESSIVE.sub("", m.group(0)).rstrip(".'’") for m in _TOKEN.finditer(sentence)]
     spans, cur = [], []
 
-    def flush():
+    def flush() -> None:
         while cur and cur[-1].lower() in _CONNECT:
             cur.pop()
         while cur and cur[0].lower() in _STOP:
@@ -165,9 +168,9 @@ class HeuristicExtractor(Extractor):
 
     name = "heuristic-v1"
 
-    def __init__(self, title_prefix: bool = True, title_entity: bool = True):
-        self.title_prefix = title_prefix
-        self.title_entity = title_entity
+    def __init__(self, title_prefix: bool = True, title_entity: bool = True) -> None:
+        self.title_prefix: bool = title_prefix
+        self.title_entity: bool = title_entity
 
     def extract(self, passage: Passage) -> list[Proposition]:
         title = passage.title.strip()
@@ -249,19 +252,19 @@ class PhraseExtractor(Extractor):
     def __init__(self, max_n: int = 3, min_df: int = 2, max_df_share: float = 0.005,
                  max_df_min: int = 5, max_title_tokens: int = 8, title_prefix: bool = True,
                  title_entity: bool = True, stopwords=STOPWORDS,
-                 group_by: str | None = "namespace"):
+                 group_by: str | None = "namespace") -> None:
         self.max_n, self.min_df = int(max_n), int(min_df)
-        self.group_by = group_by
+        self.group_by: str | None = group_by
         if group_by is None:
             self.name = "phrases-v1"
         #: the vocabulary and longest phrase of each namespace (see the class docstring)
         self.vocabs: dict[str, Any] = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
-        self.max_title_tokens = int(max_title_tokens)
+        self.max_title_tokens: int = int(max_title_tokens)
         self.title_prefix, self.title_entity = title_prefix, title_entity
         self.stopwords = frozenset(stopwords)
 
-    def _ok_edges(self, gram: tuple) -> bool:
+    def _ok_edges(self, gram: tuple[Any, ...]) -> bool:
         return gram[0] not in self.stopwords and gram[-1] not in self.stopwords \
             and not all(t.isdigit() for t in gram)
 
@@ -309,7 +312,7 @@ class PhraseExtractor(Extractor):
     def _learn(self, passages: Sequence[Passage]) -> tuple[set, int]:
         """(vocabulary, longest phrase) of one namespace's passages."""
         df: Counter = Counter()
-        vocab: set = set()
+        vocab: set[Any] = set()
         for p in passages:
             t = tuple(tokens(p.title))
             if 0 < len(t) <= self.max_title_tokens and not all(x in self.stopwords for x in t):
@@ -322,7 +325,7 @@ class PhraseExtractor(Extractor):
         vocab.update(g for g, c in df.items() if self.min_df <= c <= cap)
         return vocab, max((len(g) for g in vocab), default=1)
 
-    def _spot(self, toks: list[str], vocab: set, longest: int) -> list[str]:
+    def _spot(self, toks: list[str], vocab: set[Any], longest: int) -> list[str]:
         out, i, n = [], 0, len(toks)
         while i < n:
             for m in range(min(longest, n - i), 0, -1):
@@ -460,8 +463,8 @@ class NamespaceAutoExtractor(Extractor):
 
     name = "auto-v1"
 
-    def __init__(self, group_by: str | None = "namespace", choices: dict[str, Any] | None = None):
-        self.group_by = group_by
+    def __init__(self, group_by: str | None = "namespace", choices: dict[str, Any] | None = None) -> None:
+        self.group_by: str | None = group_by
         self.choices: dict[str, Any] = dict(choices or {})
         self.heuristic = HeuristicExtractor()
         self.phrases = PhraseExtractor(group_by=group_by)
@@ -496,7 +499,7 @@ class NamespaceAutoExtractor(Extractor):
         return ex.extract(passage)
 
 
-def choose_extractor(passages: Sequence[Passage]) -> tuple["Extractor", dict]:
+def choose_extractor(passages: Sequence[Passage]) -> tuple["Extractor", dict[str, Any]]:
     """``--extractor auto``: the LLM-free extractor for this corpus and why.  Returns
     ``(extractor, choice)`` with ``choice = {"chosen": "heuristic"|"phrases", "rule": ...,
     **measure_case(passages)}`` (recorded in the index manifest as
@@ -558,7 +561,7 @@ def extractor_recorded(recorded, choice: dict[str, Any] | None = None) -> Extrac
 
 
 # --------------------------------------------------------------------------- OpenIE file
-def openie_triples(path, passages: Sequence[Passage]) -> tuple[dict[str, list], int]:
+def openie_triples(path: StrPath, passages: Sequence[Passage]) -> tuple[dict[str, list[Any]], int]:
     """The triples of a HippoRAG OpenIE file (``{"docs": [{"passage"|"title"+"text",
     "extracted_triples": [[s, r, o], ...]}, ...]}``) per passage id, as the file has them
     (each ``(s, r, o)`` stripped; malformed ones, not three strings or numbers, skipped), in
@@ -570,7 +573,7 @@ def openie_triples(path, passages: Sequence[Passage]) -> tuple[dict[str, list], 
     return triples, skipped
 
 
-def _openie_docs(path, passages: Sequence[Passage]):
+def _openie_docs(path: StrPath, passages: Sequence[Passage]):
     """``(triples by passage id, named entities by passage id, n_skipped)`` of a HippoRAG
     OpenIE file (see :func:`openie_triples`); the named entities are the docs'
     ``"extracted_entities"`` (strings or numbers, stripped, in the file's order)."""
@@ -587,8 +590,8 @@ def _openie_docs(path, passages: Sequence[Passage]):
         by_text.setdefault(" ".join(p.text.split()), []).append(p.id)
         by_text.setdefault(" ".join(f"{p.title}\n{p.text}".split()), []).append(p.id)
     used: dict[str, int] = {}
-    out: dict[str, list] = {}
-    named: dict[str, list] = {}
+    out: dict[str, list[Any]] = {}
+    named: dict[str, list[Any]] = {}
     skipped = repeated = empty = 0
     for n, doc in enumerate(docs):
         if not isinstance(doc, dict):
@@ -636,7 +639,7 @@ def _openie_docs(path, passages: Sequence[Passage]):
     return out, named, skipped
 
 
-def read_openie(path, passages: Sequence[Passage], *,
+def read_openie(path: StrPath, passages: Sequence[Passage], *,
                 plain: bool = False) -> tuple[list[Proposition], int]:
     """Propositions from a HippoRAG OpenIE file (:func:`openie_triples`), one per triple
     ``(s, r, o)``.
@@ -686,7 +689,7 @@ class _WholeWords:
     spans up to the longest name's are looked up, instead of one pattern per name per
     triple (quadratic: 20,000 names x 2,000 triples)."""
 
-    def __init__(self, names):
+    def __init__(self, names: Sequence[str]) -> None:
         self.order: dict[str, int] = {}
         self.by_tokens: dict[tuple, list[str]] = {}
         for e in names:
@@ -703,7 +706,7 @@ class _WholeWords:
 
     def found(self, *args: str) -> list[str]:
         """The names occurring in any of ``args`` (case-folded), in the names' order."""
-        hit: set = set()
+        hit: set[Any] = set()
         for a in args:
             toks = _TOKEN_RUN.findall(a)
             n = len(toks)
@@ -718,7 +721,7 @@ class _WholeWords:
     def _bounded(toks, i: int, j: int) -> bool:
         """No word character touches the span ``toks[i:j]`` from outside (a token is a whole
         word run, so only a span edge that is not a word character can be touched)."""
-        def word(t):
+        def word(t) -> bool:
             return _WORD_START.match(t) is not None
         if i > 0 and not word(toks[i]) and word(toks[i - 1]):
             return False

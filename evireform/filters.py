@@ -68,7 +68,7 @@ engine under a filter.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import json
 import operator
@@ -81,6 +81,11 @@ import numpy as np
 from ._checks import check_json_value
 from .kernels import config as kconfig
 from .strings import metadata_of
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .index import PropositionIndex
+    from .types import FilterSpec
 
 __all__ = ["compile_filter", "Filter", "Restriction", "RestrictionCache", "restriction",
            "OPERATORS", "CACHE_SIZE"]
@@ -124,7 +129,7 @@ def _json_equal(a, b) -> bool:
     return a == b
 
 
-def _check_operand(op: str, v, where: str):
+def _check_operand(op: str, v, where: str) -> None:
     if op in ("$eq", "$ne"):
         if _kind(v) not in ("bool", "number", "string", "null", "list", "object"):
             raise ValueError(f"{where}: {op} takes a JSON value; got {v!r:.80}")
@@ -166,11 +171,11 @@ class Filter:
     ``key`` its canonical JSON (the cache key)."""
 
     key: str
-    ids: tuple | None = None
+    ids: tuple[Any, ...] | None = None
     predicate: object = field(default=None, compare=False, repr=False)
-    keys: frozenset = frozenset()
+    keys: frozenset[Any] = frozenset()
 
-    def passage_mask(self, index, columns: "_Columns | None" = None) -> np.ndarray:
+    def passage_mask(self, index: PropositionIndex, columns: "_Columns | None" = None) -> np.ndarray:
         """Which passages of ``index`` match (bool, one per passage); ``columns``: the
         metadata columns to read (a :class:`RestrictionCache`'s), else built for the call."""
         n = index.n_passages
@@ -193,14 +198,14 @@ class Filter:
         return self.predicate.mask(cols)
 
 
-def _metadatas(index):
+def _metadatas(index: PropositionIndex):
     """Every passage's metadata, in order; for a memory-mapped index only the metadata
     column is decoded (not the ids, titles and texts)."""
     return metadata_of(index.passages)
 
 
-def _metadata_keys(index) -> set:
-    out: set = set()
+def _metadata_keys(index: PropositionIndex) -> set[Any]:
+    out: set[Any] = set()
     for md in _metadatas(index):
         out.update(md)
     return out
@@ -211,7 +216,7 @@ class _Columns:
     :class:`RestrictionCache` that holds this): ``kind`` (int8 code of :data:`_KINDS`, 0 =
     missing), ``num`` (float64, NaN unless a number), ``obj`` (the values themselves)."""
 
-    def __init__(self, index):
+    def __init__(self, index: PropositionIndex) -> None:
         self.index, self.cols = index, {}
         self.lock = threading.Lock()
 
@@ -258,7 +263,7 @@ class _Node:
     """A compiled clause: ``mask(columns)`` (vectorised, bool per passage) and
     ``__call__(metadata)`` (one passage)."""
 
-    def __init__(self, mask, one):
+    def __init__(self, mask, one) -> None:
         self.mask, self._one = mask, one
 
     def __call__(self, md) -> bool:
@@ -391,7 +396,7 @@ def _check_values(v, where: str) -> None:
     check_json_value(v, where)
 
 
-def _compile(clause, where: str, keys: set, in_exists: set, depth: int = 0) -> _Node:
+def _compile(clause, where: str, keys: set[Any], in_exists: set[Any], depth: int = 0) -> _Node:
     if depth > MAX_DEPTH:
         raise ValueError(f"{where}: clauses nested more than {MAX_DEPTH} levels deep")
     if not isinstance(clause, dict):
@@ -439,7 +444,7 @@ def _compile(clause, where: str, keys: set, in_exists: set, depth: int = 0) -> _
     return _all(parts)
 
 
-def compile_filter(flt) -> Filter | None:
+def compile_filter(flt: FilterSpec) -> Filter | None:
     """A :class:`Filter` from a where clause (dict), a list of passage ids, a JSON string of
     either, or a ``Filter``; ``None`` stays ``None`` (no filter).  ``ValueError`` for anything
     malformed."""
@@ -461,8 +466,8 @@ def compile_filter(flt) -> Filter | None:
     if not isinstance(flt, dict):
         raise ValueError(f"filter: a where clause (object) or a list of passage ids; got "
                          f"{type(flt).__name__}")
-    keys: set = set()
-    in_exists: set = set()
+    keys: set[Any] = set()
+    in_exists: set[Any] = set()
     pred = _compile(flt, "filter", keys, in_exists)
     try:
         key = json.dumps(flt, sort_keys=True, allow_nan=False)
@@ -507,7 +512,7 @@ class Restriction:
         """``k`` passages as the sub-index can return them (at least 1)."""
         return max(1, min(int(k), max(self.n_passages, 1)))
 
-    def keep_inside(self, indptr, ids, vals):
+    def keep_inside(self, indptr: ArrayLike, ids: Any, vals: ArrayLike):
         """Propagated rows (CSR) without the propositions outside the filter (reached
         through a shared entity: the sub-index does not have them)."""
         keep = self.prop_mask[ids]
@@ -574,7 +579,7 @@ def _entry_rows(graph) -> np.ndarray:
     return np.repeat(np.arange(graph.n_props, dtype=np.int64), np.diff(graph.a_indptr))
 
 
-def _build(index, f: Filter, columns=None, all_rows=None) -> Restriction:
+def _build(index: PropositionIndex, f: Filter, columns=None, all_rows=None) -> Restriction:
     pmask = f.passage_mask(index, columns)
     prop_mask = pmask[np.asarray(index.owner)]
     return Restriction(f, np.flatnonzero(pmask).astype(np.int64), pmask,
@@ -582,7 +587,7 @@ def _build(index, f: Filter, columns=None, all_rows=None) -> Restriction:
                        _masked_graph(index.graph, prop_mask, all_rows))
 
 
-def restriction(index, flt) -> Restriction | None:
+def restriction(index: PropositionIndex, flt: FilterSpec) -> Restriction | None:
     """The :class:`Restriction` of ``index`` for filter ``flt`` (see :func:`compile_filter`),
     built for this call (an engine keeps them: :class:`RestrictionCache`); ``None`` for no
     filter.  ``ValueError`` for a malformed filter, a key no passage has, unknown ids."""
@@ -597,8 +602,8 @@ class RestrictionCache:
     (:mod:`evireform.engine`), so the index holds no cache of the filters', and a tenant's
     repeated queries pay for their filter once.  Thread-safe."""
 
-    def __init__(self, index):
-        self.index = index
+    def __init__(self, index: PropositionIndex) -> None:
+        self.index: PropositionIndex = index
         self.columns = _Columns(index)
         self._rows = None
         self._items: OrderedDict = OrderedDict()
@@ -607,7 +612,7 @@ class RestrictionCache:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __contains__(self, flt) -> bool:
+    def __contains__(self, flt: FilterSpec) -> bool:
         f = compile_filter(flt)
         return f is not None and f.key in self._items
 
@@ -621,7 +626,7 @@ class RestrictionCache:
         with self._lock:
             self._items.clear()
 
-    def get(self, flt) -> Restriction | None:
+    def get(self, flt: FilterSpec) -> Restriction | None:
         """The restriction for ``flt`` (cached), ``None`` for no filter."""
         f = compile_filter(flt)
         if f is None:

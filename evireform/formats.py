@@ -30,7 +30,7 @@ maintained, wheel-only packages.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import re
 from dataclasses import dataclass, field
@@ -38,6 +38,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from ._checks import check_json_value
+
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
 
 __all__ = ["Block", "Section", "Document", "read_document", "READERS", "DOCUMENT_SUFFIXES",
            "MissingReader", "front_matter"]
@@ -86,7 +89,7 @@ def _meta_value(v):
 class _Sections:
     """Sections built block by block as headings arrive."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.sections: list[Section] = [Section(())]
         self.path: list[str] = []
 
@@ -223,14 +226,14 @@ _SKIP_TAGS = {"script", "style", "template", "noscript", "svg"}
 
 
 class _HTMLText(HTMLParser):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.out = _Sections()
         self.buf: list[str] = []
-        self.skip = 0
-        self.pre = 0
+        self.skip: int = 0
+        self.pre: int = 0
         self.heading: int | None = None
-        self.in_title = False
+        self.in_title: bool = False
         self.title: str | None = None
         self.meta: dict[str, Any] = {}
         self.cells: list[str] | None = None
@@ -248,7 +251,7 @@ class _HTMLText(HTMLParser):
         self.out.add(text)
         return ""
 
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag, attrs) -> None:
         a = dict(attrs)
         if tag == "meta" and a.get("name") and a.get("content"):
             name = a["name"].lower()
@@ -279,7 +282,7 @@ class _HTMLText(HTMLParser):
         elif tag in _BLOCK_TAGS and not self.pre:
             self.flush()
 
-    def handle_endtag(self, tag):
+    def handle_endtag(self, tag) -> None:
         if tag == "title":
             self.in_title = False
             return
@@ -308,7 +311,7 @@ class _HTMLText(HTMLParser):
         elif tag in _BLOCK_TAGS and not self.pre:
             self.flush()
 
-    def handle_data(self, data):
+    def handle_data(self, data) -> None:
         if self.in_title:
             self.title = _clean((self.title or "") + " " + data) or None
             return
@@ -392,7 +395,7 @@ def _pdf_outline(reader) -> dict[str, Any]:
     """page number -> the outline's title path of the last entry starting on that page."""
     out: dict[str, Any] = {}
 
-    def walk(items, path):
+    def walk(items: Any, path: StrPath) -> None:
         last = None
         for it in items:
             if isinstance(it, list):
@@ -472,7 +475,7 @@ READERS = {".md": _read_markdown, ".markdown": _read_markdown, ".html": _read_ht
 DOCUMENT_SUFFIXES = tuple(READERS)
 
 
-def read_document(path) -> Document:
+def read_document(path: StrPath) -> Document:
     """The :class:`Document` of the file at ``path`` by its suffix (``ValueError`` for
     another suffix, :class:`MissingReader` when the format's parser is not installed)."""
     path = Path(path)

@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence, TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -46,7 +46,14 @@ from .store import (
 from .strings import Concat, Take
 from .types import Passage, Proposition
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .embed import Embedder
+    from .types import StrPath
+
 log = logging.getLogger(__name__)
+#: what :meth:`PropositionIndex.memo` keeps
+T = TypeVar("T")
 
 #: passages whose derived data (word sets, bridge candidates) :meth:`PropositionIndex.memo`
 #: keeps at most, of each kind
@@ -132,7 +139,7 @@ class PropositionIndex:
         indptr, order = csr
         return order[indptr[j]:indptr[j + 1]]
 
-    def passage_words(self, j: int) -> frozenset:
+    def passage_words(self, j: int) -> frozenset[Any]:
         """The lower-cased words of passage position ``j``'s title and text (what the LLM-free
         reformulators call covered), kept as :meth:`memo` keeps them."""
         def make(j):
@@ -146,7 +153,7 @@ class PropositionIndex:
         retrieval loop reads of a passage it ranks, observes or asks the controller about."""
         return self.memo("passage", j, self.passages.__getitem__)
 
-    def memo(self, kind: str, j: int, make):
+    def memo(self, kind: str, j: int, make: Callable[[int], T]) -> T:
         """``make(j)``: data of passage position ``j`` that depends on this index alone (its
         word set, its bridge candidates, its decoded :class:`Passage`), computed on first use
         and kept for the last :data:`WORDS_CACHED` passages of each ``kind`` (bounded: a big
@@ -162,7 +169,7 @@ class PropositionIndex:
             cache[j] = v
         return v
 
-    def check_embedder(self, embedder) -> None:
+    def check_embedder(self, embedder: Embedder) -> None:
         """Raise ``ValueError`` unless ``embedder`` embeds like the one this index was built
         with: the same name and dimension, and the same prompts where the index recorded
         them."""
@@ -201,7 +208,7 @@ class PropositionIndex:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_propositions(cls, passages: Sequence[Passage], propositions: Sequence[Proposition],
-                          embeddings, embedder_name: str, *, meta: dict | None = None,
+                          embeddings: ArrayLike, embedder_name: str, *, meta: dict[str, Any] | None = None,
                           hnsw: bool | None = None) -> "PropositionIndex":
         """Build from user-supplied propositions (with entity mentions) and their embeddings.
 
@@ -245,7 +252,7 @@ class PropositionIndex:
         return idx
 
     @classmethod
-    def build(cls, passages: Sequence[Passage | str | dict], embedder: Embedder, *,
+    def build(cls, passages: Sequence[Passage | str | dict[str, Any]], embedder: Embedder, *,
               extractor: Extractor | str | None = None, batch_size: int = 64,
               show_progress: bool = True, hnsw: bool | None = None) -> "PropositionIndex":
         """Extract propositions from ``passages``, embed them in batches with ``embedder``,
@@ -288,8 +295,9 @@ class PropositionIndex:
         return idx
 
     @classmethod
-    def from_batches(cls, passages: Sequence[Passage], batches, embedder_name: str, dim: int,
-                     *, meta: dict | None = None, hnsw: bool | None = None
+    def from_batches(cls, passages: Sequence[Passage], batches: Iterable[dict[str, Any]],
+                     embedder_name: str, dim: int,
+                     *, meta: dict[str, Any] | None = None, hnsw: bool | None = None
                      ) -> "PropositionIndex":
         """The index of embedded proposition batches (the columnar batches of
         :mod:`evireform.build`, any order, any cut) over ``passages``: the reduce step of
@@ -298,7 +306,7 @@ class PropositionIndex:
         return cls.from_propositions(passages, props, emb, embedder_name, meta=meta, hnsw=hnsw)
 
     @classmethod
-    def from_openie(cls, openie_path, passages: Sequence[Passage], embedder: Embedder, *,
+    def from_openie(cls, openie_path: StrPath, passages: Sequence[Passage], embedder: Embedder, *,
                     batch_size: int = 64, show_progress: bool = True,
                     hnsw: bool | None = None, plain: bool = False) -> "PropositionIndex":
         """Build from a HippoRAG OpenIE file over ``passages`` (one triple = one proposition;
@@ -353,7 +361,8 @@ class PropositionIndex:
                              "(CLI: index --precision int8)")
         return self.codes is not None and precision != "float32"
 
-    def search(self, q, k: int, *, exact: bool | None = None, precision: str = "auto"):
+    def search(self, q: ArrayLike, k: int, *, exact: bool | None = None,
+               precision: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` propositions for one query embedding: ``(ids, scores)``, positive only,
         best first, ties by lower id.  Uses HNSW when built unless ``exact=True``;
         ``precision``: see :meth:`search_batch`."""
@@ -364,8 +373,8 @@ class PropositionIndex:
         keep = ids[0] >= 0
         return ids[0][keep], scores[0][keep]
 
-    def search_batch(self, Q, k: int, *, exact: bool | None = None, rows=None,
-                     precision: str = "auto"):
+    def search_batch(self, Q: ArrayLike, k: int, *, exact: bool | None = None, rows: Any=None,
+                     precision: str = "auto") -> tuple[np.ndarray, np.ndarray]:
         """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, min(k, n_props)), padded
         with -1 / 0.  An exact scan reads the int8 codes when the index has them and
         ``precision`` is ``"auto"`` or ``"int8"`` (the codes are scanned, a margin re-scored
@@ -387,7 +396,7 @@ class PropositionIndex:
         return hnsw_topk_batch(self.hnsw, self.embeddings, Q, k, self.hnsw_ids)
 
     # ------------------------------------------------------------------ updates
-    def add(self, passages, embedder, *, extractor: Extractor | None = None,
+    def add(self, passages: Sequence[Any], embedder: Embedder, *, extractor: Extractor | None = None,
             batch_size: int = 64, show_progress: bool = False) -> "PropositionIndex":
         """A new index with ``passages`` appended: only they are extracted and embedded; the
         entity table grows by the new names (in first-mention order, as a build would), and
@@ -485,7 +494,7 @@ class PropositionIndex:
                                                np.arange(self.n_props, out.n_props)])
         return out
 
-    def delete(self, passage_ids) -> "PropositionIndex":
+    def delete(self, passage_ids: Iterable[str]) -> "PropositionIndex":
         """A new index without the passages ``passage_ids`` (unknown ids raise ``KeyError``):
         their propositions and embeddings go, entities no longer mentioned go, and only what
         they touched is recomputed (no re-embedding).  Entities keep their relative order.
@@ -517,7 +526,7 @@ class PropositionIndex:
             out.hnsw, out.hnsw_ids = h, ids.astype(np.int64)
         return out
 
-    def upsert(self, passages, embedder, **kw) -> "PropositionIndex":
+    def upsert(self, passages: Sequence[Any], embedder: Embedder, **kw: Any) -> "PropositionIndex":
         """Replace the passages whose ids exist with other content (delete, then add), skip
         those already there unchanged, and add the new ones.  Only passages with the same id
         are replaced; a passage without an id gets one from its content, so it replaces
@@ -532,7 +541,7 @@ class PropositionIndex:
         return out
 
     def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None,
-                  precision: str = "float32"):
+                  precision: str = "float32") -> Any:
         """The index resident on the GPU (once: later calls return the same object):
         a :class:`~evireform.kernels._gpu.DeviceIndex` for ``EviReform(..., backend=...)``.
 
@@ -555,7 +564,7 @@ class PropositionIndex:
         return cache[key]
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite: bool = False) -> Path:
+    def save(self, path: StrPath, *, overwrite: bool = False) -> Path:
         """Write the index directory atomically (:func:`evireform.store.save_index`).
 
         Refuses (:class:`~evireform.store.UnsafeTargetError`) a file, the current directory or
@@ -564,7 +573,7 @@ class PropositionIndex:
         return save_index(self, path, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path, *, mmap: bool = True, verify="auto") -> "PropositionIndex":
+    def load(cls, path: StrPath, *, mmap: bool = True, verify: Any="auto") -> "PropositionIndex":
         """Load a saved index, checked first (:func:`evireform.store.load_index`; any problem
         raises :class:`IndexFormatError` naming the file).  ``verify="auto"`` runs the fast
         tier (what the kernels trust: shapes, dtypes, bounds, sizes) when the index's stamp

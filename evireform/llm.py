@@ -32,7 +32,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 from ._checks import loads as _json_loads
 from .entities import canonical_entity
@@ -41,6 +41,9 @@ from .roles import (
     BridgeReformulator, HeuristicSplitter, MAX_QUERY_CHARS, ObservationController,
     RoleResult, SubstitutionRewriter, TopScoreSelector, clean_queries)
 from .types import Proposition
+
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ class LLMConfig:
     pending_path: str | None = None
     #: recorded replies ({key, role, messages, reply} JSONL) answering requests offline: by
     #: key, else by content (:class:`ReplayIndex`)
-    replay_paths: tuple = ()
+    replay_paths: tuple[Any, ...] = ()
     #: circuit breaker: after this many consecutive failed calls (errors or deadlines) the
     #: endpoint is skipped for ``breaker_cooldown`` seconds and the LLM-free roles answer at
     #: once (traced as ``ROLE:fallback:CircuitOpen``); then one call probes it again
@@ -134,8 +137,8 @@ class ReplyCache:
 
     COLUMNS = ("key", "role", "reply")
 
-    def __init__(self, path: str):
-        self.path = str(path)
+    def __init__(self, path: str) -> None:
+        self.path: str = str(path)
         p = Path(path)
         if p.is_dir():
             raise ValueError(f"reply cache {path}: is a directory; give a file")
@@ -181,7 +184,7 @@ class ReplyCache:
         """Store one reply; False (reported once) when the cache cannot be written."""
         return self.put_many([(key, role, reply)]) == 1
 
-    def put_many(self, rows) -> int:
+    def put_many(self, rows: Any) -> int:
         """Store ``(key, role, reply)`` rows in one transaction; returns how many were
         written (0 when the cache cannot be written, reported once)."""
         rows = [(str(k), str(r), json.dumps(v)) for k, r, v in rows]
@@ -194,7 +197,7 @@ class ReplyCache:
             self._report(f"write failed ({exc})")
             return 0
 
-    def export_jsonl(self, out) -> int:
+    def export_jsonl(self, out: Any) -> int:
         """Write every cached reply as one JSON line {"key", "role", "reply"} to ``out`` (a
         path or an open text file); returns the count."""
         with self._lock:
@@ -208,7 +211,7 @@ class ReplyCache:
                 fh.close()
         return len(rows)
 
-    def import_jsonl(self, path) -> int:
+    def import_jsonl(self, path: StrPath) -> int:
         """Load replies from JSON lines (:func:`read_reply_records`) in one transaction.
         Replies are validated when used, not here."""
         rows = [(rec["key"], str(rec.get("role", "")), rec["reply"])
@@ -218,7 +221,7 @@ class ReplyCache:
         return len(rows)
 
 
-def read_reply_records(path):
+def read_reply_records(path: StrPath):
     """The records of a replies file, one JSON object a line with ``key`` and either
     ``reply`` (the JSON object) or ``content`` (the model's text, parsed here); ``role``,
     ``model`` and ``messages`` are kept when present.  A malformed line raises ``ValueError``
@@ -271,7 +274,7 @@ class ReplayIndex:
     passages are the same set; any other role needs the same user message.
     """
 
-    def __init__(self, records):
+    def __init__(self, records) -> None:
         self.by_key = {}
         self.by_question: dict[str, Any] = {}
         for r in records:
@@ -281,7 +284,7 @@ class ReplayIndex:
                 self.by_question.setdefault(self._head(r.get("role", ""), msgs), []).append(r)
 
     @classmethod
-    def from_files(cls, paths) -> "ReplayIndex":
+    def from_files(cls, paths: Any) -> "ReplayIndex":
         return cls([rec for path in paths for rec in read_reply_records(path)])
 
     def __len__(self) -> int:
@@ -381,7 +384,7 @@ class RateLimiter:
     """Requests and tokens per minute over a sliding 60 s window; thread-safe.  ``clock`` and
     ``sleep`` are injectable for tests."""
 
-    def __init__(self, rpm: int = 0, tpm: int = 0, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, rpm: int = 0, tpm: int = 0, clock=time.monotonic, sleep=time.sleep) -> None:
         self.rpm, self.tpm, self.clock, self.sleep = int(rpm), int(tpm), clock, sleep
         self._events: list[tuple[float, int]] = []
         self._lock = threading.Lock()
@@ -461,7 +464,7 @@ def local_repair(text: str):
 class LLMClient:
     """One client for every role; thread-safe."""
 
-    def __init__(self, config: LLMConfig | None = None, *, client=None):
+    def __init__(self, config: LLMConfig | None = None, *, client: Any=None) -> None:
         self.config = config or LLMConfig.from_env()
         self.replay = ReplayIndex.from_files(self.config.replay_paths) \
             if self.config.replay_paths else None
@@ -497,7 +500,7 @@ class LLMClient:
         #: the first calls and then kept
         self.response_format = _FORMATS[0] if self.config.json_mode else "text"
         #: server tokens per estimated token, learned from context-overflow replies
-        self.token_scale = 1.0
+        self.token_scale: float = 1.0
 
     def prompt_budget(self) -> int:
         """Tokens (by :func:`estimate_tokens`) a prompt may use: the context window less the
@@ -659,7 +662,7 @@ class LLMClient:
             self._failures, self._open_until = 0, 0.0
         return text
 
-    def ask(self, role: str, messages: list[dict], validate: Callable):
+    def ask(self, role: str, messages: list[dict], validate: Callable[..., Any]):
         """Validated reply for ``messages``, or raise.  Returns (value, repaired: bool).
 
         ``validate(obj)`` returns the value or raises :class:`ContractError`.  A malformed
@@ -719,7 +722,7 @@ def _quote(text: str) -> str:
     return "<data>" + str(text).replace("<", "&lt;").replace(">", "&gt;") + "</data>"
 
 
-def _fit(client, system: str, head: str, lines: list[str]) -> list[str]:
+def _fit(client: Any, system: str, head: str, lines: list[str]) -> list[str]:
     """The leading ``lines`` whose prompt (system + head + lines joined by newlines) fits
     the client's token budget, by the same estimate as :func:`estimate_tokens` on the whole
     prompt; at least one line."""
@@ -740,7 +743,7 @@ def _fit(client, system: str, head: str, lines: list[str]) -> list[str]:
 
 
 class _LLMRole:
-    def __init__(self, client: LLMClient, fallback):
+    def __init__(self, client: LLMClient, fallback: Any) -> None:
         self.client, self.fallback = client, fallback
 
     def _run(self, role, messages, validate, fallback_call):
@@ -771,10 +774,10 @@ class LLMSelector(_LLMRole):
 
     name = "llm-select"
 
-    def __init__(self, client: LLMClient, fallback=None):
+    def __init__(self, client: LLMClient, fallback: Any=None) -> None:
         super().__init__(client, fallback or TopScoreSelector())
 
-    def select(self, question, candidates, max_selected):
+    def select(self, question: str, candidates: Any, max_selected: int):
         system = ("You choose the evidence that best clarifies a "
                   "multi-hop question. " + _UNTRUSTED + ' Reply with JSON: {"selected": '
                   f"[ordinals]}} listing at most {max_selected} ordinals of the candidates, "
@@ -815,10 +818,10 @@ class LLMReformulator(_LLMRole):
 
     name = "llm-reformulate"
 
-    def __init__(self, client: LLMClient, fallback=None):
+    def __init__(self, client: LLMClient, fallback: Any=None) -> None:
         super().__init__(client, fallback or BridgeReformulator())
 
-    def reformulate(self, question, observed, max_queries):
+    def reformulate(self, question: str, observed: Any, max_queries: int):
         system = ("You write search queries for the information a "
                   "multi-hop question still needs after reading some passages. Keep the "
                   "question's constraints, use the bridge entity the passages establish, ask "
@@ -854,13 +857,13 @@ class LLMController(_LLMRole):
 
     name = "llm-controller"
 
-    def __init__(self, client: LLMClient, fallback=None):
+    def __init__(self, client: LLMClient, fallback: Any=None) -> None:
         super().__init__(client, fallback or ObservationController())
 
-    def sufficient(self, question, passages):
+    def sufficient(self, question: str, passages: Sequence[Any]):
         return self.assess(question, passages)[0]
 
-    def assess(self, question, passages):
+    def assess(self, question: str, passages: Sequence[Any]):
         """(sufficient, queries for at most 3 gaps)."""
         docs = "\n".join(_quote(p.title + ": " + p.text) for p in passages)
         messages = [
@@ -889,7 +892,7 @@ class LLMController(_LLMRole):
 class _KeepAll:
     """The fact filter's LLM-free fallback: every candidate fact is kept."""
 
-    def filter(self, question, facts):
+    def filter(self, question: str, facts):
         return list(range(len(facts)))
 
 
@@ -901,10 +904,10 @@ class LLMFactFilter(_LLMRole):
 
     name = "llm-hipporag2-filter"
 
-    def __init__(self, client: LLMClient, fallback=None):
+    def __init__(self, client: LLMClient, fallback: Any=None) -> None:
         super().__init__(client, fallback or _KeepAll())
 
-    def filter(self, question, facts) -> RoleResult:
+    def filter(self, question: str, facts) -> RoleResult:
         """Positions (0-based, in the candidates' order) of the facts kept."""
         listing = "\n".join(f"{i}. {_quote(' | '.join(map(str, f)))}"
                             for i, f in enumerate(facts, 1))
@@ -939,7 +942,7 @@ class LLMRewriter(_LLMRole):
 
     name = "llm-hiq-rewrite"
 
-    def __init__(self, client: LLMClient, fallback=None):
+    def __init__(self, client: LLMClient, fallback: Any=None) -> None:
         super().__init__(client, fallback or SubstitutionRewriter())
 
     def rewrite(self, dependent: str, prerequisite: str, answer: str) -> RoleResult:
@@ -967,7 +970,7 @@ class LLMRewriter(_LLMRole):
         return RoleResult(value, role="hiq-rewrite", repaired=repaired, fallback=why)
 
 
-def context_within_budget(passages, budget_tokens: int = 3000) -> list[Any]:
+def context_within_budget(passages: Sequence[Any], budget_tokens: int = 3000) -> list[Any]:
     """The leading passages whose text fits ``budget_tokens`` (about 0.75 words per token);
     the passage that crosses the budget is cut, the rest are dropped."""
     out, used = [], 0
@@ -991,11 +994,11 @@ class LLMReader(_LLMRole):
 
     name = "llm-reader"
 
-    def __init__(self, client: LLMClient, budget_tokens: int = 3000):
+    def __init__(self, client: LLMClient, budget_tokens: int = 3000) -> None:
         super().__init__(client, None)
-        self.budget_tokens = budget_tokens
+        self.budget_tokens: int = budget_tokens
 
-    def answer(self, question, passages) -> tuple[str, list[str]]:
+    def answer(self, question: str, passages: Sequence[Any]) -> tuple[str, list[str]]:
         ctx = context_within_budget(passages, self.budget_tokens)
         docs = "\n".join(_quote(f"{t}: {x}") for t, x in ctx)
         messages = [
@@ -1004,7 +1007,7 @@ class LLMReader(_LLMRole):
              + _UNTRUSTED + ' Reply with JSON: {"answer": string}.'},
             {"role": "user", "content": f"Question: {_quote(question)}\nPassages:\n{docs}"}]
 
-        def validate(obj):
+        def validate(obj) -> str:
             a = obj.get("answer") if isinstance(obj, dict) else None
             if not isinstance(a, (str, int, float)) or isinstance(a, bool):
                 raise ContractError("no string 'answer'")
@@ -1034,11 +1037,11 @@ class LLMExtractor(_LLMRole):
 
     name = "llm-extract"
 
-    def __init__(self, client: LLMClient, fallback=None, max_workers: int = 4):
+    def __init__(self, client: LLMClient, fallback: Any=None, max_workers: int = 4) -> None:
         super().__init__(client, fallback or HeuristicExtractor())
         self.max_workers = max(1, int(max_workers))
         self.name = extractor_name(client.config.model)
-        self.fallbacks = 0
+        self.fallbacks: int = 0
 
     def extract(self, passage):
         messages = [
@@ -1074,7 +1077,7 @@ class LLMExtractor(_LLMRole):
             return self.fallback.extract(passage)
         return [Proposition(text=t, passage=passage.id, entities=e) for t, e in value]
 
-    def extract_many(self, passages, show_progress: bool = False):
+    def extract_many(self, passages: Sequence[Any], show_progress: bool = False):
         """Extract every passage with at most ``max_workers`` requests in flight; results in
         input order, so a build is deterministic."""
         passages = list(passages)
@@ -1095,7 +1098,7 @@ class LLMSplitter(_LLMRole):
 
     name = "llm-hiq"
 
-    def __init__(self, client: LLMClient, fallback=None):
+    def __init__(self, client: LLMClient, fallback: Any=None) -> None:
         super().__init__(client, fallback or HeuristicSplitter())
 
     def split(self, query: str) -> RoleResult:

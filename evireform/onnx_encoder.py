@@ -14,7 +14,7 @@ faster on CPU, not equal: its recall change is measured by ``scripts/onnx_int8_r
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import hashlib
 import json
@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only
+    from .types import StrPath
 
 #: bump when the exported graph changes (the cache key includes it)
 EXPORT_VERSION = 1
@@ -54,7 +57,7 @@ def available() -> bool:
     return True
 
 
-def model_layout(model_dir) -> dict[str, Any]:
+def model_layout(model_dir: StrPath) -> dict[str, Any]:
     """What the export needs from a sentence-transformers directory: pooling mode,
     normalisation and max_seq_length; :class:`OnnxUnsupported` otherwise."""
     d = Path(model_dir)
@@ -90,7 +93,7 @@ def _key(model_dir: Path, layout: dict[str, Any], quantize: bool) -> str:
     return h.hexdigest()[:20]
 
 
-def cached_model(model_dir, *, quantize: bool = False, cache_dir=None) -> Path | None:
+def cached_model(model_dir: StrPath, *, quantize: bool = False, cache_dir: StrPath | None=None) -> Path | None:
     """The exported file of ``model_dir`` when the cache holds it, else None (nothing is
     exported: what the query path asks before it picks an encoder)."""
     d = Path(model_dir)
@@ -104,7 +107,7 @@ def cached_model(model_dir, *, quantize: bool = False, cache_dir=None) -> Path |
     return f if f.is_file() else None
 
 
-def export(model_dir, out: Path, layout: dict[str, Any]) -> None:
+def export(model_dir: StrPath, out: Path, layout: dict[str, Any]) -> None:
     """Export the transformer with pooling and L2 normalisation in the graph (needs torch,
     transformers and onnx); written to a temporary file and renamed into place.  Silent:
     the tracer's warnings and the loaders' progress bars go to this module's log (DEBUG)."""
@@ -131,12 +134,12 @@ def export(model_dir, out: Path, layout: dict[str, Any]) -> None:
     log.info("exported %s to ONNX in %.1f s: %s", model_dir, time.perf_counter() - t0, out)
 
 
-def _export(torch, AutoModel, model_dir, out: Path, layout: dict[str, Any]) -> None:
+def _export(torch, AutoModel, model_dir: StrPath, out: Path, layout: dict[str, Any]) -> None:
     model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
     pooling, normalize = layout["pooling"], layout["normalize"]
 
     class Pooled(torch.nn.Module):
-        def __init__(self, m):
+        def __init__(self, m) -> None:
             super().__init__()
             self.m = m
 
@@ -225,8 +228,8 @@ class OnnxEncoder:
     ``threads`` sets ONNX Runtime's intra-op threads (default: the CPU count).  Thread-safe:
     one session serves concurrent callers."""
 
-    def __init__(self, model_dir, *, max_seq_length: int | None = None,
-                 threads: int | None = None, quantize: bool = False, cache_dir=None):
+    def __init__(self, model_dir: StrPath, *, max_seq_length: int | None = None,
+                 threads: int | None = None, quantize: bool = False, cache_dir: StrPath | None=None) -> None:
         if not available():
             raise OnnxUnsupported("ONNX encoding needs onnxruntime and tokenizers: "
                                   "pip install 'evireform[onnx]'")
@@ -244,7 +247,7 @@ class OnnxEncoder:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 _quantize(base, path)
         self.path, self.quantized = path, bool(quantize)
-        self.max_seq_length = int(max_seq_length or layout["max_seq_length"])
+        self.max_seq_length: int = int(max_seq_length or layout["max_seq_length"])
         tok = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
         tok.enable_truncation(max_length=self.max_seq_length)
         pad = tok.padding or {}
@@ -261,7 +264,7 @@ class OnnxEncoder:
     #: one at a time, 6.1-6.2 in batches of 4 to 16, 8.7 in batches of 64)
     batch_size = 8
 
-    def encode(self, texts, *, batch_size: int | None = None,
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
                show_progress: bool = False) -> np.ndarray:
         """Unit-norm float32 rows, one per text, in order (batches sorted by length, as
         sentence-transformers does, to pad less)."""

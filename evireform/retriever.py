@@ -23,7 +23,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,6 +35,12 @@ from .index import PropositionIndex
 from .roles import (
     Candidates, Controller, GraphBridgeReformulator, ObservationController, Reformulator,
     RoleResult, Selector, TopScoreSelector, clean_queries)
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .engine import Engine
+    from .roles import Controller, Reformulator, Selector
+    from .types import FilterSpec
 
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
@@ -70,7 +76,7 @@ class EviReformConfig:
     #: propositions' passages first, then stored order)
     fill: str = "corpus"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # strict types: a string or a bool here is a caller's mistake, caught now rather than
         # at retrieval.  Counts larger than the index are fine: they are clipped to it.
         for name in ("n_candidates", "max_selected", "max_residual", "k_residual", "rounds"):
@@ -94,7 +100,7 @@ class EviReformConfig:
         if self.fill not in FILLS:
             raise ValueError(f"fill must be one of {FILLS}; got {self.fill!r}")
 
-    def with_(self, **kw) -> "EviReformConfig":
+    def with_(self, **kw: Any) -> "EviReformConfig":
         return replace(self, **kw)
 
 
@@ -174,7 +180,7 @@ class RetrievalResult:
     def ids(self) -> list[str]:
         return [p.id for p in self.passages]
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         """Pickled with its evidence edges computed, not with the index they come from."""
         state = dict(self.__dict__)
         if state.get("edges") is None and state.get("_explain") is not None:
@@ -199,7 +205,7 @@ class RetrievalResult:
             out["graph"] = self.evidence_graph().to_json()
         return out
 
-    def evidence_graph(self, n: int | None = None):
+    def evidence_graph(self, n: int | None = None) -> EvidenceGraph:
         """The :class:`~evireform.explain.EvidenceGraph` of the top ``n`` passages (all when
         None): nodes in rank order, edges saying how each passage was reached."""
         edges = self.edges
@@ -210,7 +216,7 @@ class RetrievalResult:
         return g.top(len(self.passages) if n is None else n)
 
 
-def check_embedder(index: PropositionIndex, embedder) -> None:
+def check_embedder(index: PropositionIndex, embedder: Embedder) -> None:
     """:meth:`PropositionIndex.check_embedder` (kept as a function for callers)."""
     index.check_embedder(embedder)
 
@@ -226,9 +232,9 @@ class EviReform:
     def __init__(self, index: PropositionIndex, config: EviReformConfig | None = None, *,
                  embedder: Embedder | None = None, selector: Selector | None = None,
                  reformulator: Reformulator | None = None, controller: Controller | None = None,
-                 backend: str = "auto", max_workers: int = 1, searcher=None, engine=None,
-                 precision: str = "auto"):
-        self.index = index
+                 backend: str = "auto", max_workers: int = 1, searcher: Any=None, engine: Any=None,
+                 precision: str = "auto") -> None:
+        self.index: PropositionIndex = index
         #: where search, propagation and readout run (:mod:`evireform.engine`): ``engine``,
         #: or the one :func:`~evireform.engine.make_engine` builds for ``backend``
         #: (``"auto"``, ``"cpu"``, ``"gpu"`` or a ``DeviceIndex``), ``precision``
@@ -238,15 +244,15 @@ class EviReform:
         if engine is not None and (searcher is not None or backend != "auto"
                                    or precision != "auto"):
             raise ValueError("give engine=, or backend= / precision= / searcher=, not both")
-        self.engine = make_engine(index, engine if engine is not None else backend,
+        self.engine: Engine = make_engine(index, engine if engine is not None else backend,
                                   precision=precision, searcher=searcher)
-        self.config = config or EviReformConfig()
+        self.config: EviReformConfig = config or EviReformConfig()
         if embedder is not None:
             check_embedder(index, embedder)
-        self.embedder = embedder
-        self.selector = selector or TopScoreSelector()
-        self.reformulator = reformulator or GraphBridgeReformulator()
-        self.controller = controller or ObservationController()
+        self.embedder: Embedder | None = embedder
+        self.selector: Selector = selector or TopScoreSelector()
+        self.reformulator: Reformulator = reformulator or GraphBridgeReformulator()
+        self.controller: Controller = controller or ObservationController()
         for role, want in ((self.selector, "select"), (self.reformulator, "reformulate"),
                            (self.controller, "assess")):
             if not callable(getattr(role, want, None)):
@@ -256,7 +262,7 @@ class EviReform:
         #: role calls (selection, reformulation, the controller) in flight at once across the
         #: questions of retrieve_many; results are merged in input order, so runs are
         #: deterministic.  Raise it for LLM roles; the LLM-free roles gain nothing.
-        self.max_workers = positive_int(max_workers, "max_workers")
+        self.max_workers: int = positive_int(max_workers, "max_workers")
 
     # ------------------------------------------------------------------ helpers
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -266,7 +272,7 @@ class EviReform:
         return encode_queries(self.embedder, texts)
 
     @staticmethod
-    def _check_question(question) -> str:
+    def _check_question(question: str) -> str:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question must be a non-empty string; got {question!r}")
         return question
@@ -275,7 +281,7 @@ class EviReform:
         """A positive integer, clipped to the number of passages (so a huge k costs nothing)."""
         return max(1, min(positive_int(k, "k"), self.index.n_passages))
 
-    def _select(self, question, cand: SparseSignal, trace) -> SparseSignal:
+    def _select(self, question: str, cand: SparseSignal, trace) -> SparseSignal:
         """The selector's seed b (Eq. 7), validated (C.1)."""
         cfg, idx = self.config, self.index
         cand_ids = cand.ids
@@ -320,7 +326,7 @@ class EviReform:
                 seen.append(j)
         return seen
 
-    def _queries(self, question, observed, trace, vector=None, allowed=None) -> list[str]:
+    def _queries(self, question: str, observed: Any, trace, vector: ArrayLike | None=None, allowed: ArrayLike | None=None) -> list[str]:
         cfg = self.config
         if not cfg.reformulation or cfg.max_residual == 0:
             return []
@@ -411,7 +417,7 @@ class EviReform:
             out.append(ranked)
         return out
 
-    def _dense_fill(self, pids, scores, cand: SparseSignal, k, universe=None):
+    def _dense_fill(self, pids, scores: ArrayLike, cand: SparseSignal, k, universe=None):
         """Replace the zero-score tail (corpus order) by the question's dense passage order;
         ``universe``: the passage positions a filter allows (stored order), None for all."""
         npos = int(np.sum(scores > 0))
@@ -433,7 +439,7 @@ class EviReform:
         return out, np.concatenate([scores[:npos], np.zeros(len(out) - npos)])
 
     # ------------------------------------------------------------------ public API
-    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
+    def retrieve(self, question: str, k: int = 10, *, filter: FilterSpec=None) -> RetrievalResult:
         """Rank passages for one question (embedded with the retriever's embedder).
 
         ``filter``: a where clause over passage metadata or a list of passage ids
@@ -442,8 +448,9 @@ class EviReform:
         self._check_question(question)
         return self.retrieve_many([question], k, filter=filter)[0]
 
-    def retrieve_embedded(self, question: str, h_q, k: int = 10,
-                          residual_embed=None, *, filter=None) -> RetrievalResult:
+    def retrieve_embedded(self, question: str, h_q: ArrayLike, k: int = 10,
+                          residual_embed: Callable[[list[str]], Any] | None = None, *,
+                          filter: FilterSpec = None) -> RetrievalResult:
         """As :meth:`retrieve`, with the question embedding given; residual queries are embedded
         with ``residual_embed`` (a callable list[str] -> array) or the retriever's embedder."""
         self._check_question(question)
@@ -453,7 +460,7 @@ class EviReform:
                          filter)[0]
 
     def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
-                      filter=None) -> list[RetrievalResult]:
+                      filter: FilterSpec=None) -> list[RetrievalResult]:
         """Rank passages for many questions: questions and residual queries are embedded in
         one batch each and the proposition searches run batched.  Equal to :meth:`retrieve`.
         ``filter`` applies to every question (see :meth:`retrieve`)."""
@@ -466,20 +473,20 @@ class EviReform:
             return []
         return self._run(questions, self._embed(questions), k, self._embed, filter)
 
-    def scope(self, filter=None):
+    def scope(self, filter: FilterSpec = None) -> tuple[Engine, Any]:
         """``(engine, restriction)`` for ``filter``: the retriever's own engine, with the
         filter's cached :class:`~evireform.filters.Restriction` (None without a filter) that
         every search and ranking of the question passes to it."""
         return self.engine, restrict(self.engine, filter)
 
-    def _search(self, H, k, restriction=None):
+    def _search(self, H: ArrayLike, k, restriction: Any=None):
         """Batched proposition search; the kernels score each query alike in any batch.
         ``k`` is clipped to the number of propositions (memory scales with the index)."""
         k = max(1, min(k, self.index.n_props))
         ids, scores = search(self.engine, H, k, restriction)
         return ids, scores.astype(np.float64)
 
-    def _map(self, fn, items) -> list[Any]:
+    def _map(self, fn: Any, items: Any) -> list[Any]:
         """``[fn(x) for x in items]`` with at most ``max_workers`` calls in flight, in order."""
         items = list(items)
         if self.max_workers == 1 or len(items) < 2:
@@ -487,7 +494,7 @@ class EviReform:
         with ThreadPoolExecutor(max_workers=self.max_workers) as pool:
             return list(pool.map(fn, items))
 
-    def _assess(self, question, passages, trace):
+    def _assess(self, question: str, passages: Sequence[Any], trace):
         """(sufficient, gap queries) from the controller (:meth:`Controller.assess`); an LLM
         controller's repairs and fallbacks go to the trace."""
         try:
@@ -499,7 +506,7 @@ class EviReform:
             trace.role_events.append("controller:raised")
             return True, []  # a failing controller stops the rounds (the one-round method)
 
-    def _run(self, questions, H_q, k, embed, filter=None) -> list[RetrievalResult]:
+    def _run(self, questions: Sequence[str], H_q, k, embed, filter: FilterSpec=None) -> list[RetrievalResult]:
         cfg = self.config
         scope = self.scope(filter)
         engine, r = scope

@@ -14,12 +14,16 @@ import re
 from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
 from .extract import ENGLISH_STOPWORDS, name_spans, split_sentences
 from .types import Passage
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .index import PropositionIndex
 
 
 #: residual queries longer than this many characters are dropped (and counted in the trace):
@@ -27,7 +31,7 @@ from .types import Passage
 MAX_QUERY_CHARS = 1000
 
 
-def clean_queries(queries, limit: int) -> tuple[list[str], int]:
+def clean_queries(queries: Sequence[str], limit: int) -> tuple[list[str], int]:
     """Drop non-strings, queries without a letter or digit (blank, NUL-only, punctuation:
     nothing to search for), duplicates and queries over :data:`MAX_QUERY_CHARS` characters;
     control characters are removed first; cap at ``limit``.  Returns (kept, dropped): the
@@ -47,16 +51,18 @@ def clean_queries(queries, limit: int) -> tuple[list[str], int]:
     return out[:limit], dropped
 
 
-class RoleResult(list):
+class RoleResult(list[Any]):
     """A role's list output plus what happened on the way (reported in the trace): whether a
     repair turn was needed, and why the LLM-free fallback answered, if it did."""
 
-    def __init__(self, items=(), role: str = "", repaired: bool = False,
-                 fallback: str | None = None, notes=()):
+    def __init__(self, items: Any=(), role: str = "", repaired: bool = False,
+                 fallback: str | None = None, notes: Iterable[str] = ()) -> None:
         super().__init__(items)
-        self.role, self.repaired, self.fallback = role, repaired, fallback
+        self.role: str = role
+        self.repaired: bool = repaired
+        self.fallback: str | None = fallback
         #: further events, e.g. "select:cut:40" when candidates were cut to fit the context
-        self.notes = list(notes)
+        self.notes: list[str] = list(notes)
 
     def events(self) -> list[str]:
         out = list(self.notes)
@@ -86,7 +92,7 @@ class Candidates(_SequenceABC):
 
     __slots__ = ("_ids", "_scores", "_passages", "_texts", "_made")
 
-    def __init__(self, ids, scores, passages, texts=None):
+    def __init__(self, ids: Any, scores: ArrayLike, passages: Sequence[Any], texts: Sequence[str] | None=None) -> None:
         self._ids, self._scores, self._passages, self._texts = ids, scores, passages, texts
         self._made: list[Any] = [None] * len(ids)
 
@@ -167,13 +173,14 @@ class TopScoreSelector(Selector):
     #: (a selector without this attribute, or with it True, gets every candidate's text)
     reads_text = False
 
-    def __init__(self, n: int | None = 4):
+    def __init__(self, n: int | None = 4) -> None:
         if n is not None:
             positive_int(n, "n (or None)")
-        self.n = n
-        self.name = f"top-score-{n or 'all'}"
+        self.n: int | None = n
+        self.name: str = f"top-score-{n or 'all'}"
 
-    def select(self, question, candidates, max_selected):
+    def select(self, question: str, candidates: Sequence[Candidate], max_selected: int
+               ) -> list[int]:
         limit = max_selected if self.n is None else min(self.n, max_selected)
         return [c.id for c in candidates[:limit]]
 
@@ -216,8 +223,8 @@ def selector_features(question: str, candidates: Sequence[Candidate]):
     for c in candidates:
         p_rank.setdefault(c.passage, len(p_rank))
         p_size[c.passage] = p_size.get(c.passage, 0) + 1
-    seen_p: set = set()
-    earlier: dict[str, set] = {}
+    seen_p: set[Any] = set()
+    earlier: dict[str, set[Any]] = {}
     for i, c in enumerate(candidates):
         names = {canonical_entity(x) for x in name_spans(c.text)} - {""}
         inq = sum(1 for x in names if x in qtext)
@@ -239,16 +246,17 @@ class LearnedSelector(Selector):
     to be chosen, in candidate order.  Fitted and evaluated by
     ``evireform analyze selector`` (fitted on one data set, evaluated on the other)."""
 
-    def __init__(self, weights, n: int = 4):
+    def __init__(self, weights, n: int = 4) -> None:
         import numpy as np
         self.weights = np.asarray(weights, dtype=np.float64)
         if self.weights.shape != (len(SELECTOR_FEATURES),):
             raise ValueError(f"weights must have {len(SELECTOR_FEATURES)} entries")
         positive_int(n, "n")
-        self.n = n
-        self.name = f"learned-{n}"
+        self.n: int = n
+        self.name: str = f"learned-{n}"
 
-    def select(self, question, candidates, max_selected):
+    def select(self, question: str, candidates: Sequence[Candidate], max_selected: int
+               ) -> list[int]:
         import numpy as np
         if not candidates:
             return []
@@ -257,7 +265,7 @@ class LearnedSelector(Selector):
         return [candidates[i].id for i in sorted(top)]
 
 
-def _mostly_in(toks: list[Any], tokens: set) -> bool:
+def _mostly_in(toks: list[Any], tokens: set[Any]) -> bool:
     """More than half of the name's tokens ``toks`` are among ``tokens``."""
     return bool(toks) and sum(t in tokens for t in toks) * 2 > len(toks)
 
@@ -276,15 +284,15 @@ class BridgeReformulator(Reformulator):
 
     name = "bridge-v2"
 
-    def __init__(self, per_passage: int = 2):
-        self.per_passage = per_passage
+    def __init__(self, per_passage: int = 2) -> None:
+        self.per_passage: int = per_passage
 
     @staticmethod
-    def _mentioned(c: str, q_canon: str, q_tokens: set) -> bool:
+    def _mentioned(c: str, q_canon: str, q_tokens: set[Any]) -> bool:
         toks = c.split()
         return c in q_canon or _mostly_in(toks, q_tokens)
 
-    def bridges(self, question, observed) -> list[tuple[int, str]]:
+    def bridges(self, question: str, observed: Any) -> list[tuple[int, str]]:
         """Every bridge span of the observed passages, best first: ``(observed rank, span)``
         (the candidates :meth:`reformulate` takes ``per_passage`` of)."""
         q_canon = canonical_entity(question)
@@ -308,10 +316,11 @@ class BridgeReformulator(Reformulator):
         cands.sort(key=lambda x: x[:3])
         return [(rank, bridge) for rank, _, _, bridge in cands]
 
-    def reformulate(self, question, observed, max_queries):
+    def reformulate(self, question: str, observed: Sequence[Passage], max_queries: int
+                    ) -> list[str]:
         q_words = [w for w in _words(question) if w not in _QSTOP]
 
-        def query(rank, bridge):
+        def query(rank, bridge) -> str:
             p = observed[rank]
             covered = set(_words(p.title + " " + p.text))
             rest = [w for w in q_words if w not in covered]
@@ -399,15 +408,15 @@ class _PassageBridges:
 
     __slots__ = ("texts", "names", "title", "cands", "_bodies", "_words", "_canon", "_spelled")
 
-    def __init__(self, index, j: int):
+    def __init__(self, index: PropositionIndex, j: int) -> None:
         import numpy as np
         self.texts, self.names = index.prop_texts, index.entity_names
-        self.title = index.passage(j).title.strip()
+        self.title: str = index.passage(j).title.strip()
         t_canon = canonical_entity(self.title)
         t_tokens = set(t_canon.split())
         g = index.graph
         a_indptr, a_indices = np.asarray(g.a_indptr), np.asarray(g.a_indices)  # not memmaps
-        seen: set = set()
+        seen: set[Any] = set()
         self.cands: list[tuple] = []  # (proposition position, entity, proposition, name, tokens)
         for pos, i in enumerate(index.propositions_of(j).tolist()):
             for e in a_indices[a_indptr[i]:a_indptr[i + 1]].tolist():
@@ -434,7 +443,7 @@ class _PassageBridges:
                                    else t)
         return b
 
-    def words(self, i: int) -> set:
+    def words(self, i: int) -> set[Any]:
         """The words of proposition ``i``'s body (the overlap ranking's)."""
         w = self._words.get(i)
         if w is None:
@@ -450,7 +459,7 @@ class _PassageBridges:
         at = canon.find(name)
         return at if at >= 0 else len(canon)
 
-    def spelling(self, i: int, e: int) -> tuple[str, set]:
+    def spelling(self, i: int, e: int) -> tuple[str, set[Any]]:
         """Entity ``e`` as proposition ``i`` spells it (:func:`surface_form`) and its folded
         name's tokens."""
         got = self._spelled.get((i, e))
@@ -497,19 +506,20 @@ class GraphBridgeReformulator(Reformulator):
     name = "graph-bridge-v1"
 
     def __init__(self, per_passage: int = 2, ranking: str = "lookahead",
-                 max_lookahead: int = 64):
-        self.per_passage = positive_int(per_passage, "per_passage")
+                 max_lookahead: int = 64) -> None:
+        self.per_passage: int = positive_int(per_passage, "per_passage")
         if ranking not in ("lookahead", "overlap"):
             raise ValueError(f"ranking must be 'lookahead' or 'overlap'; got {ranking!r}")
-        self.ranking = ranking
-        self.max_lookahead = positive_int(max_lookahead, "max_lookahead")
+        self.ranking: str = ranking
+        self.max_lookahead: int = positive_int(max_lookahead, "max_lookahead")
         self._spans = BridgeReformulator(per_passage)
 
-    def reformulate(self, question, observed, max_queries):
+    def reformulate(self, question: str, observed: Sequence[Passage], max_queries: int
+                    ) -> list[str]:
         return self._spans.reformulate(question, observed, max_queries)
 
-    def bridges_indexed(self, question: str, index, observed: Sequence[int], vector=None,
-                        allowed=None) -> list[tuple[int, int, int]]:
+    def bridges_indexed(self, question: str, index: PropositionIndex, observed: Sequence[int], vector: ArrayLike | None=None,
+                        allowed: ArrayLike | None=None) -> list[tuple[int, int, int]]:
         """Every bridge of the observed passages (positions in ``index``), best first:
         ``(observed rank, entity id, proposition id)`` (the proposition that mentions it).
         ``allowed``: a passage mask (a filter's) the lookahead stays inside, so that a
@@ -552,7 +562,7 @@ class GraphBridgeReformulator(Reformulator):
         cands.sort(key=lambda x: (*x[:4], -len(x[6]), x[6]))
         return [(x[0], x[4], x[5]) for x in cands]
 
-    def _lookahead(self, index, ents, observed, vector, allowed=None):
+    def _lookahead(self, index: PropositionIndex, ents, observed: Any, vector: ArrayLike, allowed: ArrayLike | None=None):
         """Per entity: the best cosine of ``vector`` with a proposition that mentions it in
         a passage neither observed nor outside ``allowed`` (a passage mask: the filter's),
         over its first ``max_lookahead`` such propositions
@@ -570,8 +580,8 @@ class GraphBridgeReformulator(Reformulator):
             out[has] = np.maximum.reduceat(np.asarray(index.embeddings)[props] @ vector, starts)
         return out.tolist()
 
-    def reformulate_indexed(self, question: str, index, observed: Sequence[int],
-                            max_queries: int, vector=None, allowed=None) -> list[str]:
+    def reformulate_indexed(self, question: str, index: PropositionIndex, observed: Sequence[int],
+                            max_queries: int, vector: ArrayLike | None=None, allowed: ArrayLike | None=None) -> list[str]:
         """Residual queries for ``observed`` (passage positions of ``index``); ``vector``:
         the question's embedding (the lookahead ranking needs it); ``allowed``: the
         filter's passage mask, or None."""
@@ -579,7 +589,7 @@ class GraphBridgeReformulator(Reformulator):
         q_words = residual_words(question)
         rest_of: dict[int, list[str]] = {}
 
-        def query(rank, e, i):
+        def query(rank, e, i: Any) -> str:
             if rank not in rest_of:
                 covered = index.passage_words(observed[rank])
                 rest_of[rank] = [w for w in q_words if w not in covered] or q_words
@@ -611,7 +621,7 @@ class ObservationController(Controller):
 
     name = "observation-v1"
 
-    def sufficient(self, question, passages):
+    def sufficient(self, question: str, passages: Sequence[Passage]) -> bool:
         names = [canonical_entity(s) for s in name_spans(question)]
         text = canonical_entity(" ".join(p.title + " " + p.text for p in passages))
         return all(n in text for n in names if n)

@@ -7,6 +7,9 @@ share one implementation without importing each other.
 """
 from __future__ import annotations
 
+from typing import Any
+from typing import TYPE_CHECKING
+
 import pickle
 
 import numpy as np
@@ -14,11 +17,14 @@ import numpy as np
 from ._checks import positive_int
 from .kernels import config as kconfig, cosine_scores, cosine_topk_batch, merge_topk
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+
 __all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge_topk",
            "search_rows", "uses_hnsw"]
 
 
-def check_queries(Q, k, dim: int):
+def check_queries(Q: ArrayLike, k, dim: int):
     """``(Q as contiguous float32 (batch, dim), k as int)``, or ``ValueError``."""
     Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
     if Q.ndim != 2 or Q.shape[1] != dim:
@@ -26,7 +32,7 @@ def check_queries(Q, k, dim: int):
     return Q, positive_int(k, "k")
 
 
-def build_hnsw(embeddings, *, M: int | None = None, ef_construction: int | None = None,
+def build_hnsw(embeddings: ArrayLike, *, M: int | None = None, ef_construction: int | None = None,
                ef: int | None = None, threads: int | None = None):
     """An hnswlib inner-product graph over the rows of ``embeddings`` (labels = rows), with
     the parameters of :mod:`evireform.kernels.config` unless given."""
@@ -43,12 +49,12 @@ def build_hnsw(embeddings, *, M: int | None = None, ef_construction: int | None 
     return h
 
 
-def copy_hnsw(h):
+def copy_hnsw(h: ArrayLike):
     """An independent copy of an hnswlib index (hnswlib indexes pickle)."""
     return pickle.loads(pickle.dumps(h))
 
 
-def hnsw_topk_batch(h, embeddings, Q, k: int, label_ids=None, allowed=None):
+def hnsw_topk_batch(h: ArrayLike, embeddings: ArrayLike, Q: ArrayLike, k: int, label_ids: ArrayLike | None=None, allowed: ArrayLike | None=None):
     """HNSW candidates of ``h`` over ``embeddings``, re-scored with the exact kernel so that
     scores and tie order match exact search: ``(ids, scores)`` of shape
     (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
@@ -98,7 +104,7 @@ def uses_hnsw(n: int) -> bool:
     return int(n) >= kconfig.EXACT_SEARCH_MAX
 
 
-def search_rows(embeddings, Q, k: int, rows, *, hnsw=None, label_ids=None):
+def search_rows(embeddings: ArrayLike, Q: ArrayLike, k: int, rows: Any, *, hnsw=None, label_ids: ArrayLike | None=None):
     """Top-``k`` over the candidate ``rows`` only (a filter's matching propositions, strictly
     ascending), as an index of just those rows would search: exact, read in place by the
     kernel (``cosine_topk_batch(..., rows=)``), or, where ``hnsw`` is built and

@@ -15,7 +15,7 @@ retriever takes either: ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import json
 from dataclasses import dataclass
@@ -28,6 +28,11 @@ from .kernels import cosine_topk_batch
 from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk, search_rows
 from .store import IndexFormatError, file_sha256, load_hnsw, write_dir_atomically
 from .store.hnsw_file import write_hnsw
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .index import PropositionIndex
+    from .types import StrPath
 
 __all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
            "save_shards", "read_shard_manifest", "load_shard"]
@@ -53,7 +58,7 @@ class Shard:
     offset: int
     hnsw: object | None = None
 
-    def search_batch(self, Q, k: int, *, rows=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
         """This shard's top-``k`` with global ids.  ``rows`` (global positions, strictly
         ascending): only those are candidates (:func:`~evireform.search.search_rows` over the
         ones in this shard)."""
@@ -72,7 +77,7 @@ class Shard:
         return np.where(ids >= 0, ids + self.offset, -1), sc
 
     @classmethod
-    def build(cls, embeddings, offset: int, hnsw: bool = False, *, M: int | None = None,
+    def build(cls, embeddings: ArrayLike, offset: int, hnsw: bool = False, *, M: int | None = None,
               ef_construction: int | None = None, ef: int | None = None,
               threads: int | None = None) -> "Shard":
         """A shard over ``embeddings`` (a view is kept, not a copy), with HNSW if asked."""
@@ -88,7 +93,7 @@ class ShardedSearcher:
     release the GIL).  The contract is :meth:`PropositionIndex.search_batch`'s.
     """
 
-    def __init__(self, shards, *, max_workers: int = 1):
+    def __init__(self, shards: Any, *, max_workers: int = 1) -> None:
         self.shards = list(shards)
         if not self.shards:
             raise ValueError("a ShardedSearcher needs at least one shard")
@@ -103,11 +108,11 @@ class ShardedSearcher:
                 raise ValueError(f"shards must cover the rows contiguously: a shard starts at "
                                  f"{s.offset}, expected {exp}")
             exp += int(s.embeddings.shape[0])
-        self.max_workers = max_workers
+        self.max_workers: int = max_workers
 
     @classmethod
-    def from_index(cls, index, n_shards: int, *, hnsw: bool = False, max_workers: int = 1,
-                   **hnsw_kw) -> "ShardedSearcher":
+    def from_index(cls, index: PropositionIndex, n_shards: int, *, hnsw: bool = False, max_workers: int = 1,
+                   **hnsw_kw: Any) -> "ShardedSearcher":
         """Split ``index.embeddings`` (memory-mapped or not; shards are views) into
         ``n_shards`` contiguous shards, each exact or with its own HNSW graph."""
         emb = index.embeddings
@@ -115,20 +120,20 @@ class ShardedSearcher:
                     for lo, hi in shard_bounds(int(emb.shape[0]), n_shards)],
                    max_workers=max_workers)
 
-    def save(self, path, *, overwrite: bool = False) -> Path:
+    def save(self, path: StrPath, *, overwrite: bool = False) -> Path:
         """Save the shard layout and HNSW graphs (:func:`save_shards`); the embeddings stay
         in the index."""
         return save_shards(self.shards, path, overwrite=overwrite)
 
     @classmethod
-    def load(cls, path, index, *, max_workers: int = 1) -> "ShardedSearcher":
+    def load(cls, path: StrPath, index: PropositionIndex, *, max_workers: int = 1) -> "ShardedSearcher":
         """The searcher saved at ``path`` over ``index`` (its embeddings, memory-mapped or
         not, are sliced, not copied); everything is checked against the index first."""
         emb = index.embeddings
         entries = read_shard_manifest(path, int(emb.shape[0]), int(emb.shape[1]))
         return cls([load_shard(path, e, emb) for e in entries], max_workers=max_workers)
 
-    def search_batch(self, Q, k: int, *, rows=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
         """``(ids, scores)`` of shape (batch, min(k, n)): the exact merge of every shard's
         top-``k``; ``rows`` (strictly ascending positions): only those are candidates (n:
         their number), each shard searching its own."""
@@ -146,7 +151,7 @@ class ShardedSearcher:
 
 
 # --------------------------------------------------------------------------- on disk
-def save_shards(shards, path, *, overwrite: bool = False) -> Path:
+def save_shards(shards: Any, path: StrPath, *, overwrite: bool = False) -> Path:
     """Write the shard layout and each shard's HNSW graph to the directory ``path``
     (``shards.json`` + ``shard-<s>.hnsw``; the embeddings stay in the index).  Written to a
     temporary directory and swapped in atomically under the parent's lock
@@ -154,7 +159,7 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
     ``overwrite`` and it is a shard directory."""
     path = Path(path)
 
-    def check():
+    def check() -> None:
         if path.exists():
             if not overwrite:
                 raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
@@ -162,7 +167,7 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
                 raise FileExistsError(f"{path} is not a shard directory (no shards.json); "
                                       "refusing to replace it")
 
-    def write(tmp: Path):
+    def write(tmp: Path) -> None:
         entries = []
         for n, sh in enumerate(shards):
             e = {"lo": int(sh.offset), "hi": int(sh.offset + len(sh.embeddings)), "hnsw": None}
@@ -181,7 +186,7 @@ def save_shards(shards, path, *, overwrite: bool = False) -> Path:
                                 looks_like=lambda d: (d / "shards.json").is_file()).resolve()
 
 
-def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
+def read_shard_manifest(path: StrPath, n_props: int, dim: int) -> list[dict]:
     """The checked shard entries of a saved shard directory for an index of ``n_props``
     propositions of ``dim`` floats (``IndexFormatError`` naming what is wrong)."""
     f = Path(path) / "shards.json"
@@ -213,7 +218,7 @@ def read_shard_manifest(path, n_props: int, dim: int) -> list[dict]:
     return entries
 
 
-def load_shard(path, entry: dict[str, Any], embeddings) -> Shard:
+def load_shard(path: StrPath, entry: dict[str, Any], embeddings: ArrayLike) -> Shard:
     """One shard of a saved shard directory over the index's ``embeddings`` (a view of its
     rows); its HNSW file is checked (digest, header, links, labels) before hnswlib reads it."""
     lo, hi = entry["lo"], entry["hi"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -58,6 +58,13 @@ from .roles import (MAX_QUERY_CHARS, QUESTION_STOPWORDS as _QSTOP, BridgeReformu
                     HeuristicSplitter, RoleResult, SubstitutionRewriter, clean_queries,
                     constraints as _constraints, covers, split_query)
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from .embed import Embedder
+    from .roles import Reformulator
+    from .index import PropositionIndex
+    from .types import FilterSpec
+
 __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
            "split_query", "covers"]
 
@@ -66,20 +73,20 @@ __all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strateg
 class _PassageSearch:
     """Question -> passage ranking with EviReform's first steps (search, u, readout)."""
 
-    def __init__(self, index, embedder, n_candidates: int = 100, backend="auto", engine=None):
+    def __init__(self, index: PropositionIndex, embedder: Embedder, n_candidates: int = 100, backend: Any="auto", engine: Any=None) -> None:
         if embedder is not None:
             check_embedder(index, embedder)
         if engine is not None and backend != "auto":
             raise ValueError("give engine= or backend=, not both")
         self.index, self.embedder = index, embedder
-        self.n_candidates = n_candidates
+        self.n_candidates: int = n_candidates
         self.engine = make_engine(index, engine if engine is not None else backend)
         #: the filter's restriction every search and ranking passes to the engine (None:
         #: no filter), the passage positions it allows (stored order; None: all) and the
         #: graph whose degree terms the search propagates with
         self.restriction, self.allowed, self.graph = None, None, index.graph
 
-    def restricted(self, filter) -> "_PassageSearch":
+    def restricted(self, filter: FilterSpec) -> "_PassageSearch":
         """This search under ``filter`` (:mod:`evireform.filters`): a copy whose searches
         and rankings pass the filter's restriction to the same engine; itself when
         ``filter`` is None."""
@@ -99,7 +106,7 @@ class _PassageSearch:
             raise ValueError("this strategy has no embedder: pass embedder=...")
         return encode_queries(self.embedder, list(texts))
 
-    def rank(self, texts: Sequence[str], k: int, H=None):
+    def rank(self, texts: Sequence[str], k: int, H: ArrayLike | None=None):
         """Per text: (passage positions, scores), best first, positive scores only."""
         if not texts:
             return []
@@ -141,7 +148,7 @@ class StrategyTrace:
     tree: "HiQNode | None" = None
     role_events: list[str] = field(default_factory=list)
 
-    def format(self, passages=None) -> str:
+    def format(self, passages: Sequence[Any] | None=None) -> str:
         name = (lambda j: passages[j].title or passages[j].id) if passages else str
         if self.tree is not None:
             return self.tree.format(name)
@@ -152,8 +159,8 @@ class StrategyTrace:
                                           for a, b in self.intersection) or "(empty)")])
 
 
-def _result(index, question, order: list[int], k: int, edges, trace,
-            allowed=None) -> RetrievalResult:
+def _result(index: PropositionIndex, question: str, order: list[int], k: int, edges, trace,
+            allowed: ArrayLike | None=None) -> RetrievalResult:
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
     scale), filled to ``k`` with the other passages (``allowed``: those a filter allows) in
     stored order at score 0 (as EviReform's ranking is)."""
@@ -210,11 +217,11 @@ class _Strategy:
     """What BGR and Hi-Q share: ``retrieve`` / ``retrieve_many`` over their ``_one(question,
     k)`` and their ``search`` (a :class:`_PassageSearch`), with filters."""
 
-    def retrieve(self, question: str, k: int = 10, *, filter=None) -> RetrievalResult:
+    def retrieve(self, question: str, k: int = 10, *, filter: FilterSpec=None) -> RetrievalResult:
         return self.retrieve_many([question], k, filter=filter)[0]
 
     def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
-                      filter=None) -> list[RetrievalResult]:
+                      filter: FilterSpec=None) -> list[RetrievalResult]:
         """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
         every search and ranking to the matching passages, as an index of them alone would."""
         questions = as_list(questions, "questions")
@@ -224,7 +231,7 @@ class _Strategy:
             return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
         return [run._one(q, k) for q in questions]
 
-    def _scoped(self, filter):
+    def _scoped(self, filter: FilterSpec):
         """This strategy, or a shallow copy whose search runs under ``filter`` (the original
         is untouched, so threads may share it)."""
         search = self.search.restricted(filter)
@@ -248,25 +255,25 @@ class BGR(_Strategy):
 
     name = "bgr"
 
-    def __init__(self, index, embedder=None, *, depth: int = 3, n_candidates: int = 100,
-                 reformulator=None, merge: str = "intersection", path: str = "full",
-                 backend="auto", engine=None):
+    def __init__(self, index: PropositionIndex, embedder: Embedder | None=None, *, depth: int = 3, n_candidates: int = 100,
+                 reformulator: Reformulator | None=None, merge: str = "intersection", path: str = "full",
+                 backend: Any="auto", engine: Any=None) -> None:
         positive_int(depth, "depth")
         if path not in ("full", "last"):
             raise ValueError(f"path must be 'full' or 'last'; got {path!r}")
-        self.path = path
+        self.path: str = path
         if merge not in ("intersection", "union"):
             raise ValueError(f"merge must be 'intersection' (the paper) or 'union'; got "
                              f"{merge!r}")
         #: how the two chains' edges combine: "intersection" (the paper: edges in both
         #: chains) or "union" (every edge of either chain; an option, measured as bgr_union)
-        self.merge = merge
+        self.merge: str = merge
         self.search = _PassageSearch(index, embedder, n_candidates, backend, engine)
         self.index, self.embedder, self.depth = index, embedder, depth
         self.reformulator = reformulator or BridgeReformulator()
 
 
-    def _forward(self, question, base, events) -> tuple[list[int], list[EvidenceEdge]]:
+    def _forward(self, question: str, base, events) -> tuple[list[int], list[EvidenceEdge]]:
         idx = self.index
         chain = [int(base[0])] if len(base) else []
         edges = []
@@ -306,7 +313,7 @@ class BGR(_Strategy):
                  and not any(w in c.split() for c in cons)]
         return " ".join(words) or question
 
-    def _backward(self, question, last_P, base_scores) -> tuple[list[int], list[EvidenceEdge]]:
+    def _backward(self, question: str, last_P, base_scores) -> tuple[list[int], list[EvidenceEdge]]:
         idx = self.index
         cons = _constraints(question)
         P = last_P[:50]
@@ -422,10 +429,10 @@ class HiQ(_Strategy):
 
     name = "hiq"
 
-    def __init__(self, index, embedder=None, *, max_depth: int = 3, k_node: int = 10,
+    def __init__(self, index: PropositionIndex, embedder: Embedder | None=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
-                 k_read: int = 5, llm=None, splitter=None, reader=None, rewriter=None,
-                 backend="auto", engine=None):
+                 k_read: int = 5, llm: Any=None, splitter=None, reader=None, rewriter=None,
+                 backend: Any="auto", engine: Any=None) -> None:
         int_at_least(max_depth, 0, "max_depth")
         if not 0.0 <= float(coverage) <= 1.0:
             raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
@@ -473,7 +480,7 @@ class HiQ(_Strategy):
         node.answer = guess
         return True
 
-    def _guess(self, query, passages) -> str | None:
+    def _guess(self, query, passages: Sequence[Any]) -> str | None:
         b = self.bridges.bridges(query, passages)
         return b[0][1] if b else None
 
@@ -551,7 +558,7 @@ class HiQ(_Strategy):
 STRATEGIES = ("bgr", "bgr_union", "bgr_last", "hiq", "hiq_k2")
 
 
-def make_strategy(name: str, index, embedder=None, llm=None, engine=None):
+def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=None, llm: Any=None, engine: Any=None):
     """``"bgr"``, ``"bgr_union"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient)
     BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader, splitter and
     verifier; ``engine``: where it runs (:func:`evireform.engine.make_engine`'s by default)."""

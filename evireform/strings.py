@@ -20,7 +20,7 @@ blob (an update's memory is proportional to what it changes, not to the texts).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import json
 import mmap
@@ -55,7 +55,7 @@ class _View(Sequence):
     def __add__(self, other):
         return list(self) + list(other)
 
-    def _index(self, i) -> int:
+    def _index(self, i: Any) -> int:
         i = int(i)
         n = len(self)
         if i < 0:
@@ -71,10 +71,10 @@ class StringTable(_View):
 
     __slots__ = ("blob", "offsets", "lo", "n", "_mv", "_off")
 
-    def __init__(self, blob, offsets: np.ndarray, lo: int = 0, hi: int | None = None):
+    def __init__(self, blob, offsets: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
         self.blob, self.offsets = blob, offsets
-        self.lo = int(lo)
-        self.n = int((len(offsets) - 1 if hi is None else hi) - lo)
+        self.lo: int = int(lo)
+        self.n: int = int((len(offsets) - 1 if hi is None else hi) - lo)
         # plain views: slicing a memoryview and indexing an ndarray skip np.memmap's
         # per-item overhead (a few microseconds each)
         self._mv = memoryview(np.asarray(blob).view(np.uint8)).cast("B")
@@ -87,7 +87,7 @@ class StringTable(_View):
         a, b = int(self._off[self.lo + i]), int(self._off[self.lo + i + 1])
         return bytes(self._mv[a:b]).decode("utf-8", "replace")
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any):
         if isinstance(i, slice):
             return [self._one(j) for j in range(*i.indices(self.n))]
         i = int(i)
@@ -119,7 +119,7 @@ class PassageTable(_View):
     __slots__ = ("ids", "titles", "texts", "metadata")
 
     def __init__(self, ids: StringTable, titles: StringTable, texts: StringTable,
-                 metadata: StringTable):
+                 metadata: StringTable) -> None:
         self.ids, self.titles, self.texts, self.metadata = ids, titles, texts, metadata
 
     def __len__(self) -> int:
@@ -135,7 +135,7 @@ class PassageTable(_View):
             return {}
         return md if isinstance(md, dict) else {}
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return Passage(self.ids[i], self.titles[i], self.texts[i],
@@ -155,7 +155,7 @@ class Concat(_View):
 
     __slots__ = ("parts", "_ends")
 
-    def __init__(self, *parts):
+    def __init__(self, *parts: Any) -> None:
         flat: list[Any] = []
         for part in parts:
             flat.extend(part.parts if isinstance(part, Concat) else [part])
@@ -165,7 +165,7 @@ class Concat(_View):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         i = self._index(i)
@@ -184,7 +184,7 @@ class Take(_View):
 
     __slots__ = ("base", "positions")
 
-    def __init__(self, base, positions):
+    def __init__(self, base, positions) -> None:
         if isinstance(base, Take):  # a view of a view reads the first base directly
             positions, base = base.positions[np.asarray(positions, dtype=np.int64)], base.base
         self.base = base
@@ -193,7 +193,7 @@ class Take(_View):
     def __len__(self) -> int:
         return len(self.positions)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: Any):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return self.base[int(self.positions[self._index(i)])]
@@ -210,7 +210,7 @@ _GETTERS = {"ids": lambda p: p.id, "titles": lambda p: p.title, "texts": lambda 
             "metadata": lambda p: metadata_json(p.metadata)}
 
 
-def column(passages, name: str):
+def column(passages: Sequence[Any], name: str):
     """The strings of one passage field (``"ids"``, ``"titles"``, ``"texts"`` or
     ``"metadata"`` as stored: compact JSON, ``""`` for none) of any passage sequence: a
     table's own :class:`StringTable`, views of the views' columns, a list for
@@ -224,7 +224,7 @@ def column(passages, name: str):
     return [_GETTERS[name](p) for p in passages]
 
 
-def metadata_of(passages):
+def metadata_of(passages: Sequence[Any]):
     """Every passage's metadata dict, in order, decoding only the metadata column of tables
     (not their ids, titles and texts)."""
     if isinstance(passages, (PassageTable, Concat, Take)):
@@ -247,7 +247,7 @@ def release_pages(blob, a: int, b: int) -> None:
         pass
 
 
-def pack(passages, propositions, entities, write) -> np.ndarray:
+def pack(passages: Sequence[Any], propositions: Any, entities, write: Any) -> np.ndarray:
     """Write the UTF-8 blob of an index's strings (in :data:`TABLES` order) through
     ``write(bytes)`` in chunks, and return the offsets (int64, one more than strings).
 
@@ -260,7 +260,7 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
     held = 0
     count = 0
 
-    def put(s: str):
+    def put(s: str) -> None:
         nonlocal held, count
         try:
             b = s.encode("utf-8")
@@ -275,7 +275,7 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
         if held >= 1 << 24:
             flush()
 
-    def flush():
+    def flush() -> None:
         nonlocal held
         if buf:
             write(b"".join(buf))
@@ -285,7 +285,7 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
             chunks.append(np.asarray(sizes, dtype=np.int64))
             sizes.clear()
 
-    def raw(table: StringTable, a: int, b: int):
+    def raw(table: StringTable, a: int, b: int) -> None:
         """Strings a .. b - 1 of ``table``, copied as bytes."""
         nonlocal count
         if b <= a:
@@ -300,7 +300,7 @@ def pack(passages, propositions, entities, write) -> np.ndarray:
         chunks.append(np.diff(off).astype(np.int64))
         count += b - a
 
-    def put_all(col):
+    def put_all(col) -> None:
         if isinstance(col, StringTable):
             raw(col, 0, len(col))
         elif isinstance(col, Concat):

@@ -1,9 +1,15 @@
 """Plain records shared across the package."""
 from __future__ import annotations
 
-from typing import Any
-
+import os
 from dataclasses import dataclass, field
+from typing import Any, Sequence, Union
+
+#: a file or folder path as the library takes it
+StrPath = Union[str, "os.PathLike[str]"]
+#: a filter (:mod:`evireform.filters`): a where clause over passage metadata, a list of
+#: passage ids, or None for none
+FilterSpec = Union[dict[str, Any], Sequence[str], None]
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,16 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TYPE_CHECKING
 
 import numpy as np
 
 from . import config
 from ._backend import BACKENDS, BackendUnavailable, resolve
 from .graph import EntityGraph, PassageMap
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 __all__ = [
     "BACKENDS", "BackendUnavailable", "EntityGraph", "PassageMap", "config",
@@ -128,7 +131,7 @@ def _check_k(k, name: str = "k") -> int:
     return int(k)
 
 
-def _check_matrix(H) -> np.ndarray:
+def _check_matrix(H: ArrayLike) -> np.ndarray:
     H = np.asarray(H)
     if H.ndim != 2:
         raise ValueError(f"embeddings must be a 2-d (n, d) array; got shape {H.shape}")
@@ -137,7 +140,7 @@ def _check_matrix(H) -> np.ndarray:
     return np.ascontiguousarray(H)
 
 
-def _check_queries(Q, d: int, ndim: int) -> np.ndarray:
+def _check_queries(Q: ArrayLike, d: int, ndim: int) -> np.ndarray:
     Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
     if Q.ndim != ndim or Q.shape[-1] != d:
         want = "(d,)" if ndim == 1 else "(batch, d)"
@@ -148,7 +151,7 @@ def _check_queries(Q, d: int, ndim: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- cosine top-k
-def cosine_scores(H, Q, *, backend: str = "auto") -> np.ndarray:
+def cosine_scores(H: ArrayLike, Q: ArrayLike, *, backend: str = "auto") -> np.ndarray:
     """All scores ``Q @ H.T`` as float32 (batch, n), by the same batch-invariant loops as
     :func:`cosine_topk`; for re-scoring a few rows, not for scanning an index."""
     H = _check_matrix(H)
@@ -186,7 +189,7 @@ def _pad4(Q: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_rows(rows, M: int) -> np.ndarray | None:
+def _check_rows(rows: Any, M: int) -> np.ndarray | None:
     """Candidate rows: int64 positions in [0, M), strictly ascending (ties resolve by lower
     id, as in a matrix of just those rows); None for every row."""
     if rows is None:
@@ -200,7 +203,7 @@ def _check_rows(rows, M: int) -> np.ndarray | None:
     return r
 
 
-def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
+def cosine_topk(H: ArrayLike, q: ArrayLike, k: int, *, rows: Any=None, backend: str = "auto"):
     """Exact top-``k`` rows of ``H`` (float32, L2-normalised) by cosine with ``q``.
 
     Returns ``(ids, scores)``: int64 ids and float32 scores, best first, ties by lower id.
@@ -236,7 +239,7 @@ def cosine_topk(H, q, k: int, *, rows=None, backend: str = "auto"):
     return ids[:n], vals[:n]
 
 
-def _topk_rows_one(H, q, k: int, rows):
+def _topk_rows_one(H: ArrayLike, q: ArrayLike, k: int, rows: Any):
     """:func:`cosine_topk` over checked ``rows`` (one range per thread; one range on the
     calling thread when there are few rows)."""
     M = len(rows)
@@ -255,7 +258,7 @@ def _topk_rows_one(H, q, k: int, rows):
 _QUERY_GROUP = 1024
 
 
-def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
+def cosine_topk_batch(H: ArrayLike, Q: ArrayLike, k: int, *, rows: Any=None, backend: str = "auto"):
     """Batched :func:`cosine_topk`.
 
     Returns ``(ids, scores)`` of shape ``(batch, min(k, n))`` (memory scales with the index,
@@ -306,7 +309,7 @@ def cosine_topk_batch(H, Q, k: int, *, rows=None, backend: str = "auto"):
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def merge_topk(parts, k: int, n_queries: int):
+def merge_topk(parts: Any, k: int, n_queries: int):
     """Merge per-shard (or per-block) ``(ids, scores)`` pairs (global ids, shape
     (batch, k_s), padded with -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
     padded with -1 / 0."""
@@ -327,7 +330,7 @@ def merge_topk(parts, k: int, n_queries: int):
     return out_i, out_s
 
 
-def _topk_batch_rows(H, Q, k: int, rows: np.ndarray, backend: str):
+def _topk_batch_rows(H: ArrayLike, Q: ArrayLike, k: int, rows: np.ndarray, backend: str):
     """:func:`cosine_topk_batch` over the candidate ``rows`` only."""
     B, R = Q.shape[0], len(rows)
     k = min(k, R)
@@ -351,7 +354,7 @@ def _topk_batch_rows(H, Q, k: int, rows: np.ndarray, backend: str):
 
 
 # --------------------------------------------------------------------------- int8 storage
-def quantize_int8(H, scale=None, *, block: int = 1 << 16):
+def quantize_int8(H: ArrayLike, scale: ArrayLike | None=None, *, block: int = 1 << 16):
     """``(codes, scale)``: int8 codes of the rows of ``H`` with one float32 scale per
     dimension (``max |H[:, d]| / 127`` unless ``scale`` is given), code = round(h / scale).
     Every |h - scale * code| <= scale / 2 as long as no |h| exceeds 127.5 * scale (the
@@ -375,7 +378,7 @@ def quantize_int8(H, scale=None, *, block: int = 1 << 16):
     return codes, scale
 
 
-def int8_error_bound(Q, scale) -> np.ndarray:
+def int8_error_bound(Q: ArrayLike, scale: ArrayLike) -> np.ndarray:
     """Per query, the largest |q . h - q . (scale * code)| the int8 codes allow:
     sum_d |q_d| scale_d / 2, plus float32 summation slack."""
     Q = np.atleast_2d(np.asarray(Q, np.float32))
@@ -383,7 +386,7 @@ def int8_error_bound(Q, scale) -> np.ndarray:
     return e * (1.0 + 1e-4) + 1e-5 * (np.abs(Q).sum(axis=1) * float(np.max(scale)) * 127 + 1)
 
 
-def quantized_topk_batch(codes, scale, H, Q, k: int, *, margin: int = 64):
+def quantized_topk_batch(codes: ArrayLike, scale: ArrayLike, H: ArrayLike, Q: ArrayLike, k: int, *, margin: int = 64):
     """Exact top-``k`` of :func:`cosine_topk_batch` (bitwise the same ids and scores), found
     by scanning the int8 ``codes`` (4x fewer bytes than float32 ``H``) and re-scoring the
     candidates with ``H``.
@@ -506,7 +509,7 @@ def _as1d(x, dtype: np.dtype, also: np.dtype | None = None) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=dtype).ravel())
 
 
-def _check_seed(seed_ids, seed_vals):
+def _check_seed(seed_ids: ArrayLike, seed_vals: ArrayLike):
     ids = _as1d(seed_ids, _I64)
     vals = _as1d(seed_vals, _F64, _F32)  # float32 values are read as they are
     if ids.shape != vals.shape:
@@ -514,7 +517,7 @@ def _check_seed(seed_ids, seed_vals):
     return ids, vals
 
 
-def _seed_error(code: int, M: int, what: str = "seed"):
+def _seed_error(code: int, M: int, what: str = "seed") -> None:
     """Raise for a status returned by a kernel's input check (0 = fine)."""
     if code == 1:
         raise ValueError(f"{what} ids must lie in [0, {M})")
@@ -522,7 +525,7 @@ def _seed_error(code: int, M: int, what: str = "seed"):
         raise ValueError(f"{what} values contain NaN or inf")
 
 
-def _check_indptr(indptr, n: int, what: str) -> np.ndarray:
+def _check_indptr(indptr: ArrayLike, n: int, what: str) -> np.ndarray:
     indptr = np.ascontiguousarray(np.asarray(indptr, dtype=np.int64))
     if indptr.ndim != 1 or len(indptr) < 1 or indptr[0] != 0 or indptr[-1] != n \
             or np.any(np.diff(indptr) < 0):
@@ -530,7 +533,7 @@ def _check_indptr(indptr, n: int, what: str) -> np.ndarray:
     return indptr
 
 
-def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
+def propagate(graph: EntityGraph, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha: float = 0.5, *,
               backend: str = "auto"):
     """One propagation step z = alpha s + (1 - alpha) W Dw+ s from a sparse seed s.
 
@@ -554,7 +557,7 @@ def propagate(graph: EntityGraph, seed_ids, seed_vals, alpha: float = 0.5, *,
     return ws.out_ids[:n].copy(), ws.out_vals[:n].copy()
 
 
-def _concat_rows(rows):
+def _concat_rows(rows: Any):
     indptr = np.zeros(len(rows) + 1, dtype=np.int64)
     indptr[1:] = np.cumsum([len(r[0]) for r in rows])
     if not rows:
@@ -562,7 +565,7 @@ def _concat_rows(rows):
     return indptr, np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
 
 
-def _checked_seeds(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha):
+def _checked_seeds(graph: EntityGraph, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha):
     """A batch of seeds as the batched kernels take it: ``(indptr, ids, vals, alpha)``
     checked (ids inside the graph, finite values, a CSR indptr over them, alpha in [0, 1])."""
     ids, vals = _check_seed(seed_ids, seed_vals)
@@ -570,7 +573,7 @@ def _checked_seeds(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha):
     return _check_indptr(seed_indptr, len(ids), "seed"), ids, vals, _check_alpha(alpha)
 
 
-def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha: float = 0.5,
+def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha: float = 0.5,
                     *, backend: str = "auto"):
     """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
     indptr, ids, vals, alpha = _checked_seeds(graph, seed_indptr, seed_ids, seed_vals, alpha)
@@ -603,7 +606,7 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
     n_ranges = max(1, min(B, 4 * _n_threads()))
     bounds = np.linspace(0, B, n_ranges + 1).astype(np.int64)
 
-    def run(r):
+    def run(r) -> None:
         ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
         kern.propagate_into(*g.kernel_args, indptr, ids, vals, alpha, bounds[r],
                             bounds[r + 1], offs, out_i, out_v, counts, ws.wf, ws.wb, ws.wi)
@@ -622,7 +625,7 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids, seed_vals, alpha:
     return out_ptr, out_i[:m], out_v[:m]
 
 
-def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids, seed_vals,
+def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike,
                     alpha: float, k: int, *, backend: str = "auto"):
     """:func:`propagate_batch` then :func:`readout_topk_batch` in one pass: each row's z
     stays in its thread's workspace and goes straight to the readout (no z arrays, one
@@ -643,7 +646,7 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids,
         return out_i, out_v
     kern, g = _kernels(), graph
 
-    def run(b0, b1):
+    def run(b0, b1) -> None:
         ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
         rs = _WS.get(ReadWorkspace, pmap.n_passages)
         kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals, alpha,
@@ -771,7 +774,7 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
     return read(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 
 
-def mentions_outside(indptr, indices, owner, rows, excluded=(), allowed=None, *,
+def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, rows: Any, excluded=(), allowed: ArrayLike | None=None, *,
                      limit: int):
     """For each row r of ``rows``, the first ``limit`` entries i of the CSR row
     ``indices[indptr[r]:indptr[r + 1]]`` (stored order) whose ``owner[i]`` is not in

@@ -12,6 +12,9 @@ input, own the workspaces and choose the backend.  Conventions shared by all ker
 """
 from __future__ import annotations
 
+from typing import Any
+from typing import TYPE_CHECKING
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -20,17 +23,20 @@ from numba.extending import intrinsic
 
 from . import config
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+
 _JIT = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath=False)
 
 
 # --------------------------------------------------------------------------- top-k heap
 @njit(inline="always", **_JIT)
-def _worse(va, ia, vb, ib):
+def _worse(va, ia, vb, ib) -> bool:
     return va < vb or (va == vb and ia > ib)
 
 
 @njit(**_JIT)
-def _sift_down(vals, ids, n, pos):
+def _sift_down(vals: ArrayLike, ids: Any, n, pos) -> None:
     while True:
         c = 2 * pos + 1
         if c >= n:
@@ -47,7 +53,7 @@ def _sift_down(vals, ids, n, pos):
 
 
 @njit(**_JIT)
-def _heap_offer(vals, ids, n, k, v, i):
+def _heap_offer(vals: ArrayLike, ids: Any, n, k, v, i: Any):
     """Offer (v, i) to a heap holding n <= k items; return the new n."""
     if n < k:
         vals[n] = v
@@ -70,7 +76,7 @@ def _heap_offer(vals, ids, n, k, v, i):
 
 
 @njit(**_JIT)
-def _heap_sort(vals, ids, n):
+def _heap_sort(vals: ArrayLike, ids: Any, n) -> None:
     """Sort a heap in place, best first."""
     for end in range(n - 1, 0, -1):
         vals[0], vals[end] = vals[end], vals[0]
@@ -104,7 +110,7 @@ _VEC = ir.VectorType(_F32, LANES)
 _BYTES = ir.IntType(8).as_pointer()
 
 
-def _mask(idx):
+def _mask(idx: Any):
     return ir.Constant(ir.VectorType(_I32, len(idx)), [ir.Constant(_I32, x) for x in idx])
 
 
@@ -123,10 +129,10 @@ def make_tile(R: int, NQ: int):
     """The ``R`` x ``NQ`` dot-product tile (see the module docstring)."""
 
     @intrinsic
-    def tile(typingctx, H, r, Q, b, S, o):
+    def tile(typingctx, H: ArrayLike, r, Q: ArrayLike, b, S, o):
         sig = types.void(H, r, Q, b, S, o)
 
-        def codegen(context, builder, signature, args):
+        def codegen(context, builder, signature, args: Any):
             Hv, rv, Qv, bv, Sv, ov = args
             _, _, Qt, _, St, _ = signature.args
             c = lambda v: ir.Constant(_I64, v)  # noqa: E731
@@ -205,7 +211,7 @@ def _compress16(typingctx, sc, lo, lim, v, ix, n, base):
     caller guarantees unit strides and room for 16 more."""
     sig = types.int64(sc, lo, lim, v, ix, n, base)
 
-    def codegen(context, builder, signature, args):
+    def codegen(context, builder, signature, args: Any):
         scv, lov, limv, vv, ixv, nv, basev = args
         st, _, _, vt, it, _, _ = signature.args
         sa = context.make_array(st)(context, builder, scv)
@@ -256,7 +262,7 @@ _T1x4 = make_tile(1, 4)
 
 
 @njit(inline="always", **_JIT)
-def _tiled(H, Q):
+def _tiled(H: ArrayLike, Q: ArrayLike) -> bool:
     """True when the vector tiles apply: d a multiple of 16, rows contiguous."""
     d = H.shape[1]
     return (d >= LANES and d % LANES == 0 and H.strides[1] == 4
@@ -267,7 +273,7 @@ _DOT = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract
 
 
 @njit(**_DOT)
-def _rows8(H, r, q, S, o):
+def _rows8(H: ArrayLike, r, q: ArrayLike, S, o) -> None:
     """S[o + i] = H[r + i] . q for i < 8: the vector tile when it applies, else the loop."""
     if _tiled(H, q):
         _T8x1(H, r, q, 0, S, o)
@@ -276,7 +282,7 @@ def _rows8(H, r, q, S, o):
 
 
 @njit(**_DOT)
-def _rows8_loop(H, r, q, S, o):
+def _rows8_loop(H: ArrayLike, r, q: ArrayLike, S, o) -> None:
     """S[o + i] = H[r + i] . q for i < 8, as a loop."""
     d = q.shape[0]
     h0 = H[r]
@@ -316,7 +322,7 @@ def _rows8_loop(H, r, q, S, o):
 
 
 @njit(**_DOT)
-def _rows2q4(H, r, Q, b, S, o):
+def _rows2q4(H: ArrayLike, r, Q: ArrayLike, b, S, o) -> None:
     """S[b + j, o + i] = H[r + i] . Q[b + j] for i < 2, j < 4."""
     d = Q.shape[1]
     h = H[r]
@@ -359,7 +365,7 @@ def _rows2q4(H, r, Q, b, S, o):
 
 
 @njit(parallel=True, **_DOT)
-def dot_one(H, q, S):
+def dot_one(H: ArrayLike, q: ArrayLike, S) -> None:
     """S[r] = H[r] . q for every row (eight rows at a time; the last < 8 via a padded copy)."""
     M, d = H.shape
     n8 = M // 8
@@ -454,7 +460,7 @@ def _buf_keep(bv, bi, n, k):
 
 
 @njit(**_JIT)
-def _buf_sort(bv, bi, n):
+def _buf_sort(bv, bi, n) -> None:
     """Sort ``bv[:n]``/``bi[:n]`` (ids increasing) best first, ties by lower id (stable)."""
     if n < 2:
         return
@@ -521,7 +527,7 @@ def _merge_chunks(cand_v, cand_i, cand_n, k):
 
 
 @njit(parallel=True, **_DOT)
-def topk_one(H, q, k, n_chunks):
+def topk_one(H: ArrayLike, q: ArrayLike, k, n_chunks):
     """Fused exact top-k positive scores of one query: each of ``n_chunks`` row ranges is scored
     eight rows at a time (as in :func:`dot_one`) straight into its own candidate buffer; the
     buffers are merged at the end.  Returns (ids, vals, count), best first, ties by lower id."""
@@ -555,7 +561,7 @@ def topk_one(H, q, k, n_chunks):
 
 
 @njit(**_DOT)
-def _topk_rows_range(H, rows, q, lo, hi, k, v, ix):
+def _topk_rows_range(H: ArrayLike, rows: Any, q: ArrayLike, lo, hi, k, v, ix):
     """The candidates ``(v, ix)`` (capacity ``_buf_cap(k)``; a superset of the top ``k``) of
     the positive scores of ``rows[lo:hi]``: each group of eight rows is copied into a scratch
     block and scored by the eight-row dot product of :func:`topk_one` (so every score equals
@@ -579,7 +585,7 @@ def _topk_rows_range(H, rows, q, lo, hi, k, v, ix):
 
 
 @njit(parallel=True, **_DOT)
-def topk_rows(H, rows, q, k, n_chunks):
+def topk_rows(H: ArrayLike, rows: Any, q: ArrayLike, k, n_chunks):
     """:func:`topk_one` over the rows ``rows`` of ``H`` only (ascending positions), one
     range of them per thread (:func:`_topk_rows_range`); ids are positions in ``H``.
     Nothing proportional to ``rows`` is allocated."""
@@ -597,7 +603,7 @@ def topk_rows(H, rows, q, k, n_chunks):
 
 
 @njit(**_DOT)
-def topk_rows_serial(H, rows, q, k):
+def topk_rows_serial(H: ArrayLike, rows: Any, q: ArrayLike, k):
     """:func:`topk_rows` in one range on the calling thread: for few rows, where waking the
     thread pool would cost more than the scan (and, on a loaded machine, wait for a core)."""
     cap = _buf_cap(k)
@@ -609,7 +615,7 @@ def topk_rows_serial(H, rows, q, k):
 
 
 @njit(**_DOT)
-def _dot_block(H, lo, hi, Q, S, T):
+def _dot_block(H: ArrayLike, lo, hi, Q: ArrayLike, S, T) -> None:
     """S[:, r - lo] = Q . H[r] for lo <= r < hi; Q has a multiple of 4 rows, S at least
     hi - lo + 1 columns (with the loops, an odd last row goes through the 2-row scratch T)."""
     B = Q.shape[0]
@@ -633,7 +639,7 @@ def _dot_block(H, lo, hi, Q, S, T):
 
 
 @njit(parallel=True, **_DOT)
-def dot_scores(H, Q, S, block):
+def dot_scores(H: ArrayLike, Q: ArrayLike, S, block) -> None:
     """S[b, r] = H[r] . Q[b] for all rows; Q has a multiple of 4 rows (zero-padded)."""
     M, d = H.shape
     nb = (M + block - 1) // block
@@ -647,7 +653,7 @@ def dot_scores(H, Q, S, block):
 
 
 @njit(parallel=True, **_DOT)
-def topk_batch(H, Q, B, k, n_chunks, block):
+def topk_batch(H: ArrayLike, Q: ArrayLike, B, k, n_chunks, block):
     """Fused exact top-k for queries Q[:B] (Q zero-padded to a multiple of 4 rows).
 
     Each of ``n_chunks`` row ranges is scored ``block`` rows at a time into a small per-thread
@@ -693,7 +699,7 @@ def topk_batch(H, Q, B, k, n_chunks, block):
 
 # --------------------------------------------------------------------------- propagation
 @njit(**_JIT)
-def check_seed(ids, vals, M):
+def check_seed(ids: Any, vals: ArrayLike, M) -> int:
     """0 when every id lies in [0, M) and every value is finite; 1 bad id; 2 bad value."""
     for t in range(ids.shape[0]):
         if ids[t] < 0 or ids[t] >= M:
@@ -716,7 +722,7 @@ def _note_entity(e, emark, ents, ne):
 
 
 @njit(**_JIT)
-def _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids, seed_vals,
+def _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids: ArrayLike, seed_vals: ArrayLike,
             acc, sbuf, mark, yent, emark, touched, ents):
     """Steps 1-3 of one seed: s into ``sbuf``, (A De+ A^T Dw+ s) into ``acc``.
 
@@ -763,7 +769,7 @@ def _spread(a_indptr, a_indices, at_indptr, at_indices, inv_deg, inv_w, seed_ids
 
 
 @njit(**_JIT)
-def _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_v, off):
+def _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, out_i, out_v, off) -> None:
     """Step 4: z = alpha s + (1 - alpha) (A y - diag x) into out_i/out_v[off:off + n], and
     ``acc``/``sbuf``/``mark`` back to zero.  Only the seed's own propositions have s != 0, so
     the rest read just ``acc``.  W >= 0, so rounding residue below zero is clamped."""
@@ -808,7 +814,7 @@ def ws_views(wf, wb, wi, M):
 
 @njit(**_JIT)
 def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                  seed_ids, seed_vals, alpha, wf, wb, wi):
+                  seed_ids: ArrayLike, seed_vals: ArrayLike, alpha, wf, wb, wi):
     """One seed with a reused packed workspace (:func:`ws_views`).  Returns n >= 0 (z is
     out_ids[:n], out_vals[:n]) or -code for bad input."""
     M = a_indptr.shape[0] - 1
@@ -823,7 +829,7 @@ def propagate_one(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv
 
 
 @njit(**_JIT)
-def expansion_bounds(a_indptr, a_indices, at_indptr, seed_indptr, seed_ids, emark, ents):
+def expansion_bounds(a_indptr, a_indices, at_indptr, seed_indptr, seed_ids: ArrayLike, emark, ents):
     """Row offsets for batched propagation: row b may hold at most its distinct seeds plus
     the propositions of its distinct entities (with repeats across entities); returns the
     (B + 1) prefix sums of those bounds.  ``emark`` (False, Ne) is restored; ``ents`` is
@@ -848,8 +854,8 @@ def expansion_bounds(a_indptr, a_indices, at_indptr, seed_indptr, seed_ids, emar
 
 @njit(**_JIT)
 def propagate_into(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w,
-                   seed_indptr, seed_ids, seed_vals, alpha, b0, b1, offs, out_i, out_v, counts,
-                   wf, wb, wi):
+                   seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha, b0, b1, offs, out_i, out_v, counts,
+                   wf, wb, wi) -> None:
     """Seeds b0 <= b < b1 with a reused workspace (:func:`ws_views`), row b written straight
     into its own slots ``out_*[offs[b]:]`` (``counts[b]`` entries; ``offs`` from
     :func:`expansion_bounds`): rows of different ranges never share output slots, so ranges
@@ -885,7 +891,7 @@ def compact_rows(offs, counts, out_i, out_v):
 
 # --------------------------------------------------------------------------- readout
 @njit(**_JIT)
-def _readout_into(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_i, out_v):
+def _readout_into(owner: ArrayLike, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_i, out_v):
     """Segment-sum z into passages, then top-k (ties by passage order; zero-score fill)."""
     N = inv_sqrt.shape[0]
     m = 0
@@ -925,7 +931,7 @@ def _readout_into(owner, inv_sqrt, z_ids, z_vals, k, pacc, pmark, ptouched, out_
 
 
 @njit(**_JIT)
-def readout_one(owner, inv_sqrt, z_ids, z_vals, pacc, pmark, ptouched, out_i, out_v):
+def readout_one(owner: ArrayLike, inv_sqrt, z_ids, z_vals, pacc, pmark, ptouched, out_i, out_v):
     """One z into ``out_i``/``out_v`` (length k); returns the count written, or -code."""
     code = check_seed(z_ids, z_vals, owner.shape[0])
     if code != 0:
@@ -935,9 +941,9 @@ def readout_one(owner, inv_sqrt, z_ids, z_vals, pacc, pmark, ptouched, out_i, ou
 
 
 @njit(**_JIT)
-def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, owner,
-              inv_sqrt, seed_indptr, seed_ids, seed_vals, alpha, b0, b1, wf, wb, wi, pacc,
-              pmark, ptouched, out_i, out_v):
+def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, owner: ArrayLike,
+              inv_sqrt, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha, b0, b1, wf, wb, wi, pacc,
+              pmark, ptouched, out_i, out_v) -> None:
     """Rows b0 <= b < b1: each seed propagated (as :func:`propagate_one`) and z read out
     (as :func:`readout_many`) at once, z never leaving the workspace; ``out_i[b]`` /
     ``out_v[b]`` (k each, -1 / 0 where a row has fewer passages) get row b's passages.
@@ -957,7 +963,7 @@ def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, 
 
 
 @njit(parallel=True, **_JIT)
-def readout_many(owner, inv_sqrt, z_indptr, z_ids, z_vals, k, n_chunks):
+def readout_many(owner: ArrayLike, inv_sqrt, z_indptr, z_ids, z_vals, k, n_chunks):
     N = inv_sqrt.shape[0]
     B = z_indptr.shape[0] - 1
     out_i = np.full((B, k), -1, dtype=np.int64)
@@ -1020,7 +1026,7 @@ def scores_i8(C, qi, n_chunks):
 
 
 @njit(**_JIT)
-def hnsw_upper_scan(raw, pos, count, per_level, maxM, levels, starts):
+def hnsw_upper_scan(raw, pos, count: Any, per_level, maxM, levels, starts):
     """Check the upper-level link blocks of an hnswlib file (``raw``: its bytes from the
     first block at ``pos``): each block's size a multiple of ``per_level``, every neighbour
     count at most ``maxM``, every neighbour an item of that level, nothing left over.
@@ -1081,7 +1087,7 @@ readout_many_serial = _serial_twin(readout_many, _JIT)
 
 # --------------------------------------------------------------------------- graph walks
 @njit(**_JIT)
-def mentions_outside(indptr, indices, owner, rows, excluded, allowed, limit):
+def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, rows: Any, excluded, allowed: ArrayLike, limit):
     """See :func:`evireform.kernels.mentions_outside` (``allowed`` empty: every owner is
     allowed; nonempty: an owner past its end is not).  Two passes over the rows: sizes, then entries."""
     counts = np.zeros(rows.shape[0], dtype=np.int64)

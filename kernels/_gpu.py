@@ -34,6 +34,9 @@ tie by stored order and passages without propositions score 0.
 """
 from __future__ import annotations
 
+from typing import Any
+from typing import TYPE_CHECKING
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +45,9 @@ import numpy as np
 
 from . import _select
 from ._backend import BackendUnavailable, gpu_missing_reason
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 #: bytes of score block one search or readout step may allocate (queries x rows)
 DEFAULT_BUDGET = 1 << 30
@@ -174,7 +180,7 @@ def topk_rows(ns: Namespace, S, k: int):
     return xp.take_along_axis(cols, order, axis=1), xp.take_along_axis(vals, order, axis=1)
 
 
-def _merge(ns: Namespace, ids, vals, k: int):
+def _merge(ns: Namespace, ids: Any, vals: ArrayLike, k: int):
     """Best ``k`` per row of candidate lists laid side by side (B, m) by (-value, id), where
     equal values appear in increasing id order from left to right (lists from tiles of
     increasing ids, each best first with ties by lower id): a select, then a sort of k."""
@@ -195,8 +201,8 @@ def _no_hits(xp, B: int, kk: int):
     return xp.full((B, kk), -1, dtype=xp.int64), xp.zeros((B, kk), dtype=xp.float32)
 
 
-def _scan_candidates(ns: Namespace, H, kk: int, rows: int, L: int, *, gemm,
-                     positive_only: bool, rng=None):
+def _scan_candidates(ns: Namespace, H: ArrayLike, kk: int, rows: int, L: int, *, gemm,
+                     positive_only: bool, rng: np.random.Generator | None=None):
     """The tiles' candidate keys of a scan, reduced to the final ``kk`` a query (no defined
     order): each tile's GEMM scores go to the select kernel as they are (float32, or the
     float16 of the fp16 GEMM), whose slices give ``kk`` keys each; the held keys are reduced by the
@@ -217,8 +223,8 @@ def _scan_candidates(ns: Namespace, H, kk: int, rows: int, L: int, *, gemm,
     return _select.reduce_keys(ns, keys, kk, L, rng=rng)
 
 
-def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDGET,
-                      half: bool = False, rng=None):
+def cosine_topk_batch(ns: Namespace, H: ArrayLike, Q: ArrayLike, k: int, *, budget: int = DEFAULT_BUDGET,
+                      half: bool = False, rng: np.random.Generator | None=None):
     """Exact top-``k`` rows of ``H`` (n, d) for each query of ``Q`` (B, d), positive scores only.
 
     Returns (ids int64, scores float32) of shape (B, min(k, n)) on the namespace's device,
@@ -250,7 +256,7 @@ def cosine_topk_batch(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDG
     return _select.decode_keys(xp, _select.sort_keys(ns, keys))
 
 
-def _cosine_topk_reference(ns: Namespace, H, Q, kk: int, rows: int, gemm, *,
+def _cosine_topk_reference(ns: Namespace, H: ArrayLike, Q: ArrayLike, kk: int, rows: int, gemm, *,
                            positive_only: bool = True):
     """The array-namespace scan: each tile's top-k by :func:`topk_rows` (radix select in
     namespace calls), the held lists merged by the same selection (k > 1,024, and the
@@ -280,7 +286,7 @@ def _cosine_topk_reference(ns: Namespace, H, Q, kk: int, rows: int, gemm, *,
     return xp.where(keep, best_i, -1), xp.where(keep, best_v, xp.float32(0))
 
 
-def cosine_topk_reference(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_BUDGET):
+def cosine_topk_reference(ns: Namespace, H: ArrayLike, Q: ArrayLike, k: int, *, budget: int = DEFAULT_BUDGET):
     """:func:`cosine_topk_batch` through the array-namespace selection only (the reference
     of the select kernel)."""
     xp = ns.xp
@@ -298,7 +304,7 @@ def cosine_topk_reference(ns: Namespace, H, Q, k: int, *, budget: int = DEFAULT_
 PRECISIONS = ("float32", "fp16")
 
 
-def fp16_error_bound(xp, Q):
+def fp16_error_bound(xp, Q: ArrayLike):
     """Per query, the largest |q . h - fp16 GEMM score| for unit rows h: rounding q and h to
     float16 (2 x 2^-11 of sum |q_d h_d| <= ||q||), float32 accumulation over d terms, and the
     float16 output (2^-11 of |score| <= ||q||), with 25% to spare."""
@@ -322,8 +328,8 @@ def _gemm16(ns: Namespace, Q16, H16):
         L.set_compute_type(xp.float16, before)
 
 
-def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DEFAULT_BUDGET,
-                           margin: int = 64, rng=None):
+def cosine_topk_batch_fp16(ns: Namespace, H16, H: ArrayLike, Q: ArrayLike, k: int, *, budget: int = DEFAULT_BUDGET,
+                           margin: int = 64, rng: np.random.Generator | None=None):
     """Exact top-``k`` (as :func:`cosine_topk_batch`, float32 scores of ``H``) found by
     scanning ``H16`` (float16 copy of ``H``; half the bytes, tensor-core GEMM) and
     re-ranking candidates with ``H``: the ``k + margin`` best float16 scores of each query are
@@ -366,7 +372,7 @@ def cosine_topk_batch_fp16(ns: Namespace, H16, H, Q, k: int, *, budget: int = DE
     return _select.decode_keys(xp, keys)
 
 
-def full_scores_topk(ns: Namespace, H, Q, k: int):
+def full_scores_topk(ns: Namespace, H: ArrayLike, Q: ArrayLike, k: int):
     """The naive peer: the whole (B, n) score matrix, then a full stable argsort per row."""
     xp = ns.xp
     S = Q.astype(xp.float32) @ H.T
@@ -439,7 +445,7 @@ class DevicePassageMap:
         return cls(ns, owner, inv_sqrt, R.tocsr())
 
 
-def seed_matrix(ns: Namespace, M: int, indptr, ids, vals):
+def seed_matrix(ns: Namespace, M: int, indptr: ArrayLike, ids: Any, vals: ArrayLike):
     """The seeds given as CSR rows, as a sparse (M x B) CSC matrix, duplicates summed (the
     materialised-W peer's input)."""
     xp, sp = ns.xp, ns.sparse
@@ -469,7 +475,7 @@ def expand(ns: Namespace, ptr, src, total: int | None = None):
     return entry, lo[entry] + (t - start)
 
 
-def sum_by_key(ns: Namespace, key, vals):
+def sum_by_key(ns: Namespace, key, vals: ArrayLike):
     """Entries (key, value) summed per key: (sorted keys, sums at each run's first entry and
     0 elsewhere, first-entry mask).  A stable sort by key and :func:`segment_sums` (one thread
     a run, no atomics): deterministic, no sparse format."""
@@ -483,7 +489,7 @@ def sum_by_key(ns: Namespace, key, vals):
     return ks, segment_sums(ns, ks, vals[o]), first
 
 
-def _propagation_entries(dg: DeviceGraph, indptr, ids, vals, alpha: float, *, target=None):
+def _propagation_entries(dg: DeviceGraph, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, *, target=None):
     """The entries of z = alpha s + (1 - alpha) (A De+ A^T x - diag x), x = Dw+ s, before
     they are summed: (row, target id, value) with target ids the propositions (``target``
     None) or, for ``target=(ptr, idx, weight, owner, inv_sqrt)``, the passages of a CSR
@@ -518,7 +524,7 @@ def _propagation_entries(dg: DeviceGraph, indptr, ids, vals, alpha: float, *, ta
     return r, c, v
 
 
-def propagate_batch(dg: DeviceGraph, indptr, ids, vals, alpha: float):
+def propagate_batch(dg: DeviceGraph, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float):
     """Batched propagation; z as CSR rows (indptr, ids ascending, vals) per seed.  The
     entries of :func:`_propagation_entries` summed per (row, proposition) by
     :func:`sum_by_key`; the output's size is the one host read besides the expansions'."""
@@ -559,7 +565,7 @@ def _segment_sums_kernel(ns: Namespace):
     return _RAW["segment"]
 
 
-def segment_sums(ns: Namespace, keys, vals):
+def segment_sums(ns: Namespace, keys, vals: ArrayLike):
     """For ``keys`` sorted ascending: at the first entry of each run of equal keys, the sum of
     the run's ``vals`` added one after another in order; 0 elsewhere.  Deterministic (no
     atomics): one thread walks each run on a device (segment.cu); ``add.reduceat`` here."""
@@ -581,7 +587,7 @@ def segment_sums(ns: Namespace, keys, vals):
     return out
 
 
-def topk_from_entries(ns: Namespace, rows, cols, scores, B: int, N: int, k: int):
+def topk_from_entries(ns: Namespace, rows: Any, cols, scores: ArrayLike, B: int, N: int, k: int):
     """Top ``k`` passages per row from sparse entries (row, passage, score), at most one entry
     per (row, passage): positive scores best first, ties by lower passage, then the other
     passages in stored order at score 0 (the CPU readout's convention).  Sorts only the
@@ -629,7 +635,7 @@ def topk_from_entries(ns: Namespace, rows, cols, scores, B: int, N: int, k: int)
     return out_i[:, :kk], out_v[:, :kk]
 
 
-def readout_topk_batch(dp: DevicePassageMap, indptr, ids, vals, k: int, *,
+def readout_topk_batch(dp: DevicePassageMap, indptr: ArrayLike, ids: Any, vals: ArrayLike, k: int, *,
                        budget: int = DEFAULT_BUDGET):
     """Passage scores from z given as CSR rows, then the top ``k`` per row (positive scores
     best first, ties by passage order, then zero-score passages in stored order).  Returns
@@ -679,7 +685,7 @@ class DeviceIndex:
     embeddings16: object = None
 
     @classmethod
-    def from_arrays(cls, ns: Namespace, graph, pmap, embeddings, *, half: bool = False,
+    def from_arrays(cls, ns: Namespace, graph, pmap, embeddings: ArrayLike, *, half: bool = False,
                     budget: int = DEFAULT_BUDGET, precision: str = "float32") -> "DeviceIndex":
         precision = {"fp32": "float32"}.get(precision, precision)  # the older spelling
         if precision not in PRECISIONS:
@@ -700,7 +706,7 @@ class DeviceIndex:
         return int(self.embeddings.shape[0])
 
     # host in, host out: what the retriever calls
-    def search_batch(self, Q, k: int, *, rows=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
         """Top-``k`` propositions of each query row (host arrays).  ``rows`` (host, strictly
         ascending positions): only those rows are candidates; they are gathered on the
         device for the call (the index's own copy is never changed) and the ids are
@@ -726,7 +732,7 @@ class DeviceIndex:
             ids = xp.where(ids >= 0, d_rows[xp.maximum(ids, 0)], -1)
         return ns.to_host(ids), ns.to_host(sc)
 
-    def rank_batch(self, indptr, ids, vals, alpha: float, k: int, *, propagation: bool = True,
+    def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
                    fused: bool = True, graph: DeviceGraph | None = None, passage_mask=None):
         """Propagate (unless ``propagation=False``) and read out; host (B, k') arrays.
         ``graph``: propagate with these degree terms (:meth:`DeviceGraph.with_degrees`)
@@ -753,7 +759,7 @@ class DeviceIndex:
         return ns.to_host(P), ns.to_host(S)
 
 
-def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k: int, *,
+def propagate_readout_batch(di: DeviceIndex, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *,
                             dg: DeviceGraph | None = None, passage_mask=None):
     """Fused propagation + readout at passage level (z never formed):
     scores = alpha R s + (1 - alpha) (C De+ (A^T x) - R (diag x)), x = Dw+ s, C = R A; then
@@ -787,7 +793,7 @@ def propagate_readout_batch(di: DeviceIndex, indptr, ids, vals, alpha: float, k:
     return topk_from_entries(ns, rows, cols, data, B, N, kk)
 
 
-def materialised_w_propagate(dg: DeviceGraph, indptr, ids, vals, alpha: float):
+def materialised_w_propagate(dg: DeviceGraph, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float):
     """The naive peer: W = A De+ A^T - diag built as a sparse matrix, then z = aS + (1-a) W X."""
     sp = dg.ns.sparse
     W = (dg.A @ sp.diags(dg.inv_deg) @ dg.AT).tocsr()

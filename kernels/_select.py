@@ -17,11 +17,14 @@ counter may give them).  The tests compare it with the array-namespace reference
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from pathlib import Path
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 #: scores (keys) one selection block holds in shared memory: 8 bytes each, so 32 KiB at most
 MAX_SLICE = 4096
@@ -68,7 +71,7 @@ def score_keys(S, lo: int = 0, positive_only: bool = True) -> np.ndarray:
     return np.where(take, key, np.uint64(0))
 
 
-def value_keys(xp, vals, ids, take):
+def value_keys(xp, vals: ArrayLike, ids: Any, take):
     """Keys of float32 values with their ids (any shape, in namespace ``xp``): the same keys
     as the kernels make of a float32 tile; 0 where ``take`` is False."""
     u = xp.ascontiguousarray(vals, dtype=xp.float32).view(xp.uint32).astype(xp.uint64)
@@ -94,7 +97,7 @@ def decode_keys(xp, keys, half: bool = False):
 
 
 # --------------------------------------------------------------------------- the emulation
-def emulate_block_select(blocks: np.ndarray, k: int, rng=None) -> np.ndarray:
+def emulate_block_select(blocks: np.ndarray, k: int, rng: np.random.Generator | None=None) -> np.ndarray:
     """What ``block_select`` of select.cu writes, for each row of ``blocks`` (G, L) uint64
     (one block's shared keys; 0 = no candidate): its k largest nonzero keys in k slots, the
     rest 0.  Vectorised over blocks, pass for pass as the kernel: a 256-bin histogram of the
@@ -163,7 +166,7 @@ def _kernels(xp):
     return _RAW["mod"]
 
 
-def _launch(xp, name: str, src, B: int, n: int, L: int, k: int, args: tuple):
+def _launch(xp, name: str, src, B: int, n: int, L: int, k: int, args: tuple[Any, ...]):
     """One launch per block of at most 65,535 rows; out (B, ceil(n / L) * k) uint64."""
     m = -(-n // L)
     out = xp.empty((B, m * k), dtype=xp.uint64)
@@ -176,7 +179,7 @@ def _launch(xp, name: str, src, B: int, n: int, L: int, k: int, args: tuple):
 
 
 def select_scores(ns, S, lo: int, k: int, L: int, *, positive_only: bool = True,
-                  rng=None):
+                  rng: np.random.Generator | None=None):
     """Candidate keys of a score tile ``S`` (B, n) float32 or float16: each slice of L
     scores of a row gives its k best keys; (B, ceil(n / L) * k) uint64 in the namespace."""
     xp = ns.xp
@@ -193,7 +196,7 @@ def select_scores(ns, S, lo: int, k: int, L: int, *, positive_only: bool = True,
     return xp.asarray(emulate_block_select(_slices(keys, L), k, rng).reshape(B, -1))
 
 
-def select_keys(ns, keys, k: int, L: int, *, rng=None):
+def select_keys(ns, keys, k: int, L: int, *, rng: np.random.Generator | None=None):
     """Each slice of L candidate keys of a row reduced to its k largest: (B, ceil(n/L) k)."""
     xp = ns.xp
     B, n = keys.shape
@@ -204,7 +207,7 @@ def select_keys(ns, keys, k: int, L: int, *, rng=None):
     return xp.asarray(emulate_block_select(_slices(keys, L), k, rng).reshape(B, -1))
 
 
-def reduce_keys(ns, keys, k: int, L: int, *, limit: int | None = None, rng=None):
+def reduce_keys(ns, keys, k: int, L: int, *, limit: int | None = None, rng: np.random.Generator | None=None):
     """Candidate keys (B, n) reduced by block selects until a row holds at most ``limit``
     keys (default k: the final k, in no defined order)."""
     limit = k if limit is None else max(int(limit), k)

@@ -5,12 +5,18 @@ memory-mapped from disk and shared by threads without copying.
 """
 from __future__ import annotations
 
+from typing import Any, Iterable
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
 
 from . import config
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 
 def _array(dtype: str, *shape: str):
@@ -19,7 +25,7 @@ def _array(dtype: str, *shape: str):
     return field(metadata={"dtype": np.dtype(dtype), "shape": shape})
 
 
-def array_fields(cls) -> tuple:
+def array_fields(cls) -> tuple[Any, ...]:
     """``(name, dtype, shape symbols)`` for every array field of a graph dataclass."""
     return tuple((f.name, f.metadata["dtype"], f.metadata["shape"]) for f in fields(cls))
 
@@ -73,7 +79,7 @@ class EntityGraph:
         return len(self.a_indptr) - 1
 
     @cached_property
-    def kernel_args(self) -> tuple:
+    def kernel_args(self) -> tuple[Any, ...]:
         """The graph's arrays in the order the propagation kernels take them (field order)."""
         return tuple(getattr(self, name) for name, _, _ in array_fields(EntityGraph))
 
@@ -86,7 +92,8 @@ class EntityGraph:
         return int(self.a_indptr[-1])
 
     @classmethod
-    def from_lists(cls, entity_lists, n_entities: int | None = None) -> "EntityGraph":
+    def from_lists(cls, entity_lists: Iterable[Iterable[int]], n_entities: int | None = None
+                   ) -> "EntityGraph":
         """Build from one iterable of entity ids per proposition (duplicates are merged)."""
         rows = [np.unique(np.asarray(list(e), dtype=np.int64)) for e in entity_lists]
         indptr = np.zeros(len(rows) + 1, dtype=np.int64)
@@ -97,7 +104,7 @@ class EntityGraph:
         return cls.from_csr(indptr, indices, n_entities)
 
     @classmethod
-    def from_csr(cls, indptr, indices, n_entities: int) -> "EntityGraph":
+    def from_csr(cls, indptr: ArrayLike, indices: ArrayLike, n_entities: int) -> "EntityGraph":
         """Build from a CSR pattern (rows = propositions).  Duplicates within a row are merged."""
         indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         indices = np.ascontiguousarray(indices, dtype=np.int64)
@@ -134,14 +141,14 @@ class EntityGraph:
         return cls(indptr, indices, at_indptr, at_indices, inv_deg, diag, inv_w)
 
 
-def _row_positions(indptr, rows):
+def _row_positions(indptr: ArrayLike, rows: Any):
     """Positions in the CSR arrays of every entry of ``rows``, row after row."""
     counts = indptr[rows + 1] - indptr[rows]
     starts = np.repeat(indptr[rows] - np.cumsum(np.r_[0, counts[:-1]]), counts)
     return starts + np.arange(int(counts.sum()))
 
 
-def _row_terms(indptr, indices, inv_deg, props):
+def _row_terms(indptr: ArrayLike, indices: ArrayLike, inv_deg, props):
     """diag and w for the rows ``props`` (ascending), summed in the order :meth:`from_csr`
     sums them (row entries in stored order), so the results are bitwise the same."""
     counts = indptr[props + 1] - indptr[props]
@@ -156,7 +163,7 @@ def _row_terms(indptr, indices, inv_deg, props):
     return diag, inv_w
 
 
-def append_rows(g: "EntityGraph", rows, n_entities: int) -> "EntityGraph":
+def append_rows(g: "EntityGraph", rows: Any, n_entities: int) -> "EntityGraph":
     """``g`` with propositions appended (``rows``: one array of entity ids per new
     proposition; ids >= g.n_entities are new entities, up to ``n_entities``).  Only what the
     new rows touch is recomputed: the degree terms of their entities, and diag and 1/w of the
@@ -261,7 +268,7 @@ class PassageMap:
         return len(self.owner)
 
     @classmethod
-    def from_owner(cls, owner, n_passages: int) -> "PassageMap":
+    def from_owner(cls, owner: ArrayLike, n_passages: int) -> "PassageMap":
         owner = np.ascontiguousarray(owner, dtype=np.int32)
         if len(owner) and (owner.min() < 0 or owner.max() >= n_passages):
             raise ValueError(f"owner passage ids must lie in [0, {n_passages})")

@@ -6,8 +6,14 @@ which the production kernels never do.
 """
 from __future__ import annotations
 
+from typing import Any
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 
 def _order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -15,7 +21,7 @@ def _order(scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.lexsort((ids, -scores.astype(np.float64)))
 
 
-def cosine_topk(H: np.ndarray, q: np.ndarray, k: int, rows=None):
+def cosine_topk(H: np.ndarray, q: np.ndarray, k: int, rows: Any=None):
     """Top-k rows of ``H`` by ``H @ q`` with positive score; ties by lower id.  ``rows``:
     only those rows (positions in ``H``) are candidates."""
     cand = np.arange(H.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
@@ -26,7 +32,7 @@ def cosine_topk(H: np.ndarray, q: np.ndarray, k: int, rows=None):
     return ids[o].astype(np.int64), vals[o]
 
 
-def cosine_topk_batch(H: np.ndarray, Q: np.ndarray, k: int, rows=None):
+def cosine_topk_batch(H: np.ndarray, Q: np.ndarray, k: int, rows: Any=None):
     """Batched :func:`cosine_topk`: shape (batch, min(k, n)), rows padded with id -1, score 0
     (n: the candidate rows)."""
     B = Q.shape[0]
@@ -69,7 +75,7 @@ def propagate_dense(A: sp.csr_matrix, s: np.ndarray, alpha: float) -> np.ndarray
     return alpha * s + (1.0 - alpha) * (W @ (inv_w * s))
 
 
-def seed_vector(M: int, seed_ids, seed_vals) -> np.ndarray:
+def seed_vector(M: int, seed_ids: ArrayLike, seed_vals: ArrayLike) -> np.ndarray:
     s = np.zeros(M, dtype=np.float64)
     np.add.at(s, np.asarray(seed_ids, dtype=np.int64), np.asarray(seed_vals, dtype=np.float64))
     return s
@@ -92,7 +98,7 @@ def readout_topk(z: np.ndarray, owner: np.ndarray, n_passages: int, k: int):
     return order.astype(np.int64), scores[order]
 
 
-def mentions_outside(indptr, indices, owner, rows, excluded, allowed, limit: int):
+def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, rows: Any, excluded, allowed: ArrayLike, limit: int):
     """For each row r of ``rows``: the first ``limit`` entries i of the CSR row
     ``indices[indptr[r]:indptr[r + 1]]`` (in stored order) whose ``owner[i]`` is not in
     ``excluded`` and, when ``allowed`` is given, is allowed (an owner past its end is not).

@@ -36,7 +36,7 @@ GPU_ORDER = ("gpu_copy", "gpu_cosine", "gpu_cosine_fp16", "gpu_propagate", "gpu_
              "gpu_retrieve")
 
 
-def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cpu",
+def run(quick: bool = False, data=None, log: Any=print, only=None, backend: str = "cpu",
         namespace=None, time_budget: float | None = None, on_case=None) -> dict[str, Any]:
     """Run the cases of ``backend`` (all, or the groups named in ``only``) and return the
     report.  ``backend="gpu"`` needs CuPy and a device, unless ``namespace`` is given (the
@@ -79,7 +79,7 @@ def run(quick: bool = False, data=None, log=print, only=None, backend: str = "cp
     return report
 
 
-def _run_cases(mine, only, inp, report, time_budget, on_case, log) -> None:
+def _run_cases(mine, only, inp: Any, report: dict[str, Any], time_budget, on_case, log: Any) -> None:
     """:func:`run`'s loop over its cases, filling ``report``."""
     rows, skipped, failed = report["cases"], report["skipped"], report["failed"]
     t_run = time.perf_counter()
@@ -93,7 +93,7 @@ def _run_cases(mine, only, inp, report, time_budget, on_case, log) -> None:
         t = time.perf_counter()
         out: dict[str, Any] = {}
 
-        def flush(out=out, c=c):
+        def flush(out: Any=out, c=c) -> None:
             """A case's rows so far into the report and out to ``on_case`` (a GPU case
             calls it after each size, so a timeout keeps every size already measured)."""
             rows.update({k: v for k, v in out.items() if k in c.labels})
@@ -139,7 +139,7 @@ def below_floor(report: dict[str, Any], floors: dict[str, Any] | None = None) ->
 
 
 def remeasure_below_floor(report: dict[str, Any], rerun, floors: dict[str, Any] | None = None,
-                          log=print) -> list[str]:
+                          log: Any=print) -> list[str]:
     """Measure once more the case groups with a speedup under its floor, and keep each such
     case's better measurement; ``report["remeasured"]`` records both speedups.  On a shared
     2-core machine a whole 0.25 s loop can run at half speed (the host leaves a sleeping

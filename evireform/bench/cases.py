@@ -7,7 +7,7 @@ names none.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import json
 import os
@@ -22,8 +22,12 @@ from ..kernels import reference as R
 from .harness import case, median_time, times
 from .synthetic import GivenReformulator
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from ..index import PropositionIndex
 
-def _dense(M, ids, vals):
+
+def _dense(M, ids: Any, vals: ArrayLike):
     z = np.zeros(M)
     np.add.at(z, ids, vals)
     return z
@@ -33,7 +37,7 @@ def _dense(M, ids, vals):
 class Inputs:
     """Indexes and seeds shared by the cases, built once per run."""
 
-    def __init__(self, quick: bool, data: Path | None, log):
+    def __init__(self, quick: bool, data: Path | None, log: Any) -> None:
         self.quick, self.data, self.log = quick, data, log
         #: each timed function runs for at least this long in all (see _times)
         self.min_s = 0.05 if quick else 0.25
@@ -93,7 +97,7 @@ def _scipy_ops(g):
 
 @case(*[f"propagate/{n} vs {p}" for n in ("musique", "2wiki", "synthetic")
         for p in ("scipy chain", "materialised W")])
-def case_propagate(inp, out):
+def case_propagate(inp: Any, out: Any) -> None:
     for name in ("musique", "2wiki", "synthetic"):
         if name == "synthetic":
             g, _, seeds = inp.synth()
@@ -107,11 +111,11 @@ def case_propagate(inp, out):
         sel = seeds[:50]
         S = [_dense(M, i, v) for i, v in sel]
 
-        def ours():
+        def ours() -> None:
             for i, v in sel:
                 K.propagate(g, i, v, 0.5)
 
-        def chain():
+        def chain() -> None:
             for s in S:
                 x = g.inv_w * s
                 0.5 * s + 0.5 * (A @ (g.inv_deg * (AT @ x)) - g.diag * x)
@@ -120,7 +124,7 @@ def case_propagate(inp, out):
         w_nnz = K.w_nnz(g) if g.nnz < 2_000_000 else None
         W = R.transition_W(A) if w_nnz is not None and w_nnz < 50_000_000 else None
 
-        def w_peer():
+        def w_peer() -> None:
             for s in S:
                 0.5 * s + 0.5 * (W @ (g.inv_w * s))
 
@@ -155,7 +159,7 @@ def case_propagate(inp, out):
 
 
 @case(*[f"propagate_batch/synthetic {B} seeds" for B in (200, 1000)])
-def case_propagate_batch(inp, out):
+def case_propagate_batch(inp: Any, out: Any) -> None:
     g, _, seeds = inp.synth()
     A, AT = _scipy_ops(g)
     M = g.n_props
@@ -186,7 +190,7 @@ def case_propagate_batch(inp, out):
 
 
 @case(*[f"readout/{s} vs bincount" for s in ("10k", "100k", "1M")])
-def case_readout(inp, out):
+def case_readout(inp: Any, out: Any) -> None:
     rng = inp.rng
     sizes = (10_000, 100_000) if inp.quick else (10_000, 100_000, 1_000_000)
     from .synthetic import synthetic_passages
@@ -214,7 +218,7 @@ def case_readout(inp, out):
             "agree": bool(np.array_equal(ours()[0], peer()))}
 
 
-def embeddings(inp, M):
+def embeddings(inp: Any, M):
     """Clustered synthetic embeddings of M rows, made once per run."""
     from .synthetic import clustered_embeddings
     key = ("emb", M)
@@ -225,7 +229,7 @@ def embeddings(inp, M):
 
 @case(*[f"cosine_topk/{s} b{B} vs {p}" for s in ("10k", "100k", "1M") for B in (1, 64)
         for p in ("numpy", "faiss")])
-def case_cosine(inp, out):
+def case_cosine(inp: Any, out: Any) -> None:
     try:
         import faiss
     except ImportError:
@@ -282,7 +286,7 @@ def case_cosine(inp, out):
 HNSW_EFS = (128, 256, 512, 1024)
 
 
-def _hnsw_graph(inp, H, M, m_h, ef_c):
+def _hnsw_graph(inp: Any, H: ArrayLike, M, m_h, ef_c):
     """Build the HNSW graph, or load it from the cache (the 1M build takes minutes)."""
     import hnswlib
     from ..cache import default_cache_dir
@@ -305,7 +309,7 @@ def _hnsw_graph(inp, H, M, m_h, ef_c):
 
 
 @case(*[f"hnsw/{s} vs exact" for s in ("20k", "100k", "1M")])
-def case_hnsw(inp, out):
+def case_hnsw(inp: Any, out: Any) -> None:
     """Recall@100 and latency against exact search; the reported operating point is the
     smallest ef in HNSW_EFS whose recall reaches 0.98 (else the largest)."""
     from ..kernels import config as kc
@@ -344,7 +348,7 @@ def case_hnsw(inp, out):
             "ef_sweep": {str(e): {"recall@100": r, "s": t} for e, (r, t) in sweep.items()}}
 
 
-def _ppr_peer(idx, seeds, damping=0.5):
+def _ppr_peer(idx: PropositionIndex, seeds, damping=0.5):
     """HippoRAG-style personalised PageRank over the proposition-entity graph with igraph."""
     import igraph as ig
     g = idx.graph
@@ -362,7 +366,7 @@ def _ppr_peer(idx, seeds, damping=0.5):
     return run
 
 
-def core_questions(idx, qs, H_q, queries, vecs):
+def core_questions(idx: PropositionIndex, qs: Sequence[str], H_q, queries: Sequence[str], vecs):
     """A callable that runs the questions through Algorithm 1 minus the embedder and the
     reformulator: their outputs are given (``queries``: residual queries per question,
     ``vecs``: their embeddings)."""
@@ -390,7 +394,7 @@ def core_parts(run, n_questions: int, repeat: int = 3) -> dict[str, Any]:
     def clock(attr):
         fn = saved[attr]
 
-        def timed(*a, **kw):
+        def timed(*a, **kw: Any):
             t = time.perf_counter()
             out = fn(*a, **kw)
             spent[names[attr]] = spent.get(names[attr], 0.0) + time.perf_counter() - t
@@ -414,7 +418,7 @@ def core_parts(run, n_questions: int, repeat: int = 3) -> dict[str, Any]:
     return {k: round(float(np.median([p.get(k, 0.0) for p in passes])), 4) for k in passes[0]}
 
 
-def musique_core_inputs(inp):
+def musique_core_inputs(inp: Any):
     """(idx, questions, their embeddings, residual queries, their embeddings) for
     retrieve_core on the MuSiQue index: the residual queries are the ones the default
     reformulator makes for the first 20 questions.  None without the data."""
@@ -432,7 +436,7 @@ def musique_core_inputs(inp):
     return idx, qs, H_q, queries, vecs
 
 
-def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
+def _core_case(inp: Any, out: Any, label, idx: PropositionIndex, qs: Sequence[str], H_q, queries: Sequence[str], vecs) -> None:
     """Time Algorithm 1 minus the embedder and the reformulator (outputs given) against a
     dense search + igraph personalised PageRank over the same graph."""
     ours = core_questions(idx, qs, H_q, queries, vecs)
@@ -463,7 +467,7 @@ def _core_case(inp, out, label, idx, qs, H_q, queries, vecs):
 
 @case(*[f"retrieve_core/{s} vs igraph PPR"
         for s in ("musique", "synthetic hnsw", "synthetic exact")])
-def case_retrieve_core(inp, out):
+def case_retrieve_core(inp: Any, out: Any) -> None:
     real = musique_core_inputs(inp)
     if real is not None:
         _core_case(inp, out, "musique", *real)
@@ -489,7 +493,7 @@ def case_retrieve_core(inp, out):
     _core_case(inp, out, label, idx, qs, H_q.astype(np.float32), queries, vecs)
 
 
-def _twowiki_passages(inp):
+def _twowiki_passages(inp: Any):
     """The 2WikiMultiHopQA passages (the first 1,000 in quick mode), or None without data."""
     from ..corpus import load_corpus
     f = inp.data / "2wikimultihopqa/2wikimultihopqa_corpus.json" if inp.data else None
@@ -500,7 +504,7 @@ def _twowiki_passages(inp):
 
 
 @case("build/2wiki extraction+incidence+degrees")
-def case_build(inp, out):
+def case_build(inp: Any, out: Any) -> None:
     from ..extract import HeuristicExtractor
     from ..kernels import EntityGraph
     from ..entities import canonical_entity
@@ -525,7 +529,7 @@ def case_build(inp, out):
 
 
 @case("update/2wiki add 1% vs rebuild")
-def case_update(inp, out):
+def case_update(inp: Any, out: Any) -> None:
     """Adding 1% of the 2Wiki passages to an index of the other 99% (extract, embed and
     incidence for the new ones only) against building the whole index again."""
     from ..embed import HashingEmbedder
@@ -548,7 +552,7 @@ def case_update(inp, out):
 
 
 @case("filter/2wiki 10% vs unfiltered", "filter/2wiki 10% cold vs unfiltered")
-def case_filter(inp, out):
+def case_filter(inp: Any, out: Any) -> None:
     """A metadata filter matching 10% of the 2Wiki passages (``{"bucket": 3}``, buckets
     j % 10) against the same questions unfiltered: Algorithm 1 minus the embedder and the
     reformulator (their outputs given), the filter's restriction cached (a tenant's repeated
@@ -612,7 +616,7 @@ def case_filter(inp, out):
 
 
 @case("limit/exact scan vs memory copy")
-def case_limit(inp, out):
+def case_limit(inp: Any, out: Any) -> None:
     M = 200_000 if inp.quick else 1_000_000
     H = embeddings(inp, M)
     q = H[7].copy()

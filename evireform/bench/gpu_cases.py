@@ -9,7 +9,7 @@ of 10,000 seeds at 1M and 10M propositions; readout at 1M and 10M; retrieve_many
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import time
 
@@ -19,15 +19,20 @@ from .. import kernels as K
 from ..kernels import _gpu
 from .harness import case
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from ..roles import Reformulator
+    from ..index import PropositionIndex
+
 SIZE = {2_000: "2k", 20_000: "20k", 100_000: "100k", 1_000_000: "1M", 10_000_000: "10M"}
 
 
 class GpuInputs:
     """Device data shared by the GPU cases, made once per run."""
 
-    def __init__(self, quick: bool, ns: _gpu.Namespace, log, tiny: bool = False):
+    def __init__(self, quick: bool, ns: _gpu.Namespace, log: Any, tiny: bool = False) -> None:
         self.quick, self.ns, self.log = quick, ns, log
-        self.tiny = tiny  # the CPU-namespace smoke test: everything small
+        self.tiny: bool = tiny  # the CPU-namespace smoke test: everything small
         self.rng = np.random.default_rng(20261201)
         self._cache: dict[str, Any] = {}
         #: set by :func:`evireform.bench.run` per case: the report's writer, the budget's end
@@ -44,7 +49,7 @@ class GpuInputs:
             self.n_queries, self.n_seeds, self.n_questions = 1024, 10_000, 256
 
     @property
-    def batches(self) -> tuple:
+    def batches(self) -> tuple[Any, ...]:
         """Query batches of the scans: 16 (memory-bound) and the run's full batch."""
         return tuple(dict.fromkeys((16, self.n_queries)))
 
@@ -57,7 +62,7 @@ class GpuInputs:
         up to ~M/20 entries, so 10M gets a tenth of the seeds to stay within memory."""
         return self.n_seeds if M <= 1_000_000 else self.n_seeds // 10
 
-    def timed(self, fn, repeat: int = 3) -> float:
+    def timed(self, fn: Any, repeat: int = 3) -> float:
         """Median seconds of ``fn`` after one warm-up call, the device synchronised."""
         fn()
         self.ns.synchronize()
@@ -157,7 +162,7 @@ def _synthetic_cached(M: int, tiny: bool):
     return g, pm
 
 
-def _dense_rows(M, indptr, ids, vals, rows):
+def _dense_rows(M, indptr: ArrayLike, ids: Any, vals: ArrayLike, rows: Any):
     out = []
     for b in rows:
         z = np.zeros(M)
@@ -167,7 +172,7 @@ def _dense_rows(M, indptr, ids, vals, rows):
 
 
 @case("gpu_copy/device memory copy", backend="gpu")
-def case_gpu_copy(inp, out):
+def case_gpu_copy(inp: Any, out: Any) -> None:
     bw = inp.copy_bw()
     nbytes = (1 << 30) if not inp.tiny else (1 << 22)
     out["gpu_copy/device memory copy"] = {
@@ -177,11 +182,11 @@ def case_gpu_copy(inp, out):
 
 @case(*[f"gpu_cosine_topk/{s} b{b} vs {p}" for s in SIZE.values() for b in (16, 256, 1024)
         for p in ("numba", "cupy full argsort")], backend="gpu")
-def case_gpu_cosine(inp, out):
+def case_gpu_cosine(inp: Any, out: Any) -> None:
     _each_batch(inp, out, _cosine_at)
 
 
-def _cosine_at(inp, out, B):
+def _cosine_at(inp: Any, out: Any, B) -> None:
     ns, xp = inp.ns, inp.ns.xp
     M, k = inp.cos_size, 100
     H = inp.embeddings(M)
@@ -212,14 +217,14 @@ def _cosine_at(inp, out, B):
 
 @case(*[f"gpu_cosine_fp16/{s} b{b} vs fp32" for s in SIZE.values() for b in (16, 256, 1024)],
       backend="gpu")
-def case_gpu_cosine_fp16(inp, out):
+def case_gpu_cosine_fp16(inp: Any, out: Any) -> None:
     """The float16 scan (tensor-core GEMM, float32 accumulation) with the exact float32
     re-rank of its candidates, against the exact float32 scan: same top-k (agree), and the
     share of fp16 tensor-core peak the batch reaches (989 TFLOP/s dense on an H200)."""
     _each_batch(inp, out, _cosine_fp16_at)
 
 
-def _each_batch(inp, out, measure):
+def _each_batch(inp: Any, out: Any, measure) -> None:
     """``measure(inp, out, B)`` for each of the run's batch sizes, each flushed to the
     report as it finishes; none started once the time budget is spent."""
     for B in inp.batches:
@@ -229,14 +234,14 @@ def _each_batch(inp, out, measure):
         inp.flush()
 
 
-def _queries(inp, H, B):
+def _queries(inp: Any, H: ArrayLike, B):
     """B unit queries near rows of H (half a row, half another synthetic row)."""
     xp = inp.ns.xp
     Q = H[:B] * 0.5 + inp.embeddings(max(20_000, B))[:B] * 0.5
     return Q / xp.linalg.norm(Q, axis=1, keepdims=True)
 
 
-def _cosine_fp16_at(inp, out, B):
+def _cosine_fp16_at(inp: Any, out: Any, B) -> None:
     ns, xp = inp.ns, inp.ns.xp
     M, k = inp.cos_size, 100
     H = inp.embeddings(M)
@@ -259,7 +264,7 @@ def _cosine_fp16_at(inp, out, B):
 
 @case(*[f"gpu_readout/{s} {n} rows vs numba" for s in SIZE.values()
         for n in (50, 1000, 2000)], backend="gpu")
-def case_gpu_readout(inp, out):
+def case_gpu_readout(inp: Any, out: Any) -> None:
     ns = inp.ns
     B = min(inp.n_seeds, 1000)
     for M in inp.sizes:
@@ -285,7 +290,7 @@ def case_gpu_readout(inp, out):
 @case(*[f"gpu_propagate/{s} {n} seeds vs {p}" for s in SIZE.values()
         for n in (50, 1000, 2000, 10000) for p in ("numba", "cupy materialised W")],
       backend="gpu")
-def case_gpu_propagate(inp, out):
+def case_gpu_propagate(inp: Any, out: Any) -> None:
     ns = inp.ns
     for M in inp.sizes + ((inp.w_size,) if inp.w_size not in inp.sizes else ()):
         if inp.out_of_time():
@@ -321,7 +326,7 @@ def case_gpu_propagate(inp, out):
 
 
 @case(*[f"gpu_retrieve_many/{s} vs cpu" for s in SIZE.values()], backend="gpu")
-def case_gpu_retrieve(inp, out):
+def case_gpu_retrieve(inp: Any, out: Any) -> None:
     from ..index import PropositionIndex
     from ..types import Passage
     from .synthetic import GivenReformulator
@@ -362,7 +367,7 @@ def case_gpu_retrieve(inp, out):
         inp.flush()
 
 
-def retrieve_pair(idx, ns, embed, reformulator):
+def retrieve_pair(idx: PropositionIndex, ns, embed, reformulator: Reformulator):
     """(device retriever, CPU retriever) over one index: the peer runs on
     ``backend="cpu"`` (the numba kernels), never on "auto", which at >= 1M propositions
     would pick the same device copy and compare the GPU with itself."""
@@ -379,10 +384,10 @@ class _TableEmbedder:
 
     name = "synthetic"
 
-    def __init__(self, table, dim):
+    def __init__(self, table, dim) -> None:
         self.table, self.dim = table, dim
 
-    def encode(self, texts, batch_size=64, show_progress=False):
+    def encode(self, texts: Sequence[str], batch_size=64, show_progress: bool=False):
         return np.stack([self.table[t] for t in texts]).astype(np.float32) if texts else \
             np.zeros((0, self.dim), np.float32)
 

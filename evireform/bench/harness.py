@@ -50,7 +50,7 @@ FLOORS = {
 }
 
 
-def median_time(fn, repeat: int, warmup: int = 1) -> float:
+def median_time(fn: Any, repeat: int, warmup: int = 1) -> float:
     for _ in range(warmup):
         fn()
     ts = []
@@ -61,7 +61,7 @@ def median_time(fn, repeat: int, warmup: int = 1) -> float:
     return float(np.median(ts))
 
 
-def times(fns, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list[Any]:
+def times(fns: Any, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list[Any]:
     """Median time of each of ``fns``, one after another: a pause (so that the thread pools of
     whatever ran before -- numba's, OpenBLAS's, faiss's OpenMP -- stop spinning on the 2 cores),
     one warm-up call, then calls until there are at least ``repeat`` and they add up to
@@ -111,7 +111,7 @@ class Case:
 
     group: str
     labels: tuple[str, ...]
-    fn: Callable
+    fn: Callable[..., Any]
     backend: str = "cpu"
 
 
@@ -121,7 +121,7 @@ CASES: dict[str, Case] = {}
 
 def case(*labels: str, backend: str = "cpu"):
     """Register ``case_GROUP(inputs, out)`` with the labels it may write into ``out``."""
-    def register(fn):
+    def register(fn: Any):
         group = fn.__name__.removeprefix("case_")
         CASES[group] = Case(group, tuple(labels), fn, backend)
         return fn

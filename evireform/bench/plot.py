@@ -1,14 +1,17 @@
 """The figure of a bench run: ``evireform bench --plot FILE.png`` (extra ``eval``: matplotlib)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from pathlib import Path
+
+if TYPE_CHECKING:  # annotations only
+    from ..types import StrPath
 
 __all__ = ["ratio_chart"]
 
 
-def ratio_chart(report: dict[str, Any], path) -> Path:
+def ratio_chart(report: dict[str, Any], path: StrPath) -> Path:
     """One horizontal bar per case of ``report`` (what :func:`evireform.bench.run` returns):
     the peer's time over ours (log scale; right of 1 is faster than the peer), cases that
     disagree with their peer marked; written as a PNG to ``path``."""

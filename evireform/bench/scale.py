@@ -43,7 +43,7 @@ DIM = 384
 class _AnonPeak:
     """Samples RssAnon from /proc/self/status (Linux) in a thread; ``peak`` in bytes."""
 
-    def __init__(self, every: float = 0.02):
+    def __init__(self, every: float = 0.02) -> None:
         self.peak, self.every = 0, every
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
@@ -58,7 +58,7 @@ class _AnonPeak:
             pass
         return 0
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, self.now())
             time.sleep(self.every)
@@ -67,7 +67,7 @@ class _AnonPeak:
         self._t.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join()
         self.peak = max(self.peak, self.now())
@@ -136,7 +136,7 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict[str, Any
         search = idx.search_batch
         spent = [0.0]
 
-        def timed_search(*a, **kw):  # the proposition searches' share of each question
+        def timed_search(*a, **kw: Any):  # the proposition searches' share of each question
             t = time.perf_counter()
             try:
                 return search(*a, **kw)
@@ -195,7 +195,7 @@ def _child(kind: str, M: int, path: Path, n_queries: int) -> dict[str, Any]:
 
 
 def run_scale(sizes=DEFAULT_SIZES, workdir=None, n_queries: int = 20, keep: bool = False,
-              log=print) -> list[dict]:
+              log: Any=print) -> list[dict]:
     """Measure every size in ``sizes`` (see the module docstring); one dict per size."""
     base = Path(workdir or tempfile.gettempdir()) / "evireform-scale"
     base.mkdir(parents=True, exist_ok=True)

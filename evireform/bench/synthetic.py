@@ -8,12 +8,14 @@ thousand cluster centres, so that approximate search sees structure as in real t
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..kernels import EntityGraph, PassageMap
 
 
-def degree_sequence(rng, nnz: int, dmax: int, gamma: float = 2.4) -> np.ndarray:
+def degree_sequence(rng: np.random.Generator, nnz: int, dmax: int, gamma: float = 2.4) -> np.ndarray:
     out, total = [], 0
     while total < nnz:
         d = np.floor(rng.random(1 << 18) ** (-1.0 / (gamma - 1.0))).astype(np.int64)
@@ -24,7 +26,7 @@ def degree_sequence(rng, nnz: int, dmax: int, gamma: float = 2.4) -> np.ndarray:
     return d[: int(np.searchsorted(np.cumsum(d), nnz)) + 1]
 
 
-def synthetic_graph(rng, M: int, mentions_per_prop: float = 4.7, gamma: float = 2.4,
+def synthetic_graph(rng: np.random.Generator, M: int, mentions_per_prop: float = 4.7, gamma: float = 2.4,
                     hub_share: float = 0.05) -> EntityGraph:
     """Random incidence with power-law entity degrees (see the module docstring)."""
     nnz = int(mentions_per_prop * M)
@@ -37,13 +39,13 @@ def synthetic_graph(rng, M: int, mentions_per_prop: float = 4.7, gamma: float = 
     return EntityGraph.from_csr(indptr, ents, len(deg))
 
 
-def synthetic_passages(rng, M: int, props_per_passage: float = 3.5) -> PassageMap:
+def synthetic_passages(rng: np.random.Generator, M: int, props_per_passage: float = 3.5) -> PassageMap:
     N = max(1, int(M / props_per_passage))
     owner = np.sort(rng.integers(0, N, size=M)).astype(np.int32)
     return PassageMap.from_owner(owner, N)
 
 
-def clustered_embeddings(rng, M: int, d: int = 384, n_clusters: int = 2048,
+def clustered_embeddings(rng: np.random.Generator, M: int, d: int = 384, n_clusters: int = 2048,
                          spread: float = 1.0, intrinsic: int = 32,
                          chunk: int = 65536, out: np.ndarray | None = None) -> np.ndarray:
     """float32 unit rows: a random centre plus Gaussian noise in an ``intrinsic``-dimensional
@@ -72,8 +74,8 @@ class GivenReformulator:
 
     name = "given"
 
-    def __init__(self, by_question):
+    def __init__(self, by_question) -> None:
         self.by_question = by_question
 
-    def reformulate(self, question, observed, max_queries):
+    def reformulate(self, question: str, observed: Any, max_queries: int):
         return self.by_question.get(question, [])

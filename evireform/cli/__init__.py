@@ -4,6 +4,8 @@
 they share lives."""
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import logging
 import sqlite3
@@ -71,7 +73,7 @@ def _log_to_stderr(level: str) -> None:
     logger.setLevel(getattr(logging, level.upper()))
 
 
-def main(argv=None) -> int:
+def main(argv: Any=None) -> int:
     args = build_parser().parse_args(argv)
     _log_to_stderr(args.log_level)
     try:

@@ -2,6 +2,8 @@
 tools (they import evireform.evaluation and evireform.bench, which the core never does)."""
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import json
 import os
@@ -21,7 +23,7 @@ from .options import (
     _replay_summary, _sizes, parse_setting)
 
 
-def _cmd_llm_cache(args) -> int:
+def _cmd_llm_cache(args: Any) -> int:
     cache_path = Path(args.cache)
     if args.action == "export":
         if not cache_path.is_file():
@@ -44,7 +46,7 @@ def _cmd_llm_cache(args) -> int:
     return 0
 
 
-def _cmd_eval(args) -> int:
+def _cmd_eval(args: Any) -> int:
     from ..evaluation import (DATASETS, format_bootstrap, format_table, markdown_table,
                              parse_methods, run_eval)
 
@@ -116,7 +118,7 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-def _cmd_analyze(args) -> int:
+def _cmd_analyze(args: Any) -> int:
     from ..evaluation import DATASETS, run_eval
     from ..evaluation.analyses import ANALYSES, sensitivity_table
 
@@ -147,7 +149,7 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
-def _cmd_bench(args) -> int:
+def _cmd_bench(args: Any) -> int:
     # before any OpenMP runtime loads (numba's, faiss's): worker threads that spin after a
     # call steal the cores from the next call's threads, so on a loaded 2-core machine a
     # 0.3 ms search beside faiss took 16 ms; passive waiting measures each side on its own
@@ -178,7 +180,7 @@ def _cmd_bench(args) -> int:
             Path(args.json).write_text(json.dumps({"scale": rows}, indent=1))
             print(f"wrote {args.json}")
         return 0
-    def write(rep):  # after every case, atomically: a timeout keeps what was measured
+    def write(rep) -> None:  # after every case, atomically: a timeout keeps what was measured
         if args.json:
             tmp = Path(args.json).with_name(Path(args.json).name + ".part")
             tmp.write_text(json.dumps(rep, indent=1))
@@ -221,7 +223,7 @@ def _cmd_bench(args) -> int:
     return 0
 
 
-def add_eval_parser(sub) -> None:
+def add_eval_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
     ev.add_argument("--dataset", choices=("musique", "hotpotqa"),
                     help="read the dataset from --data (default ../shared/data)")
@@ -280,7 +282,7 @@ def add_eval_parser(sub) -> None:
     ev.set_defaults(func=_cmd_eval)
 
 
-def add_analyze_parser(sub) -> None:
+def add_analyze_parser(sub: Any) -> None:
     an = sub.add_parser("analyze", help="the paper's analyses as tables (Markdown)")
     an.add_argument("kind", choices=("ablation", "coverage", "types", "sensitivity", "growth",
                                      "selector"),
@@ -302,7 +304,7 @@ def add_analyze_parser(sub) -> None:
     an.set_defaults(func=_cmd_analyze)
 
 
-def add_llm_cache_parser(sub) -> None:
+def add_llm_cache_parser(sub: Any) -> None:
     lc = sub.add_parser("llm-cache", help="export or import the LLM reply cache as JSONL")
     lc.add_argument("action", choices=("export", "import"),
                     help="export: the cache to FILE; import: FILE into the cache")
@@ -313,7 +315,7 @@ def add_llm_cache_parser(sub) -> None:
     lc.set_defaults(func=_cmd_llm_cache)
 
 
-def add_bench_parser(sub) -> None:
+def add_bench_parser(sub: Any) -> None:
     be = sub.add_parser("bench", help="kernels and retrieval core side by side with peers")
     be.add_argument("--quick", action="store_true", help="small sizes (about a minute)")
     be.add_argument("--json", help="write the report as JSON to this file")

@@ -2,7 +2,7 @@
 index."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import json
 import os
@@ -23,8 +23,13 @@ from .options import (
     _add_llm_args, _add_quiet, _embedder, _extraction_fallbacks, _fallbacks_refused,
     _index_embedder, _llm_client, _nonneg_float, _positive_int, _read_paths)
 
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..index import PropositionIndex
+    from ..types import StrPath
 
-def _check_index_target(out_dir, corpus, force: bool) -> None:
+
+def _check_index_target(out_dir: StrPath, corpus, force: bool) -> None:
     """Before any work: refuse an output directory that is or holds the corpus, or that
     save() would refuse anyway (so a long build is not lost at the end)."""
     out, src = Path(out_dir).resolve(), Path(corpus).resolve()
@@ -46,7 +51,7 @@ def _openie_arg(value: str) -> Path:
     return openie
 
 
-def _cmd_index(args) -> int:
+def _cmd_index(args: Any) -> int:
 
     t0 = time.perf_counter()
     if args.openie_plain and args.extractor in EXTRACTOR_CHOICES:
@@ -139,7 +144,7 @@ def _cmd_index(args) -> int:
     return 0 if same else 1
 
 
-def _first_question(idx, embedder) -> None:
+def _first_question(idx: PropositionIndex, embedder: Embedder) -> None:
     """One question answered on the saved index, its result dropped: the kernels a query
     runs are compiled now and kept in numba's on-disk cache (tens of seconds on a fresh
     install, which the first ``evireform query`` would otherwise pay), and the question
@@ -157,7 +162,7 @@ def _first_question(idx, embedder) -> None:
         logging.getLogger(__name__).info("first question not run: %s", exc)
 
 
-def _time_encoding(embedder) -> list[Any]:
+def _time_encoding(embedder: Embedder) -> list[Any]:
     """Seconds spent in ``embedder.encode`` from now on, summed into the returned list's
     one element (the build's encoding share)."""
     spent = [0.0]
@@ -178,7 +183,7 @@ def _time_encoding(embedder) -> list[Any]:
     return spent
 
 
-def _throughput(idx, seconds: float, encoding: list[Any], embedder) -> dict[str, Any]:
+def _throughput(idx: PropositionIndex, seconds: float, encoding: list[Any], embedder: Embedder) -> dict[str, Any]:
     """Passages and propositions a second, and the share of the time spent encoding."""
     s = max(seconds, 1e-9)
     out = {"passages_per_second": round(idx.n_passages / s, 1),
@@ -190,7 +195,7 @@ def _throughput(idx, seconds: float, encoding: list[Any], embedder) -> dict[str,
     return out
 
 
-def _cmd_update(args) -> int:
+def _cmd_update(args: Any) -> int:
     """Add and/or delete passages of a saved index without rebuilding it, then save it back
     atomically (the previous index stays until the new one is in place).  Every input is
     read before the index's lock is taken (a slow or blocked input never holds it); the lock
@@ -235,7 +240,7 @@ def _cmd_update(args) -> int:
     return 0
 
 
-def _check_update_target(args) -> None:
+def _check_update_target(args: Any) -> None:
     """``update X --add X``, or an index directory that is not one: said in those words."""
     ix = Path(args.index_dir)
     if args.add and os.path.realpath(args.add) == os.path.realpath(ix):
@@ -249,7 +254,7 @@ def _check_update_target(args) -> None:
                          "format 'evireform-index')")
 
 
-def _cmd_verify(args) -> int:
+def _cmd_verify(args: Any) -> int:
     """The full verification tier (evireform.store), then a new stamp: what to run after
     copying or downloading an index (a load would run it once anyway).  Says whether the
     stamp was written (a read-only directory cannot take one)."""
@@ -281,7 +286,7 @@ def _cmd_verify(args) -> int:
     return 0
 
 
-def prepare_query_encoder(idx) -> str | None:
+def prepare_query_encoder(idx: PropositionIndex) -> str | None:
     """The ONNX question encoder of ``idx``'s embedder written now if the cache lacks it
     (an index made before builds wrote it; :meth:`SentenceTransformerEmbedder.prepare`), so
     that its first question does not wait; what was done, or None when the embedder has no
@@ -298,7 +303,7 @@ def prepare_query_encoder(idx) -> str | None:
         return None
 
 
-def add_index_parser(sub) -> None:
+def add_index_parser(sub: Any) -> None:
     ix = sub.add_parser("index", help="build, save and verify an index over a corpus file")
     ix.add_argument("paths", nargs="+", metavar="PATH",
                     help="what to index: corpus files (JSON: a list of {title, text, ...} or "
@@ -344,7 +349,7 @@ def add_index_parser(sub) -> None:
     ix.set_defaults(func=_cmd_index)
 
 
-def add_update_parser(sub) -> None:
+def add_update_parser(sub: Any) -> None:
     up = sub.add_parser("update", help="add or delete passages of a saved index (no rebuild)")
     _add_index_dir(up)
     up.add_argument("--add", metavar="PATH",
@@ -363,7 +368,7 @@ def add_update_parser(sub) -> None:
     up.set_defaults(func=_cmd_update)
 
 
-def add_verify_parser(sub) -> None:
+def add_verify_parser(sub: Any) -> None:
     ve = sub.add_parser("verify", help="verify every file of an index in full and stamp it "
                                        "(after a copy or download)")
     _add_index_dir(ve)

@@ -2,7 +2,7 @@
 defined once."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import argparse
 import os
@@ -16,6 +16,11 @@ from ..embed import get_embedder
 from ..filters import compile_filter
 from ..llm import LLMClient, LLMConfig, read_reply_records
 from ..retriever import EviReformConfig
+
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..extract import Extractor
+    from ..index import PropositionIndex
 
 
 def _int_at_least(low: int, high: int | None = None, what: str | None = None):
@@ -120,7 +125,7 @@ def _add_document_args(p) -> None:
                    help="skip unreadable files (reported by name) instead of stopping")
 
 
-def _read_paths(args, paths, embedder, whole: bool = False, roots=None):
+def _read_paths(args: Any, paths: Any, embedder: Embedder, whole: bool = False, roots=None):
     """Passages of the files and folders ``paths`` (:func:`evireform.documents.load_paths`),
     skipped files reported on stderr; ``whole=True`` returns the ``Loaded`` record."""
     if args.chunk_overlap >= args.chunk_tokens:
@@ -130,7 +135,7 @@ def _read_paths(args, paths, embedder, whole: bool = False, roots=None):
                         chunk_overlap=args.chunk_overlap, embedder=embedder,
                         include=args.include, exclude=args.exclude,
                         skip_errors=args.skip_errors, roots=roots)
-    def shown(m):
+    def shown(m) -> str:
         return m.encode("utf-8", "backslashreplace").decode("utf-8")
     for msg in loaded.warnings:
         print(f"warning: {shown(msg)}", file=sys.stderr)
@@ -185,7 +190,7 @@ def _add_llm_args(p) -> None:
                    help="prompt tokens per minute (0: no limit)")
 
 
-def _replay_setup(args) -> dict[str, Any]:
+def _replay_setup(args: Any) -> dict[str, Any]:
     """--llm-replay: offline, answered from the recorded replies (by key, else by content);
     the model defaults to the one the first file names."""
     model = None
@@ -197,7 +202,7 @@ def _replay_setup(args) -> dict[str, Any]:
                 pending_path=args.llm_pending, model=args.llm_model or model)
 
 
-def _llm_client(args):
+def _llm_client(args: Any):
     if not (getattr(args, "llm", False) or getattr(args, "reader", False)
             or getattr(args, "llm_replay", None)):
         return None
@@ -217,7 +222,7 @@ def _llm_client(args):
     return LLMClient(LLMConfig.from_env(**over))
 
 
-def _replay_summary(client) -> str | None:
+def _replay_summary(client: Any) -> str | None:
     """One line on what a replay hit and missed (None when not offline)."""
     if client is None or not client.config.offline:
         return None
@@ -251,14 +256,14 @@ def _add_embedder_args(p, batch: bool = True) -> None:
                        help="embedding batch size")
 
 
-def _embedder(args):
+def _embedder(args: Any):
     return get_embedder(args.embedder or "minilm", device=args.device, dtype=args.dtype,
                         batch_size=getattr(args, "batch_size", None),
                         query_prompt=args.query_prompt, document_prompt=args.document_prompt,
                         deadline=args.embed_deadline, encoder=getattr(args, "encoder", "auto"))
 
 
-def _index_embedder(args, idx):
+def _index_embedder(args: Any, idx: PropositionIndex):
     """The embedder for a saved index (:func:`evireform.application.index_embedder`): the
     user's ``--embedder`` if given, else the one the index records."""
     return index_embedder(idx, args.embedder, device=args.device,
@@ -268,12 +273,12 @@ def _index_embedder(args, idx):
                           deadline=args.embed_deadline)
 
 
-def _extraction_fallbacks(extractor) -> int:
+def _extraction_fallbacks(extractor: Extractor) -> int:
     """Passages an LLM extractor handed to its LLM-free fallback (0 for other extractors)."""
     return int(getattr(extractor, "fallbacks", 0) or 0)
 
 
-def _fallbacks_refused(args, command: str, extractor, n: int) -> bool:
+def _fallbacks_refused(args: Any, command: str, extractor: Extractor, n: int) -> bool:
     """Warn when the LLM extractor fell back; True (nothing is saved) under --strict-llm."""
     fell_back = _extraction_fallbacks(extractor)
     if not fell_back:
@@ -310,7 +315,7 @@ def _fell_back(res) -> bool:
                for e in getattr(res.trace, "role_events", []) or [])
 
 
-def _strict_status(args, results, n_fell_back: int | None = None) -> int:
+def _strict_status(args: Any, results, n_fell_back: int | None = None) -> int:
     """3 when --strict-llm is set and an LLM role fell back for any of ``results`` (or for
     ``n_fell_back`` of them, counted as they came)."""
     n = sum(map(_fell_back, results)) if n_fell_back is None else n_fell_back

@@ -2,6 +2,9 @@
 file, or behind HTTP."""
 from __future__ import annotations
 
+from typing import Any, Sequence
+from typing import TYPE_CHECKING
+
 import json
 import os
 import sys
@@ -26,8 +29,12 @@ from .options import (
     _index_embedder, _llm_client, _nonneg_float, _port_number, _positive_float,
     _positive_int, _replay_summary, _strict_status)
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from ..types import StrPath
 
-def read_questions(path) -> list[tuple[str, str]]:
+
+def read_questions(path: StrPath) -> list[tuple[str, str]]:
     """(id, question) pairs from JSONL records with ``question`` (and ``id``/``_id``), a JSON
     list of such records (the MuSiQue/HotpotQA files), or a text file with one question per
     line; ids default to the line number."""
@@ -73,7 +80,7 @@ def read_questions(path) -> list[tuple[str, str]]:
     return out
 
 
-def _cmd_query(args) -> int:
+def _cmd_query(args: Any) -> int:
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
@@ -166,7 +173,7 @@ def trec_docid(pid: str) -> str:
     return quote(pid, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
 
 
-def trec_scores(scores) -> list[float]:
+def trec_scores(scores: ArrayLike) -> list[float]:
     """Scores for a TREC run, strictly decreasing down the ranking both as written (float64)
     and as float32, so that trec_eval-family tools keep evireform's order: they re-sort by
     score, ties by docid, and pytrec_eval (ir_measures' default) compares scores in float32.
@@ -185,7 +192,7 @@ def trec_scores(scores) -> list[float]:
     return out
 
 
-def _batch_query(args, retriever, qs) -> int:
+def _batch_query(args: Any, retriever, qs: Sequence[str]) -> int:
     """Many questions in chunks of --batch (each chunk one retrieve_many): JSONL results to
     --out (or stdout), a TREC run file with --trec, and a summary line on stderr.  Both
     outputs are checked and opened before the first question (never an input, never each
@@ -233,7 +240,7 @@ def _batch_query(args, retriever, qs) -> int:
     return _strict_status(args, qs, fell_back)
 
 
-def _cmd_serve(args) -> int:
+def _cmd_serve(args: Any) -> int:
     """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
     HTTP (:mod:`evireform.service`)."""
     key = None
@@ -261,7 +268,7 @@ def _cmd_serve(args) -> int:
     return 0
 
 
-def add_query_parser(sub) -> None:
+def add_query_parser(sub: Any) -> None:
     qu = sub.add_parser("query", help="retrieve passages for one question, or a file of "
                                       "questions, from a saved index")
     _add_index_dir(qu)
@@ -308,7 +315,7 @@ def add_query_parser(sub) -> None:
     qu.set_defaults(func=_cmd_query)
 
 
-def add_serve_parser(sub) -> None:
+def add_serve_parser(sub: Any) -> None:
     sv = sub.add_parser("serve", help="a resident HTTP retrieval service over a saved index "
                                       "(extra 'serve': FastAPI + uvicorn)")
     _add_index_dir(sv)

@@ -15,10 +15,13 @@ exactly those methods and formats the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 from .data import Question
 from .metrics import KS, metrics, per_question
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 POOL_SIZE = 20
 GRIDS = {
@@ -29,7 +32,7 @@ GRIDS = {
 }
 
 
-def initial_pool(owner, candidates: Sequence[tuple[int, float]], size: int = POOL_SIZE) -> list[int]:
+def initial_pool(owner: ArrayLike, candidates: Sequence[tuple[int, float]], size: int = POOL_SIZE) -> list[int]:
     """The first ``size`` distinct passages among the candidate propositions, in order."""
     pool: list[int] = []
     for i, _ in candidates:
@@ -41,7 +44,7 @@ def initial_pool(owner, candidates: Sequence[tuple[int, float]], size: int = POO
     return pool
 
 
-def pool_coverage(owner, questions: Sequence[Question], traces, size: int = POOL_SIZE) -> dict[str, Any]:
+def pool_coverage(owner: ArrayLike, questions: Sequence[Question], traces, size: int = POOL_SIZE) -> dict[str, Any]:
     """Coverage before and after residual retrieval, in percent, and the transitions.
 
     ``passages`` = share of all gold passages (pooled over questions) inside the pool;
@@ -67,7 +70,7 @@ def pool_coverage(owner, questions: Sequence[Question], traces, size: int = POOL
             "completed": int(completed), "n_questions": len(questions)}
 
 
-def by_type(rankings: dict[str, Any], questions: Sequence[Question], ks=KS) -> dict[str, Any]:
+def by_type(rankings: dict[str, Any], questions: Sequence[Question], ks: Sequence[int]=KS) -> dict[str, Any]:
     """{type: {"n": count, "methods": {method: metrics}}} over the questions' types."""
     out = {}
     for typ in sorted({q.type for q in questions}):
@@ -101,11 +104,11 @@ ABLATION_METHODS = ("evireform", "reform_only", "prop_only", "base", "repeat_que
                     "residual_only")
 
 
-def _fmt_row(name, vals, cols):
+def _fmt_row(name, vals: ArrayLike, cols):
     return f"| {name} | " + " | ".join(f"{vals[c]:.2f}" for c in cols) + " |"
 
 
-def run_ablation(report) -> str:
+def run_ablation(report: dict[str, Any]) -> str:
     """The 2x2 cells and controls with paired contrasts (bootstrap CIs), as Markdown."""
     from .stats import BASE_SEED, paired_bootstrap, seed_offset
     rk, qs = report.rankings, report.questions
@@ -125,7 +128,7 @@ def run_ablation(report) -> str:
     return "\n".join(lines)
 
 
-def coverage_table(report, owner) -> str:
+def coverage_table(report: dict[str, Any], owner: ArrayLike) -> str:
     traces = report.traces["evireform"]
     cov = pool_coverage(owner, report.questions, [r.trace for r in traces])
     return ("| pool | gold passages covered | complete chains |\n|---|---:|---:|\n"
@@ -139,7 +142,7 @@ def coverage_table(report, owner) -> str:
 TYPE_METHODS = ("dense", "hipporag_ppr", "evireform")
 
 
-def types_table(report, methods=TYPE_METHODS) -> str:
+def types_table(report: dict[str, Any], methods=TYPE_METHODS) -> str:
     bt = by_type({m: report.rankings[m] for m in methods if m in report.rankings},
                  report.questions)
     lines = ["| type | n | " + " | ".join(f"{m} R@5 / C@5" for m in methods) + " |",
@@ -166,7 +169,7 @@ class Analysis:
     """A single-run analysis: the methods it needs and its table (report, index) -> text."""
 
     methods: tuple[str, ...]
-    table: Callable
+    table: Callable[..., Any]
 
 
 ANALYSES: dict[str, Analysis] = {

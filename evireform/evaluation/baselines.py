@@ -17,13 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..index import PropositionIndex
 from ..types import Passage
+
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..types import StrPath
 
 
 def passage_texts(passages: Sequence[Passage]) -> list[str]:
@@ -38,8 +42,8 @@ def dense_rankings(P: np.ndarray, Q: np.ndarray, k: int) -> list[list[int]]:
     return [[int(j) for j in row if j >= 0] for row in ids]
 
 
-def dense_passage_embeddings(corpus_path, passages, embedder, cache_dir=None,
-                             show_progress=False) -> np.ndarray:
+def dense_passage_embeddings(corpus_path: StrPath, passages: Sequence[Any], embedder: Embedder, cache_dir: StrPath | None=None,
+                             show_progress: bool=False) -> np.ndarray:
     """Passage embeddings for the dense baseline, cached by corpus checksum and embedder."""
     import os
     import tempfile
@@ -109,7 +113,7 @@ class PPRRetriever:
     """Personalised PageRank over the passage-entity graph (see the module docstring)."""
 
     def __init__(self, idx: PropositionIndex, damping: float = 0.5, n_seed_props: int = 5,
-                 passage_weight: float = 0.05, tol: float = 1e-8, max_iter: int = 100):
+                 passage_weight: float = 0.05, tol: float = 1e-8, max_iter: int = 100) -> None:
         self.idx, self.damping = idx, damping
         self.n_seed_props, self.passage_weight = n_seed_props, passage_weight
         self.tol, self.max_iter = tol, max_iter
@@ -189,7 +193,7 @@ class BaselineInputs:
 @dataclass(frozen=True)
 class Baseline:
     description: str
-    rank: Callable[[BaselineInputs], list]
+    rank: Callable[[BaselineInputs], list[Any]]
 
 
 #: name -> baseline; ``evireform eval --methods`` accepts these beside EviReform's variants

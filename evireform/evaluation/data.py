@@ -13,9 +13,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 from ..types import Passage
+
+if TYPE_CHECKING:  # annotations only
+    from ..types import StrPath
 
 #: the question sets ``evireform eval --dataset`` knows: (questions, corpus) under the data folder
 DATASETS = {
@@ -35,14 +38,14 @@ class Question:
     #: the gold evidence graph's edges (src, dst) over corpus positions: sub-question s
     #: depends on sub-question t's answer ("#t") -> (paragraph of t, paragraph of s).
     #: None when the format has no decomposition (HotpotQA)
-    gold_edges: frozenset | None = None
+    gold_edges: frozenset[Any] | None = None
 
 
 def _norm(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
+def load_questions(path: StrPath, passages: Sequence[Passage]) -> list[Question]:
     """Read MuSiQue- or HotpotQA-format questions and match gold passages to ``passages``.
 
     A gold passage missing from the corpus raises ``ValueError`` naming the question.
@@ -99,7 +102,7 @@ def load_questions(path, passages: Sequence[Passage]) -> list[Question]:
 _REF = re.compile(r"#(\d+)")
 
 
-def _decomposition_edges(r: dict[str, Any], by_text: dict[str, Any], qid: str) -> frozenset | None:
+def _decomposition_edges(r: dict[str, Any], by_text: dict[str, Any], qid: str) -> frozenset[Any] | None:
     """MuSiQue ``question_decomposition`` -> gold edges (see :class:`Question`)."""
     steps = r.get("question_decomposition")
     if not isinstance(steps, list) or not steps:
@@ -138,7 +141,7 @@ def _lower(obj):
     return obj
 
 
-def lowercased_copy(path, out_dir) -> Path:
+def lowercased_copy(path: StrPath, out_dir: StrPath) -> Path:
     """A lower-cased copy of a corpus or questions JSON file under ``out_dir`` (named by the
     source file's checksum, written once): every string value lower-cased, and the keys of
     a title -> sentences corpus; ``ValueError`` when lower-casing merges two titles."""
@@ -161,7 +164,7 @@ def lowercased_copy(path, out_dir) -> Path:
     return out
 
 
-def combined_copy(path, extras, out_dir) -> Path:
+def combined_copy(path: StrPath, extras, out_dir: StrPath) -> Path:
     """The corpus ``path`` followed by the passages of the corpora ``extras`` (distractors), as
     one JSON list of ``{"id", "title", "text"}`` records under ``out_dir`` (named by every
     file's checksum, written once).  The first corpus keeps its passages, in order and with

@@ -19,7 +19,7 @@ questions whose gold graph has no edges.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -90,7 +90,7 @@ def graph_scores(pred_nodes, pred_edges, gold_nodes, gold_edges) -> dict[str, An
             "gs": gs, "ged": float(ged(list(pred_nodes), pe, sorted(g), ge))}
 
 
-def method_graphs(ranking, results, questions):
+def method_graphs(ranking, results, questions: Sequence[str]):
     """Per question: (nodes, edges) of the method's evidence graph on its top |gold|
     passages; ``results`` (RetrievalResults) give edges, a bare ranking gives none."""
     out = []
@@ -104,7 +104,7 @@ def method_graphs(ranking, results, questions):
     return out
 
 
-def graph_metrics(ranking, results, questions) -> dict[str, Any]:
+def graph_metrics(ranking, results, questions: Sequence[str]) -> dict[str, Any]:
     """Means over the questions with a gold graph: EM/P/R/F1/GM/GS in percent, GED raw;
     ``n_graph_questions`` says how many.  Empty when none has one."""
     rows = []

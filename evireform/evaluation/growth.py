@@ -2,6 +2,8 @@
 added as distractors in steps (paper Appendix A.7)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 from ..corpus import load_corpus
@@ -11,9 +13,13 @@ from .analyses import growth_steps
 from .data import load_questions
 from .metrics import metrics
 
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..types import StrPath
 
-def index_growth(data: Path, embedder, *, out_png=None, n_steps: int = 4, n=None,
-                 show: bool = True, cache_dir=None) -> list[dict]:
+
+def index_growth(data: Path, embedder: Embedder, *, out_png=None, n_steps: int = 4, n=None,
+                 show: bool = True, cache_dir: StrPath | None=None) -> list[dict]:
     """Build (or reuse) one index over MuSiQue + every 2Wiki passage, then evaluate on
     subsets holding MuSiQue plus the first s distractors for each step s.  Prints a Markdown
     table and writes a plot when ``out_png`` is given."""

@@ -28,9 +28,13 @@ triple ``(e1, text, en)`` (an adaptation: the heuristic extractor gives no subje
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..index import PropositionIndex
 
 __all__ = ["text_processing", "HippoRAG2", "hipporag2_rankings"]
 
@@ -69,8 +73,8 @@ class HippoRAG2:
     """The graph and the stores of one corpus (see the module docstring).  ``triples``: per
     passage position, its raw ``(s, r, o)`` triples."""
 
-    def __init__(self, triples: Sequence[Sequence[tuple]], embedder, *,
-                 show_progress: bool = False):
+    def __init__(self, triples: Sequence[Sequence[tuple]], embedder: Embedder, *,
+                 show_progress: bool = False) -> None:
         try:
             import igraph
         except ImportError as exc:
@@ -81,7 +85,7 @@ class HippoRAG2:
                          for ts in triples]
         chunk_entities = []
         for ts in chunk_triples:
-            ents: set = set()
+            ents: set[Any] = set()
             for t in ts:
                 ents.update((t[0], t[2]))
             chunk_entities.append(ents)
@@ -143,7 +147,7 @@ class HippoRAG2:
         return fs, top
 
     def reset(self, q_fact: np.ndarray, q_passage_sims: np.ndarray,
-              chosen: tuple | None = None) -> np.ndarray:
+              chosen: tuple[Any, ...] | None = None) -> np.ndarray:
         """The PageRank reset weights of one question, entities then passages (``q_fact``:
         its embedding, as the facts were embedded; ``q_passage_sims``: its dense similarity
         to every passage; ``chosen``: ``(fact scores, facts kept)`` when a filter chose,
@@ -180,7 +184,7 @@ class HippoRAG2:
             vertices=range(self.E + self.N), damping=DAMPING, directed=False, weights="weight",
             reset=reset, implementation="prpack"))
 
-    def scores(self, q_fact: np.ndarray, q_passage_sims: np.ndarray, *, question=None,
+    def scores(self, q_fact: np.ndarray, q_passage_sims: np.ndarray, *, question: str | None=None,
                fact_filter=None) -> np.ndarray | None:
         """PageRank mass per passage for one question, or None when no fact is left (then
         the dense ranking answers).  ``fact_filter`` (an
@@ -198,7 +202,7 @@ class HippoRAG2:
         return self.pagerank(self.reset(q_fact, q_passage_sims, chosen))[self.E:]
 
 
-def index_triples(idx) -> list[list[tuple]]:
+def index_triples(idx: PropositionIndex) -> list[list[tuple]]:
     """The triples a non-OpenIE index stands for: ``(e1, text, en)`` per proposition with
     entities ``e1 .. en`` (see the module docstring)."""
     g, names = idx.graph, idx.entity_names

@@ -11,7 +11,7 @@ LLM selection (also with the LLM-free reformulator), all in one run.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 from pathlib import Path
 
@@ -20,10 +20,15 @@ import numpy as np
 from .data import DATASETS, load_questions
 from .metrics import metrics
 
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..roles import Selector
+    from ..index import PropositionIndex
+
 N_CHOICES = (3, 4, 6)
 
 
-def _setup(data: Path, dataset: str, embedder):
+def _setup(data: Path, dataset: str, embedder: Embedder):
     from ..cache import cached_index
     qrel, crel = DATASETS[dataset]
     idx, _, _ = cached_index(data / crel, embedder, show_progress=False)
@@ -31,7 +36,7 @@ def _setup(data: Path, dataset: str, embedder):
     return idx, qs
 
 
-def _llm_choices(idx, qs, embedder, replies: Path):
+def _llm_choices(idx: PropositionIndex, qs: Sequence[str], embedder: Embedder, replies: Path):
     """(candidates, chosen ids) per question, from the recorded select replies."""
     from ..llm import LLMClient, LLMConfig, LLMSelector
     from ..retriever import EviReform, EviReformConfig
@@ -66,14 +71,14 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50)
     return w
 
 
-def _run(idx, qs, embedder, selector) -> dict[str, Any]:
+def _run(idx: PropositionIndex, qs: Sequence[str], embedder: Embedder, selector: Selector) -> dict[str, Any]:
     from ..retriever import EviReform
     r = EviReform(idx, embedder=embedder, selector=selector)
     res = r.retrieve_many([q.question for q in qs], 20)
     return metrics([[p.index for p in x.passages] for x in res], qs)
 
 
-def selector_study(data: Path, embedder, replies_dir: Path) -> str:
+def selector_study(data: Path, embedder: Embedder, replies_dir: Path) -> str:
     """Both directions (fit on one set, evaluate on the other) as a Markdown table."""
     from ..llm import LLMClient, LLMConfig, LLMSelector
     from ..roles import SELECTOR_FEATURES, LearnedSelector, TopScoreSelector, selector_features

@@ -4,7 +4,7 @@ Answer F1/EM (Appendix C.4) are in :mod:`evireform.evaluation.qa`.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from .data import Question
 KS = (1, 5, 10, 20)
 
 
-def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question], ks=KS):
+def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question], ks: Sequence[int]=KS):
     """Per-question recall/chain/hit at each K, as arrays (0/1 or fractions)."""
     out = {}
     for K in ks:
@@ -30,6 +30,6 @@ def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question
     return out
 
 
-def metrics(rankings, questions, ks=KS) -> dict[str, float]:
+def metrics(rankings: Any, questions: Sequence[str], ks: Sequence[int]=KS) -> dict[str, float]:
     """Recall@K, Chain@K, Hit@K in percent (paper Eqs. 16-18)."""
     return {k: round(100.0 * float(v.mean()), 2) for k, v in per_question(rankings, questions, ks).items()}

@@ -1,11 +1,17 @@
 """Figures of an evaluation: ``evireform eval --plot FILE.png`` (extra ``eval``: matplotlib)."""
 from __future__ import annotations
 
+from typing import Any, Sequence
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import numpy as np
 
 from .metrics import per_question
+
+if TYPE_CHECKING:  # annotations only
+    from ..types import StrPath
 
 __all__ = ["recall_curve"]
 
@@ -20,7 +26,7 @@ def _pyplot():
     return plt
 
 
-def recall_curve(report, path, ks=tuple(range(1, 21))) -> Path:
+def recall_curve(report: dict[str, Any], path: StrPath, ks: Sequence[int]=tuple(range(1, 21))) -> Path:
     """Recall@K (K = 1..20) of every method of ``report`` (an
     :class:`~evireform.evaluation.runner.EvalReport`) as one line each, written as a PNG to
     ``path``; the values are the report's own rankings scored by

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 from .._checks import positive_int
 from .baselines import BASELINES, BaselineInputs
 from .data import Question, load_questions
 from .metrics import KS, metrics, per_question
+
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..extract import Extractor
+    from ..index import PropositionIndex
+    from ..types import FilterSpec, StrPath
 
 
 @dataclass(frozen=True)
@@ -102,10 +108,10 @@ class EvalReport:
     extractor: str | None
     config: dict[str, Any]
     selector_n: int | None
-    methods: dict[str, dict]
+    methods: dict[str, dict[str, Any]]
     rankings: dict[str, list[list[int]]]
     questions: list[Question]
-    traces: dict[str, list]
+    traces: dict[str, list[Any]]
     bootstrap: dict[str, Any] | None = None
     llm_usage: dict[str, Any] | None = None
 
@@ -118,7 +124,7 @@ class EvalReport:
                 if getattr(self, k) is not None or k not in ("llm_usage", "bootstrap")}
 
 
-def check_same_corpus(index, corpus_path) -> None:
+def check_same_corpus(index: PropositionIndex, corpus_path: StrPath) -> None:
     """``ValueError`` unless ``index`` holds the passages of the corpus file, in order (the
     gold passages are matched by position)."""
     from ..corpus import load_corpus
@@ -136,13 +142,13 @@ def check_same_corpus(index, corpus_path) -> None:
                              "(evireform index CORPUS DIR)")
 
 
-def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
-             n: int | None = None, config=None, cache_dir=None, show_progress=True,
-             dataset: str = "", selector_n: int | None = 4, llm=None, reader: bool = False,
+def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[str], *, embedder: Embedder,
+             n: int | None = None, config: Any=None, cache_dir: StrPath | None=None, show_progress: bool=True,
+             dataset: str = "", selector_n: int | None = 4, llm: Any=None, reader: bool = False,
              reader_k: int = 5, max_workers: int = 1,
-             graph_metrics: bool = False, extractor=None,
-             lowercase: bool = False, filter=None, index=None,
-             openie_path=None, extra_corpora: Sequence = (),
+             graph_metrics: bool = False, extractor: Extractor | None=None,
+             lowercase: bool = False, filter: FilterSpec=None, index: PropositionIndex | None=None,
+             openie_path: StrPath | None=None, extra_corpora: Sequence = (),
              openie_plain: bool = False) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
@@ -227,7 +233,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress,
                             openie_path=openie_path, llm=llm)
     rankings: dict[str, list[list[int]]] = {}
-    traces: dict[str, list] = {}
+    traces: dict[str, list[Any]] = {}
     by_cfg: dict[str, Any] = {}
     for name in methods:
         m = METHODS[name]
@@ -289,7 +295,7 @@ def run_eval(questions_path, corpus_path, methods: Sequence[str], *, embedder,
     return report
 
 
-def bootstrap_vs_strongest(rankings: dict[str, Any], qs, dataset: str, ks=KS) -> dict[str, Any]:
+def bootstrap_vs_strongest(rankings: dict[str, Any], qs: Sequence[str], dataset: str, ks: Sequence[int]=KS) -> dict[str, Any]:
     """For every metric: EviReform minus the strongest other method on that metric, with a
     paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
     the baselines (dense, bm25, dense_prop, hipporag_ppr) and the related strategies (bgr,
@@ -311,7 +317,7 @@ def bootstrap_vs_strongest(rankings: dict[str, Any], qs, dataset: str, ks=KS) ->
     return out
 
 
-def format_bootstrap(report: "EvalReport", markdown: bool = False, ks=(5, 10)) -> str:
+def format_bootstrap(report: "EvalReport", markdown: bool = False, ks: Sequence[int]=(5, 10)) -> str:
     """EviReform minus the strongest other method per metric, with the 95% interval."""
     bs = report.bootstrap
     if not bs:
@@ -333,7 +339,7 @@ def format_bootstrap(report: "EvalReport", markdown: bool = False, ks=(5, 10)) -
     return "\n".join(lines)
 
 
-def format_table(report: "EvalReport", ks=KS) -> str:
+def format_table(report: "EvalReport", ks: Sequence[int]=KS) -> str:
     cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks]
     short = {f"{m}@{k}": f"{m[0].upper()}@{k}" for m in ("recall", "chain", "hit") for k in ks}
     width = max(12, max(len(m) for m in report.methods))
@@ -378,7 +384,7 @@ def format_graph_table(report: "EvalReport", markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
-def markdown_table(report: "EvalReport", ks=KS) -> str:
+def markdown_table(report: "EvalReport", ks: Sequence[int]=KS) -> str:
     """The report as a Markdown table (the README's results are pasted from this)."""
     cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks if not (m == "chain" and k == 1)]
     short = {c: c[0].upper() + "@" + c.split("@")[1] for c in cols}

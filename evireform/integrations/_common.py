@@ -1,7 +1,7 @@
 """What both adapters share: building the retriever and the metadata of a result passage."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from pathlib import Path
 
@@ -10,9 +10,15 @@ from ..corpus import as_passages
 from ..index import PropositionIndex
 from ..retriever import EviReform
 
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..roles import Controller, Reformulator, Selector
+    from ..index import PropositionIndex
+    from ..types import StrPath
 
-def make_retriever(index=None, index_dir=None, embedder=None, config=None, *, selector=None,
-                   reformulator=None, controller=None, max_workers: int = 1, backend="auto"):
+
+def make_retriever(index: PropositionIndex | None=None, index_dir: StrPath | None=None, embedder: Embedder | None=None, config: Any=None, *, selector: Selector | None=None,
+                   reformulator: Reformulator | None=None, controller: Controller | None=None, max_workers: int = 1, backend: Any="auto"):
     """An :class:`~evireform.retriever.EviReform` over ``index`` (a PropositionIndex) or the
     index saved at ``index_dir``; without ``embedder`` the one named in the index is used."""
     if (index is None) == (index_dir is None):
@@ -48,7 +54,7 @@ def passage_text(retriever, passage) -> str:
     return retriever.index.passages[passage.index].text
 
 
-def document_passages(items, what: str):
+def document_passages(items: Any, what: str):
     """:class:`~evireform.Passage` objects from framework documents: ``(text, metadata,
     id)`` triples; the id is the document's own (``None``: derived from its content), the
     title ``metadata["title"]`` when it is a string, and the metadata kept whole."""

@@ -23,7 +23,12 @@ Per call, ``invoke(q, k=3)`` and ``invoke(q, filter=...)`` override the retrieve
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..index import PropositionIndex
+    from ..types import FilterSpec, StrPath
 
 try:
     from langchain_core.callbacks import (AsyncCallbackManagerForRetrieverRun,
@@ -78,8 +83,8 @@ class EviReformRetriever(BaseRetriever):
         return positive_int(v, "k")
 
     @classmethod
-    def from_index(cls, index, embedder=None, *, k: int = 10, config=None, filter=None,
-                   **roles) -> "EviReformRetriever":
+    def from_index(cls, index: PropositionIndex, embedder: Embedder | None=None, *, k: int = 10, config: Any=None, filter: FilterSpec=None,
+                   **roles: Any) -> "EviReformRetriever":
         """From a :class:`~evireform.PropositionIndex` (and the embedder it was built with;
         default: the one its manifest names).  ``roles``: ``selector``, ``reformulator``,
         ``controller`` (e.g. the LLM roles), ``max_workers``, ``backend``."""
@@ -87,8 +92,8 @@ class EviReformRetriever(BaseRetriever):
                    filter=filter)
 
     @classmethod
-    def from_index_dir(cls, path, embedder=None, *, k: int = 10, config=None, filter=None,
-                       **roles) -> "EviReformRetriever":
+    def from_index_dir(cls, path: StrPath, embedder: Embedder | None=None, *, k: int = 10, config: Any=None, filter: FilterSpec=None,
+                       **roles: Any) -> "EviReformRetriever":
         """From an index directory saved by ``evireform index`` or ``PropositionIndex.save``."""
         return cls(retriever=make_retriever(None, path, embedder, config, **roles), k=k,
                    filter=filter)
@@ -98,7 +103,7 @@ class EviReformRetriever(BaseRetriever):
                          metadata=passage_metadata(result, r, p), id=p.id)
                 for r, p in enumerate(result.passages, 1)]
 
-    def _call_args(self, k, filter, kwargs) -> tuple[int, Any]:
+    def _call_args(self, k, filter: FilterSpec, kwargs: Any) -> tuple[int, Any]:
         """(k, filter) for one call: the given ones, else the retriever's."""
         if kwargs:
             raise TypeError(f"EviReformRetriever takes k= and filter= per call; got "
@@ -110,19 +115,19 @@ class EviReformRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *,
                                 run_manager: CallbackManagerForRetrieverRun, k=None,
-                                filter: Any = _UNSET, **kwargs) -> list[Document]:
+                                filter: Any = _UNSET, **kwargs: Any) -> list[Document]:
         k, flt = self._call_args(k, filter, kwargs)
         return self._documents(self.retriever.retrieve(query, k, filter=flt))
 
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k=None, filter: Any = _UNSET,
-                                       **kwargs) -> list[Document]:
+                                       **kwargs: Any) -> list[Document]:
         k, flt = self._call_args(k, filter, kwargs)
         result = await asyncio.to_thread(self.retriever.retrieve, query, k, filter=flt)
         return self._documents(result)
 
-    def batch(self, inputs, config=None, *, return_exceptions: bool = False, **kwargs):
+    def batch(self, inputs, config: Any=None, *, return_exceptions: bool = False, **kwargs: Any):
         """All questions through one :meth:`EviReform.retrieve_many` (batched search and
         kernels), with LangChain's batch contract: each input's run reported to its
         config's callbacks (``on_retriever_start`` / ``_end`` / ``_error``, tags, metadata,

@@ -19,13 +19,19 @@ ids: :mod:`evireform.filters`) restricts every query.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from .._checks import loads as _json_loads, positive_int
 
 import dataclasses
 import json
 from pathlib import Path
+
+if TYPE_CHECKING:  # annotations only
+    from ..embed import Embedder
+    from ..roles import Controller, Reformulator, Selector
+    from ..index import PropositionIndex
+    from ..types import FilterSpec, StrPath
 
 try:
     from llama_index.core.callbacks.base import CallbackManager
@@ -58,12 +64,12 @@ class EviReformRetriever(BaseRetriever):
 
     def __init__(self, retriever, similarity_top_k: int = 10,
                  callback_manager: CallbackManager | None = None, verbose: bool = False,
-                 filter=None):
+                 filter: FilterSpec=None) -> None:
         self._evireform = retriever
         self.similarity_top_k = positive_int(similarity_top_k, "similarity_top_k")
         compile_filter(filter)  # malformed filters fail here
         #: a where clause over passage metadata or passage ids (evireform.filters)
-        self.filter = filter
+        self.filter: FilterSpec = filter
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -73,11 +79,11 @@ class EviReformRetriever(BaseRetriever):
         return self._evireform
 
     @classmethod
-    def from_defaults(cls, index=None, index_dir=None, embedder=None, *,
-                      similarity_top_k: int = 10, config=None, selector=None, reformulator=None,
-                      controller=None, max_workers: int = 1, backend="auto",
+    def from_defaults(cls, index: PropositionIndex | None=None, index_dir: StrPath | None=None, embedder: Embedder | None=None, *,
+                      similarity_top_k: int = 10, config: Any=None, selector: Selector | None=None, reformulator: Reformulator | None=None,
+                      controller: Controller | None=None, max_workers: int = 1, backend: Any="auto",
                       callback_manager: CallbackManager | None = None,
-                      verbose: bool = False, filter=None) -> "EviReformRetriever":
+                      verbose: bool = False, filter: FilterSpec=None) -> "EviReformRetriever":
         """From a :class:`~evireform.PropositionIndex` or an index directory; the embedder
         defaults to the one the index names, the roles to the LLM-free ones."""
         r = make_retriever(index, index_dir, embedder, config, selector=selector,
@@ -107,7 +113,7 @@ class EviReformRetriever(BaseRetriever):
                                          self.similarity_top_k, filter=self.filter)
         return self._nodes(result)
 
-    def persist(self, path) -> None:
+    def persist(self, path: StrPath) -> None:
         """Save the index (``path/index``, atomically) and the settings (top-k, config)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -117,7 +123,7 @@ class EviReformRetriever(BaseRetriever):
             "config": dataclasses.asdict(self._evireform.config)}, indent=1))
 
     @classmethod
-    def from_persist_dir(cls, path, embedder=None, **roles) -> "EviReformRetriever":
+    def from_persist_dir(cls, path: StrPath, embedder: Embedder | None=None, **roles: Any) -> "EviReformRetriever":
         """Load what :meth:`persist` saved (LLM roles, if any, are passed again here)."""
         path = Path(path)
         f = path / _SETTINGS

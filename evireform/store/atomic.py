@@ -4,7 +4,7 @@ two.  Nothing here knows what an index holds: the caller says what a parked dire
 look like."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import contextlib
 import os
@@ -13,6 +13,9 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
+
+if TYPE_CHECKING:  # annotations only
+    from ..types import StrPath
 
 
 
@@ -91,7 +94,7 @@ def _dir_lock(path: Path):
         entry[0].release()
 
 
-def index_lock(path):
+def index_lock(path: StrPath):
     """The lock a read-modify-write of the index at ``path`` holds from load to save
     (``evireform update``, the service's updates): concurrent updaters of that index queue
     instead of losing each other's changes; other indexes in the same folder are not
@@ -107,7 +110,7 @@ def _siblings(path: Path, kind: str) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-def recover(path, looks_like) -> bool:
+def recover(path: StrPath, looks_like: Any) -> bool:
     """Put the previous directory back at ``path`` when a save was killed between its two
     renames (the target missing, the previous directory parked in ``.NAME.old-*``).
     ``looks_like(dir)`` says whether a parked directory is one of the kind being saved
@@ -133,7 +136,7 @@ def _clean_leftovers(path: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def write_dir_atomically(path, write, *, looks_like, check=None) -> Path:
+def write_dir_atomically(path: StrPath, write: Any, *, looks_like: Any, check=None) -> Path:
     """Write a directory at ``path`` with ``write(tmp)`` into a hidden temporary sibling, fsync
     every file in it, and swap it in with two renames under the parent's lock
     (:func:`index_lock`).  A process killed at any point leaves the previous directory or the

@@ -3,7 +3,7 @@ stamp, and writing an index (:func:`save_index`, through :mod:`evireform.store.a
 what a save refuses (:func:`check_target`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence, TYPE_CHECKING
 
 import datetime as _dt
 import hashlib
@@ -21,6 +21,11 @@ from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from ..kernels.graph import array_fields
 from .atomic import UnsafeTargetError, _fsync, write_dir_atomically
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from ..index import PropositionIndex
+    from ..types import StrPath
 
 
 FORMAT = "evireform-index"
@@ -97,12 +102,12 @@ FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
 OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE])
 
 
-def _required_files(version: int) -> frozenset:
+def _required_files(version: int) -> frozenset[Any]:
     texts = set(JSONS) if version in (1, 2) else {STRINGS_FILE, OFFSETS_FILE}
     return frozenset(s.file for s in SPECS) | texts
 
 
-def file_sha256(path) -> str:
+def file_sha256(path: StrPath) -> str:
     """Hex sha256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -111,7 +116,7 @@ def file_sha256(path) -> str:
     return h.hexdigest()
 
 
-def disk_bytes(path) -> int:
+def disk_bytes(path: StrPath) -> int:
     """Bytes of the files directly inside ``path``."""
     return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
 
@@ -122,7 +127,7 @@ def _write_json(path: Path, obj, indent=None) -> None:
         json.dump(obj, fh, ensure_ascii=False, indent=indent)
 
 
-def save_index(idx, path, *, overwrite: bool = False) -> Path:
+def save_index(idx: PropositionIndex, path: StrPath, *, overwrite: bool = False) -> Path:
     """Write ``idx`` (a :class:`~evireform.index.PropositionIndex`) as a directory at ``path``
     (:func:`write_dir_atomically`).  See the module docstring for what is refused.  Returns
     the absolute path."""
@@ -132,12 +137,12 @@ def save_index(idx, path, *, overwrite: bool = False) -> Path:
                                 looks_like=looks_like_index)
 
 
-def index_arrays(idx) -> dict[str, np.ndarray]:
+def index_arrays(idx: PropositionIndex) -> dict[str, np.ndarray]:
     holders = {"graph": idx.graph, "pmap": idx.pmap, "index": idx}
     return {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS}
 
 
-def _write_files(idx, tmp: Path) -> None:
+def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     for name, arr in index_arrays(idx).items():
         np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
     with open(tmp / STRINGS_FILE, "wb") as fh:
@@ -175,7 +180,7 @@ def _write_files(idx, tmp: Path) -> None:
     write_stamp(tmp, list(files), "save")  # renaming the directory keeps inodes and mtimes
 
 
-def _fail(path, msg: str):
+def _fail(path: StrPath, msg: str) -> None:
     raise IndexFormatError(f"{path}: {msg}")
 
 
@@ -195,7 +200,7 @@ def _seen(f: Path) -> list[Any]:
     return [st.st_size, st.st_mtime_ns, st.st_ino, _digest(f, st.st_size)]
 
 
-def write_stamp(path: Path, names, tier: str) -> bool:
+def write_stamp(path: Path, names: Sequence[str], tier: str) -> bool:
     """Write ``verified.json`` binding the files ``names`` and the manifest as they are now
     (:func:`stamp_matches` compares); False when the directory is not writable."""
     try:
@@ -210,7 +215,7 @@ def write_stamp(path: Path, names, tier: str) -> bool:
         return False
 
 
-def stamp_matches(path: Path, names) -> bool:
+def stamp_matches(path: Path, names: Sequence[str]) -> bool:
     """True when ``verified.json`` names exactly the manifest and ``names`` and each still
     has the size, modification time, inode and edge digest it had when verified."""
     try:
@@ -243,7 +248,7 @@ def index_files(path: Path) -> set[str] | None:
     return {MANIFEST, STAMP, *map(str, man["files"])}
 
 
-def check_target(path, *, overwrite: bool = False) -> Path:
+def check_target(path: StrPath, *, overwrite: bool = False) -> Path:
     """Raise :class:`UnsafeTargetError` unless an index may be written at ``path``.
 
     Allowed: a path that does not exist, an empty directory, or an evireform index directory
@@ -299,7 +304,7 @@ def _library_writes_lengths() -> bool:
     return hasattr(hnswlib.Index, "persist_dirty")
 
 
-def write_hnsw(h, f) -> None:
+def write_hnsw(h: ArrayLike, f) -> None:
     """Save the graph ``h`` to ``f`` (``save_index``), the fork's lengths block zeroed (an
     inner-product graph never fills it: the bytes would be the heap's)."""
     f = Path(f)

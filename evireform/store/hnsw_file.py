@@ -13,6 +13,9 @@ for an inner-product graph the fork never fills it, and would otherwise write wh
 heap held there into the index."""
 from __future__ import annotations
 
+from typing import Any
+from typing import TYPE_CHECKING
+
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +25,9 @@ import numpy as np
 from .. import kernels as K
 from ..kernels import config as kconfig
 from .format import _HNSW_HEADER, _fail, _library_writes_lengths, write_hnsw  # noqa: F401
+
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
 
 
 def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
@@ -42,7 +48,7 @@ def _load_hnsw_ids(f: Path, M: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- hnsw.bin
-def check_hnsw_file(f: Path, n: int, dim: int, embeddings=None, label_ids=None) -> None:
+def check_hnsw_file(f: Path, n: int, dim: int, embeddings: ArrayLike | None=None, label_ids: ArrayLike | None=None) -> None:
     """Check an hnswlib index file for everything its loader and search trust: the header
     against ``n`` elements of ``dim`` floats, every neighbour id and list length, every
     element's level and the entry point; labels unique and in [0, n); a non-empty level-0
@@ -114,7 +120,7 @@ def check_hnsw_file(f: Path, n: int, dim: int, embeddings=None, label_ids=None) 
         _fail(f, "the entry point or the top level is inconsistent")
 
 
-def _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings, label_ids) -> None:
+def _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings: ArrayLike, label_ids: ArrayLike) -> None:
     """Delete flags against the label map and stored vectors against the embeddings."""
     rows = labels.astype(np.int64) if label_ids is None else np.asarray(label_ids)[labels]
     deleted = (lvl0[:, 2] & 1).astype(bool)  # hnswlib's DELETE_MARK: bit 0 of byte 2
@@ -136,7 +142,7 @@ def _check_hnsw_items(f, lvl0, labels, links0, dim, embeddings, label_ids) -> No
                      f"{int(rows[bad])} (the graph does not index these embeddings)")
 
 
-def _hnsw_upper(raw, pos, count, per_level, maxM, levels, starts):
+def _hnsw_upper(raw, pos, count: Any, per_level, maxM, levels, starts):
     """Scan the upper-level link blocks (:func:`evireform.kernels._cpu.hnsw_upper_scan`,
     compiled on first use)."""
     return K._kernels().hnsw_upper_scan(raw, pos, count, per_level, maxM, levels, starts)
@@ -163,7 +169,7 @@ def file_layout(f: Path) -> int:
     return 0
 
 
-def _convert(f: Path, to_lengths: int, out) -> None:
+def _convert(f: Path, to_lengths: int, out: Any) -> None:
     """Write ``f`` in the other layout to the open binary file ``out``: the lengths block
     inserted (zeros) or dropped."""
     raw = np.memmap(f, dtype=np.uint8, mode="r")
@@ -178,7 +184,7 @@ def _convert(f: Path, to_lengths: int, out) -> None:
         out.write(memoryview(raw[body + 4 * count:]))
 
 
-def load_hnsw(f: Path, n: int, dim: int, embeddings=None, label_ids=None):
+def load_hnsw(f: Path, n: int, dim: int, embeddings: ArrayLike | None=None, label_ids: ArrayLike | None=None):
     """An hnswlib graph from ``f`` after :func:`check_hnsw_file` (with ``embeddings`` and
     ``label_ids`` when given), in either layout (see the module docstring); raises
     IndexFormatError."""

@@ -3,7 +3,7 @@ readers trust) and the full tier (checksums, recomputed arrays, norms, texts), c
 stamp; the legacy JSON texts of versions 1-2; the embeddings alone (:func:`load_embeddings`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import codecs
 import contextlib
@@ -27,6 +27,10 @@ from .format import (CODES_FILE, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_
                      STRINGS_FILE, TIERS, write_stamp)
 from .hnsw_file import _load_hnsw_ids, load_hnsw
 
+if TYPE_CHECKING:  # annotations only
+    from numpy.typing import ArrayLike
+    from ..types import StrPath
+
 
 # =========================================================================== loading
 @dataclass
@@ -37,7 +41,7 @@ class Loaded:
     graph: EntityGraph
     pmap: PassageMap
     embeddings: np.ndarray
-    passages: list            # Passage objects, or a PassageTable (version 3)
+    passages: list[Any]            # Passage objects, or a PassageTable (version 3)
     propositions: list[str]
     entities: list[str]
     hnsw: object | None
@@ -50,7 +54,7 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_manifest(mpath: Path, man) -> tuple[dict, dict]:
+def _check_manifest(mpath: Path, man) -> tuple[dict, dict[str, Any]]:
     """Types of every manifest field the loader reads; returns (counts, files)."""
     if not isinstance(man, dict) or man.get("format") != FORMAT:
         _fail(mpath, "not an evireform index manifest")
@@ -149,12 +153,12 @@ class _RawHash:
     """sha256 of a memory-mapped ``.npy`` file fed as its array's rows are read (header
     first), so checking the values and the checksum reads the file once."""
 
-    def __init__(self, f: Path, arr):
+    def __init__(self, f: Path, arr) -> None:
         self.raw = np.memmap(f, dtype=np.uint8, mode="r")
-        self.off = int(arr.offset)
+        self.off: int = int(arr.offset)
         self.row = int(arr.strides[0]) if arr.ndim else 0
         self.h = hashlib.sha256(self.raw[:self.off])
-        self.done = 0
+        self.done: int = 0
 
     def upto(self, hi: int) -> None:
         if hi > self.done:
@@ -171,7 +175,7 @@ def _hashable(arr) -> bool:
     return isinstance(arr, np.memmap) and arr.ndim == 2 and arr.flags.c_contiguous
 
 
-def _check_unit_rows(f: Path, emb, codes=None, scale=None, fc: Path | None = None,
+def _check_unit_rows(f: Path, emb, codes: ArrayLike | None=None, scale: ArrayLike | None=None, fc: Path | None = None,
                      sha: dict[str, Any] | None = None) -> None:
     """Every row finite and of unit L2 norm within :data:`NORM_TOLERANCE`, and with
     ``codes``, every int8 code within half a scale step of its value (what makes the int8
@@ -186,12 +190,12 @@ def _check_unit_rows(f: Path, emb, codes=None, scale=None, fc: Path | None = Non
         if sha and path is not None and path.name in sha:
             hashes[path] = _RawHash(path, arr)
 
-    def checksums():
+    def checksums() -> None:
         for path, h in hashes.items():
             if h.hexdigest() != sha[path.name]:
                 _fail(path, "sha256 does not match the manifest (edited or corrupt)")
 
-    def fail(path, msg):
+    def fail(path: StrPath, msg) -> None:
         checksums()  # an edited file is named as such first
         _fail(path, msg)
 
@@ -291,7 +295,7 @@ def _identity(path: Path):
     return (d.st_dev, d.st_ino, m.st_ino, m.st_size, m.st_mtime_ns, m.st_ctime_ns)
 
 
-def load_index(path, *, mmap: bool = True, verify="auto") -> Loaded:
+def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto") -> Loaded:
     """Read and check an index directory (see the module docstring); raises
     :class:`IndexFormatError` naming the file and the value for any problem.  ``verify``:
     ``"auto"`` (fast tier when the stamp matches, else full), ``"fast"``, ``"full"``.
@@ -333,7 +337,7 @@ def _read_manifest(path: Path):
     return man, counts, files
 
 
-def _tier(verify) -> str:
+def _tier(verify: Any) -> str:
     if verify is True:
         return "full"
     if verify is False:
@@ -422,7 +426,7 @@ def _json_tables(path: Path, sizes: dict[str, Any]):
     return passages, props, ents
 
 
-def _load_once(path: Path, mmap: bool, verify) -> Loaded:
+def _load_once(path: Path, mmap: bool, verify: Any) -> Loaded:
     if not path.exists() and path.parent.is_dir() and _siblings(path, "old"):
         with _dir_lock(path):  # a save killed between its renames: put the index back
             recover(path, looks_like_index)
@@ -495,7 +499,7 @@ def _load_codes(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: 
     return codes, scale
 
 
-def load_embeddings(path, *, mmap: bool = True, verify: bool = True) -> np.ndarray:
+def load_embeddings(path: StrPath, *, mmap: bool = True, verify: bool = True) -> np.ndarray:
     """Only the embeddings of the index at ``path``, with the checks :func:`load_index`
     makes of them: the manifest, the file's size and sha256, dtype and shape against the
     counts, finite unit rows.  What a process that only searches (a Ray shard actor) reads."""
