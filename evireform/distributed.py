@@ -322,6 +322,10 @@ class RayShardedSearcher:
     :meth:`close` (or use it as a context manager) to free the actors.
     """
 
+    actors: list[Any]
+    dim: int
+    n_props: int
+
     def __init__(self, embeddings: ArrayLike, n_shards: int, *, hnsw: bool = False,
                  num_cpus: float = 1, **hnsw_kw: Any) -> None:
         ray = _ray()

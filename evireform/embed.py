@@ -17,6 +17,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .entities import words
+from .types import StrPath
 
 
 @runtime_checkable
@@ -106,7 +107,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     ``dtype`` e.g. ``"float16"`` on a GPU; rows are L2-normalised.  Requires the ``embed``
     extra."""
 
-    def __init__(self, model_name_or_path, *, device: str = "cpu", dtype: str | None = None,
+    def __init__(self, model_name_or_path: StrPath, *, device: str = "cpu", dtype: str | None = None,
                  batch_size: int = 64, query_prompt: str | None = None,
                  document_prompt: str | None = None, max_seq_length: int | None = None,
                  name: str | None = None, dim: int | None = None, encoder: str = "auto") -> None:
@@ -127,7 +128,9 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         self.document_encoder: str | None = None
         self._docs_onnx: bool | None = None
         self.model_name_or_path: str = str(model_name_or_path)
-        self.device, self.dtype, self.batch_size = device, dtype, int(batch_size)
+        self.device: str = device
+        self.dtype: str | None = dtype
+        self.batch_size: int = int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.max_seq_length: int | None = max_seq_length
         self.name = name or f"st:{self.model_name_or_path}"
@@ -182,7 +185,8 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     #: texts the document probe compares between ONNX and torch
     PROBE_TEXTS = 16
 
-    def encode(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress: bool = False):
+    def encode(self, texts: Sequence[str], *, batch_size: int | None = None,
+               show_progress: bool = False) -> np.ndarray:
         texts = list(texts)
         onnx = self._document_onnx(texts)
         if onnx is None:
@@ -219,14 +223,14 @@ class SentenceTransformerEmbedder(BaseEmbedder):
                     "documents embedded by torch: ONNX differs by %.2g on the probe", diff)
         return onnx if self._docs_onnx else None
 
-    def prepare(self):
+    def prepare(self) -> Any:
         """The ONNX encoder, exported now when the cache lacks it (what an index build or
         update calls, so that questions find it ready); None when the encoder is torch or
         ONNX is unavailable."""
         return self.query_encoder(export=True)
 
     def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,
-                       show_progress: bool = False):
+                       show_progress: bool = False) -> np.ndarray:
         onnx = self.query_encoder()
         if onnx is None:
             return self._encode(texts, self.query_prompt, batch_size, show_progress)
@@ -238,7 +242,7 @@ class SentenceTransformerEmbedder(BaseEmbedder):
     def _model_dir(self) -> str:
         return self.model_name_or_path
 
-    def query_encoder(self, *, export: bool = False):
+    def query_encoder(self, *, export: bool = False) -> Any:
         """The :class:`~evireform.onnx_encoder.OnnxEncoder` serving queries, or None when
         torch serves them (see ``encoder``); built on first use.  Under "auto" without
         ``export`` it is built only from a file the cache already holds: a question never
@@ -308,12 +312,14 @@ class OpenAIEmbedder(BaseEmbedder):
                  timeout: float = 60.0, max_retries: int = 3, cache_path: str | None = None,
                  dim: int | None = None, query_prompt: str | None = None,
                  document_prompt: str | None = None, client: Any=None, deadline: float = 120.0) -> None:
-        self.model, self.base_url = model, base_url
+        self.model: str = model
+        self.base_url: str | None = base_url
         #: wall-clock seconds one ``encode`` call may take, retries included; past it
         #: :class:`EmbedderUnavailable` is raised (a hung endpoint costs this, not
         #: timeout x attempts)
         self.deadline: float = float(deadline)
-        self.timeout, self.max_retries = float(timeout), int(max_retries)
+        self.timeout: float = float(timeout)
+        self.max_retries: int = int(max_retries)
         self.batch_size: int = int(batch_size)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.name = f"openai:{model}" + (f"@{base_url}" if base_url else "")
@@ -421,10 +427,12 @@ class OpenAIEmbedder(BaseEmbedder):
                              f"{self._dim}")
         return X
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False):
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64,
+               show_progress: bool = False) -> np.ndarray:
         return self._encode(list(texts), self.document_prompt)
 
-    def encode_queries(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False):
+    def encode_queries(self, texts: Sequence[str], *, batch_size: int = 64,
+                       show_progress: bool = False) -> np.ndarray:
         return self._encode(list(texts), self.query_prompt)
 
 
@@ -456,7 +464,8 @@ class HashingEmbedder(BaseEmbedder):
             v[0] = 1.0  # empty text: a fixed direction instead of a zero vector
         return v
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False):
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64,
+               show_progress: bool = False) -> np.ndarray:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -499,7 +508,7 @@ class RemoteEmbedderRefused(ValueError):
     key) to an endpoint."""
 
 
-def embedder_from_spec(spec, *, device: str | None = None, allow_remote: bool = False,
+def embedder_from_spec(spec: str | dict[str, Any], *, device: str | None = None, allow_remote: bool = False,
                        encoder: str = "auto") -> Embedder:
     """Rebuild the embedder an index recorded (its manifest's ``meta.embedder_spec``, or just
     the embedder name for older indexes).

@@ -35,7 +35,7 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
-from typing import Any, Protocol, TYPE_CHECKING, runtime_checkable
+from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 import numpy as np
 
@@ -91,15 +91,17 @@ class CpuEngine:
         index._scans_codes(precision)  # an unknown precision, or int8 without codes
         #: the precision of the index's own exact scan ("auto": int8 when it has codes)
         self.precision: str = precision
-        self.index, self.searcher = index, searcher
+        self.index: PropositionIndex = index
+        self.searcher: Any = searcher
         #: this engine's restrictions, one per recent filter (evireform.filters)
-        self.restrictions = RestrictionCache(index)
+        self.restrictions: RestrictionCache = RestrictionCache(index)
 
     @property
     def n_props(self) -> int:
         return self.index.n_props
 
-    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         rows = None if restriction is None else restriction.props
         if self.searcher is None:
             return self.index.search_batch(Q, k, rows=rows, precision=self.precision)
@@ -112,7 +114,7 @@ class CpuEngine:
         return self.searcher.search_batch(Q, k, rows=rows)
 
     def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
-                   restriction: Any=None):
+                   restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
         idx, r = self.index, restriction
         if r is not None:
             k = r.clip_k(k)
@@ -148,12 +150,13 @@ class DeviceEngine:
     kind = "gpu"
     takes_restriction = True
 
-    def __init__(self, index: PropositionIndex, device) -> None:
+    def __init__(self, index: PropositionIndex, device: Any) -> None:
         if int(device.n_props) != index.n_props:
             raise ValueError(f"the device index covers {device.n_props} propositions, the "
                              f"index {index.n_props}")
-        self.index, self.device = index, device
-        self.restrictions = RestrictionCache(index)
+        self.index: PropositionIndex = index
+        self.device: Any = device
+        self.restrictions: RestrictionCache = RestrictionCache(index)
         self._graphs: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -161,7 +164,8 @@ class DeviceEngine:
     def n_props(self) -> int:
         return self.index.n_props
 
-    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         rows = None if restriction is None else restriction.props
         return self.device.search_batch(Q, k, rows=rows)
 
@@ -191,7 +195,7 @@ class DeviceEngine:
         return r.fill_batch(P, S, k)
 
 
-def search(engine: Any, Q: ArrayLike, k: int, restriction: Any=None):
+def search(engine: Engine, Q: ArrayLike, k: int, restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """``engine.search_batch(Q, k)``, with ``restriction=`` only when there is one (an engine
     object of your own need not take it for unfiltered queries)."""
     if restriction is None:
@@ -199,8 +203,8 @@ def search(engine: Any, Q: ArrayLike, k: int, restriction: Any=None):
     return engine.search_batch(Q, k, restriction=restriction)
 
 
-def rank(engine: Any, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
-         restriction: Any=None):
+def rank(engine: Engine, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *,
+         propagation: bool = True, restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """``engine.rank_batch(...)``, with ``restriction=`` only when there is one."""
     if restriction is None:
         return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
@@ -208,7 +212,7 @@ def rank(engine: Any, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float
                              restriction=restriction)
 
 
-def restrict(engine: Any, flt: FilterSpec):
+def restrict(engine: Engine, flt: FilterSpec) -> Any:
     """The engine's restriction for filter ``flt`` (from its cache), ``None`` for no
     filter.  An engine that cannot take one (an engine object of your own without
     ``takes_restriction``) is refused by name: a filtered query never falls back to
@@ -288,7 +292,7 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
     return CpuEngine(index, searcher, precision=precision)
 
 
-def pack_seeds(seeds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pack_seeds(seeds: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``[(ids, vals), ...]`` as CSR rows ``(indptr, ids int64, vals float64)``: the one
     packing of per-question seeds for :meth:`rank_batch`."""
     indptr = np.zeros(len(seeds) + 1, dtype=np.int64)

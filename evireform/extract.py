@@ -245,6 +245,13 @@ class PhraseExtractor(Extractor):
     are kept as they were extracted.
     """
 
+    max_df_min: int
+    max_df_share: float
+    max_n: int
+    min_df: int
+    title_entity: bool
+    title_prefix: bool
+
     #: ``"phrases-v2"``: a vocabulary per namespace; ``"phrases-v1"`` (``group_by=None``):
     #: one for the corpus, as before namespaces were fitted apart
     name = "phrases-v2"
@@ -460,6 +467,9 @@ class NamespaceAutoExtractor(Extractor):
     namespace label (:func:`_namespace_label`) -> ``"heuristic"`` or ``"phrases"``, as
     recorded in ``meta["extractor_choice"]["namespaces"]``; an add measures the namespaces it
     has no choice for."""
+
+    heuristic: HeuristicExtractor
+    phrases: PhraseExtractor
 
     name = "auto-v1"
 

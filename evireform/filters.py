@@ -512,7 +512,7 @@ class Restriction:
         """``k`` passages as the sub-index can return them (at least 1)."""
         return max(1, min(int(k), max(self.n_passages, 1)))
 
-    def keep_inside(self, indptr: ArrayLike, ids: Any, vals: ArrayLike):
+    def keep_inside(self, indptr: ArrayLike, ids: Any, vals: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Propagated rows (CSR) without the propositions outside the filter (reached
         through a shared entity: the sub-index does not have them)."""
         keep = self.prop_mask[ids]
@@ -524,7 +524,7 @@ class Restriction:
         np.cumsum(np.bincount(rows[keep], minlength=B), out=out[1:])
         return out, ids[keep], vals[keep]
 
-    def fill_batch(self, P, S, k: int):
+    def fill_batch(self, P: np.ndarray, S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Readout rows ``(P, S)`` completed as the sub-index's (:meth:`fill` per row):
         ``(passages, scores)`` of shape (batch, min(k, matching passages))."""
         kk = min(k, self.n_passages)
@@ -535,7 +535,7 @@ class Restriction:
             out_p[b, :len(p)], out_s[b, :len(s)] = p, s
         return out_p, out_s
 
-    def fill(self, pids: np.ndarray, scores: np.ndarray, k: int):
+    def fill(self, pids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """A readout row completed as the sub-index's: its positive-score passages, then the
         matching passages in stored order (score 0) up to ``k``."""
         npos = int(np.sum(scores > 0))
@@ -601,6 +601,8 @@ class RestrictionCache:
     the incidence rows they are built from.  Each engine holds one
     (:mod:`evireform.engine`), so the index holds no cache of the filters', and a tenant's
     repeated queries pay for their filter once.  Thread-safe."""
+
+    columns: _Columns
 
     def __init__(self, index: PropositionIndex) -> None:
         self.index: PropositionIndex = index

@@ -32,7 +32,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Iterable, Sequence, TYPE_CHECKING
 
 from ._checks import loads as _json_loads
 from .entities import canonical_entity
@@ -45,7 +45,7 @@ from .types import Proposition
 if TYPE_CHECKING:  # annotations only
     from .types import StrPath
 
-log = logging.getLogger(__name__)
+log: logging.Logger = logging.getLogger(__name__)
 
 PROMPT_VERSION = "v1"
 
@@ -117,7 +117,7 @@ class LLMConfig:
     breaker_cooldown: float = 30.0
 
     @classmethod
-    def from_env(cls, **over) -> "LLMConfig":
+    def from_env(cls, **over: Any) -> "LLMConfig":
         cfg = cls(base_url=os.environ.get("EVIREFORM_LLM_BASE_URL"),
                   model=os.environ.get("EVIREFORM_LLM_MODEL", cls.model),
                   api_key_env=os.environ.get("EVIREFORM_LLM_KEY_ENV", cls.api_key_env))
@@ -164,7 +164,7 @@ class ReplyCache:
             raise ValueError(f"reply cache {path}: not a usable SQLite database "
                              f"({exc})") from None
 
-    def get(self, key: str):
+    def get(self, key: str) -> Any:
         try:
             with self._lock:
                 row = self._db.execute("SELECT reply FROM replies WHERE key = ?",
@@ -180,7 +180,7 @@ class ReplyCache:
             log.warning("reply cache %s: %s; replies are used but not cached", self.path,
                         what)
 
-    def put(self, key: str, role: str, reply) -> bool:
+    def put(self, key: str, role: str, reply: Any) -> bool:
         """Store one reply; False (reported once) when the cache cannot be written."""
         return self.put_many([(key, role, reply)]) == 1
 
@@ -221,7 +221,7 @@ class ReplyCache:
         return len(rows)
 
 
-def read_reply_records(path: StrPath):
+def read_reply_records(path: StrPath) -> list[dict[str, Any]]:
     """The records of a replies file, one JSON object a line with ``key`` and either
     ``reply`` (the JSON object) or ``content`` (the model's text, parsed here); ``role``,
     ``model`` and ``messages`` are kept when present.  A malformed line raises ``ValueError``
@@ -274,8 +274,8 @@ class ReplayIndex:
     passages are the same set; any other role needs the same user message.
     """
 
-    def __init__(self, records) -> None:
-        self.by_key = {}
+    def __init__(self, records: Iterable[dict[str, Any]]) -> None:
+        self.by_key: dict[str, Any] = {}
         self.by_question: dict[str, Any] = {}
         for r in records:
             self.by_key[r["key"]] = r["reply"]
@@ -295,7 +295,7 @@ class ReplayIndex:
         return (role, messages[0].get("content", ""),
                 messages[1].get("content", "").split("\n", 1)[0])
 
-    def match(self, key, role, messages):
+    def match(self, key: str, role: str, messages: list[dict[str, Any]]) -> Any:
         """(reply, "key" | "content"), or (None, None)."""
         if key in self.by_key:
             return self.by_key[key], "key"
@@ -340,7 +340,7 @@ class ReplayIndex:
 _JSON_BLOCK = re.compile(r"\{.*\}", re.DOTALL)
 
 
-def parse_json(text: str):
+def parse_json(text: str) -> Any:
     """The JSON object in a reply: the whole text, a fenced block, or the outermost braces."""
     text = (text or "").strip()
     for candidate in (text, re.sub(r"^```(?:json)?|```$", "", text, flags=re.M).strip()):
@@ -384,8 +384,12 @@ class RateLimiter:
     """Requests and tokens per minute over a sliding 60 s window; thread-safe.  ``clock`` and
     ``sleep`` are injectable for tests."""
 
-    def __init__(self, rpm: int = 0, tpm: int = 0, clock=time.monotonic, sleep=time.sleep) -> None:
-        self.rpm, self.tpm, self.clock, self.sleep = int(rpm), int(tpm), clock, sleep
+    def __init__(self, rpm: int = 0, tpm: int = 0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Any] = time.sleep) -> None:
+        self.rpm: int = int(rpm)
+        self.tpm: int = int(tpm)
+        self.clock: Callable[[], float] = clock
+        self.sleep: Callable[[float], Any] = sleep
         self._events: list[tuple[float, int]] = []
         self._lock = threading.Lock()
 
@@ -414,7 +418,7 @@ class RateLimiter:
 
 
 #: JSON schemas of the roles' replies (``response_format`` json_schema)
-SCHEMAS = {
+SCHEMAS: dict[str, dict[str, Any]] = {
     "select": {"type": "object", "required": ["selected"],
                "properties": {"selected": {"type": "array", "items": {"type": "integer"}}}},
     "reformulate": {"type": "object", "required": ["queries"],
@@ -448,7 +452,7 @@ def _refuses_format(exc) -> bool:
     return any(w in msg for w in ("response_format", "json_schema", "schema", "json_object"))
 
 
-def local_repair(text: str):
+def local_repair(text: str) -> Any:
     """The JSON object in a malformed reply, repaired locally by ``json-repair`` (unclosed
     brackets, unquoted keys, trailing commas, prose around it), or None."""
     try:
@@ -465,8 +469,8 @@ class LLMClient:
     """One client for every role; thread-safe."""
 
     def __init__(self, config: LLMConfig | None = None, *, client: Any=None) -> None:
-        self.config = config or LLMConfig.from_env()
-        self.replay = ReplayIndex.from_files(self.config.replay_paths) \
+        self.config: LLMConfig = config or LLMConfig.from_env()
+        self.replay: ReplayIndex | None = ReplayIndex.from_files(self.config.replay_paths) \
             if self.config.replay_paths else None
         if self.config.offline and self.config.replay_paths and not len(self.replay) \
                 and not self.config.cache_path:
@@ -491,10 +495,11 @@ class LLMClient:
         self._aloop = None
         #: consecutive failed calls, and the monotonic time until which calls are skipped
         self._failures, self._open_until = 0, 0.0
-        self.cache = ReplyCache(self.config.cache_path) if self.config.cache_path else None
+        self.cache: ReplyCache | None = ReplyCache(self.config.cache_path) \
+            if self.config.cache_path else None
         self._lock = threading.Lock()
         self.usage: dict[str, Usage] = {}
-        self.limiter = RateLimiter(self.config.requests_per_minute,
+        self.limiter: RateLimiter = RateLimiter(self.config.requests_per_minute,
                                    self.config.tokens_per_minute)
         #: the response_format the server takes (json_schema, json_object, text); found by
         #: the first calls and then kept
@@ -662,7 +667,8 @@ class LLMClient:
             self._failures, self._open_until = 0, 0.0
         return text
 
-    def ask(self, role: str, messages: list[dict], validate: Callable[..., Any]):
+    def ask(self, role: str, messages: list[dict[str, Any]], validate: Callable[..., Any]
+            ) -> tuple[Any, bool]:
         """Validated reply for ``messages``, or raise.  Returns (value, repaired: bool).
 
         ``validate(obj)`` returns the value or raises :class:`ContractError`.  A malformed
@@ -744,7 +750,8 @@ def _fit(client: Any, system: str, head: str, lines: list[str]) -> list[str]:
 
 class _LLMRole:
     def __init__(self, client: LLMClient, fallback: Any) -> None:
-        self.client, self.fallback = client, fallback
+        self.client: LLMClient = client
+        self.fallback: Any = fallback
 
     def _run(self, role, messages, validate, fallback_call):
         """(value, repaired, fallback reason or None); never raises for the LLM's faults.
@@ -1034,6 +1041,9 @@ class LLMExtractor(_LLMRole):
     pool of ``max_workers`` requests and returns results in input order; with a reply cache an
     interrupted build restarted with the same arguments reuses every finished passage.
     """
+
+    max_workers: int
+    name: str
 
     name = "llm-extract"
 

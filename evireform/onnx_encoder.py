@@ -228,6 +228,11 @@ class OnnxEncoder:
     ``threads`` sets ONNX Runtime's intra-op threads (default: the CPU count).  Thread-safe:
     one session serves concurrent callers."""
 
+    dim: Any
+    model_dir: Path
+    path: Path
+    quantized: bool
+
     def __init__(self, model_dir: StrPath, *, max_seq_length: int | None = None,
                  threads: int | None = None, quantize: bool = False, cache_dir: StrPath | None=None) -> None:
         if not available():

@@ -24,7 +24,7 @@ __all__ = ["check_queries", "build_hnsw", "copy_hnsw", "hnsw_topk_batch", "merge
            "search_rows", "uses_hnsw"]
 
 
-def check_queries(Q: ArrayLike, k, dim: int):
+def check_queries(Q: ArrayLike, k: int, dim: int) -> tuple[np.ndarray, int]:
     """``(Q as contiguous float32 (batch, dim), k as int)``, or ``ValueError``."""
     Q = np.ascontiguousarray(np.asarray(Q, dtype=np.float32))
     if Q.ndim != 2 or Q.shape[1] != dim:
@@ -33,7 +33,7 @@ def check_queries(Q: ArrayLike, k, dim: int):
 
 
 def build_hnsw(embeddings: ArrayLike, *, M: int | None = None, ef_construction: int | None = None,
-               ef: int | None = None, threads: int | None = None):
+               ef: int | None = None, threads: int | None = None) -> Any:
     """An hnswlib inner-product graph over the rows of ``embeddings`` (labels = rows), with
     the parameters of :mod:`evireform.kernels.config` unless given."""
     import hnswlib
@@ -49,12 +49,14 @@ def build_hnsw(embeddings: ArrayLike, *, M: int | None = None, ef_construction: 
     return h
 
 
-def copy_hnsw(h: ArrayLike):
+def copy_hnsw(h: Any) -> Any:
     """An independent copy of an hnswlib index (hnswlib indexes pickle)."""
     return pickle.loads(pickle.dumps(h))
 
 
-def hnsw_topk_batch(h: ArrayLike, embeddings: ArrayLike, Q: ArrayLike, k: int, label_ids: ArrayLike | None=None, allowed: ArrayLike | None=None):
+def hnsw_topk_batch(h: Any, embeddings: ArrayLike, Q: ArrayLike, k: int,
+                    label_ids: ArrayLike | None = None, allowed: ArrayLike | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """HNSW candidates of ``h`` over ``embeddings``, re-scored with the exact kernel so that
     scores and tie order match exact search: ``(ids, scores)`` of shape
     (batch, min(k, len(embeddings))), positive only, padded with -1 / 0.  ``label_ids`` maps
@@ -104,7 +106,8 @@ def uses_hnsw(n: int) -> bool:
     return int(n) >= kconfig.EXACT_SEARCH_MAX
 
 
-def search_rows(embeddings: ArrayLike, Q: ArrayLike, k: int, rows: Any, *, hnsw=None, label_ids: ArrayLike | None=None):
+def search_rows(embeddings: ArrayLike, Q: ArrayLike, k: int, rows: Any, *, hnsw: Any = None,
+                label_ids: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` over the candidate ``rows`` only (a filter's matching propositions, strictly
     ascending), as an index of just those rows would search: exact, read in place by the
     kernel (``cosine_topk_batch(..., rows=)``), or, where ``hnsw`` is built and

@@ -58,7 +58,7 @@ class Shard:
     offset: int
     hnsw: object | None = None
 
-    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """This shard's top-``k`` with global ids.  ``rows`` (global positions, strictly
         ascending): only those are candidates (:func:`~evireform.search.search_rows` over the
         ones in this shard)."""
@@ -92,6 +92,10 @@ class ShardedSearcher:
     ``max_workers > 1`` searches the shards in a thread pool (the numba kernels and hnswlib
     release the GIL).  The contract is :meth:`PropositionIndex.search_batch`'s.
     """
+
+    dim: int
+    n_props: int
+    shards: list[Any]
 
     def __init__(self, shards: Any, *, max_workers: int = 1) -> None:
         self.shards = list(shards)
@@ -133,7 +137,7 @@ class ShardedSearcher:
         entries = read_shard_manifest(path, int(emb.shape[0]), int(emb.shape[1]))
         return cls([load_shard(path, e, emb) for e in entries], max_workers=max_workers)
 
-    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
+    def search_batch(self, Q: ArrayLike, k: int, *, rows: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, scores)`` of shape (batch, min(k, n)): the exact merge of every shard's
         top-``k``; ``rows`` (strictly ascending positions): only those are candidates (n:
         their number), each shard searching its own."""
@@ -186,7 +190,7 @@ def save_shards(shards: Any, path: StrPath, *, overwrite: bool = False) -> Path:
                                 looks_like=lambda d: (d / "shards.json").is_file()).resolve()
 
 
-def read_shard_manifest(path: StrPath, n_props: int, dim: int) -> list[dict]:
+def read_shard_manifest(path: StrPath, n_props: int, dim: int) -> list[dict[str, Any]]:
     """The checked shard entries of a saved shard directory for an index of ``n_props``
     propositions of ``dim`` floats (``IndexFormatError`` naming what is wrong)."""
     f = Path(path) / "shards.json"

@@ -253,6 +253,12 @@ class BGR(_Strategy):
     the chain's last passage only, this library's earlier behaviour).
     """
 
+    depth: int
+    embedder: Embedder | None
+    index: PropositionIndex
+    reformulator: Reformulator | BridgeReformulator
+    search: _PassageSearch
+
     name = "bgr"
 
     def __init__(self, index: PropositionIndex, embedder: Embedder | None=None, *, depth: int = 3, n_candidates: int = 100,
@@ -426,6 +432,16 @@ class HiQ(_Strategy):
     :class:`~evireform.llm.LLMClient`) is a shortcut for the LLM reader and splitter
     (LLM-free fallbacks on any failure, recorded in the trace's role events).
     """
+
+    bridges: BridgeReformulator
+    coverage: float
+    embedder: Embedder | None
+    index: PropositionIndex
+    k_check: int
+    k_node: int
+    k_read: int
+    max_depth: int
+    search: _PassageSearch
 
     name = "hiq"
 

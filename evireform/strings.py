@@ -20,7 +20,7 @@ blob (an update's memory is proportional to what it changes, not to the texts).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator
 
 import json
 import mmap
@@ -41,7 +41,7 @@ TABLES = (("passage_ids", "N"), ("passage_titles", "N"), ("passage_texts", "N"),
           ("passage_metadata", "N"), ("propositions", "M"), ("entities", "E"))
 
 
-class _View(Sequence):
+class _View(Sequence[Any]):
     """What the tables and views share: equal to a list with the same items, ``+`` makes a
     list."""
 
@@ -69,9 +69,11 @@ class StringTable(_View):
     """Strings ``lo .. hi - 1`` of a blob with ``offsets`` (see the module docstring).
     Invalid UTF-8 decodes with U+FFFD (the full verification tier refuses it)."""
 
+    offsets: np.ndarray
+
     __slots__ = ("blob", "offsets", "lo", "n", "_mv", "_off")
 
-    def __init__(self, blob, offsets: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
+    def __init__(self, blob: Any, offsets: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
         self.blob, self.offsets = blob, offsets
         self.lo: int = int(lo)
         self.n: int = int((len(offsets) - 1 if hi is None else hi) - lo)
@@ -87,7 +89,7 @@ class StringTable(_View):
         a, b = int(self._off[self.lo + i]), int(self._off[self.lo + i + 1])
         return bytes(self._mv[a:b]).decode("utf-8", "replace")
 
-    def __getitem__(self, i: Any):
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self._one(j) for j in range(*i.indices(self.n))]
         i = int(i)
@@ -97,7 +99,7 @@ class StringTable(_View):
             raise IndexError(f"string {i} of a table of {self.n}")
         return self._one(i)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         if self.n == 0:
             return
         off = self._off[self.lo:self.lo + self.n + 1].tolist()
@@ -115,6 +117,11 @@ class StringTable(_View):
 
 class PassageTable(_View):
     """:class:`Passage` objects built on access from four :class:`StringTable` columns."""
+
+    ids: StringTable
+    metadata: StringTable
+    texts: StringTable
+    titles: StringTable
 
     __slots__ = ("ids", "titles", "texts", "metadata")
 
@@ -135,13 +142,13 @@ class PassageTable(_View):
             return {}
         return md if isinstance(md, dict) else {}
 
-    def __getitem__(self, i: Any):
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return Passage(self.ids[i], self.titles[i], self.texts[i],
                        self._meta(self.metadata[i]))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         for pid, t, x, m in zip(self.ids, self.titles, self.texts, self.metadata):
             yield Passage(pid, t, x, self._meta(m))
 
@@ -152,6 +159,8 @@ class PassageTable(_View):
 class Concat(_View):
     """The sequences ``parts`` one after another (tables, lists, other views), read in place:
     nothing is copied or decoded until an item is read."""
+
+    parts: list[Any]
 
     __slots__ = ("parts", "_ends")
 
@@ -165,14 +174,14 @@ class Concat(_View):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, i: Any):
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         i = self._index(i)
         k = bisect_right(self._ends, i)
         return self.parts[k][i - (self._ends[k - 1] if k else 0)]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return chain.from_iterable(self.parts)
 
     def __repr__(self) -> str:
@@ -182,9 +191,11 @@ class Concat(_View):
 class Take(_View):
     """Items ``positions`` (ascending or not) of ``base``, read in place."""
 
+    positions: np.ndarray
+
     __slots__ = ("base", "positions")
 
-    def __init__(self, base, positions) -> None:
+    def __init__(self, base: Sequence[Any], positions: Any) -> None:
         if isinstance(base, Take):  # a view of a view reads the first base directly
             positions, base = base.positions[np.asarray(positions, dtype=np.int64)], base.base
         self.base = base
@@ -193,12 +204,12 @@ class Take(_View):
     def __len__(self) -> int:
         return len(self.positions)
 
-    def __getitem__(self, i: Any):
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return self.base[int(self.positions[self._index(i)])]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         base = self.base
         return (base[j] for j in self.positions.tolist())
 
@@ -210,7 +221,7 @@ _GETTERS = {"ids": lambda p: p.id, "titles": lambda p: p.title, "texts": lambda 
             "metadata": lambda p: metadata_json(p.metadata)}
 
 
-def column(passages: Sequence[Any], name: str):
+def column(passages: Sequence[Any], name: str) -> Sequence[Any]:
     """The strings of one passage field (``"ids"``, ``"titles"``, ``"texts"`` or
     ``"metadata"`` as stored: compact JSON, ``""`` for none) of any passage sequence: a
     table's own :class:`StringTable`, views of the views' columns, a list for
@@ -224,7 +235,7 @@ def column(passages: Sequence[Any], name: str):
     return [_GETTERS[name](p) for p in passages]
 
 
-def metadata_of(passages: Sequence[Any]):
+def metadata_of(passages: Sequence[Any]) -> Iterable[dict[str, Any]]:
     """Every passage's metadata dict, in order, decoding only the metadata column of tables
     (not their ids, titles and texts)."""
     if isinstance(passages, (PassageTable, Concat, Take)):
@@ -232,7 +243,7 @@ def metadata_of(passages: Sequence[Any]):
     return (p.metadata for p in passages)
 
 
-def release_pages(blob, a: int, b: int) -> None:
+def release_pages(blob: Any, a: int, b: int) -> None:
     """Drop the pages of bytes a .. b of a memory-mapped blob from this process (they stay
     in the file and the page cache): copying a large blob leaves the process's resident
     memory where it was.  A no-op for blobs in memory."""
@@ -247,7 +258,7 @@ def release_pages(blob, a: int, b: int) -> None:
         pass
 
 
-def pack(passages: Sequence[Any], propositions: Any, entities, write: Any) -> np.ndarray:
+def pack(passages: Sequence[Any], propositions: Any, entities: Any, write: Any) -> np.ndarray:
     """Write the UTF-8 blob of an index's strings (in :data:`TABLES` order) through
     ``write(bytes)`` in chunks, and return the offsets (int64, one more than strings).
 

@@ -203,7 +203,8 @@ def _check_rows(rows: Any, M: int) -> np.ndarray | None:
     return r
 
 
-def cosine_topk(H: ArrayLike, q: ArrayLike, k: int, *, rows: Any=None, backend: str = "auto"):
+def cosine_topk(H: ArrayLike, q: ArrayLike, k: int, *, rows: Any = None,
+                backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` rows of ``H`` (float32, L2-normalised) by cosine with ``q``.
 
     Returns ``(ids, scores)``: int64 ids and float32 scores, best first, ties by lower id.
@@ -258,7 +259,8 @@ def _topk_rows_one(H: ArrayLike, q: ArrayLike, k: int, rows: Any):
 _QUERY_GROUP = 1024
 
 
-def cosine_topk_batch(H: ArrayLike, Q: ArrayLike, k: int, *, rows: Any=None, backend: str = "auto"):
+def cosine_topk_batch(H: ArrayLike, Q: ArrayLike, k: int, *, rows: Any = None,
+                      backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Batched :func:`cosine_topk`.
 
     Returns ``(ids, scores)`` of shape ``(batch, min(k, n))`` (memory scales with the index,
@@ -309,7 +311,7 @@ def cosine_topk_batch(H: ArrayLike, Q: ArrayLike, k: int, *, rows: Any=None, bac
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def merge_topk(parts: Any, k: int, n_queries: int):
+def merge_topk(parts: Any, k: int, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
     """Merge per-shard (or per-block) ``(ids, scores)`` pairs (global ids, shape
     (batch, k_s), padded with -1 / 0) into ``(ids, scores)`` of shape (batch, k): best score first, ties by lower id,
     padded with -1 / 0."""
@@ -354,7 +356,8 @@ def _topk_batch_rows(H: ArrayLike, Q: ArrayLike, k: int, rows: np.ndarray, backe
 
 
 # --------------------------------------------------------------------------- int8 storage
-def quantize_int8(H: ArrayLike, scale: ArrayLike | None=None, *, block: int = 1 << 16):
+def quantize_int8(H: ArrayLike, scale: ArrayLike | None = None, *, block: int = 1 << 16
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, scale)``: int8 codes of the rows of ``H`` with one float32 scale per
     dimension (``max |H[:, d]| / 127`` unless ``scale`` is given), code = round(h / scale).
     Every |h - scale * code| <= scale / 2 as long as no |h| exceeds 127.5 * scale (the
@@ -386,7 +389,8 @@ def int8_error_bound(Q: ArrayLike, scale: ArrayLike) -> np.ndarray:
     return e * (1.0 + 1e-4) + 1e-5 * (np.abs(Q).sum(axis=1) * float(np.max(scale)) * 127 + 1)
 
 
-def quantized_topk_batch(codes: ArrayLike, scale: ArrayLike, H: ArrayLike, Q: ArrayLike, k: int, *, margin: int = 64):
+def quantized_topk_batch(codes: ArrayLike, scale: ArrayLike, H: ArrayLike, Q: ArrayLike, k: int,
+                         *, margin: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` of :func:`cosine_topk_batch` (bitwise the same ids and scores), found
     by scanning the int8 ``codes`` (4x fewer bytes than float32 ``H``) and re-scoring the
     candidates with ``H``.
@@ -534,7 +538,7 @@ def _check_indptr(indptr: ArrayLike, n: int, what: str) -> np.ndarray:
 
 
 def propagate(graph: EntityGraph, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha: float = 0.5, *,
-              backend: str = "auto"):
+              backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """One propagation step z = alpha s + (1 - alpha) W Dw+ s from a sparse seed s.
 
     ``s`` is given as ``(seed_ids, seed_vals)``; repeated ids are summed.  W = A De+ A^T - diag
@@ -573,8 +577,9 @@ def _checked_seeds(graph: EntityGraph, seed_indptr, seed_ids: ArrayLike, seed_va
     return _check_indptr(seed_indptr, len(ids), "seed"), ids, vals, _check_alpha(alpha)
 
 
-def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha: float = 0.5,
-                    *, backend: str = "auto"):
+def propagate_batch(graph: EntityGraph, seed_indptr: ArrayLike, seed_ids: ArrayLike,
+                    seed_vals: ArrayLike, alpha: float = 0.5, *, backend: str = "auto"
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`propagate` for many seeds given as CSR rows; returns z as CSR (indptr, ids, vals)."""
     indptr, ids, vals, alpha = _checked_seeds(graph, seed_indptr, seed_ids, seed_vals, alpha)
     if resolve(backend) == "gpu":
@@ -625,8 +630,9 @@ def propagate_batch(graph: EntityGraph, seed_indptr, seed_ids: ArrayLike, seed_v
     return out_ptr, out_i[:m], out_v[:m]
 
 
-def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike,
-                    alpha: float, k: int, *, backend: str = "auto"):
+def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike,
+                    seed_ids: ArrayLike, seed_vals: ArrayLike, alpha: float, k: int, *,
+                    backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """:func:`propagate_batch` then :func:`readout_topk_batch` in one pass: each row's z
     stays in its thread's workspace and goes straight to the readout (no z arrays, one
     validation).  Returns (passage ids, scores), both (batch, min(k, n_passages)), bitwise
@@ -722,7 +728,8 @@ def _check_z(pmap: PassageMap, z_ids, z_vals):
     return ids, vals
 
 
-def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "auto"):
+def readout_topk(pmap: PassageMap, z_ids: ArrayLike, z_vals: ArrayLike, k: int, *,
+                 backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Passage scores sum_{i in P_j} z_i / sqrt(|P_j|) from a sparse z, then the top ``k``.
 
     Returns ``(passage_ids, scores)`` with ``min(k, n_passages)`` entries: positive scores best
@@ -746,8 +753,8 @@ def readout_topk(pmap: PassageMap, z_ids, z_vals, k: int, *, backend: str = "aut
     return pids[:n], scores[:n]
 
 
-def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
-                       backend: str = "auto"):
+def readout_topk_batch(pmap: PassageMap, z_indptr: ArrayLike, z_ids: ArrayLike,
+                       z_vals: ArrayLike, k: int, *, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Batched :func:`readout_topk` over z given as CSR rows; returns (batch, k') arrays."""
     ids, vals = _check_z(pmap, z_ids, z_vals)
     _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
@@ -774,8 +781,9 @@ def readout_topk_batch(pmap: PassageMap, z_indptr, z_ids, z_vals, k: int, *,
     return read(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, k, n_chunks)
 
 
-def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, rows: Any, excluded=(), allowed: ArrayLike | None=None, *,
-                     limit: int):
+def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, rows: Any,
+                     excluded: Any = (), allowed: ArrayLike | None = None, *,
+                     limit: int) -> tuple[np.ndarray, np.ndarray]:
     """For each row r of ``rows``, the first ``limit`` entries i of the CSR row
     ``indices[indptr[r]:indptr[r + 1]]`` (stored order) whose ``owner[i]`` is not in
     ``excluded`` and, when ``allowed`` (a boolean mask over owners) is given, is allowed.

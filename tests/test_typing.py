@@ -40,3 +40,19 @@ def test_mypy_catches_mistakes_against_the_api(tmp_path):
     rc, out = _mypy(tmp_path, HERE / "wrong_use.py")
     lines = sorted({int(m) for m in re.findall(r"wrong_use\.py:(\d+): error", out)})
     assert rc == 1 and lines == [5, 7, 8], out
+
+
+def test_the_public_api_is_annotated_for_pyright(tmp_path):
+    """``pyright --verifytypes evireform --ignoreexternal`` on the package as a user installs
+    it (scripts/type_completeness.sh) scores at least 85 %."""
+    import json
+    import shutil
+    if not (shutil.which("npm") and shutil.which("node")):
+        pytest.skip("pyright comes from the npm registry: node and npm are needed")
+    out = tmp_path / "pyright.json"
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "type_completeness.sh"), "--json",
+                        str(out)], capture_output=True, text=True, timeout=900)
+    if not out.exists() or not out.stat().st_size:
+        pytest.skip(f"pyright did not run here: {r.stderr[-300:]}")
+    score = json.loads(out.read_text())["typeCompleteness"]["completenessScore"]
+    assert score >= 0.85, f"type completeness {score:.1%}"

@@ -37,6 +37,11 @@ def _dense(M, ids: Any, vals: ArrayLike):
 class Inputs:
     """Indexes and seeds shared by the cases, built once per run."""
 
+    data: Path | None
+    log: Any
+    min_s: float
+    quick: bool
+
     def __init__(self, quick: bool, data: Path | None, log: Any) -> None:
         self.quick, self.data, self.log = quick, data, log
         #: each timed function runs for at least this long in all (see _times)

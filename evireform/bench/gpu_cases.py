@@ -30,6 +30,16 @@ SIZE = {2_000: "2k", 20_000: "20k", 100_000: "100k", 1_000_000: "1M", 10_000_000
 class GpuInputs:
     """Device data shared by the GPU cases, made once per run."""
 
+    cos_size: int
+    deadline: None
+    log: Any
+    n_queries: int
+    n_questions: int
+    n_seeds: int
+    quick: bool
+    sizes: tuple[int, int]
+    w_size: int
+
     def __init__(self, quick: bool, ns: _gpu.Namespace, log: Any, tiny: bool = False) -> None:
         self.quick, self.ns, self.log = quick, ns, log
         self.tiny: bool = tiny  # the CPU-namespace smoke test: everything small

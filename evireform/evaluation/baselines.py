@@ -112,6 +112,13 @@ def dense_prop_rankings(idx: PropositionIndex, Q: np.ndarray, dense_tail: Sequen
 class PPRRetriever:
     """Personalised PageRank over the passage-entity graph (see the module docstring)."""
 
+    damping: float
+    idx: PropositionIndex
+    max_iter: int
+    n_seed_props: int
+    passage_weight: float
+    tol: float
+
     def __init__(self, idx: PropositionIndex, damping: float = 0.5, n_seed_props: int = 5,
                  passage_weight: float = 0.05, tol: float = 1e-8, max_iter: int = 100) -> None:
         self.idx, self.damping = idx, damping

@@ -73,6 +73,9 @@ class HippoRAG2:
     """The graph and the stores of one corpus (see the module docstring).  ``triples``: per
     passage position, its raw ``(s, r, o)`` triples."""
 
+    facts: list[tuple[str, ...]]
+    graph: Any
+
     def __init__(self, triples: Sequence[Sequence[tuple]], embedder: Embedder, *,
                  show_progress: bool = False) -> None:
         try:

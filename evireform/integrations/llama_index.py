@@ -62,6 +62,8 @@ class EviReformRetriever(BaseRetriever):
     LlamaIndex's own BM25 retriever: ``similarity_top_k``, ``from_defaults``, ``persist`` /
     ``from_persist_dir``."""
 
+    similarity_top_k: int
+
     def __init__(self, retriever, similarity_top_k: int = 10,
                  callback_manager: CallbackManager | None = None, verbose: bool = False,
                  filter: FilterSpec=None) -> None:

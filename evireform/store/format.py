@@ -304,7 +304,7 @@ def _library_writes_lengths() -> bool:
     return hasattr(hnswlib.Index, "persist_dirty")
 
 
-def write_hnsw(h: ArrayLike, f) -> None:
+def write_hnsw(h: Any, f: StrPath) -> None:
     """Save the graph ``h`` to ``f`` (``save_index``), the fork's lengths block zeroed (an
     inner-product graph never fills it: the bytes would be the heap's)."""
     f = Path(f)
