@@ -149,39 +149,3 @@ def test_hnsw_files_of_either_library_layout_load_and_search_alike(tmp_path):
     cut.write_bytes(other.read_bytes()[:-3])
     with pytest.raises(IndexFormatError, match="cut.bin"):
         hnsw_file.check_hnsw_file(cut, n, dim)
-
-
-# ------------------------------------------------------------------ atomic: short writes named
-def test_a_short_write_is_named_as_a_full_disk_or_a_file_size_limit(tmp_path, monkeypatch):
-    """numpy reports a short write without an errno ("768000 requested and 51168 written");
-    the save names the cause from the free space and ``ulimit -f``, and the service answers
-    507 for either."""
-    import errno
-    import os
-    import resource
-    import subprocess
-    import sys
-    from evireform.service import _error_of
-    short = OSError("768000 requested and 51168 written")
-    full = type("S", (), {"f_bavail": 10, "f_frsize": 4096})()
-    monkeypatch.setattr(os, "statvfs", lambda p: full)
-    got = atomic.named_write_error(short, tmp_path)
-    assert got.errno == errno.ENOSPC and "no space left" in str(got) and str(tmp_path) in str(got)
-    assert _error_of(got)[0] == 507
-    monkeypatch.undo()
-    assert atomic.named_write_error(OSError(errno.EIO, "x"), tmp_path).errno == errno.EIO
-    assert _error_of(OSError(errno.EFBIG, "too big"))[0] == 507
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
-    corpus = tmp_path / "c.json"
-    corpus.write_text(__import__("json").dumps(
-        [{"title": f"T{i}", "text": f"Passage {i} about Alpha Beta {i} and Gamma."}
-         for i in range(600)]))
-    exe = os.path.join(os.path.dirname(sys.executable), "evireform")
-    r = subprocess.run([exe, "index", str(corpus), str(tmp_path / "ix"), "--embedder",
-                        "hashing-64", "--quiet"], preexec_fn=limit, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 2
-    assert "file-size limit (ulimit -f: 60,000 bytes" in r.stderr, r.stderr
-    assert not (tmp_path / "ix").exists()
