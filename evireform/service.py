@@ -814,12 +814,13 @@ def _protocol(header_timeout: float):
 def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, log_level: str = "warning",
           header_timeout: float = 10.0, keep_alive: float = 5.0,
-          max_connections: int = 1000) -> None:
+          max_connections: int = 1000, banner: str | None = None) -> None:
     """Run the service with uvicorn until interrupted: request heads within
     ``header_timeout`` seconds, idle keep-alive connections closed after ``keep_alive``
-    seconds, at most ``max_connections`` connections (beyond, 503).  A fatal signal (a
-    memory-mapped file truncated under the process) leaves a traceback on stderr
-    (``faulthandler``)."""
+    seconds, at most ``max_connections`` connections (beyond, 503).  The socket is bound
+    first: a port in use raises ``OSError`` naming it, and ``banner`` is printed to stderr
+    only once the address is bound.  A fatal signal (a memory-mapped file truncated under
+    the process) leaves a traceback on stderr (``faulthandler``)."""
     try:
         import uvicorn
     except ImportError as exc:
@@ -827,6 +828,32 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
                           "pip install 'evireform[serve]'") from exc
     faulthandler.enable(sys.stderr)
     app = create_app(service, api_key=api_key)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
-                lifespan="on", http=_protocol(header_timeout), timeout_keep_alive=keep_alive,
-                limit_concurrency=max_connections)
+    sock = _bound_socket(host, port)
+    if banner:
+        print(banner, file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
+                            http=_protocol(header_timeout), timeout_keep_alive=keep_alive,
+                            limit_concurrency=max_connections)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _bound_socket(host: str, port: int):
+    """A listening TCP socket on ``host:port`` (IPv6 for an address with a colon), or
+    ``OSError`` saying the address is in use or cannot be bound."""
+    import socket
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                      + (" (another process holds the port; choose another with --port)"
+                         if exc.errno == errno.EADDRINUSE else "")) from None
+    sock.set_inheritable(True)
+    return sock

@@ -388,3 +388,38 @@ def test_every_response_matches_the_published_openapi(index_dir):
             jsonschema.validate(r.json(), schema)
         seen.add(r.status_code)
     assert {200, 400, 401, 404, 413, 422} <= seen
+
+
+def test_the_banner_comes_after_the_bind_and_a_taken_port_is_named(index_dir):
+    """``evireform serve`` binds its socket before it says where it serves: when the banner
+    is read, a connection to the port succeeds; a port another process holds is refused
+    with one line naming it, and no banner."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    try:
+        r = subprocess.run([sys.executable, "-m", "evireform", "serve", str(index_dir),
+                            "--port", str(taken), "--embedder", "hashing-64"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        holder.close()
+    assert r.returncode == 2, r.stderr
+    assert f"cannot listen on 127.0.0.1:{taken}" in r.stderr and "holds the port" in r.stderr
+    assert "on http://" not in r.stderr and "Traceback" not in r.stderr
+    port = _port()
+    proc = subprocess.Popen([sys.executable, "-m", "evireform", "serve", str(index_dir),
+                             "--port", str(port), "--embedder", "hashing-64"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        t0 = time.monotonic()
+        while "evireform serve:" not in line and time.monotonic() - t0 < 120:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+        assert f"on http://127.0.0.1:{port}" in line
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # bound already
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -261,10 +261,10 @@ def _cmd_serve(args: Any) -> int:
     svc = RetrievalService(args.index_dir, emb, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
                            max_queue=args.max_queue)
-    print(f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
-          f"(docs at /docs)", file=sys.stderr)
     serve(svc, host=args.host, port=args.port, api_key=key,
-          header_timeout=args.header_timeout, max_connections=args.max_connections)
+          header_timeout=args.header_timeout, max_connections=args.max_connections,
+          banner=f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
+                 "(docs at /docs)")
     return 0
 
 
