@@ -35,7 +35,8 @@ def _import_graph():
     """module -> modules it imports (module level and inside functions), over the package as
     it is laid out on disk (evireform/ and kernels/ as evireform.kernels).  An import of a
     package's own submodule points at the submodule; a module's ancestor packages are left
-    out (Python runs them before the module, so they cannot close a circle)."""
+    out (Python runs them before the module, so they cannot close a circle), and so are
+    imports under ``if TYPE_CHECKING:`` (annotations only: they never run)."""
     import ast
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
@@ -47,7 +48,14 @@ def _import_graph():
     graph = {m: set() for m in mods}
     for m, f in mods.items():
         here = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        typing_only = set()  # imports under `if TYPE_CHECKING:`: annotations, never run
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+                typing_only |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             targets = []
             if isinstance(node, ast.ImportFrom):
                 base = here[:len(here) - node.level + 1] if node.level else []
