@@ -294,12 +294,7 @@ class PhraseExtractor(Extractor):
 
     def _group(self, metadata: dict[str, Any]):
         """The namespace a passage's vocabulary comes from (JSON equality, as filters)."""
-        if self.group_by is None or self.group_by not in metadata:
-            return None
-        try:
-            return ("key", _canonical(metadata[self.group_by]))
-        except TypeError:  # unhashable (never from JSON): its own spelling
-            return ("repr", repr(metadata[self.group_by]))
+        return _namespace_of(metadata, self.group_by)
 
     def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
             ) -> "PhraseExtractor":
