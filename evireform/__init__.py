@@ -56,7 +56,7 @@ from .retriever import (EviReform, EviReformConfig, RankedPassage, RetrievalResu
                         Trace)
 from .explain import EvidenceEdge, EvidenceGraph  # noqa: E402
 from .strategies import BGR, HiQ  # noqa: E402
-from .shards import ShardedSearcher  # noqa: E402
+from .engine.shards import ShardedSearcher  # noqa: E402
 
 __all__ = ["Passage", "Proposition", "PropositionIndex", "IndexFormatError",
            "UnsafeTargetError", "load_corpus", "canonical_entity", "EviReform",

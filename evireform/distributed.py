@@ -19,7 +19,7 @@ LLM extraction runs through the same extract step: pass ``extractor=LLMExtractor
 its own reply cache (``<cache>.worker-<pid>``), and ``evireform llm-cache export/import``
 merges them afterwards.
 
-Sharded search: :class:`RayShardedSearcher` keeps each shard (see :mod:`evireform.shards`) in
+Sharded search: :class:`RayShardedSearcher` keeps each shard (see :mod:`evireform.engine.shards`) in
 a Ray actor; the retriever takes it as ``EviReform(index, searcher=...)``.
 """
 from __future__ import annotations
@@ -44,8 +44,8 @@ from .corpus import as_passages, load_corpus
 from .embed import embedder_from_spec, spec_of
 from .extract import make_extractor
 from .llm import LLMClient, LLMExtractor, extractor_name
-from .search import check_queries, merge_topk
-from .shards import Shard, load_shard, read_shard_manifest, shard_bounds
+from .engine.hnsw import check_queries, merge_topk
+from .engine.shards import Shard, load_shard, read_shard_manifest, shard_bounds
 from .store import check_target, load_embeddings
 
 if TYPE_CHECKING:  # annotations only
@@ -315,7 +315,7 @@ class _ShardActor:
 
 class RayShardedSearcher:
     """Proposition search over shards held by Ray actors (one shard per actor), merged
-    exactly on the caller (:func:`evireform.shards.merge_topk`).  Same contract as
+    exactly on the caller (:func:`evireform.engine.shards.merge_topk`).  Same contract as
     :meth:`PropositionIndex.search_batch`; pass it as ``EviReform(index, searcher=...)``.
 
     ``num_cpus`` per actor (default 1; 0 lets more shards than CPUs share a machine).  Call
@@ -360,7 +360,7 @@ class RayShardedSearcher:
         return self
 
     def search_batch(self, Q: ArrayLike, k: int, *, rows: Any=None):
-        """As :meth:`evireform.shards.ShardedSearcher.search_batch` (``rows``: only those
+        """As :meth:`evireform.engine.shards.ShardedSearcher.search_batch` (``rows``: only those
         candidates, sent to every actor once per call)."""
         Q, k = check_queries(Q, k, self.dim)
         k = min(k, self.n_props if rows is None else len(rows))

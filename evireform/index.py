@@ -1,11 +1,12 @@
-"""The proposition-entity index: build, search, save, load.
+"""The proposition-entity index, as data: build, update, save, load.
 
 An index holds the passages, their propositions (text and owner passage), canonical entities,
 the binary incidence A as CSR plus its transpose with the precomputed degree terms
 (:class:`~evireform.kernels.EntityGraph`), the passage map with 1/sqrt(|P_j|)
-(:class:`~evireform.kernels.PassageMap`) and float32 unit-norm proposition embeddings.
-Candidate search is exact below ``kernels.config.EXACT_SEARCH_MAX`` propositions and HNSW
-(hnswlib, re-scored exactly) above it.
+(:class:`~evireform.kernels.PassageMap`) and float32 unit-norm proposition embeddings, plus
+metadata.  It does not search: the engines (:mod:`evireform.engine`) own every search
+structure (the exact scan, int8 codes, the HNSW graph, shards, device copies), and keep
+theirs in the index's ``search_state`` slot so that they are saved with it.
 
 Three ways to build one:
 
@@ -34,13 +35,8 @@ from .embed import Embedder, normalise_rows, spec_of
 from .entities import fold_mentions
 from .extract import (
     Extractor, HeuristicExtractor, extractor_recorded, make_extractor, read_openie)
-from .kernels import (
-    EntityGraph, PassageMap, config as kconfig, cosine_topk, cosine_topk_batch,
-    quantize_int8, quantized_topk_batch, w_nnz as _w_nnz)
+from .kernels import EntityGraph, PassageMap, w_nnz as _w_nnz
 from .kernels.graph import append_rows, remove_rows
-from .search import (
-    build_hnsw as _build_hnsw, copy_hnsw as _copy_hnsw, hnsw_topk_batch, search_rows,
-    uses_hnsw)
 from .store import (
     IndexFormatError, UnsafeTargetError, disk_bytes, index_arrays, load_index, save_index)
 from .strings import Concat, Take
@@ -60,7 +56,7 @@ T = TypeVar("T")
 WORDS_CACHED = 4096
 
 __all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
-           "disk_bytes", "hnsw_topk_batch", "subset_index"]
+           "disk_bytes", "subset_index"]
 
 
 @dataclass
@@ -73,19 +69,26 @@ class PropositionIndex:
     embeddings: np.ndarray
     embedder_name: str
     meta: dict[str, Any] = field(default_factory=dict)
-    hnsw: object | None = None
-    #: HNSW label -> proposition id (-1: deleted), once deletions have renumbered the
-    #: propositions; None while labels are proposition ids
-    hnsw_ids: np.ndarray | None = None
     #: what the update that made this index did ({"added", "duplicates", "replaced",
     #: "deleted"}: passage ids); empty for a built or loaded index
     changes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: the verification tier a loaded index passed ("fast" or "full"; evireform.store);
     #: "" for an index built in this process
     verified: str = field(default="", repr=False, compare=False)
-    #: int8 codes of the embeddings and their per-dimension scale (:meth:`quantize`), or None
-    codes: np.ndarray | None = field(default=None, repr=False, compare=False)
-    code_scale: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: the engine's search structures over this index
+    #: (:class:`evireform.engine.structures.SearchStructures`: int8 codes, HNSW graph, device
+    #: copies), kept here so that they travel and are saved with the index; the index never
+    #: reads them.  None until an engine, a save or a load makes them
+    #: (:func:`evireform.engine.structures.structures_of`)
+    search_state: Any = field(default=None, repr=False, compare=False)
+    #: how those structures are to be made when first needed: ``{"hnsw": True | False | None
+    #: (the size rule)}``, and for an index made by add / delete / subset
+    #: ``"derived": (operation, parent, ...)``, so the parent's are carried over
+    search_plan: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: what this index derives on first use and keeps (passage id -> position, passage ->
+    #: propositions, :meth:`memo`): true as long as the index, which never changes in place
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -112,11 +115,11 @@ class PropositionIndex:
     def _pos(self) -> dict[str, Any]:
         """Passage id -> position, built on first use (adding, deleting, filtering by id) and
         kept: a loaded index holds no per-passage Python objects until then."""
-        pos = self.__dict__.get("_pos_cache")
+        pos = self._derived.get("pos")
         if pos is None:
             from .strings import column
             ids = column(self.passages, "ids")
-            pos = self.__dict__["_pos_cache"] = {pid: i for i, pid in enumerate(ids)}
+            pos = self._derived["pos"] = {pid: i for i, pid in enumerate(ids)}
         return pos
 
     def passage_index(self, passage_id: str) -> int:
@@ -129,13 +132,13 @@ class PropositionIndex:
     def propositions_of(self, j: int) -> np.ndarray:
         """Proposition ids of passage position ``j``, ascending (a passage -> propositions
         map is built on first use and kept: O(M log M) once, then O(|P_j|))."""
-        csr = self.__dict__.get("_by_passage")
+        csr = self._derived.get("by_passage")
         if csr is None:
             owner = np.asarray(self.owner)
             indptr = np.zeros(self.n_passages + 1, np.int64)
             np.cumsum(np.bincount(owner, minlength=self.n_passages), out=indptr[1:])
             csr = (indptr, np.argsort(owner, kind="stable").astype(np.int64))
-            self.__dict__["_by_passage"] = csr
+            self._derived["by_passage"] = csr
         indptr, order = csr
         return order[indptr[j]:indptr[j + 1]]
 
@@ -160,7 +163,7 @@ class PropositionIndex:
         index stays small).
         An index is never changed in place (``add`` / ``delete`` return a new one), so what
         is kept stays true; thread-safe (a race computes one twice)."""
-        cache = self.__dict__.setdefault("_memo", {}).setdefault(kind, {})
+        cache = self._derived.setdefault("memo", {}).setdefault(kind, {})
         v = cache.get(j)
         if v is None:
             v = make(j)
@@ -199,7 +202,6 @@ class PropositionIndex:
             "isolated_propositions": int(np.sum(np.diff(self.graph.a_indptr) == 0)),
             "dim": self.dim,
             "embedder": self.embedder_name,
-            "search": "hnsw" if self.hnsw is not None else "exact",
         }
         if with_w:
             out["w_nnz_if_materialised"] = _w_nnz(self.graph)
@@ -215,7 +217,9 @@ class PropositionIndex:
         ``embeddings`` has one row per proposition; rows are L2-normalised here (NaN/inf,
         zero rows or a wrong shape raise ``ValueError``).  Entity mentions are folded with
         :func:`~evireform.entities.canonical_entity`; mentions that fold to nothing are dropped.
-        ``hnsw=None`` builds HNSW only at or above ``kernels.config.EXACT_SEARCH_MAX``.
+        ``hnsw``: whether the engine's search builds an HNSW graph over the propositions
+        (None: at or above ``kernels.config.EXACT_SEARCH_MAX`` only); it is built when first
+        needed (a search, a save: :mod:`evireform.engine.structures`).
         """
         passages = list(passages)
         if not passages:
@@ -246,9 +250,7 @@ class PropositionIndex:
         pmap = PassageMap.from_owner(owner, len(passages))
         idx = cls(passages=passages, prop_texts=[p.text for p in props], entity_names=names,
                   graph=graph, pmap=pmap, embeddings=emb, embedder_name=str(embedder_name),
-                  meta=dict(meta or {}))
-        if hnsw or (hnsw is None and uses_hnsw(len(props))):
-            idx.build_hnsw()
+                  meta=dict(meta or {}), search_plan={"hnsw": hnsw})
         return idx
 
     @classmethod
@@ -325,84 +327,15 @@ class PropositionIndex:
                                            "openie_plain": bool(plain),
                                            "embedder_spec": spec_of(embedder)})
 
-    # ------------------------------------------------------------------ search
-    def build_hnsw(self, *, M: int | None = None, ef_construction: int | None = None,
-                   threads: int | None = None) -> None:
-        """Build the HNSW graph over the proposition embeddings (inner product space)."""
-        self.hnsw = _build_hnsw(self.embeddings, M=M, ef_construction=ef_construction,
-                                threads=threads)
-        self.hnsw_ids = None
-
-    def quantize(self, precision: str = "int8") -> "PropositionIndex":
-        """Store int8 codes of the embeddings beside them (in place; saved with the index):
-        exact search then scans the codes (a quarter of the bytes) and re-scores a margin
-        of candidates with the float32 rows, which returns the same top-k, ids and scores
-        (:func:`~evireform.kernels.quantized_topk_batch`).  ``precision="float32"`` drops
-        the codes.  Returns the index."""
-        if precision == "float32":
-            self.codes = self.code_scale = None
-        elif precision == "int8":
-            self.codes, self.code_scale = quantize_int8(self.embeddings)
-        else:
-            raise ValueError(f"precision must be 'int8' or 'float32'; got {precision!r}")
-        self.meta["precision"] = precision
-        return self
-
-    def _scans_codes(self, precision: str) -> bool:
-        """Whether an unfiltered exact search at ``precision`` scans the int8 codes
-        (``"auto"``: when the index has them; ``"int8"``: they must be there;
-        ``"float32"``: never)."""
-        if precision not in ("auto", "float32", "int8"):
-            raise ValueError(f"the index's own search runs at precision 'auto', 'float32' or "
-                             f"'int8'; got {precision!r} (fp16 runs on the GPU: "
-                             "make_engine(index, 'gpu', precision='fp16'))")
-        if precision == "int8" and self.codes is None:
-            raise ValueError("precision='int8' needs int8 codes: call quantize('int8') first "
-                             "(CLI: index --precision int8)")
-        return self.codes is not None and precision != "float32"
-
-    def search(self, q: ArrayLike, k: int, *, exact: bool | None = None,
-               precision: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` propositions for one query embedding: ``(ids, scores)``, positive only,
-        best first, ties by lower id.  Uses HNSW when built unless ``exact=True``;
-        ``precision``: see :meth:`search_batch`."""
-        if (exact or self.hnsw is None) and not self._scans_codes(precision):
-            return cosine_topk(self.embeddings, q, k)
-        ids, scores = self.search_batch(np.asarray(q, np.float32)[None, :], k, exact=exact,
-                                        precision=precision)
-        keep = ids[0] >= 0
-        return ids[0][keep], scores[0][keep]
-
-    def search_batch(self, Q: ArrayLike, k: int, *, exact: bool | None = None, rows: Any=None,
-                     precision: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-        """Batched :meth:`search`: ``(ids, scores)`` of shape (batch, min(k, n_props)), padded
-        with -1 / 0.  An exact scan reads the int8 codes when the index has them and
-        ``precision`` is ``"auto"`` or ``"int8"`` (the codes are scanned, a margin re-scored
-        exactly: the same top-k as ``"float32"``, which reads the float32 rows).  The
-        search settings belong to the engine (:func:`evireform.engine.make_engine`), which
-        passes its precision here; the index holds none.  ``rows`` (strictly ascending
-        positions, a filter's matching propositions): only those are candidates
-        (:func:`evireform.search.search_rows`: the float32 rows read in place, or HNSW with a
-        label filter at HNSW sizes); the int8 codes serve full scans only (the results are
-        the same)."""
-        codes = self._scans_codes(precision)
-        if rows is not None:
-            return search_rows(self.embeddings, Q, k, rows,
-                               hnsw=None if exact else self.hnsw, label_ids=self.hnsw_ids)
-        if exact or self.hnsw is None:
-            if codes:
-                return quantized_topk_batch(self.codes, self.code_scale, self.embeddings, Q, k)
-            return cosine_topk_batch(self.embeddings, Q, k)
-        return hnsw_topk_batch(self.hnsw, self.embeddings, Q, k, self.hnsw_ids)
-
     # ------------------------------------------------------------------ updates
     def add(self, passages: Sequence[Any], embedder: Embedder, *, extractor: Extractor | None = None,
             batch_size: int = 64, show_progress: bool = False) -> "PropositionIndex":
         """A new index with ``passages`` appended: only they are extracted and embedded; the
         entity table grows by the new names (in first-mention order, as a build would), and
         the incidence, its transpose and the degree terms are recomputed from the combined
-        incidence in one vectorised pass (no re-embedding).  HNSW, if built, gets the new
-        items.  Only what the new propositions touch is recomputed: the degree terms of their
+        incidence in one vectorised pass (no re-embedding).  The engine's HNSW graph and int8
+        codes, if any, get the new items when next needed (:mod:`evireform.engine.structures`).
+        Only what the new propositions touch is recomputed: the degree terms of their
         entities and diag / 1/w of the propositions mentioning those
         (:func:`~evireform.kernels.graph.append_rows`).  Extraction and embedding are the
         build's steps (:func:`evireform.build.embedded_propositions`); ``extractor``
@@ -474,32 +407,17 @@ class PropositionIndex:
             # an auto-v1 index: the namespaces this add measured are recorded with the rest
             out.meta["extractor_choice"] = {**self.meta["extractor_choice"],
                                             "namespaces": dict(sorted(per.items()))}
-        if self.codes is not None:  # the new rows on the same scale, or all re-quantized
-            try:
-                new_codes, _ = quantize_int8(emb, self.code_scale)
-                out.codes = np.concatenate([np.asarray(self.codes), new_codes])
-                out.code_scale = self.code_scale
-            except ValueError:
-                out.codes, out.code_scale = quantize_int8(out.embeddings)
-        if self.hnsw is not None:
-            h = _copy_hnsw(self.hnsw)  # the old index keeps its own graph
-            n_labels = len(self.hnsw_ids) if self.hnsw_ids is not None else self.n_props
-            if len(props):
-                h.resize_index(n_labels + len(props))
-                h.add_items(emb, np.arange(n_labels, n_labels + len(props)),
-                            num_threads=kconfig.HNSW_BUILD_THREADS)
-            out.hnsw = h
-            if self.hnsw_ids is not None:
-                out.hnsw_ids = np.concatenate([self.hnsw_ids,
-                                               np.arange(self.n_props, out.n_props)])
+        # the engine's structures (codes, HNSW) are carried over when first needed
+        out.search_plan = {**self.search_plan, "derived": ("add", self)}
         return out
 
     def delete(self, passage_ids: Iterable[str]) -> "PropositionIndex":
         """A new index without the passages ``passage_ids`` (unknown ids raise ``KeyError``):
         their propositions and embeddings go, entities no longer mentioned go, and only what
         they touched is recomputed (no re-embedding).  Entities keep their relative order.
-        An HNSW graph marks the removed items deleted instead of being rebuilt; its labels
-        are mapped to the renumbered propositions (``hnsw_ids``, saved with the index)."""
+        The engine's HNSW graph marks the removed items deleted instead of being rebuilt; its
+        labels are mapped to the renumbered propositions (``hnsw_ids``, saved with the
+        index)."""
         passage_ids = [str(p) for p in as_list(passage_ids, "passage_ids")]
         unknown = [p for p in passage_ids if p not in self._pos]
         if unknown:
@@ -509,21 +427,10 @@ class PropositionIndex:
         keep = [j for j in range(self.n_passages) if j not in drop]
         out = subset_index(self, keep)
         out.changes = {"deleted": list(dict.fromkeys(passage_ids))}
-        if self.hnsw is not None:
-            kept = np.zeros(self.n_passages, dtype=bool)
-            kept[keep] = True
-            alive = kept[self.owner]
-            remap = np.where(alive, np.cumsum(alive) - 1, -1)
-            labels_to_old = self.hnsw_ids if self.hnsw_ids is not None else \
-                np.arange(self.n_props)
-            ids = np.where(labels_to_old >= 0, remap[np.maximum(labels_to_old, 0)], -1)
-            if ids.size and np.mean(ids < 0) > kconfig.HNSW_MAX_DELETED_SHARE:
-                out.build_hnsw()  # compaction: a graph over the live items only
-                return out
-            h = _copy_hnsw(self.hnsw)
-            for label in np.flatnonzero((ids < 0) & (labels_to_old >= 0)):
-                h.mark_deleted(int(label))
-            out.hnsw, out.hnsw_ids = h, ids.astype(np.int64)
+        kept = np.zeros(self.n_passages, dtype=bool)
+        kept[keep] = True
+        # the engine's HNSW graph marks the removed items deleted (evireform.engine.structures)
+        out.search_plan = {**self.search_plan, "derived": ("delete", self, kept[self.owner])}
         return out
 
     def upsert(self, passages: Sequence[Any], embedder: Embedder, **kw: Any) -> "PropositionIndex":
@@ -539,29 +446,6 @@ class PropositionIndex:
         out.changes = {"added": [p.id for p in new if p.id not in self._pos],
                        "replaced": known, "duplicates": out.changes.get("duplicates", [])}
         return out
-
-    def to_device(self, namespace: str = "cupy", *, half: bool = False, budget: int | None = None,
-                  precision: str = "float32") -> Any:
-        """The index resident on the GPU (once: later calls return the same object):
-        a :class:`~evireform.kernels._gpu.DeviceIndex` for ``EviReform(..., backend=...)``.
-
-        ``namespace="cupy"`` needs CuPy and a CUDA device (else
-        :class:`~evireform.kernels.BackendUnavailable` says what is missing);
-        ``namespace="numpy"`` runs the same array code on the CPU (how CI verifies it).
-        ``half=True`` stores the embeddings as float16 (scores still accumulate in float32);
-        ``precision="fp16"`` keeps the float32 rows and a float16 copy that the search scans
-        (tensor-core GEMM), re-ranking candidates exactly in float32: the same top-k as
-        ``"float32"`` (also spelled ``"fp32"``); ``budget`` caps the bytes of one score block (default 1 GiB)."""
-        from .kernels import _gpu  # the device code, only when asked for
-        precision = {"fp32": "float32"}.get(precision, precision)  # the older spelling
-        key = (namespace, bool(half), budget, precision)
-        cache = self.__dict__.setdefault("_device", {})
-        if key not in cache:
-            ns = _gpu.namespace(namespace)
-            cache[key] = _gpu.DeviceIndex.from_arrays(
-                ns, self.graph, self.pmap, self.embeddings, half=half,
-                budget=budget or _gpu.DEFAULT_BUDGET, precision=precision)
-        return cache[key]
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: StrPath, *, overwrite: bool = False) -> Path:
@@ -587,9 +471,7 @@ class PropositionIndex:
                   embeddings=got.embeddings, embedder_name=got.manifest.get("embedder", ""),
                   meta=dict(got.manifest.get("meta", {})),
                   verified=got.manifest.get("verified", ""))
-        idx.hnsw = got.hnsw
-        idx.hnsw_ids = got.hnsw_ids
-        idx.codes, idx.code_scale = got.codes, got.code_scale
+        idx.search_state = got.search  # the structures the directory holds
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
@@ -627,7 +509,6 @@ def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
                            pmap=pmap,
                            embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
                            embedder_name=idx.embedder_name, meta=dict(idx.meta))
-    if idx.codes is not None:  # the same scale still bounds the kept rows
-        out.codes = np.ascontiguousarray(np.asarray(idx.codes)[props])
-        out.code_scale = idx.code_scale
+    # the engine carries the codes over and builds HNSW by the size rule
+    out.search_plan = {"derived": ("subset", idx, mask)}
     return out

@@ -239,7 +239,7 @@ class EviReform:
         #: or the one :func:`~evireform.engine.make_engine` builds for ``backend``
         #: (``"auto"``, ``"cpu"``, ``"gpu"`` or a ``DeviceIndex``), ``precision``
         #: (``"auto"``, ``"float32"``, ``"int8"``, ``"fp16"``) and ``searcher`` (sharded
-        #: search: :class:`evireform.shards.ShardedSearcher`,
+        #: search: :class:`evireform.engine.shards.ShardedSearcher`,
         #: :class:`evireform.distributed.RayShardedSearcher`); the roles stay on the host
         if engine is not None and (searcher is not None or backend != "auto"
                                    or precision != "auto"):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from evireform import PropositionIndex
+from evireform.engine import build_hnsw, structures_of
 from evireform.kernels import EntityGraph, PassageMap
 from evireform.store import hnsw_file, verify
 from evireform.store.format import SPECS
@@ -51,7 +52,7 @@ def main():
         idx = PropositionIndex.load(path)
         idx.embeddings = np.ascontiguousarray(idx.embeddings)
         t = time.perf_counter()
-        idx.build_hnsw()
+        build_hnsw(idx)
         print(f"built HNSW over {idx.n_props:,} propositions in {time.perf_counter() - t:.1f} s")
         path = idx.save(tmp / "ix")
     try:
@@ -71,7 +72,7 @@ def main():
         idx = PropositionIndex.load(path)
         print(f"index {path}: {idx.n_passages:,} passages, {idx.n_props:,} propositions, "
               f"{idx.n_entities:,} entities, {idx.graph.nnz:,} incidences, "
-              f"hnsw {'yes' if idx.hnsw is not None else 'no'}")
+              f"hnsw {'yes' if structures_of(idx).hnsw is not None else 'no'}")
         print(f"load with value checks    {checked * 1e3:8.1f} ms (median of {args.repeat})")
         print(f"load without value checks {bare * 1e3:8.1f} ms")
         print(f"validation                {cost * 1e3:8.1f} ms = {100 * cost / checked:.1f}% "

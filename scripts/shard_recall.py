@@ -11,7 +11,7 @@ import numpy as np
 
 from evireform.bench.synthetic import clustered_embeddings
 from evireform.kernels import cosine_topk_batch
-from evireform.shards import Shard, ShardedSearcher, shard_bounds
+from evireform.engine.shards import Shard, ShardedSearcher, shard_bounds
 
 
 def main():

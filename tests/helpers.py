@@ -103,3 +103,12 @@ def minimal_pdf(pages, title=None) -> bytes:
     trailer = f"<< /Size {len(objs) + 1} /Root 1 0 R" + (f" /Info {info} 0 R" if info else "")
     out += f"trailer\n{trailer} >>\nstartxref\n{xref}\n%%EOF\n".encode()
     return out
+
+
+def search_one(idx, q, k, **kw):
+    """One query's ``(ids, scores)`` from :func:`evireform.engine.search_index`, the padding
+    dropped."""
+    from evireform.engine import search_index
+    ids, scores = search_index(idx, np.asarray(q, np.float32)[None, :], k, **kw)
+    keep = ids[0] >= 0
+    return ids[0][keep], scores[0][keep]

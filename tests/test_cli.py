@@ -6,6 +6,7 @@ import pytest
 
 from evireform import PropositionIndex
 from evireform.cli import main
+from evireform.engine import quantize
 
 
 def test_cli_index_json(tmp_path, capsys, data_dir):
@@ -132,7 +133,7 @@ def test_query_backend_and_precision_go_to_make_engine(tmp_path, capsys):
     assert "needs int8 codes" in capsys.readouterr().err
     assert main(base + ["--backend", "cpu", "--precision", "fp16"]) == 2
     assert "runs on the GPU" in capsys.readouterr().err
-    PropositionIndex.load(ix).quantize("int8").save(ix, overwrite=True)
+    quantize(PropositionIndex.load(ix), "int8").save(ix, overwrite=True)
     for p in ("int8", "float32"):
         assert main(base + ["--precision", p]) == 0
         got = json.loads(capsys.readouterr().out)["passages"]

@@ -12,10 +12,11 @@ from evireform.embed import HashingEmbedder
 from evireform.engine import CpuEngine, DeviceEngine, make_engine
 from evireform.filters import compile_filter
 from evireform.retriever import EviReform, EviReformConfig
-from evireform.shards import ShardedSearcher
+from evireform.engine.shards import ShardedSearcher
 from evireform.strategies import BGR, HiQ
 
 from test_filters import DIM, random_corpus, sub_index
+from evireform.engine import search_index, quantize, build_hnsw, to_device
 
 QS = ["Alice Smith met whom?", "Paris France", "who is Carl Jung", "Nile River Delta Inc",
       "Eve Park and Gina Lane", "Fjord Bay"]
@@ -32,10 +33,10 @@ def _engine(kind, full, monkeypatch):
     if kind == "cpu exact":
         return CpuEngine(full)
     if kind == "cpu int8":
-        full.quantize("int8")
+        quantize(full, "int8")
         return CpuEngine(full)
     if kind == "cpu hnsw":
-        full.build_hnsw()
+        build_hnsw(full)
         # HNSW for every search (filtered ones too): a graph this small recalls exactly
         from evireform.kernels import config as kconfig
         monkeypatch.setattr(kconfig, "EXACT_SEARCH_MAX", 0)
@@ -43,7 +44,7 @@ def _engine(kind, full, monkeypatch):
     if kind == "sharded":
         return CpuEngine(full, ShardedSearcher.from_index(full, 3))
     if kind == "device (numpy)":
-        return make_engine(full, full.to_device("numpy"))
+        return make_engine(full, to_device(full, "numpy"))
     raise AssertionError(kind)
 
 
@@ -194,7 +195,7 @@ def test_an_engine_that_cannot_take_a_restriction_is_refused_not_bypassed(corpus
         n_props = full.n_props
 
         def search_batch(self, Q, k):
-            return full.search_batch(Q, k)
+            return search_index(full, Q, k)
 
     r = EviReform(full, CFG, embedder=HashingEmbedder(DIM), searcher=OldSearcher())
     with pytest.raises(ValueError, match="OldSearcher cannot search some rows"):
@@ -204,7 +205,7 @@ def test_an_engine_that_cannot_take_a_restriction_is_refused_not_bypassed(corpus
 def test_the_device_engine_caches_one_graph_per_filter(corpus):
     passages, props, emb = corpus
     full = _full(passages, props, emb)
-    eng = make_engine(full, full.to_device("numpy"))
+    eng = make_engine(full, to_device(full, "numpy"))
     assert isinstance(eng, DeviceEngine)
     r = EviReform(full, CFG, embedder=HashingEmbedder(DIM), engine=eng)
     for _ in range(2):

@@ -10,8 +10,8 @@ from evireform.corpus import load_corpus
 from evireform.embed import HashingEmbedder, get_embedder
 from evireform.extract import HeuristicExtractor
 from evireform.index import PropositionIndex, arrays_equal
-from evireform.search import merge_topk
-from evireform.shards import Shard, ShardedSearcher, shard_bounds
+from evireform.engine.hnsw import merge_topk
+from evireform.engine.shards import Shard, ShardedSearcher, shard_bounds
 from evireform.types import Passage, Proposition
 
 

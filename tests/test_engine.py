@@ -10,6 +10,7 @@ from evireform import BGR, EviReform, HiQ, PropositionIndex
 from evireform.embed import HashingEmbedder
 from evireform.engine import CpuEngine, DeviceEngine, make_engine
 from evireform.kernels import BackendUnavailable
+from evireform.engine import quantize, to_device
 
 EMB = HashingEmbedder(32)
 NAMES = ["Alice Smith", "Bob Jones", "Carol King", "Paris", "Rome", "Orvel Society", "Zeta"]
@@ -29,7 +30,7 @@ QS = ["Who did Alice Smith meet?", "Who founded the Orvel Society?", "Where did 
 def test_make_engine_picks_once(idx, monkeypatch):
     assert isinstance(make_engine(idx, "cpu"), CpuEngine)
     assert isinstance(make_engine(idx, "auto"), CpuEngine)  # small index: never the GPU
-    dev = idx.to_device("numpy")
+    dev = to_device(idx, "numpy")
     got = make_engine(idx, dev)  # a DeviceIndex becomes the engine that takes restrictions
     assert isinstance(got, DeviceEngine) and got.device is dev and got.takes_restriction
     mine = CpuEngine(idx)
@@ -45,7 +46,7 @@ def test_make_engine_picks_once(idx, monkeypatch):
     # the documented auto rule: big enough and a usable device -> the device engine
     monkeypatch.setattr(E.K.config, "GPU_AUTO_MIN_PROPS", idx.n_props)
     monkeypatch.setattr(E, "gpu_usable", lambda: True)
-    monkeypatch.setattr(type(idx), "to_device", lambda self: dev)
+    monkeypatch.setattr(E, "to_device", lambda index, **kw: dev)
     assert make_engine(idx, "auto").device is dev
     assert isinstance(make_engine(idx, "auto", searcher=CpuEngine(idx)), CpuEngine)
     with pytest.raises(ValueError, match="not both"):
@@ -64,10 +65,10 @@ def test_auto_on_a_small_index_does_not_import_cupy(idx, tmp_path):
 
 
 @pytest.mark.parametrize("make", [
-    lambda i: BGR(i, EMB, engine=i.to_device("numpy")),
-    lambda i: BGR(i, EMB, merge="union", engine=i.to_device("numpy")),
-    lambda i: HiQ(i, EMB, engine=i.to_device("numpy")),
-    lambda i: EviReform(i, embedder=EMB, engine=i.to_device("numpy"))])
+    lambda i: BGR(i, EMB, engine=to_device(i, "numpy")),
+    lambda i: BGR(i, EMB, merge="union", engine=to_device(i, "numpy")),
+    lambda i: HiQ(i, EMB, engine=to_device(i, "numpy")),
+    lambda i: EviReform(i, embedder=EMB, engine=to_device(i, "numpy"))])
 def test_every_retriever_gives_the_same_ranking_on_every_engine(idx, make):
     on_device = make(idx)
     on_cpu = type(on_device)(idx, EMB) if not isinstance(on_device, EviReform) else \
@@ -101,12 +102,12 @@ def test_make_engine_is_the_one_reader_of_backend_and_precision():
     with pytest.raises(ValueError, match="int8' runs on the CPU"):
         make_engine(idx, "gpu", precision="int8")
     with pytest.raises(ValueError, match="keeps its own"):
-        make_engine(idx, idx.to_device("numpy"), precision="float32")
+        make_engine(idx, to_device(idx, "numpy"), precision="float32")
     want = make_engine(idx, precision="float32").search_batch(Q, 10)
-    idx.quantize("int8")
+    quantize(idx, "int8")
     calls = []
     real = K.quantized_topk_batch
-    import evireform.index as I
+    import evireform.engine.structures as I
     try:
         I.quantized_topk_batch = lambda *a, **k: calls.append(1) or real(*a, **k)
         e8, e32 = make_engine(idx, precision="int8"), make_engine(idx, precision="float32")
@@ -123,9 +124,11 @@ def test_make_engine_is_the_one_reader_of_backend_and_precision():
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
     assert "search_precision" not in {f.name for f in __import__("dataclasses").fields(idx)}
     from evireform.engine import Engine
-    assert isinstance(e8, Engine) and isinstance(make_engine(idx, idx.to_device("numpy")),
+    assert isinstance(e8, Engine) and isinstance(make_engine(idx, to_device(idx, "numpy")),
                                                  Engine)
     assert not isinstance(object(), Engine)
-    dev = idx.to_device("numpy", precision="fp16")
-    assert dev.precision == "fp16" and idx.to_device("numpy", precision="fp32") is \
-        idx.to_device("numpy", precision="float32")
+    dev = to_device(idx, "numpy", precision="fp16")
+    with pytest.raises(ValueError, match="float32.*fp16"):
+        to_device(idx, "numpy", precision="fp32")
+    assert dev.precision == "fp16" and to_device(idx, "numpy", precision="float32") is \
+        to_device(idx, "numpy", precision="float32")

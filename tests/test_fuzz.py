@@ -24,6 +24,7 @@ from evireform.retriever import EviReform, EviReformConfig
 from evireform.store import UnsafeTargetError, file_sha256
 
 from helpers import unit_rows
+from evireform.engine import structures_of, search_index
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMB = HashingEmbedder(16)
@@ -257,7 +258,7 @@ def test_crafted_hnsw_file_is_refused_before_hnswlib(tmp_path):
             PropositionIndex.load(ix)
     f.write_bytes(good)
     refresh_manifest(ix, "hnsw.bin")
-    assert PropositionIndex.load(ix).hnsw is not None
+    assert structures_of(PropositionIndex.load(ix)).hnsw is not None
 
 
 # --------------------------------------------------------------------------- 3. path escape
@@ -288,7 +289,7 @@ def test_huge_settings_are_clipped_to_the_index():
     assert peak < 20 * 2 ** 20, peak  # it once asked for 22.7 GB
     want = exact.retrieve_embedded("fact about e1", q, k=idx.n_passages)
     assert got.ids == want.ids and len(got.passages) == idx.n_passages
-    ids, _ = idx.search_batch(q[None, :], 10 ** 9)
+    ids, _ = search_index(idx, q[None, :], 10 ** 9)
     assert ids.shape == (1, idx.n_props)
 
 

@@ -21,6 +21,7 @@ from evireform.kernels import BackendUnavailable, _gpu, reference as R
 from evireform.kernels._backend import gpu_missing_reason
 
 from helpers import random_graph, random_passages, random_seed, unit_rows
+from evireform.engine import to_device
 
 NS = _gpu.cpu_namespace()
 HAVE_GPU = gpu_missing_reason() is None
@@ -250,7 +251,7 @@ def test_retriever_on_device_index_ranks_like_cpu(data_dir, ns_name):
                 EviReformConfig(rounds=2)):
         cpu = EviReform(idx, cfg, embedder=emb).retrieve_many(qs, 10)
         dev = EviReform(idx, cfg, embedder=emb,
-                        backend=idx.to_device(ns_name, budget=200_000)).retrieve_many(qs, 10)
+                        backend=to_device(idx, ns_name, budget=200_000)).retrieve_many(qs, 10)
         compared = 0
         for a, b in zip(cpu, dev):
             ca = np.array([u for _, u in a.trace.candidates])
@@ -272,9 +273,9 @@ def test_to_device_is_cached_and_validated(rng):
     ps = [Passage(str(i), "t", "x") for i in range(5)]
     pr = [Proposition(f"p{i}", str(i), (f"e{i % 2}",)) for i in range(5)]
     idx = PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 5, 4), "e")
-    assert idx.to_device("numpy") is idx.to_device("numpy")
+    assert to_device(idx, "numpy") is to_device(idx, "numpy")
     with pytest.raises(ValueError, match="namespace must be"):
-        idx.to_device("jax")
+        to_device(idx, "jax")
 
 
 # ------------------------------------------------------------------ CUDA C and the backend switch

@@ -22,6 +22,7 @@ from evireform.embed import HashingEmbedder, get_embedder
 from evireform.store.hnsw_file import _HNSW_HEADER
 
 from test_fuzz import refresh_manifest, server, small_index  # noqa: F401 (a fixture)
+from evireform.engine import structures_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMB = HashingEmbedder(16)
@@ -310,7 +311,7 @@ def test_7_crafted_hnsw_graphs_are_refused(tmp_path, case):
 
 def test_7_a_reversed_label_map_is_refused(tmp_path):
     idx = small_index(n=60, hnsw=True).delete(["p0"])
-    assert idx.hnsw_ids is not None
+    assert structures_of(idx).hnsw_ids is not None
     idx.save(tmp_path / "ix")
     ix = tmp_path / "ix"
     ids = np.load(ix / "hnsw_ids.npy")
@@ -321,7 +322,7 @@ def test_7_a_reversed_label_map_is_refused(tmp_path):
 
 
 def test_7_a_shard_graph_swapped_for_another_shards_is_refused(tmp_path):
-    from evireform.shards import ShardedSearcher
+    from evireform.engine.shards import ShardedSearcher
     idx = small_index(n=80)
     ShardedSearcher.from_index(idx, 2, hnsw=True).save(tmp_path / "sh")
     a, b = tmp_path / "sh" / "shard-0.hnsw", tmp_path / "sh" / "shard-1.hnsw"

@@ -18,6 +18,7 @@ from evireform import Passage, PropositionIndex
 from evireform.cli import main
 from evireform.embed import HashingEmbedder
 from evireform.filters import compile_filter
+from evireform.engine import structures_of, quantize
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMB = HashingEmbedder(16)
@@ -730,8 +731,8 @@ def test_17_filtered_hnsw_is_documented_and_exact_search_equals_the_sub_index(mo
     qs = ["Alpha 4 met whom?", "Gamma Ray in 1910", "Alpha 12"]
     assert _ranks(idx, qs, {"namespace": "t0"}) == _ranks(sub, qs, None)
     q8 = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=False)
-    q8.quantize("int8")  # the int8 scan re-scores exactly: the same rankings
-    assert q8.codes is not None
+    quantize(q8, "int8")  # the int8 scan re-scores exactly: the same rankings
+    assert structures_of(q8).codes is not None
     assert _ranks(q8, qs, {"namespace": "t0"}) == _ranks(sub, qs, None)
     hn = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=True)
     got = _ranks(hn, qs, {"namespace": "t0"})

@@ -13,6 +13,8 @@ from evireform.index import arrays_equal
 from evireform.kernels import config as kconfig
 
 from helpers import unit_rows
+from evireform.engine import structures_of, search_index, quantize, scans_codes
+from helpers import search_one
 
 EMB = HashingEmbedder(32)
 
@@ -121,7 +123,7 @@ def test_corrupt_hnsw_refused_before_hnswlib(tmp_path, rng):
     pr = [Proposition(f"p{i}", str(i)) for i in range(50)]
     idx = PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 50, 8), "e", hnsw=True)
     idx.save(tmp_path / "ix")
-    assert PropositionIndex.load(tmp_path / "ix").hnsw is not None
+    assert structures_of(PropositionIndex.load(tmp_path / "ix")).hnsw is not None
     f = tmp_path / "ix" / "hnsw.bin"
     f.write_bytes(f.read_bytes()[:100])
     with pytest.raises(IndexFormatError, match="hnsw.bin.*truncated"):
@@ -156,10 +158,10 @@ def test_search_exact_and_hnsw_agree_on_small(rng):
     pr = [Proposition(f"p{i}", str(i)) for i in range(M)]
     idx = PropositionIndex.from_propositions(ps, pr, H, "e", hnsw=True)
     Q = unit_rows(rng, 20, 16)
-    ei, es = idx.search_batch(Q, 10, exact=True)
-    hi, hs = idx.search_batch(Q, 10)
+    ei, es = search_index(idx, Q, 10, exact=True)
+    hi, hs = search_index(idx, Q, 10)
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ei, hi)]) >= 0.98
-    i1, s1 = idx.search(Q[0], 10)
+    i1, s1 = search_one(idx, Q[0], 10)
     np.testing.assert_array_equal(i1, hi[0][hi[0] >= 0])
 
 
@@ -167,20 +169,20 @@ def test_threshold_selects_hnsw(rng, monkeypatch):
     monkeypatch.setattr(kconfig, "EXACT_SEARCH_MAX", 10)
     ps = [Passage(str(i), "t", "x") for i in range(12)]
     pr = [Proposition(f"p{i}", str(i)) for i in range(12)]
-    assert PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 12, 4), "e").hnsw is not None
-    assert PropositionIndex.from_propositions(ps[:9], pr[:9], unit_rows(rng, 9, 4),
-                                              "e").hnsw is None
+    assert structures_of(PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 12, 4), "e")).hnsw is not None
+    assert structures_of(PropositionIndex.from_propositions(ps[:9], pr[:9], unit_rows(rng, 9, 4),
+                                              "e")).hnsw is None
 
 
 def test_concurrent_searches(rng):
     idx = tiny_index(rng)
     Q = unit_rows(rng, 64, 8)
-    want = [idx.search(q, 3) for q in Q]
+    want = [search_one(idx, q, 3) for q in Q]
     got = [None] * len(Q)
 
     def work(lo):
         for i in range(lo, len(Q), 4):
-            got[i] = idx.search(Q[i], 3)
+            got[i] = search_one(idx, Q[i], 3)
 
     ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     [t.start() for t in ts]
@@ -253,20 +255,20 @@ def test_int8_codes_search_exactly_and_persist(tmp_path, rng):
              for i in range(60)]
     idx = PropositionIndex.build(texts, emb, show_progress=False)
     Q = emb.encode(["Alpha 3 met whom?", "City 2", "Gamma 1 liked by?"])
-    want = idx.search_batch(Q, 25)
-    idx.quantize("int8")
-    assert idx.codes.dtype == np.int8 and idx._scans_codes("auto")
-    got = idx.search_batch(Q, 25)
+    want = search_index(idx, Q, 25)
+    quantize(idx, "int8")
+    assert structures_of(idx).codes.dtype == np.int8 and scans_codes(idx, "auto")
+    got = search_index(idx, Q, 25)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     back = PropositionIndex.load(idx.save(tmp_path / "ix"), verify="full")
-    assert back.codes is not None and back.meta["precision"] == "int8"
-    np.testing.assert_array_equal(back.search_batch(Q, 25)[0], want[0])
+    assert structures_of(back).codes is not None and back.meta["precision"] == "int8"
+    np.testing.assert_array_equal(search_index(back, Q, 25)[0], want[0])
     grown = back.add(["Omega met Alpha 3 in City 9."], emb)  # codes carried
-    f32 = grown.search_batch(Q, 25, precision="float32")
-    np.testing.assert_array_equal(grown.search_batch(Q, 25)[0], f32[0])
+    f32 = search_index(grown, Q, 25, precision="float32")
+    np.testing.assert_array_equal(search_index(grown, Q, 25)[0], f32[0])
     smaller = grown.delete([grown.passages[0].id])
-    assert smaller.codes.shape == smaller.embeddings.shape
+    assert structures_of(smaller).codes.shape == smaller.embeddings.shape
     # an edited code is refused by the full tier
     from test_fuzz import craft
     craft(tmp_path / "ix", "codes", lambda a: np.where(np.arange(a.shape[0])[:, None] == 4,

@@ -8,7 +8,7 @@ import pytest
 CORE = ["evireform", "evireform.index", "evireform.store", "evireform.retriever",
         "evireform.roles", "evireform.llm", "evireform.embed", "evireform.extract",
         "evireform.corpus", "evireform.cache", "evireform.kernels", "evireform.types",
-        "evireform.entities", "evireform.build", "evireform.shards", "evireform.explain",
+        "evireform.entities", "evireform.build", "evireform.engine.shards", "evireform.explain",
         "evireform.strategies"]
 
 
@@ -101,8 +101,8 @@ def test_no_import_cycles():
 def test_the_cycle_finder_finds_a_cycle():
     """The finder itself: a planted circle between two modules is reported."""
     graph = _import_graph()
-    graph["evireform.search"].add("evireform.index")  # index imports search
-    assert any("evireform.search" in c and "evireform.index" in c for c in _cycles(graph))
+    graph["evireform.engine.hnsw"].add("evireform.index")  # index imports search
+    assert any("evireform.engine.hnsw" in c and "evireform.index" in c for c in _cycles(graph))
 
 
 def test_readme_is_a_door_and_its_python_example_runs(tmp_path):
@@ -146,3 +146,39 @@ def test_version_flag_license_and_typing_marker(capsys):
     data = cfg["tool"]["setuptools"]["package-data"]
     assert "py.typed" in data["evireform"] and "py.typed" in data["evireform.kernels"]
     assert cfg["project"]["license-files"] == ["LICENSE"]
+
+
+def test_the_index_is_data():
+    """``PropositionIndex`` neither imports a search module nor has a search method: the
+    engines (evireform.engine) own every search structure (issue 49)."""
+    import ast
+    import inspect
+    from evireform.index import PropositionIndex
+    graph = _import_graph()
+    searching = {m for m in graph if m.startswith("evireform.engine")} | {
+        "evireform.distributed", "evireform.kernels._gpu", "evireform.kernels._select"}
+    assert not graph["evireform.index"] & searching, graph["evireform.index"] & searching
+    src = (Path(__file__).resolve().parents[1] / "evireform" / "index.py").read_text()
+    names = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ImportFrom):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    scans = {"hnswlib", "cosine_topk", "cosine_topk_batch", "quantized_topk_batch",
+             "quantize_int8", "hnsw_topk_batch", "search_rows", "build_hnsw", "faiss"}
+    assert not names & scans, names & scans
+    methods = {n for n, v in inspect.getmembers(PropositionIndex) if callable(v)}
+    words = ("search", "hnsw", "quantiz", "device", "topk", "scan")
+    assert not [n for n in methods if any(w in n.lower() for w in words)], methods
+    # the cache of derived data is declared, not slipped into __dict__
+    assert "_derived" in {f.name for f in __import__("dataclasses").fields(PropositionIndex)}
+
+
+def test_the_index_is_data_test_can_fail(monkeypatch):
+    """The check above fails when the index grows a search method again."""
+    from evireform.index import PropositionIndex
+    monkeypatch.setattr(PropositionIndex, "search_batch", lambda self, Q, k: None,
+                        raising=False)
+    with pytest.raises(AssertionError):
+        test_the_index_is_data()

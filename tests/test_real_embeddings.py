@@ -7,6 +7,8 @@ import pytest
 from evireform import PropositionIndex, load_corpus
 from evireform.embed import MiniLMEmbedder
 from evireform.extract import HeuristicExtractor
+from evireform.engine import search_index
+from helpers import search_one
 
 pytest.importorskip("sentence_transformers")
 
@@ -30,8 +32,8 @@ def test_minilm_embeddings_are_unit_float32(real):
 
 def test_hnsw_recall_at_100(real):
     idx, Q = real
-    exact, _ = idx.search_batch(Q, 100, exact=True)
-    approx, _ = idx.search_batch(Q, 100)
+    exact, _ = search_index(idx, Q, 100, exact=True)
+    approx, _ = search_index(idx, Q, 100)
     recall = np.mean([len(set(e[e >= 0]) & set(a[a >= 0])) / max(1, np.sum(e >= 0))
                       for e, a in zip(exact, approx)])
     assert recall >= 0.98, recall
@@ -39,8 +41,8 @@ def test_hnsw_recall_at_100(real):
 
 def test_exact_batch_equals_single(real):
     idx, Q = real
-    bi, bs = idx.search_batch(Q[:10], 20, exact=True)
+    bi, bs = search_index(idx, Q[:10], 20, exact=True)
     for b in range(10):
-        i, s = idx.search(Q[b], 20, exact=True)
+        i, s = search_one(idx, Q[b], 20, exact=True)
         np.testing.assert_array_equal(i, bi[b][: len(i)])
         np.testing.assert_allclose(s, bs[b][: len(s)], rtol=1e-5)

@@ -5,6 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from evireform import Passage, PropositionIndex
 from evireform.embed import HashingEmbedder
+from evireform.engine import structures_of, search_index
+from helpers import search_one
 
 EMB = HashingEmbedder(32)
 NAMES = ["Alice Smith", "Paris", "Bob Stone", "France", "The Louvre", "Carol King", "Rome"]
@@ -81,11 +83,11 @@ def test_upsert_and_hnsw(tmp_path):
     up = idx.upsert([changed] + ps[8:], EMB)
     assert up.passages[-5:] == [changed] + ps[8:]
     # p3 is marked deleted in the graph and added again: one item more than propositions
-    assert up.hnsw is not None and (up.hnsw_ids >= 0).sum() == up.n_props
-    assert up.hnsw.get_current_count() == len(up.hnsw_ids) > up.n_props
+    assert structures_of(up).hnsw is not None and (structures_of(up).hnsw_ids >= 0).sum() == up.n_props
+    assert structures_of(up).hnsw.get_current_count() == len(structures_of(up).hnsw_ids) > up.n_props
     q = EMB.encode(["Rome met Carol King"])[0]
-    hi, _ = up.search(q, 5)
-    ei, _ = up.search(q, 5, exact=True)
+    hi, _ = search_one(up, q, 5)
+    ei, _ = search_one(up, q, 5, exact=True)
     assert hi[0] == ei[0]
     up.save(tmp_path / "ix")
     back = PropositionIndex.load(tmp_path / "ix")
@@ -114,20 +116,20 @@ def test_delete_marks_hnsw_items_and_keeps_the_old_index(tmp_path):
     ps = [_passage(i, (i % 7, (i * 5) % 7)) for i in range(30)]
     idx = PropositionIndex.build(ps, EMB, show_progress=False, hnsw=True)
     small = idx.delete([f"p{i}" for i in range(0, 30, 6)])  # 5 of 30: tombstones
-    assert small.hnsw_ids is not None and (small.hnsw_ids >= 0).sum() == small.n_props
+    assert structures_of(small).hnsw_ids is not None and (structures_of(small).hnsw_ids >= 0).sum() == small.n_props
     grown = small.add([Passage("x1", "Rome", "Rome met Paris in 1999.")], EMB)
     Q = EMB.encode(["Carol King met Rome", "Alice Smith liked Paris", "Rome met Paris"])
     for index in (idx, small, grown):  # each serves its own propositions, HNSW = exact
-        hi, _ = index.search_batch(Q, 5)
-        ei, _ = index.search_batch(Q, 5, exact=True)
+        hi, _ = search_index(index, Q, 5)
+        ei, _ = search_index(index, Q, 5, exact=True)
         np.testing.assert_array_equal(hi[:, 0], ei[:, 0])
         assert hi.max() < index.n_props
     grown.save(tmp_path / "ix")
     back = PropositionIndex.load(tmp_path / "ix")
-    np.testing.assert_array_equal(back.hnsw_ids, grown.hnsw_ids)
-    np.testing.assert_array_equal(back.search_batch(Q, 5)[0], grown.search_batch(Q, 5)[0])
+    np.testing.assert_array_equal(structures_of(back).hnsw_ids, structures_of(grown).hnsw_ids)
+    np.testing.assert_array_equal(search_index(back, Q, 5)[0], search_index(grown, Q, 5)[0])
     # a crafted label map is refused
-    bad = back.hnsw_ids.copy()
+    bad = structures_of(back).hnsw_ids.copy()
     bad[bad >= 0] = 0
     np.save(tmp_path / "ix" / "hnsw_ids.npy", bad)
     import json
@@ -153,7 +155,7 @@ def test_repeated_upserts_compact_hnsw_tombstones(tmp_path):
                    for p in ps[(r * 4) % 40:(r * 4) % 40 + 4]]
         idx = idx.upsert(revised, EMB)
         assert idx.changes["replaced"] == [p.id for p in revised]
-        share = 0 if idx.hnsw_ids is None else float(np.mean(idx.hnsw_ids < 0))
+        share = 0 if structures_of(idx).hnsw_ids is None else float(np.mean(structures_of(idx).hnsw_ids < 0))
         assert share <= kconfig.HNSW_MAX_DELETED_SHARE
     idx.save(tmp_path / "after")
     # at most a quarter tombstones: within 1 / 0.75 of a fresh build of the same passages
@@ -163,5 +165,5 @@ def test_repeated_upserts_compact_hnsw_tombstones(tmp_path):
     assert (tmp_path / "after" / "hnsw.bin").stat().st_size <= 1.34 * size0
     Q = EMB.encode(["Carol King met Rome", "Alice Smith liked Paris"])
     # the same scores as exact search (ids may differ among tied, identical propositions)
-    np.testing.assert_allclose(idx.search_batch(Q, 5)[1], idx.search_batch(Q, 5, exact=True)[1],
+    np.testing.assert_allclose(search_index(idx, Q, 5)[1], search_index(idx, Q, 5, exact=True)[1],
                                atol=1e-6)

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 from .. import kernels as K
 from ..kernels import reference as R
+from ..engine import SearchStructures, search_index
 from .harness import case, median_time, times
 from .synthetic import GivenReformulator
 
@@ -69,7 +70,7 @@ class Inputs:
         qfile = self.data / "musique/musique.json"
         questions = [q["question"] for q in json.loads(qfile.read_text())] if qfile.is_file() \
             else [p.title for p in passages[:100]]
-        ids, sc = idx.search_batch(emb.encode(questions), 10)
+        ids, sc = search_index(idx, emb.encode(questions), 10)
         seeds = [(i[i >= 0], s[i >= 0] / max(s[i >= 0].sum(), 1e-12)) for i, s in zip(ids, sc)]
         self.log(f"  built {name}: {idx.n_passages:,} passages, {idx.n_props:,} propositions, "
                  f"{idx.n_entities:,} entities in {time.perf_counter() - t:.1f}s")
@@ -451,7 +452,8 @@ def _core_case(inp: Any, out: Any, label, idx: PropositionIndex, qs: Sequence[st
     def peer():
         res = []
         for h in H_q:
-            i, s = idx.search(h, 100)
+            i, s = search_index(idx, h[None, :], 100)
+            i, s = i[0][i[0] >= 0], s[0][i[0] >= 0]
             res.append(ppr((i[:4], s[:4] / s[:4].sum())))
         return res
 
@@ -486,8 +488,8 @@ def case_retrieve_core(inp: Any, out: Any) -> None:
                            graph=g, pmap=pm, embeddings=H, embedder_name="synthetic")
     # as the library does above kernels.config.EXACT_SEARCH_MAX: HNSW candidates, re-scored
     # exactly (the graph built by the hnsw case over the same embeddings, when there is one)
-    idx.hnsw = inp._real.get(("hnsw", g.n_props))
-    label = "synthetic" + (" hnsw" if idx.hnsw is not None else " exact")
+    idx.search_state = SearchStructures(hnsw=inp._real.get(("hnsw", g.n_props)))
+    label = "synthetic" + (" hnsw" if idx.search_state.hnsw is not None else " exact")
     rng = np.random.default_rng(7)
     nq = 5
     H_q = H[rng.choice(g.n_props, nq)] + 0.05 * rng.standard_normal((nq, H.shape[1])).astype(np.float32)

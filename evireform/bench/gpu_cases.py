@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels import _gpu
+from ..engine import to_device
 from .harness import case
 
 if TYPE_CHECKING:  # annotations only
@@ -384,7 +385,7 @@ def retrieve_pair(idx: PropositionIndex, ns, embed, reformulator: Reformulator):
     from ..retriever import EviReform, EviReformConfig
     cfg = EviReformConfig()
     gpu_r = EviReform(idx, cfg, embedder=embed, reformulator=reformulator,
-                      backend=idx.to_device(ns.name))
+                      backend=to_device(idx, ns.name))
     cpu_r = EviReform(idx, cfg, embedder=embed, reformulator=reformulator, backend="cpu")
     return gpu_r, cpu_r
 

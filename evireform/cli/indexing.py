@@ -14,6 +14,7 @@ from .._io import read_text_file
 from ..application import apply_update
 from ..documents import DOCUMENTS, document_roots
 from ..embed import spec_of
+from ..engine import quantize, structures_of
 from ..extract import EXTRACTOR_CHOICES, EXTRACTORS, make_extractor
 from ..index import PropositionIndex, arrays_equal, disk_bytes
 from ..llm import LLMExtractor
@@ -114,7 +115,7 @@ def _cmd_index(args: Any) -> int:
                                            batch_size=args.batch_size, show_progress=show,
                                            hnsw=hnsw, plain=args.openie_plain)
     if args.precision == "int8":
-        idx.quantize("int8")
+        quantize(idx, "int8")
     if loaded.sources:  # which passages are which file's chunks (update --add keys on it)
         idx.meta[DOCUMENTS] = {src: {**loaded.files[src], "chunks": n}
                                for src, n in loaded.sources.items() if n}
@@ -278,7 +279,7 @@ def _cmd_verify(args: Any) -> int:
             f"{fast:.2f} s")
     print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
           f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
-          f"embedding norms, texts" + (", HNSW graph" if idx.hnsw is not None else "")
+          f"embedding norms, texts" + (", HNSW graph" if structures_of(idx).hnsw is not None else "")
           + f" in {took:.2f} s; {tail}")
     ready = prepare_query_encoder(idx)
     if ready:

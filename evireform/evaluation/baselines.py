@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence, TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from ..engine import search_index
 from ..index import PropositionIndex
 from ..types import Passage
 
@@ -95,7 +96,7 @@ def _fill(order: list[int], tail: Sequence[int], k: int) -> list[int]:
 
 def dense_prop_rankings(idx: PropositionIndex, Q: np.ndarray, dense_tail: Sequence[Sequence[int]],
                         k: int, n_props: int = 200) -> list[list[int]]:
-    ids, _ = idx.search_batch(Q, n_props)
+    ids, _ = search_index(idx, Q, n_props)
     out = []
     for row, tail in zip(ids, dense_tail):
         order: list[int] = []
@@ -159,7 +160,7 @@ class PPRRetriever:
 
 def ppr_rankings(idx: PropositionIndex, Q: np.ndarray, P: np.ndarray, k: int) -> list[list[int]]:
     ppr = PPRRetriever(idx)
-    ids, sc = idx.search_batch(Q, ppr.n_seed_props)
+    ids, sc = search_index(idx, Q, ppr.n_seed_props)
     out = []
     for b in range(len(Q)):
         keep = ids[b] >= 0

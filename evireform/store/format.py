@@ -148,15 +148,17 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     with open(tmp / STRINGS_FILE, "wb") as fh:
         offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
     np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
-    if getattr(idx, "codes", None) is not None:
-        np.save(tmp / CODES_FILE, np.ascontiguousarray(idx.codes, dtype=np.int8),
+    from ..engine.structures import structures_of  # the engine's structures, saved with it
+    s = structures_of(idx)
+    if s.codes is not None:
+        np.save(tmp / CODES_FILE, np.ascontiguousarray(s.codes, dtype=np.int8),
                 allow_pickle=False)
-        np.save(tmp / SCALE_FILE, np.ascontiguousarray(idx.code_scale, dtype=np.float32),
+        np.save(tmp / SCALE_FILE, np.ascontiguousarray(s.code_scale, dtype=np.float32),
                 allow_pickle=False)
-    if idx.hnsw is not None:
-        write_hnsw(idx.hnsw, tmp / HNSW_FILE)
-        if getattr(idx, "hnsw_ids", None) is not None:
-            np.save(tmp / HNSW_IDS_FILE, np.ascontiguousarray(idx.hnsw_ids, dtype=np.int64),
+    if s.hnsw is not None:
+        write_hnsw(s.hnsw, tmp / HNSW_FILE)
+        if s.hnsw_ids is not None:
+            np.save(tmp / HNSW_IDS_FILE, np.ascontiguousarray(s.hnsw_ids, dtype=np.int64),
                     allow_pickle=False)
     files = {}
     for f in sorted(tmp.iterdir()):

@@ -49,6 +49,14 @@ class Loaded:
     codes: np.ndarray | None = None
     code_scale: np.ndarray | None = None
 
+    @property
+    def search(self) -> Any:
+        """The search structures the directory holds, as the engine keeps them
+        (:class:`evireform.engine.structures.SearchStructures`)."""
+        from ..engine.structures import SearchStructures
+        return SearchStructures(hnsw=self.hnsw, hnsw_ids=self.hnsw_ids, codes=self.codes,
+                                code_scale=self.code_scale)
+
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)

@@ -1,4 +1,18 @@
-"""The search-and-rank engine a retriever runs on, chosen once.
+"""The search-and-rank engine a retriever runs on, chosen once; it owns every search
+structure.
+
+The package, one subject per module:
+
+* :mod:`~evireform.engine.structures` - what a search runs over besides the float32 rows
+  (int8 codes, the HNSW graph, device copies), made, carried across updates and saved with
+  the index; :func:`~evireform.engine.structures.quantize` and
+  :func:`~evireform.engine.structures.build_hnsw` set them up;
+* :mod:`~evireform.engine.hnsw` - the HNSW graph builder and its search re-scored exactly,
+  query checks and the exact merge of partial top-k lists;
+* :mod:`~evireform.engine.cpu` - :class:`CpuEngine` (the numba kernels);
+* :mod:`~evireform.engine.device` - :class:`DeviceEngine` and
+  :func:`~evireform.engine.device.to_device` (the GPU);
+* :mod:`~evireform.engine.shards` - the index's propositions searched in shards.
 
 An engine answers two calls, host arrays in and out:
 
@@ -15,10 +29,10 @@ what lies outside, the readout fills with matching passages.  Every engine here 
 runs a filtered question itself, where it runs an unfiltered one: nothing swaps the engine
 under a filter.
 
-:class:`CpuEngine` runs the numba kernels and the index's exact, int8 or HNSW search, or a
-sharded searcher (:mod:`evireform.shards`, :mod:`evireform.distributed`) when given one;
-:class:`DeviceEngine` runs a :class:`evireform.kernels._gpu.DeviceIndex`
-(``index.to_device()``).  :func:`make_engine` is the one place that picks between them;
+:class:`CpuEngine` runs the numba kernels and the exact, int8 or HNSW search over the
+index's structures, or a sharded searcher (:mod:`evireform.engine.shards`,
+:mod:`evireform.distributed`) when given one; :class:`DeviceEngine` runs a
+:class:`evireform.kernels._gpu.DeviceIndex` (:func:`to_device`).  :func:`make_engine` is the one place that picks between them;
 :class:`~evireform.EviReform`, :class:`~evireform.strategies.BGR` and
 :class:`~evireform.strategies.HiQ` take ``engine=`` (or ``backend=``, which goes through
 :func:`make_engine`).
@@ -32,24 +46,28 @@ and a small index never pays for importing CuPy.
 from __future__ import annotations
 
 import functools
-import inspect
-import threading
-from collections import OrderedDict
 from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 import numpy as np
 
-from . import kernels as K
-from .filters import CACHE_SIZE, RestrictionCache
-from .kernels._backend import gpu_missing_reason
+from .. import kernels as K
+from ..kernels._backend import BACKENDS, gpu_missing_reason
+from .cpu import CpuEngine
+from .device import DeviceEngine, to_device
+from .structures import (
+    CPU_PRECISIONS, SearchStructures, build_hnsw, quantize, scans_codes, search_index,
+    structures_of)
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
-    from .index import PropositionIndex
-    from .types import FilterSpec
+    from ..index import PropositionIndex
+    from ..types import FilterSpec
 
-__all__ = ["Engine", "CpuEngine", "DeviceEngine", "PRECISIONS", "make_engine", "gpu_usable",
-           "restrict", "search", "rank", "pack_seeds"]
+__all__ = ["Engine", "CpuEngine", "DeviceEngine", "BACKENDS", "PRECISIONS", "CPU_PRECISIONS",
+           "make_engine", "gpu_usable", "restrict", "search", "rank", "pack_seeds",
+           "SearchStructures", "structures_of", "build_hnsw", "quantize", "scans_codes",
+           "search_index",
+           "to_device"]
 
 
 @runtime_checkable
@@ -66,133 +84,6 @@ class Engine(Protocol):
 
     def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
                    restriction: Any=None) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-class CpuEngine:
-    """The numba kernels over an index, searching with ``searcher`` (a sharded searcher) or
-    the index's own exact / int8 / HNSW search.  Under a restriction the search reads the
-    matching rows in place (float32; HNSW with a label filter at HNSW sizes), in each shard
-    when sharded."""
-
-    kind = "cpu"
-    #: search_batch and rank_batch take ``restriction=`` (see the module docstring)
-    takes_restriction = True
-
-    def __init__(self, index: PropositionIndex, searcher: Any=None, *, precision: str = "auto") -> None:
-        if searcher is not None:
-            if not callable(getattr(searcher, "search_batch", None)):
-                raise TypeError(f"searcher {type(searcher).__name__} has no search_batch()")
-            if getattr(searcher, "n_props", index.n_props) != index.n_props:
-                raise ValueError(f"the searcher covers {searcher.n_props} propositions, the "
-                                 f"index {index.n_props}")
-            if precision != "auto":
-                raise ValueError("a sharded searcher scans its shards as they were built; "
-                                 "precision= applies to the index's own search")
-        index._scans_codes(precision)  # an unknown precision, or int8 without codes
-        #: the precision of the index's own exact scan ("auto": int8 when it has codes)
-        self.precision: str = precision
-        self.index: PropositionIndex = index
-        self.searcher: Any = searcher
-        #: this engine's restrictions, one per recent filter (evireform.filters)
-        self.restrictions: RestrictionCache = RestrictionCache(index)
-
-    @property
-    def n_props(self) -> int:
-        return self.index.n_props
-
-    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        rows = None if restriction is None else restriction.props
-        if self.searcher is None:
-            return self.index.search_batch(Q, k, rows=rows, precision=self.precision)
-        if rows is None:
-            return self.searcher.search_batch(Q, k)
-        if not _takes_rows(self.searcher):
-            raise ValueError(f"the searcher {type(self.searcher).__name__} cannot search some "
-                             "rows only (its search_batch takes no rows=): a filtered query "
-                             "needs one that does (ShardedSearcher, RayShardedSearcher)")
-        return self.searcher.search_batch(Q, k, rows=rows)
-
-    def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
-                   restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        idx, r = self.index, restriction
-        if r is not None:
-            k = r.clip_k(k)
-        elif propagation:  # one pass: z stays in the kernel's workspace (bitwise the same)
-            return K.rank_topk_batch(idx.graph, idx.pmap, indptr, ids, vals, alpha, k,
-                                     backend="cpu")
-        if propagation:
-            indptr, ids, vals = K.propagate_batch(idx.graph if r is None else r.graph, indptr,
-                                                  ids, vals, alpha, backend="cpu")
-            if r is not None:
-                indptr, ids, vals = r.keep_inside(indptr, ids, vals)
-        P, S = K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
-        return (P, S) if r is None else r.fill_batch(P, S, k)
-
-
-@functools.lru_cache(maxsize=64)
-def _takes_rows_of(cls) -> bool:
-    return "rows" in inspect.signature(cls.search_batch).parameters
-
-
-def _takes_rows(searcher: Any) -> bool:
-    """Whether a searcher's search_batch takes ``rows=`` (checked once per class)."""
-    return _takes_rows_of(type(searcher))
-
-
-class DeviceEngine:
-    """A :class:`~evireform.kernels._gpu.DeviceIndex` (the index resident on the GPU, or on
-    the numpy namespace in CI) as an engine.  Under a restriction the device scans the
-    matching rows (gathered on the device for the call) and propagates with the recounted
-    degree terms (uploaded once per filter, for the last ``filters.CACHE_SIZE`` filters;
-    the incidence itself is shared), masking the passages outside the filter."""
-
-    kind = "gpu"
-    takes_restriction = True
-
-    def __init__(self, index: PropositionIndex, device: Any) -> None:
-        if int(device.n_props) != index.n_props:
-            raise ValueError(f"the device index covers {device.n_props} propositions, the "
-                             f"index {index.n_props}")
-        self.index: PropositionIndex = index
-        self.device: Any = device
-        self.restrictions: RestrictionCache = RestrictionCache(index)
-        self._graphs: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def n_props(self) -> int:
-        return self.index.n_props
-
-    def search_batch(self, Q: ArrayLike, k: int, *, restriction: Any = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        rows = None if restriction is None else restriction.props
-        return self.device.search_batch(Q, k, rows=rows)
-
-    def _graph(self, r):
-        key = r.filter.key
-        with self._lock:
-            got = self._graphs.get(key)
-            if got is not None and got[0] is r.graph:
-                self._graphs.move_to_end(key)
-                return got[1]
-        dg = self.device.graph.with_degrees(r.graph)
-        with self._lock:
-            self._graphs[key] = (r.graph, dg)
-            while len(self._graphs) > CACHE_SIZE:
-                self._graphs.popitem(last=False)
-        return dg
-
-    def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
-                   restriction: Any=None):
-        r = restriction
-        if r is None:
-            return self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
-        k = r.clip_k(k)
-        P, S = self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation,
-                                      graph=self._graph(r) if propagation else None,
-                                      passage_mask=r.pmask)
-        return r.fill_batch(P, S, k)
 
 
 def search(engine: Engine, Q: ArrayLike, k: int, restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -242,7 +133,7 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
     """The engine for ``index``, the one reader of the backend and precision settings.
 
     ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the index's
-    :meth:`~evireform.index.PropositionIndex.to_device`, or
+    :func:`to_device`, or
     :class:`~evireform.kernels.BackendUnavailable` naming what is missing), or an engine
     object itself (anything with ``search_batch`` and ``rank_batch``), returned as it is
     (a ``DeviceIndex`` is wrapped in a :class:`DeviceEngine`).  ``precision`` is one of
@@ -255,7 +146,7 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
         if precision != "auto":
             raise ValueError("precision= sets up the engines make_engine builds; a given "
                              "engine or device index keeps its own")
-        from .kernels._gpu import DeviceIndex
+        from ..kernels._gpu import DeviceIndex
         if isinstance(backend, DeviceIndex):
             return DeviceEngine(index, backend)
         if not (callable(getattr(backend, "search_batch", None))
@@ -266,14 +157,14 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
             raise ValueError(f"the engine covers {backend.n_props} propositions, the index "
                              f"{index.n_props}")
         return backend
-    if backend not in K.BACKENDS:
-        raise ValueError(f"backend must be one of {K.BACKENDS}; got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
     if backend == "auto":
         if precision == "fp16":
             backend = "gpu"
         elif precision != "int8" and searcher is None \
                 and index.n_props >= K.config.GPU_AUTO_MIN_PROPS and gpu_usable():
-            return DeviceEngine(index, index.to_device())
+            return DeviceEngine(index, to_device(index))
         else:
             backend = "cpu"
     if backend == "gpu":
@@ -284,8 +175,8 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
             raise ValueError("precision='int8' runs on the CPU (backend='cpu'); the GPU "
                              "scans 'float32' or 'fp16'")
         K.resolve("gpu")  # BackendUnavailable naming what is missing
-        return DeviceEngine(index, index.to_device(precision="fp16") if precision == "fp16"
-                            else index.to_device())
+        return DeviceEngine(index, to_device(index, precision="fp16") if precision == "fp16"
+                            else to_device(index))
     if precision == "fp16":
         raise ValueError("precision='fp16' runs on the GPU (backend='gpu'); the CPU scans "
                          "'float32' or 'int8'")

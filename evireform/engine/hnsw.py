@@ -1,9 +1,9 @@
-"""Proposition search below the index and the shards: query checks, the one HNSW builder,
-HNSW search re-scored exactly, and the exact merge of partial top-k lists.
+"""Proposition search on plain arrays: query checks, the one HNSW builder, HNSW search
+re-scored exactly, and the exact merge of partial top-k lists.
 
-Everything here works on plain arrays (embeddings, queries, an hnswlib graph), so the index
-(:mod:`evireform.index`), the shards (:mod:`evireform.shards`) and the distributed searcher
-share one implementation without importing each other.
+Everything here works on plain arrays (embeddings, queries, an hnswlib graph), so the
+engine's structures (:mod:`evireform.engine.structures`), the shards
+(:mod:`evireform.engine.shards`) and the distributed searcher share one implementation.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pickle
 
 import numpy as np
 
-from ._checks import positive_int
-from .kernels import config as kconfig, cosine_scores, cosine_topk_batch, merge_topk
+from .._checks import positive_int
+from ..kernels import config as kconfig, cosine_scores, cosine_topk_batch, merge_topk
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
@@ -78,7 +78,7 @@ def hnsw_topk_batch(h: Any, embeddings: ArrayLike, Q: ArrayLike, k: int,
             labels, _ = h.knn_query(Q, k=max(kk_allowed, 1), num_threads=1,
                                     filter=lambda label: bool(ok[label]))
         except RuntimeError:  # fewer reachable allowed items than k: scan them exactly
-            from .kernels import cosine_topk_batch
+            from ..kernels import cosine_topk_batch
             ids, sc = cosine_topk_batch(embeddings, Q, kk, rows=np.flatnonzero(allowed))
             out_i[:, :ids.shape[1]] = ids
             out_s[:, :ids.shape[1]] = sc

@@ -23,16 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ._checks import loads as _json_loads, positive_int
-from .kernels import cosine_topk_batch
-from .search import build_hnsw, check_queries, hnsw_topk_batch, merge_topk, search_rows
-from .store import IndexFormatError, file_sha256, load_hnsw, write_dir_atomically
-from .store.hnsw_file import write_hnsw
+from .._checks import loads as _json_loads, positive_int
+from ..kernels import cosine_topk_batch
+from .hnsw import build_hnsw, check_queries, hnsw_topk_batch, merge_topk, search_rows
+from ..store import IndexFormatError, file_sha256, load_hnsw, write_dir_atomically
+from ..store.hnsw_file import write_hnsw
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
-    from .index import PropositionIndex
-    from .types import StrPath
+    from ..index import PropositionIndex
+    from ..types import StrPath
 
 __all__ = ["Shard", "ShardedSearcher", "check_queries", "merge_topk", "shard_bounds",
            "save_shards", "read_shard_manifest", "load_shard"]
@@ -60,7 +60,7 @@ class Shard:
 
     def search_batch(self, Q: ArrayLike, k: int, *, rows: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """This shard's top-``k`` with global ids.  ``rows`` (global positions, strictly
-        ascending): only those are candidates (:func:`~evireform.search.search_rows` over the
+        ascending): only those are candidates (:func:`~evireform.engine.hnsw.search_rows` over the
         ones in this shard)."""
         n = int(self.embeddings.shape[0])
         if n == 0:
@@ -90,7 +90,7 @@ class ShardedSearcher:
     """Proposition search over S shards in this process, merged exactly (:func:`merge_topk`).
 
     ``max_workers > 1`` searches the shards in a thread pool (the numba kernels and hnswlib
-    release the GIL).  The contract is :meth:`PropositionIndex.search_batch`'s.
+    release the GIL).  The contract is :func:`evireform.engine.structures.search_index`'s.
     """
 
     dim: int
