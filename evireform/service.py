@@ -66,6 +66,7 @@ from typing import Any, Annotated, Literal
 from ._checks import positive_int
 from .application import METHODS, apply_update, llm_roles, make_method
 from .embed import EmbedderOutputError, encode_queries
+from .engine import make_engine
 from .filters import compile_filter
 from .index import PropositionIndex
 from .kernels import warm_up
@@ -92,17 +93,22 @@ class Generation:
     index: object
     retriever: object
     strategies: dict[str, Any] = field(default_factory=dict)
+    #: the engine every method of this generation runs on (:func:`evireform.engine.make_engine`)
+    engine: object = None
 
 
 class RetrievalService:
     """See the module docstring.  ``embedder`` is the index's (or the user's); ``roles``
     (selector / reformulator / controller) and ``llm`` (an LLMClient, for the strategies)
-    are optional LLM roles."""
+    are optional LLM roles; ``backend`` and ``precision`` choose each generation's engine
+    as ``evireform query`` does (:func:`evireform.engine.make_engine`), or ``backend`` is a
+    function of the index returning its engine (a sharded searcher, a device of your own)."""
 
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
                  max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
-                 index=None):
+                 index=None, backend: str = "auto", precision: str = "auto"):
         self.index_dir = Path(index_dir)
+        self.backend, self.precision = backend, precision
         self.embedder, self.config = embedder, config
         # the LLM roles of ``llm`` unless given (``{}``: the LLM-free roles with an LLM
         # for the strategies)
@@ -131,15 +137,18 @@ class RetrievalService:
 
     # ------------------------------------------------------------------ generations
     def _generation(self, index, number: int) -> Generation:
-        return Generation(number, index, self._method("evireform", index))
+        engine = self.backend(index) if callable(self.backend) else \
+            make_engine(index, self.backend, precision=self.precision)
+        return Generation(number, index, self._method("evireform", index, engine),
+                          engine=engine)
 
-    def _method(self, method: str, index):
-        """``method`` over ``index`` (:func:`evireform.application.make_method`): EviReform
-        with this service's config and roles, a strategy with its LLM."""
+    def _method(self, method: str, index, engine):
+        """``method`` over ``index`` on ``engine`` (:func:`evireform.application.make_method`):
+        EviReform with this service's config and roles, a strategy with its LLM."""
         if method == "evireform":
             return make_method("evireform", index, self.embedder, config=self.config,
-                               roles=self.roles)
-        return make_method(method, index, self.embedder, llm=self.llm)
+                               roles=self.roles, engine=engine)
+        return make_method(method, index, self.embedder, llm=self.llm, engine=engine)
 
     def _files_identity(self):
         """(inode, size, mtime_ns) of the manifest and of every file it lists: what changes
@@ -201,7 +210,7 @@ class RetrievalService:
         if method == "evireform":
             return gen.retriever
         if method not in gen.strategies:
-            gen.strategies[method] = self._method(method, gen.index)
+            gen.strategies[method] = self._method(method, gen.index, gen.engine)
         return gen.strategies[method]
 
     def health(self) -> dict[str, Any]:
@@ -337,7 +346,10 @@ class RetrievalService:
         with self._update_lock:
             up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
                               upsert=upsert)
-            new = self._generation(up.index, self.gen.number + 1)  # what was just saved
+            # what was just saved, memory-mapped as a start loads it (the fast tier: the
+            # save stamped the files it wrote from a fully verified load)
+            new = self._generation(PropositionIndex.load(self.index_dir),
+                                   self.gen.number + 1)
             self.gen, self._ident, self._broken = new, self._files_identity(), None
         self.metrics.generation.set(new.number)
         return {"generation": new.number, "passages": new.index.n_passages,

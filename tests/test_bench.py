@@ -203,8 +203,8 @@ def test_the_gpu_retrieve_peer_is_the_cpu_engine(rng, monkeypatch):
     pr = [Proposition(f"p{i}", str(i), (f"e{i % 2}",)) for i in range(6)]
     H = rng.standard_normal((6, 4)).astype(np.float32)
     idx = PropositionIndex.from_propositions(ps, pr, H / np.linalg.norm(H, axis=1)[:, None], "e")
-    monkeypatch.setattr(type(idx), "to_device", lambda self, *a, **k: _gpu.DeviceIndex.from_arrays(
-        _gpu.cpu_namespace(), self.graph, self.pmap, self.embeddings))
+    monkeypatch.setattr(E, "to_device", lambda index, *a, **k: _gpu.DeviceIndex.from_arrays(
+        _gpu.cpu_namespace(), index.graph, index.pmap, index.embeddings))
     assert isinstance(E.make_engine(idx, "auto"), E.DeviceEngine)  # what "auto" would give
     gpu_r, cpu_r = retrieve_pair(idx, _gpu.cpu_namespace(), None, GivenReformulator({}))
     assert isinstance(gpu_r.engine, E.DeviceEngine)

@@ -216,11 +216,22 @@ def test_the_device_engine_caches_one_graph_per_filter(corpus):
     assert g.A is eng.device.graph.A  # the incidence is shared, only the degrees differ
 
 
+#: the service's engine for each kind: the options ``serve`` takes (``query`` takes the same
+#: ones), or an engine factory (a sharded searcher, the device on the numpy namespace)
+SERVED = {"cpu exact": dict(backend="cpu", precision="float32"),
+          "cpu int8": dict(backend="cpu", precision="int8"),
+          "cpu hnsw": dict(backend="cpu", precision="float32"),
+          "sharded": dict(backend=lambda i: CpuEngine(i, ShardedSearcher.from_index(i, 3))),
+          "device (numpy)": dict(backend=lambda i: make_engine(i, to_device(i, "numpy")))}
+
+
 @pytest.mark.parametrize("filter_name", list(FILTERS))
-def test_the_service_and_query_json_equal_the_reference(corpus, filter_name, tmp_path,
-                                                        capsys):
-    """The two doors that load an index themselves (the CPU engine make_engine picks for a
-    small index): the service's /query and ``evireform query --json``."""
+@pytest.mark.parametrize("engine_kind", ENGINES)
+def test_the_service_and_query_json_equal_the_reference(corpus, engine_kind, filter_name,
+                                                        tmp_path, capsys, monkeypatch):
+    """The two doors that load an index themselves, on each engine: the service's /query
+    (``serve --backend --precision``, or an engine factory) and ``evireform query --json``
+    with the same options."""
     import asyncio
     import json
     import httpx
@@ -231,9 +242,14 @@ def test_the_service_and_query_json_equal_the_reference(corpus, filter_name, tmp
     flt = _filter(filter_name, passages)
     ref = _reference(passages, props, emb, flt)
     want = _ranking(EviReform(ref, EviReformConfig(), embedder=emb_q).retrieve_many(QS[:3], 8))
-    ix = _full(passages, props, emb).save(tmp_path / "ix")
+    full = _full(passages, props, emb)
+    if engine_kind in ("cpu int8", "cpu hnsw"):  # the structures saved with the index
+        _engine(engine_kind, full, monkeypatch)
+    ix = full.save(tmp_path / "ix")
     body = {} if flt is None else {"filter": flt}
-    svc = RetrievalService(ix, emb_q)
+    opts = SERVED[engine_kind]
+    svc = RetrievalService(ix, emb_q, **opts)
+    assert svc.gen.engine.kind == ("gpu" if engine_kind.startswith("device") else "cpu")
 
     async def ask():
         await svc.start()
@@ -246,10 +262,13 @@ def test_the_service_and_query_json_equal_the_reference(corpus, filter_name, tmp
             await svc.stop()
     served = asyncio.run(ask())
     got = [[(p["id"], p["score"]) for p in b["passages"]] for b in served]
-    _same(got, want)
+    _same(got, want, engine_kind)
+    if callable(opts["backend"]):
+        return  # no command-line spelling: the service with a factory is the library's door
     cli, records = [], []
     for q in QS[:3]:
-        args = ["query", str(ix), q, "-k", "8", "--embedder", f"hashing-{DIM}", "--json"]
+        args = ["query", str(ix), q, "-k", "8", "--embedder", f"hashing-{DIM}", "--json",
+                "--backend", opts["backend"], "--precision", opts["precision"]]
         if flt is not None:
             args += ["--filter", json.dumps(flt)]
         assert main(args) == 0
@@ -257,6 +276,8 @@ def test_the_service_and_query_json_equal_the_reference(corpus, filter_name, tmp
         records.append(rec)
         cli.append([(p["id"], p["score"]) for p in rec["passages"]])
     _same(cli, want)
+    assert served == [dict(rec, generation=0, took_ms=b["took_ms"])
+                      for rec, b in zip(records, served)]  # /query answers like query
     # one record shape: the service's response is the CLI's record plus when it ran
     for b, rec in zip(served, records):
         assert set(b) - set(rec) == {"generation", "took_ms"} and set(rec) <= set(b)
@@ -306,5 +327,7 @@ def test_the_service_serves_what_evireform_update_wrote(tmp_path, capsys):
     assert lit.ids[0] == "n1"
     assert own["generation"] == 2 and own["changes"]["added"] == 1 and g3 == 2
     assert "n2" in dock.ids
+    # the service's own update is served from the files it saved, memory-mapped
+    assert isinstance(svc.gen.index.embeddings, np.memmap)
     saved = PropositionIndex.load(ix)
     assert saved.meta["extractor"] == PhraseExtractor().name and saved.n_passages == 13

@@ -20,7 +20,7 @@ from .._checks import loads as _json_loads
 from .._io import Outputs, read_text_file
 from ..application import METHODS, make_method
 from ..embed import encode_queries
-from ..engine import PRECISIONS, make_engine, restrict
+from ..engine import BACKENDS, PRECISIONS, make_engine, restrict
 from ..index import PropositionIndex
 from ..kernels import warm_up_in_background
 from ..service import RetrievalService, serve
@@ -253,6 +253,7 @@ def _cmd_serve(args: Any) -> int:
         print(f"warning: serving on {args.host} without --api-key-env: anyone who can reach "
               "it can query and update the index", file=sys.stderr)
     idx = PropositionIndex.load(args.index_dir)
+    make_engine(idx, args.backend, precision=args.precision)  # refused before any model loads
     emb = _index_embedder(args, idx)
     client = _llm_client(args)
     if args.max_wait_ms > 1000:
@@ -260,7 +261,8 @@ def _cmd_serve(args: Any) -> int:
                          f"{args.max_wait_ms:g}")
     svc = RetrievalService(args.index_dir, emb, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
-                           max_queue=args.max_queue)
+                           max_queue=args.max_queue, backend=args.backend,
+                           precision=args.precision)
     serve(svc, host=args.host, port=args.port, api_key=key,
           header_timeout=args.header_timeout, max_connections=args.max_connections,
           banner=f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
@@ -282,13 +284,7 @@ def add_query_parser(sub: Any) -> None:
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
-    qu.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
-                    help="where search and ranking run (evireform.engine.make_engine; auto: "
-                         "the GPU for large indexes when one is usable)")
-    qu.add_argument("--precision", choices=PRECISIONS, default="auto",
-                    help="the proposition scan: int8 codes on the CPU (the index needs them: "
-                         "index --precision int8), fp16 on the GPU, both re-scored exactly; "
-                         "auto: int8 when the index has codes, else float32")
+    _add_engine_args(qu)
     qu.add_argument("--method", choices=METHODS, default="evireform",
                     help="the retrieval method (evireform.application.METHODS; "
                          "evireform.strategies for BGR and Hi-Q)")
@@ -315,6 +311,17 @@ def add_query_parser(sub: Any) -> None:
     qu.set_defaults(func=_cmd_query)
 
 
+def _add_engine_args(p: Any) -> None:
+    """``--backend`` and ``--precision``: the engine (``query`` and ``serve`` alike)."""
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="where search and ranking run (evireform.engine.make_engine; auto: "
+                        "the GPU for large indexes when one is usable)")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="the proposition scan: int8 codes on the CPU (the index needs them: "
+                        "index --precision int8), fp16 on the GPU, both re-scored exactly; "
+                        "auto: int8 when the index has codes, else float32")
+
+
 def add_serve_parser(sub: Any) -> None:
     sv = sub.add_parser("serve", help="a resident HTTP retrieval service over a saved index "
                                       "(extra 'serve': FastAPI + uvicorn)")
@@ -337,6 +344,7 @@ def add_serve_parser(sub: Any) -> None:
     sv.add_argument("--max-queue", type=_positive_int, default=256,
                     help="questions waiting at most; beyond, 503 with Retry-After")
     sv.add_argument("--device", default=None, help="device for the index's embedder")
+    _add_engine_args(sv)
     _add_index_embedder_args(sv)
     _add_llm_args(sv)
     sv.set_defaults(func=_cmd_serve)
