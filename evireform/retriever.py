@@ -31,12 +31,14 @@ from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
 from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
+from .records import SCORE_MEANING
 from .index import PropositionIndex
 from .roles import (
     Candidates, Controller, GraphBridgeReformulator, ObservationController, Reformulator,
     RoleResult, Selector, TopScoreSelector, clean_queries)
 
 if TYPE_CHECKING:  # annotations only
+    from .records import EviReformTraceRecord, PassageRecord, ResultRecord
     from numpy.typing import ArrayLike
     from .engine import Engine
     from .roles import Controller, Reformulator, Selector
@@ -144,7 +146,7 @@ class RankedPassage:
     #: the passage's metadata (the index's object, not a copy: do not modify it)
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PassageRecord:
         """JSON form (the CLI's --json and batch output, the service)."""
         return {"id": self.id, "title": self.title, "text": self.text,
                 "metadata": self.metadata, "score": self.score,
@@ -164,6 +166,12 @@ class Trace:
     rounds_run: int = 1
     #: repairs and fallbacks of LLM roles, e.g. "select:repaired", "reformulate:fallback:APITimeoutError"
     role_events: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> EviReformTraceRecord:
+        """The trace's record (:mod:`evireform.records`)."""
+        return {"method": "evireform", "score": SCORE_MEANING["evireform"],
+                "residual_queries": list(self.residual_queries),
+                "role_events": list(self.role_events)}
 
 
 @dataclass
@@ -188,22 +196,20 @@ class RetrievalResult:
         state["_explain"] = None
         return state
 
-    def to_dict(self, *, graph: bool = False, id: str | None = None) -> dict[str, Any]:
+    def to_dict(self, *, graph: bool = False, id: str | None = None) -> ResultRecord:
         """The result record, the one JSON shape every door prints (``query --json``, each
         line of ``query --questions``, the service's ``/query`` and each of ``/query_batch``'s
-        results): ``{"id"?, "question", "passages": [RankedPassage.to_dict()], "trace":
-        {"residual_queries", "role_events"}, "graph"?}``; ``id`` is the question's id when
-        it has one, ``graph`` adds the evidence graph (:meth:`evidence_graph`)."""
+        results), declared in :mod:`evireform.records`: ``{"id"?, "question", "passages":
+        [RankedPassage.to_dict()], "trace": the method's trace record, "graph"?}``; ``id`` is
+        the question's id when it has one, ``graph`` adds the evidence graph
+        (:meth:`evidence_graph`)."""
         out: dict[str, Any] = {} if id is None else {"id": id}
         out.update({"question": self.question,
                     "passages": [p.to_dict() for p in self.passages],
-                    "trace": {"residual_queries": list(getattr(self.trace, "residual_queries",
-                                                               None) or []),
-                              "role_events": list(getattr(self.trace, "role_events",
-                                                          None) or [])}})
+                    "trace": self.trace.to_dict()})
         if graph:
             out["graph"] = self.evidence_graph().to_json()
-        return out
+        return out  # type: ignore[return-value]
 
     def evidence_graph(self, n: int | None = None) -> EvidenceGraph:
         """The :class:`~evireform.explain.EvidenceGraph` of the top ``n`` passages (all when

@@ -70,11 +70,26 @@ from .engine import make_engine
 from .filters import compile_filter
 from .index import PropositionIndex
 from .kernels import warm_up
+from .records import ResultRecord, TypedDict
 from .store import MANIFEST, index_files
 
 log = logging.getLogger(__name__)
 
 __all__ = ["METHODS", "RetrievalService", "Overloaded", "Unavailable", "create_app", "serve"]
+
+
+class QueryOut(ResultRecord):
+    """The result record (:mod:`evireform.records`: what ``query --json`` prints) and when
+    it ran; ``graph`` only when asked for."""
+
+    generation: int
+    took_ms: float
+
+
+class BatchOut(TypedDict):
+    results: list[QueryOut]
+    generation: int
+    took_ms: float
 
 
 class Overloaded(RuntimeError):
@@ -453,35 +468,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         upsert: StrictBool = False
         delete: list[StrictStr] = Field(default_factory=list, max_length=100_000)
 
-    # --- what the responses are (the OpenAPI schema; the handlers send plain JSON)
-    class PassageOut(BaseModel):
-        id: str
-        title: str
-        text: str
-        metadata: dict[str, Any]
-        score: float
-        from_question: float
-        from_residual: float
-        from_propagation: float
-
-    class TraceOut(BaseModel):
-        residual_queries: list[str]
-        role_events: list[str]
-
-    class QueryOut(BaseModel):
-        """The result record (``RetrievalResult.to_dict``, what ``query --json`` prints)
-        and when it ran; ``graph`` only when asked for."""
-        question: str
-        passages: list[PassageOut]
-        trace: TraceOut
-        graph: dict[str, Any] | None = Field(None, description="the evidence graph (graph: true)")
-        generation: int
-        took_ms: float
-
-    class BatchOut(BaseModel):
-        results: list[QueryOut]
-        generation: int
-        took_ms: float
+    # --- what the responses are (the OpenAPI schema; the handlers send plain JSON): the
+    # result record is evireform.records' (QueryOut, module level), not restated here
 
     class UpdateOut(BaseModel):
         generation: int

@@ -51,6 +51,7 @@ from .embed import encode_queries
 from .engine import make_engine, pack_seeds, rank, restrict, search
 from .entities import canonical_entity
 from .explain import EvidenceEdge
+from .records import SCORE_MEANING
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
@@ -58,14 +59,19 @@ from .roles import (MAX_QUERY_CHARS, QUESTION_STOPWORDS as _QSTOP, BridgeReformu
                     HeuristicSplitter, RoleResult, SubstitutionRewriter, clean_queries,
                     constraints as _constraints, covers, split_query)
 
+#: how Hi-Q reads its ranking off the query tree (:class:`HiQ`'s ``ranking``)
+HIQ_RANKINGS = ("interleave", "resolved_first")
+
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
     from .embed import Embedder
     from .roles import Reformulator
     from .index import PropositionIndex
     from .types import FilterSpec
+    from .records import BGRTraceRecord, HiQNodeRecord, HiQTraceRecord
 
-__all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "make_strategy",
+__all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "STRATEGY_SETTINGS",
+           "HIQ_RANKINGS", "make_strategy",
            "split_query", "covers"]
 
 
@@ -139,14 +145,56 @@ class _PassageSearch:
 
 @dataclass
 class StrategyTrace:
-    """What a BGR or Hi-Q run did: ``forward``/``backward`` chains and their ``intersection``
-    (BGR), the query ``tree`` (Hi-Q), and role events."""
+    """What a BGR or Hi-Q run did: ``forward``/``backward`` chains, their ``intersection``,
+    the forward step's ``queries`` and the ``merge`` (BGR); the query ``tree`` and the
+    ``ranking`` read off it (Hi-Q); role events.  Passages are positions; :meth:`to_dict`
+    names them by id (``names``, filled when the result is made)."""
 
     forward: list[int] = field(default_factory=list)
     backward: list[int] = field(default_factory=list)
     intersection: list[tuple[int, int]] = field(default_factory=list)
     tree: "HiQNode | None" = None
     role_events: list[str] = field(default_factory=list)
+    #: "bgr" or "hiq"
+    method: str = "bgr"
+    queries: list[str] = field(default_factory=list)
+    merge: str = "intersection"
+    ranking: str = "interleave"
+    #: passage position -> id, of every passage the trace names
+    names: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def positions(self) -> set[int]:
+        """Every passage position the trace names."""
+        out = set(self.forward) | set(self.backward) | {j for e in self.intersection
+                                                         for j in e}
+        stack = [self.tree] if self.tree is not None else []
+        while stack:
+            node = stack.pop()
+            out.update(node.passages)
+            stack.extend(node.children)
+        return out
+
+    def to_dict(self) -> "BGRTraceRecord | HiQTraceRecord":
+        """The trace's record (:mod:`evireform.records`): what the method did, passages by
+        id, and what its scores mean."""
+        name = lambda j: self.names.get(int(j), str(j))  # noqa: E731
+        events = list(self.role_events)
+        if self.method == "hiq":
+            def node(n: HiQNode) -> HiQNodeRecord:
+                return {"query": n.query, "depth": n.depth, "status": n.status,
+                        "answer": n.answer, "passages": [name(j) for j in n.passages],
+                        "children": [node(c) for c in n.children]}
+            tree = node(self.tree) if self.tree is not None else \
+                {"query": "", "depth": 0, "status": "", "answer": None, "passages": [],
+                 "children": []}
+            return {"method": "hiq", "score": SCORE_MEANING["hiq"], "tree": tree,
+                    "ranking": self.ranking, "role_events": events}  # type: ignore[typeddict-item]
+        return {"method": "bgr", "score": SCORE_MEANING["bgr"],
+                "forward": [name(j) for j in self.forward],
+                "backward": [name(j) for j in self.backward],
+                "intersection": [[name(a), name(b)] for a, b in self.intersection],
+                "queries": list(self.queries), "merge": self.merge,  # type: ignore[typeddict-item]
+                "role_events": events}
 
     def format(self, passages: Sequence[Any] | None=None) -> str:
         name = (lambda j: passages[j].title or passages[j].id) if passages else str
@@ -168,6 +216,7 @@ def _result(index: PropositionIndex, question: str, order: list[int], k: int, ed
         p = index.passages[j]
         return RankedPassage(j, p.id, p.title, score, text=p.text, metadata=p.metadata)
     ranked = [ranked_passage(j, 1.0 / (1 + r)) for r, j in enumerate(order[:k])]
+    trace.names = {j: index.passages[j].id for j in sorted(trace.positions())}
     n_universe = index.n_passages if allowed is None else len(allowed)
     universe = range(n_universe) if allowed is None else map(int, allowed)  # lazily
     if len(ranked) < min(k, n_universe):
@@ -228,8 +277,13 @@ class _Strategy:
         k = positive_int(k, "k")
         run = self._scoped(filter)
         if run.search.n_passages == 0:
-            return [RetrievalResult(q, [], StrategyTrace(), edges=[]) for q in questions]
+            return [RetrievalResult(q, [], self._trace(), edges=[]) for q in questions]
         return [run._one(q, k) for q in questions]
+
+    def _trace(self, **kw: Any) -> StrategyTrace:
+        """A trace of this strategy (its method and settings)."""
+        return StrategyTrace(method=self.name, merge=getattr(self, "merge", "intersection"),
+                             ranking=getattr(self, "ranking", "interleave"), **kw)
 
     def _scoped(self, filter: FilterSpec):
         """This strategy, or a shallow copy whose search runs under ``filter`` (the original
@@ -375,8 +429,8 @@ class BGR(_Strategy):
         if self.merge == "union":
             edges += [e for e in f_edges + b_edges if (e.src, e.dst) not in both]
             edges = list({(e.src, e.dst): e for e in edges}.values())
-        trace = StrategyTrace(forward=fwd, backward=bwd, intersection=sorted(both),
-                              role_events=events)
+        trace = self._trace(forward=fwd, backward=bwd, intersection=sorted(both),
+                            queries=[e.via for e in f_edges], role_events=events)
         inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
         order = _fuse([base_P, fwd, bwd], first=inter_nodes)
         return _result(self.index, question, order, k, edges, trace, self.search.allowed)
@@ -424,9 +478,12 @@ class HiQ(_Strategy):
     prerequisite's question in place of ``#1`` and is tried once, without further splitting
     (status ``blocked`` unless it resolves; traced as ``hiq:prerequisite-unresolved``).  An
     unresolved node has no answer (an LLM-free bridge guess is never passed on as one); an
-    expanded node's answer is its dependent's.  The ranking puts the passages of resolved
-    leaves first (round-robin in dependency order), then those of unresolved leaves, then the
-    question's own ranking.  ``splitter``
+    expanded node's answer is its dependent's.  ``ranking``: how the passage ranking is read
+    off the tree: ``"interleave"`` (the default: rank by rank, every leaf's passages in
+    dependency order, so a dependent node's evidence reaches the top ranks beside its
+    prerequisite's) or ``"resolved_first"`` (the earlier behaviour, measured as
+    ``hiq_resolved_first``: resolved leaves' passages round-robin, then the unresolved
+    leaves'); the question's own ranking fills after either.  ``splitter``
     splits and verifies (default :class:`~evireform.roles.HeuristicSplitter`), ``reader``
     resolves nodes (default: the LLM-free test).  ``llm`` (an
     :class:`~evireform.llm.LLMClient`) is a shortcut for the LLM reader and splitter
@@ -448,8 +505,12 @@ class HiQ(_Strategy):
     def __init__(self, index: PropositionIndex, embedder: Embedder | None=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
                  k_read: int = 5, llm: Any=None, splitter=None, reader=None, rewriter=None,
-                 backend: Any="auto", engine: Any=None) -> None:
+                 backend: Any="auto", engine: Any=None, ranking: str = "interleave") -> None:
         int_at_least(max_depth, 0, "max_depth")
+        if ranking not in HIQ_RANKINGS:
+            raise ValueError(f"ranking must be one of {HIQ_RANKINGS}; got {ranking!r}")
+        #: how the passage ranking is read off the tree (see the class docstring)
+        self.ranking: str = ranking
         if not 0.0 <= float(coverage) <= 1.0:
             raise ValueError(f"coverage must be in [0, 1]; got {coverage!r}")
         self.search = _PassageSearch(index, embedder, n_candidates, backend, engine)
@@ -559,8 +620,10 @@ class HiQ(_Strategy):
         root = self._solve(question, 0, events)
         leaves = root.leaves()
         order: list[int] = []
-        for group in ([x for x in leaves if x.status == "resolved"],
-                      [x for x in leaves if x.status != "resolved"]):
+        groups = [leaves] if self.ranking == "interleave" else \
+            [[x for x in leaves if x.status == "resolved"],
+             [x for x in leaves if x.status != "resolved"]]
+        for group in groups:
             for r in range(max((len(x.passages) for x in group), default=0)):
                 _fill(order, [x.passages[r] for x in group if r < len(x.passages)])
         base = root.passages
@@ -568,25 +631,34 @@ class HiQ(_Strategy):
             base = list(base) + [int(j) for j in self.search.rank([question], k)[0][0]]
         order = _fill(order, base)
         return _result(self.index, question, order, k, self._edges(root),
-                       StrategyTrace(tree=root, role_events=events), self.search.allowed)
+                       self._trace(tree=root, role_events=events), self.search.allowed)
 
 
-STRATEGIES = ("bgr", "bgr_union", "bgr_last", "hiq", "hiq_k2")
+#: every strategy by name, the one registry the CLI, the service, the eval and the docs
+#: read: (its class, the settings that make the variant)
+STRATEGY_SETTINGS: dict[str, tuple[type, dict[str, Any]]] = {
+    "bgr": (BGR, {}),
+    "bgr_union": (BGR, {"merge": "union"}),
+    "bgr_last": (BGR, {"path": "last"}),
+    "hiq": (HiQ, {}),
+    "hiq_k2": (HiQ, {"k_read": 2}),
+    "hiq_resolved_first": (HiQ, {"ranking": "resolved_first"}),
+}
+STRATEGIES: tuple[str, ...] = tuple(STRATEGY_SETTINGS)
 
 
 def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=None, llm: Any=None, engine: Any=None):
-    """``"bgr"``, ``"bgr_union"`` or ``"hiq"`` over ``index``; with ``llm`` (an LLMClient)
-    BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader, splitter and
-    verifier; ``engine``: where it runs (:func:`evireform.engine.make_engine`'s by default)."""
-    if name in ("bgr", "bgr_union", "bgr_last"):
+    """The strategy ``name`` (one of :data:`STRATEGIES`) over ``index``; with ``llm`` (an
+    LLMClient) BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader,
+    splitter and verifier; ``engine``: where it runs
+    (:func:`evireform.engine.make_engine`'s by default)."""
+    if name not in STRATEGY_SETTINGS:
+        raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    cls, settings = STRATEGY_SETTINGS[name]
+    if cls is BGR:
         ref = None
         if llm is not None:
             from .llm import LLMReformulator
             ref = LLMReformulator(llm)
-        return BGR(index, embedder, reformulator=ref,
-                   merge="union" if name == "bgr_union" else "intersection",
-                   path="last" if name == "bgr_last" else "full", engine=engine)
-    if name in ("hiq", "hiq_k2"):
-        return HiQ(index, embedder, llm=llm, k_read=2 if name == "hiq_k2" else 5,
-                   engine=engine)
-    raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        return BGR(index, embedder, reformulator=ref, engine=engine, **settings)
+    return HiQ(index, embedder, llm=llm, engine=engine, **settings)

@@ -282,7 +282,8 @@ def test_the_service_and_query_json_equal_the_reference(corpus, engine_kind, fil
     for b, rec in zip(served, records):
         assert set(b) - set(rec) == {"generation", "took_ms"} and set(rec) <= set(b)
         assert set(rec) == {"question", "passages", "trace"}
-        assert set(rec["trace"]) == {"residual_queries", "role_events"}
+        assert set(rec["trace"]) == {"method", "score", "residual_queries", "role_events"}
+        assert rec["trace"]["method"] == "evireform"
         assert b["question"] == rec["question"] and b["trace"] == rec["trace"]
         assert [set(p) for p in b["passages"]] == [set(p) for p in rec["passages"]]
 
