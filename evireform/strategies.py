@@ -635,14 +635,19 @@ class HiQ(_Strategy):
 
 
 #: every strategy by name, the one registry the CLI, the service, the eval and the docs
-#: read: (its class, the settings that make the variant)
-STRATEGY_SETTINGS: dict[str, tuple[type, dict[str, Any]]] = {
-    "bgr": (BGR, {}),
-    "bgr_union": (BGR, {"merge": "union"}),
-    "bgr_last": (BGR, {"path": "last"}),
-    "hiq": (HiQ, {}),
-    "hiq_k2": (HiQ, {"k_read": 2}),
-    "hiq_resolved_first": (HiQ, {"ranking": "resolved_first"}),
+#: read: (its class, the settings that make the variant, a sentence on it)
+STRATEGY_SETTINGS: dict[str, tuple[type, dict[str, Any], str]] = {
+    "bgr": (BGR, {}, "Graph-hop BGR: forward and backward chains, edges intersected"),
+    "bgr_union": (BGR, {"merge": "union"}, "BGR with the union of the two chains' edges (an "
+                  "option; the paper intersects)"),
+    "bgr_last": (BGR, {"path": "last"}, "BGR with each forward step conditioned on the last "
+                 "passage only (the earlier behaviour; the paper conditions on the path)"),
+    "hiq": (HiQ, {}, "Hi-Q: query tree, resolve-or-split, resolved answers rewritten into "
+            "dependents; the ranking interleaves the leaves' passages rank by rank"),
+    "hiq_k2": (HiQ, {"k_read": 2}, "Hi-Q whose reader reads 2 passages a node (the setting "
+               "the recorded Hi-Q replies were made with; the default reads 5)"),
+    "hiq_resolved_first": (HiQ, {"ranking": "resolved_first"}, "Hi-Q ranking its resolved "
+                           "leaves' passages first (the earlier behaviour)"),
 }
 STRATEGIES: tuple[str, ...] = tuple(STRATEGY_SETTINGS)
 
@@ -654,7 +659,7 @@ def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=
     (:func:`evireform.engine.make_engine`'s by default)."""
     if name not in STRATEGY_SETTINGS:
         raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
-    cls, settings = STRATEGY_SETTINGS[name]
+    cls, settings, _ = STRATEGY_SETTINGS[name]
     if cls is BGR:
         ref = None
         if llm is not None:

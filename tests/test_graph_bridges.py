@@ -247,11 +247,11 @@ def test_bridges_are_kept_per_passage_without_keeping_the_index_alive():
     ref = GraphBridgeReformulator()
     vec = _vector(Q)
     first = ref.reformulate_indexed(Q, idx, [0, 2], 3, vector=vec)
-    kept = idx.__dict__["_memo"]["bridges"]
+    kept = idx._derived["memo"]["bridges"]
     assert set(kept) == {0, 2}
     made = kept[0]
     assert ref.reformulate_indexed(Q, idx, [0, 2], 3, vector=vec) == first
-    assert idx.__dict__["_memo"]["bridges"][0] is made  # not made again
+    assert idx._derived["memo"]["bridges"][0] is made  # not made again
     alive = weakref.ref(idx)
     gc.disable()
     try:
@@ -267,4 +267,4 @@ def test_a_passage_is_decoded_once_per_index():
     idx = _index(_world(), HeuristicExtractor())
     p = idx.passage(1)
     assert p == idx.passages[1] and idx.passage(1) is p
-    assert set(idx.__dict__["_memo"]["passage"]) == {1}
+    assert set(idx._derived["memo"]["passage"]) == {1}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
 from .._checks import positive_int
+from ..strategies import STRATEGY_SETTINGS, HiQ
 from .baselines import BASELINES, BaselineInputs
 from .data import Question, load_questions
 from .metrics import KS, metrics, per_question
@@ -72,16 +73,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("evireform_spans", "EviReform whose LLM-free reformulator takes capitalised name "
            "spans of the observed text (bridge-v2, the default before graph bridges)",
            reformulator="spans"),
-    Method("bgr", "Graph-hop BGR: forward and backward chains, edges intersected",
-           strategy="bgr"),
-    Method("bgr_union", "BGR with the union of the two chains' edges (an option; the paper "
-           "intersects)", strategy="bgr_union"),
-    Method("bgr_last", "BGR with each forward step conditioned on the last passage only (the "
-           "earlier behaviour; the paper conditions on the path)", strategy="bgr_last"),
-    Method("hiq", "Hi-Q: query tree, resolve-or-split, resolved answers rewritten into "
-           "dependents", strategy="hiq"),
-    Method("hiq_k2", "Hi-Q whose reader reads 2 passages a node (the setting the recorded "
-           "Hi-Q replies were made with; the default reads 5)", strategy="hiq_k2"),
+    # the strategies, from their one registry (evireform.strategies.STRATEGY_SETTINGS)
+    *(Method(name, desc, strategy=name) for name, (_, _, desc) in STRATEGY_SETTINGS.items()),
 ]}
 DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
 
@@ -282,7 +275,9 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
         from .qa import qa_metrics
         rd = LLMReader(llm)
         for m in methods:
-            if METHODS[m].strategy in ("hiq", "hiq_k2"):  # its own answer: no reader call
+            strategy = METHODS[m].strategy
+            if strategy is not None and STRATEGY_SETTINGS[strategy][0] is HiQ:
+                # Hi-Q's own answer (its tree's): no reader call
                 preds = [r.trace.tree.answer or "" for r in traces[m]]
             else:
                 preds = [rd.answer(q.question, [idx.passages[j] for j in rk[:reader_k]])[0]

@@ -9,6 +9,7 @@ from evireform.application import METHODS, make_method
 from evireform.embed import HashingEmbedder
 from evireform.engine import make_engine
 from evireform.filters import Filter, compile_filter
+from evireform.records import ResultRecord
 from evireform.kernels import cosine_topk_batch
 from evireform.retriever import RankedPassage
 
@@ -23,7 +24,8 @@ many: list[RetrievalResult] = retriever.retrieve_many(["q1", "q2"], 3)
 top: RankedPassage = res.passages[0]
 score: float = top.score + top.from_question + top.from_residual + top.from_propagation
 ids: list[str] = res.ids
-record: dict = res.to_dict(graph=True, id="q1")
+record: ResultRecord = res.to_dict(graph=True, id="q1")
+method_ran: str = record["trace"]["method"]
 flt: Filter | None = compile_filter({"lang": {"$in": ["de"]}})
 names: tuple[str, ...] = METHODS
 bgr = make_method("bgr", idx, emb)
