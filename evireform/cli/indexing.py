@@ -14,7 +14,7 @@ from .._io import read_text_file
 from ..application import apply_update
 from ..documents import DOCUMENTS, document_roots
 from ..embed import spec_of
-from ..engine import quantize, structures_of
+from ..engine import STORED_PRECISIONS, quantize, structures_of
 from ..extract import EXTRACTOR_CHOICES, EXTRACTORS, make_extractor
 from ..index import PropositionIndex, arrays_equal, disk_bytes
 from ..llm import LLMExtractor
@@ -329,7 +329,7 @@ def add_index_parser(sub: Any) -> None:
                          "named entities the default adds")
     _add_document_args(ix)
     _add_embedder_args(ix)
-    ix.add_argument("--precision", choices=("float32", "int8"), default="float32",
+    ix.add_argument("--precision", choices=STORED_PRECISIONS, default="float32",
                     help="int8: also store int8 codes of the embeddings; exact search scans "
                          "them (a quarter of the bytes) and re-scores a margin in float32, "
                          "returning the same top-k")

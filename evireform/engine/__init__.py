@@ -55,7 +55,8 @@ from ..kernels._backend import BACKENDS, gpu_missing_reason
 from .cpu import CpuEngine
 from .device import DeviceEngine, to_device
 from .structures import (
-    CPU_PRECISIONS, SearchStructures, build_hnsw, quantize, scans_codes, search_index,
+    CPU_PRECISIONS, DEVICE_PRECISIONS, PRECISION_BACKENDS, PRECISIONS, STORED_PRECISIONS,
+    SearchStructures, build_hnsw, quantize, scans_codes, search_index,
     structures_of)
 
 if TYPE_CHECKING:  # annotations only
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # annotations only
     from ..types import FilterSpec
 
 __all__ = ["Engine", "CpuEngine", "DeviceEngine", "BACKENDS", "PRECISIONS", "CPU_PRECISIONS",
+           "DEVICE_PRECISIONS", "PRECISION_BACKENDS", "STORED_PRECISIONS",
            "make_engine", "gpu_usable", "restrict", "search", "rank", "pack_seeds",
            "SearchStructures", "structures_of", "build_hnsw", "quantize", "scans_codes",
            "search_index",
@@ -123,10 +125,6 @@ def gpu_usable() -> bool:
     return gpu_missing_reason() is None
 
 
-#: what ``make_engine(precision=)`` takes: ``"auto"`` (int8 on the CPU when the index has
-#: codes, else float32), ``"float32"``, ``"int8"`` (the CPU scans the codes, re-scoring a
-#: margin exactly), ``"fp16"`` (the GPU scans a float16 copy, re-ranking exactly)
-PRECISIONS = ("auto", "float32", "int8", "fp16")
 
 
 def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str = "auto", searcher: Any=None) -> Engine:

@@ -9,7 +9,7 @@ from typing import Any, TYPE_CHECKING
 import numpy as np
 
 from ..filters import CACHE_SIZE, RestrictionCache
-from .structures import structures_of
+from .structures import DEVICE_PRECISIONS, structures_of
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
@@ -32,8 +32,9 @@ def to_device(index: PropositionIndex, namespace: str = "cupy", *, half: bool = 
     (tensor-core GEMM), re-ranking candidates exactly in float32: the same top-k as
     ``"float32"``; ``budget`` caps the bytes of one score block (default 1 GiB)."""
     from ..kernels import _gpu  # the device code, only when asked for
-    if precision not in ("float32", "fp16"):
-        raise ValueError(f"a device index scans 'float32' or 'fp16'; got {precision!r}")
+    if precision not in DEVICE_PRECISIONS:
+        raise ValueError(f"a device index scans at {' or '.join(DEVICE_PRECISIONS)}; got "
+                         f"{precision!r}")
     key = (namespace, bool(half), budget, precision)
     cache = structures_of(index).devices
     if key not in cache:

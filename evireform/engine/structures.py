@@ -39,11 +39,23 @@ if TYPE_CHECKING:  # annotations only
     from ..index import PropositionIndex
 
 __all__ = ["SearchStructures", "structures_of", "build_hnsw", "quantize", "scans_codes",
-           "search_index", "CPU_PRECISIONS"]
+           "search_index", "PRECISIONS", "PRECISION_BACKENDS", "CPU_PRECISIONS",
+           "DEVICE_PRECISIONS", "STORED_PRECISIONS"]
 
-#: the precisions of the CPU's own exact scan: ``"auto"`` (int8 when the index has codes),
-#: ``"float32"``, ``"int8"``
-CPU_PRECISIONS = ("auto", "float32", "int8")
+#: every precision of a proposition scan, the one registry (``make_engine``, ``query`` and
+#: ``serve --precision``, the device, the docs): the backends it runs on.  ``"auto"``: int8
+#: on the CPU when the index has codes, else float32; ``"int8"``: the CPU scans the codes,
+#: re-scoring a margin exactly; ``"fp16"``: the GPU scans a float16 copy, re-ranking exactly
+PRECISION_BACKENDS: dict[str, tuple[str, ...]] = {
+    "auto": ("cpu", "gpu"), "float32": ("cpu", "gpu"), "int8": ("cpu",), "fp16": ("gpu",)}
+PRECISIONS = tuple(PRECISION_BACKENDS)
+#: the precisions of the CPU's exact scan
+CPU_PRECISIONS = tuple(p for p, on in PRECISION_BACKENDS.items() if "cpu" in on)
+#: the precisions a device index scans at
+DEVICE_PRECISIONS = tuple(p for p, on in PRECISION_BACKENDS.items()
+                          if "gpu" in on and p != "auto")
+#: what an index stores (:func:`quantize`; ``evireform index --precision``)
+STORED_PRECISIONS = ("float32", "int8")
 
 _LOCK = threading.RLock()
 
@@ -164,12 +176,12 @@ def quantize(index: PropositionIndex, precision: str = "int8") -> PropositionInd
     (:func:`~evireform.kernels.quantized_topk_batch`).  ``precision="float32"`` drops the
     codes.  Records ``meta["precision"]``; returns the index."""
     s = structures_of(index)
+    if precision not in STORED_PRECISIONS:
+        raise ValueError(f"precision must be one of {STORED_PRECISIONS}; got {precision!r}")
     if precision == "float32":
         s.codes = s.code_scale = None
-    elif precision == "int8":
-        s.codes, s.code_scale = quantize_int8(index.embeddings)
     else:
-        raise ValueError(f"precision must be 'int8' or 'float32'; got {precision!r}")
+        s.codes, s.code_scale = quantize_int8(index.embeddings)
     index.meta["precision"] = precision
     return index
 
