@@ -37,6 +37,12 @@ BLOCKS["graphs-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
 BLOCKS["bgr-diagnosis"] = [sys.executable, "scripts/bgr_diagnosis.py"]
 BLOCKS["bgr-diagnosis-llm"] = [sys.executable, "scripts/bgr_diagnosis.py", "-n", "20",
                                "--llm-replay", "../shared/llm-replies/hiq-bgr-musique20.jsonl"]
+# Hi-Q's two rankings with its recorded replies (the 20 MuSiQue questions they cover), BGR beside
+BLOCKS["hiq-ranking"] = EV + ["eval", "--dataset", "musique", "--methods",
+                              "bgr,hiq,hiq_resolved_first", "-n", "20", "--reader",
+                              "--llm-replay", "../shared/llm-replies/hiq-bgr-musique20.jsonl",
+                              "--llm-replay", "../shared/llm-replies/hiq-rewrite-musique20.jsonl",
+                              "--markdown", "--quiet"]
 # the service beside in-process retrieval, both query encoders (about 5 minutes)
 BLOCKS["serve"] = EV + ["bench", "--serve", "--json-only", "--json",
                         "benchmarks/results/serve-cpu.json"]

@@ -182,3 +182,15 @@ def test_the_index_is_data_test_can_fail(monkeypatch):
                         raising=False)
     with pytest.raises(AssertionError):
         test_the_index_is_data()
+
+
+def test_every_package_directory_ships():
+    """Each directory of the package with an ``__init__.py`` is listed in pyproject's packages
+    (a fresh, non-editable install would lack it otherwise)."""
+    import tomllib
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(("evireform",) + f.parent.relative_to(root / "evireform").parts)
+             for f in (root / "evireform").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
