@@ -1,0 +1,267 @@
+"""The FastAPI application over a :class:`~evireform.service.resident.RetrievalService`,
+and the server that runs it (``evireform serve``)."""
+
+import errno
+import faulthandler
+import logging
+import sys
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..embed import EmbedderOutputError
+from .guard import _error_of, _Guard
+from .models import BatchOut, QueryOut, http_models
+from .resident import Overloaded, RetrievalService, Unavailable, _no_paths
+
+log = logging.getLogger("evireform.service")
+
+
+def create_app(service: RetrievalService, *, api_key: str | None = None,
+               max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256):
+    """The FastAPI application over ``service`` (see the module docstring)."""
+    try:
+        from fastapi import FastAPI
+        from fastapi.exceptions import RequestValidationError
+        from fastapi.openapi.utils import get_openapi
+        from fastapi.responses import JSONResponse, Response
+        from starlette.exceptions import HTTPException as StarletteHTTPException
+    except ImportError as exc:
+        raise ImportError("the service needs the 'serve' extra: "
+                          "pip install 'evireform[serve]'") from exc
+
+    M = http_models(max_k, max_questions)
+    QueryIn, BatchIn, UpdateIn = M.QueryIn, M.BatchIn, M.UpdateIn
+    UpdateOut, HealthOut, ErrorOut = M.UpdateOut, M.HealthOut, M.ErrorOut
+
+    class PrometheusText(Response):
+        media_type = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's
+
+    why = {400: "a request the index cannot answer (a malformed filter, an unknown key or "
+                "id, a blank question)",
+           401: "missing or wrong bearer token",
+           404: "an unknown passage id to delete",
+           413: f"request body over {max_body} bytes",
+           422: "a body that is not valid JSON or does not match the schema",
+           500: "internal error (never a traceback)",
+           503: "the queue is full (Retry-After) or the index files cannot be served",
+           507: "no space left on the server's disk (or a file-size limit) for the new "
+                "generation"}
+
+    def errors(*codes):
+        out = {}
+        for c in codes:
+            if c == 401 and api_key is None:
+                continue
+            out[c] = {"model": ErrorOut, "description": why[c]}
+            if c == 503:
+                out[c]["headers"] = {"Retry-After": {
+                    "description": "seconds to wait (a full queue)",
+                    "schema": {"type": "integer"}}}
+        return out
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await service.start()
+        yield
+        await service.stop()
+
+    from .. import __version__
+    app = FastAPI(title="evireform", version=__version__, lifespan=lifespan,
+                  description="EviReform multi-hop retrieval over one index")
+    m = service.metrics
+
+    def error(status: int, message: str, headers=None):
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request, exc):
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":
+            return error(422, "the request body is not valid JSON "
+                              f"({(first.get('ctx') or {}).get('error', 'decode error')})")
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return error(422, f"{where or 'body'}: {first.get('msg', 'invalid request')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def crashed(request, exc):
+        code, msg = _error_of(exc)
+        return error(code, msg)
+
+    def answer(res, gen: int, graph: bool, took: float) -> dict[str, Any]:  # plain JSON types only
+        # the result record every door prints (RetrievalResult.to_dict), and when it ran
+        return {**res.to_dict(graph=graph), "generation": gen, "took_ms": round(took * 1e3, 3)}
+
+    @app.get("/health", response_model=HealthOut,
+             responses={503: {"model": HealthOut, "description": "the index files cannot be "
+                              "served"}, 500: errors(500)[500]})
+    async def health():
+        h = service.health()
+        return JSONResponse(h, status_code=200 if h["status"] == "ok" else 503)
+
+    @app.post("/query", response_model=QueryOut,
+              responses=errors(400, 401, 413, 422, 500, 503))
+    async def query(body: QueryIn):
+        t0 = time.perf_counter()
+        try:
+            res, gen = await service.query(body.question, body.k, body.method, body.where())
+        except Overloaded as exc:
+            return error(503, str(exc), {"Retry-After": "1"})
+        except Unavailable as exc:
+            return error(503, str(exc))
+        except EmbedderOutputError as exc:  # the server's embedder, not the request
+            return error(500, str(exc))
+        except ValueError as exc:
+            return error(400, str(exc))
+        # a JSONResponse of plain types: FastAPI's encoder walk is skipped
+        return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
+
+    @app.post("/query_batch", response_model=BatchOut,
+              responses=errors(400, 401, 413, 422, 500, 503))
+    async def query_batch(body: BatchIn):
+        t0 = time.perf_counter()
+        try:
+            results, gen = await service.query_batch(body.questions, body.k, body.method,
+                                                     body.where())
+        except Overloaded as exc:
+            return error(503, str(exc), {"Retry-After": "1"})
+        except Unavailable as exc:
+            return error(503, str(exc))
+        except EmbedderOutputError as exc:  # the server's embedder, not the request
+            return error(500, str(exc))
+        except ValueError as exc:
+            return error(400, str(exc))
+        took = time.perf_counter() - t0
+        return JSONResponse({"results": [answer(r, gen, body.graph, took) for r in results],
+                             "generation": gen, "took_ms": round(took * 1e3, 3)})
+
+    @app.post("/update", response_model=UpdateOut,
+              responses=errors(400, 401, 404, 413, 422, 500, 507))
+    async def update(body: UpdateIn):
+        add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
+        try:
+            return JSONResponse(await service.update(add, body.upsert, body.delete))
+        except KeyError as exc:
+            return error(404, str(exc.args[0] if exc.args else exc))
+        except (ValueError, TypeError) as exc:
+            return error(400, _no_paths(str(exc), service.index_dir))
+
+    @app.get("/metrics", response_class=PrometheusText,
+             responses={200: {"description": "Prometheus text exposition",
+                              "content": {PrometheusText.media_type: {
+                                  "schema": {"type": "string"}}}},
+                        **{c: {"description": r["description"], "content": {
+                            "application/json": {"schema": {
+                                "$ref": "#/components/schemas/ErrorOut"}}}}
+                           for c, r in errors(401, 500).items()}})
+    async def metrics():
+        return PrometheusText(m.text())
+
+    def openapi():
+        """The schema, with the bearer scheme on every endpoint but /health when a key is
+        set (what a client generator needs to send it)."""
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version,
+                              description=app.description, routes=app.routes)
+            if api_key is not None:
+                doc.setdefault("components", {})["securitySchemes"] = {
+                    "bearer": {"type": "http", "scheme": "bearer"}}
+                for path, ops in doc["paths"].items():
+                    for op in ops.values():
+                        if path != "/health":
+                            op["security"] = [{"bearer": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+    return _Guard(app, m, api_key, max_body)
+
+
+
+def _protocol(header_timeout: float):
+    """uvicorn's h11 protocol with a header deadline: a connection that has not sent a whole
+    request head within ``header_timeout`` seconds of connecting (or of starting its next
+    request) is closed, so clients trickling headers cannot hold connections."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _hdr = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data):
+            if self._hdr is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm()
+            super().data_received(data)
+
+        def connection_lost(self, exc):
+            if self._hdr is not None:
+                self._hdr.cancel()
+                self._hdr = None
+            super().connection_lost(exc)
+
+        def _arm(self):
+            cycle = self.cycle
+
+            def expire():
+                self._hdr = None
+                if self.cycle is cycle and not self.transport.is_closing():
+                    self.transport.close()  # no request head in time
+            self._hdr = self.loop.call_later(header_timeout, expire)
+    return HeaderTimeoutProtocol
+
+
+def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 8000,
+          api_key: str | None = None, log_level: str = "warning",
+          header_timeout: float = 10.0, keep_alive: float = 5.0,
+          max_connections: int = 1000, banner: str | None = None) -> None:
+    """Run the service with uvicorn until interrupted: request heads within
+    ``header_timeout`` seconds, idle keep-alive connections closed after ``keep_alive``
+    seconds, at most ``max_connections`` connections (beyond, 503).  The socket is bound
+    first: a port in use raises ``OSError`` naming it, and ``banner`` is printed to stderr
+    only once the address is bound.  A fatal signal (a memory-mapped file truncated under
+    the process) leaves a traceback on stderr (``faulthandler``)."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError("the service needs the 'serve' extra: "
+                          "pip install 'evireform[serve]'") from exc
+    faulthandler.enable(sys.stderr)
+    app = create_app(service, api_key=api_key)
+    sock = _bound_socket(host, port)
+    if banner:
+        print(banner, file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
+                            http=_protocol(header_timeout), timeout_keep_alive=keep_alive,
+                            limit_concurrency=max_connections)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _bound_socket(host: str, port: int):
+    """A listening TCP socket on ``host:port`` (IPv6 for an address with a colon), or
+    ``OSError`` saying the address is in use or cannot be bound."""
+    import socket
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                      + (" (another process holds the port; choose another with --port)"
+                         if exc.errno == errno.EADDRINUSE else "")) from None
+    sock.set_inheritable(True)
+    return sock

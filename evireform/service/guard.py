@@ -1,0 +1,131 @@
+"""The ASGI guard in front of the application: bearer token, body cap, metrics per
+endpoint and status, and a JSON answer for anything that escapes."""
+
+import errno
+import hmac
+import json
+import logging
+import time
+
+from .metrics import Metrics
+
+log = logging.getLogger("evireform.service")
+
+
+class _BodyTooLarge(Exception):
+    """Raised by the guard's ``receive`` when a streamed body passes the cap."""
+
+
+class _Guard:
+    """Pure ASGI middleware (cheaper than Starlette's BaseHTTPMiddleware): bearer token,
+    body-size limit, metrics per endpoint and status, and a JSON 500 for anything that
+    escapes the application (never a traceback).
+
+    The body cap counts the bytes as they arrive (a chunked body has no ``Content-Length``),
+    so no request can make the process hold more than ``max_body`` bytes of it; the bearer
+    scheme is matched case-insensitively (RFC 7235) and the key compared in constant time;
+    one response per request whatever fails after it started."""
+
+    ENDPOINTS = ("/health", "/query", "/query_batch", "/update", "/metrics")
+
+    def __init__(self, app, metrics: Metrics, api_key, max_body: int):
+        self.app, self.m, self.max_body = app, metrics, max_body
+        if api_key is not None and (not api_key or api_key != api_key.strip()
+                                    or any(c in api_key for c in " \t\r\n")):
+            raise ValueError("the API key is empty or holds whitespace (a key read with its "
+                             "newline would lock every client out); strip it")
+        self.api_key = api_key.encode() if api_key is not None else None
+
+    def _authorised(self, header: bytes | None) -> bool:
+        if self.api_key is None:
+            return True
+        scheme, _, token = (header or b"").partition(b" ")
+        ok_scheme = scheme.lower() == b"bearer"
+        return hmac.compare_digest(token.strip(b" "), self.api_key) and ok_scheme
+
+    async def _send_json(self, send, status: int, message: str, headers=()):
+        body = json.dumps({"error": message}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        path = scope.get("path", "")
+        endpoint = path if path in self.ENDPOINTS else "other"
+        status = [500]
+        started = [False]
+        seen = [0]
+
+        over = [False]
+
+        async def counting_send(msg):
+            if msg["type"] == "http.response.start":
+                if started[0]:
+                    return  # one response per request
+                if over[0]:  # the body passed the cap: 413, whatever the framework said
+                    started[0] = True
+                    status[0] = 413
+                    await self._send_json(send, 413, f"request body over {self.max_body} bytes")
+                    return
+                started[0] = True
+                status[0] = msg["status"]
+            elif over[0]:
+                return
+            await send(msg)
+
+        async def capped_receive():
+            msg = await receive()
+            if msg.get("type") == "http.request":
+                seen[0] += len(msg.get("body") or b"")
+                if seen[0] > self.max_body:
+                    over[0] = True
+                    raise _BodyTooLarge()
+            return msg
+        try:
+            headers = dict(scope.get("headers") or ())
+            if path != "/health" and not self._authorised(headers.get(b"authorization")):
+                await self._send_json(counting_send, 401, "missing or wrong bearer token",
+                                      [(b"www-authenticate", b"Bearer")])
+                return
+            size = headers.get(b"content-length")
+            if size is not None and (not size.isdigit() or int(size) > self.max_body):
+                await self._send_json(counting_send, 413,
+                                      f"request body over {self.max_body} bytes")
+                return
+            try:
+                await self.app(scope, capped_receive, counting_send)
+            except _BodyTooLarge:
+                if not started[0]:
+                    await self._send_json(counting_send, 413,
+                                          f"request body over {self.max_body} bytes")
+            except Exception as exc:
+                if not started[0]:
+                    code, msg = _error_of(exc)
+                    await self._send_json(counting_send, code, msg)
+        finally:
+            code = str(status[0])
+            self.m.requests.labels(endpoint, code).inc()
+            if status[0] >= 400:
+                self.m.errors.labels(endpoint, code).inc()
+            self.m.latency.labels(endpoint).observe(time.perf_counter() - t0)
+
+
+def _error_of(exc) -> tuple[int, str]:
+    """The status and message an unexpected exception is answered with: a full disk is 507
+    naming the cause, anything else a plain 500 (never a traceback or a server path)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:  # the cause may be wrapped
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return 507, "the index could not be written: no space left on the server's disk"
+        if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+            return 507, ("the index could not be written: a file would pass the server's "
+                         "file-size limit")
+        if isinstance(exc, _BodyTooLarge):
+            return 413, "request body too large"
+        exc = exc.__cause__ or exc.__context__
+    return 500, "internal error"

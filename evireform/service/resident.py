@@ -1,0 +1,319 @@
+"""The resident service without a web framework: generations of the index, the bounded
+queue, micro-batches, updates (see :mod:`evireform.service`)."""
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._checks import positive_int
+from ..application import apply_update, llm_roles, make_method
+from ..embed import encode_queries
+from ..engine import make_engine
+from ..filters import compile_filter
+from ..index import PropositionIndex
+from ..kernels import warm_up
+from ..store import MANIFEST, index_files
+from .metrics import Metrics
+
+log = logging.getLogger("evireform.service")
+
+
+class Overloaded(RuntimeError):
+    """The request queue is full: retry later (HTTP 503)."""
+
+
+class Unavailable(RuntimeError):
+    """The index files changed under the service and cannot be loaded (HTTP 503)."""
+
+
+@dataclass
+class Generation:
+    """One index version with the retrievers over it."""
+
+    number: int
+    index: object
+    retriever: object
+    strategies: dict[str, Any] = field(default_factory=dict)
+    #: the engine every method of this generation runs on (:func:`evireform.engine.make_engine`)
+    engine: object = None
+
+
+class RetrievalService:
+    """See the module docstring.  ``embedder`` is the index's (or the user's); ``roles``
+    (selector / reformulator / controller) and ``llm`` (an LLMClient, for the strategies)
+    are optional LLM roles; ``backend`` and ``precision`` choose each generation's engine
+    as ``evireform query`` does (:func:`evireform.engine.make_engine`), or ``backend`` is a
+    function of the index returning its engine (a sharded searcher, a device of your own)."""
+
+    def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
+                 max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
+                 index=None, backend: str = "auto", precision: str = "auto"):
+        self.index_dir = Path(index_dir)
+        self.backend, self.precision = backend, precision
+        self.embedder, self.config = embedder, config
+        # the LLM roles of ``llm`` unless given (``{}``: the LLM-free roles with an LLM
+        # for the strategies)
+        self.roles = llm_roles(llm) if roles is None else dict(roles)
+        self.llm = llm
+        self.max_batch = positive_int(max_batch, "max_batch")
+        self.max_queue = positive_int(max_queue, "max_queue")
+        if not 0 <= float(max_wait) <= 1:
+            raise ValueError(f"max_wait must be in [0, 1] seconds; got {max_wait}")
+        self.max_wait = float(max_wait)
+        # ``index``: the index already loaded from ``index_dir`` (so it is not read twice)
+        self._ident = self._files_identity()
+        self.gen = self._generation(index if index is not None
+                                    else PropositionIndex.load(self.index_dir), 0)
+        self._broken: str | None = None  # why the files on disk cannot be served
+        self._inflight = 0  # strategy questions and batch questions being answered
+        self._queue: asyncio.Queue | None = None
+        self._batcher: asyncio.Task | None = None
+        # one thread runs retrieval (the kernels and the encoder are multi-threaded inside);
+        # updates get their own so that queries go on while a new generation is built
+        self._work = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evireform-q")
+        self._upd = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evireform-u")
+        self._update_lock = threading.Lock()
+        self.metrics = Metrics()
+        self.metrics.generation.set(0)
+
+    # ------------------------------------------------------------------ generations
+    def _generation(self, index, number: int) -> Generation:
+        engine = self.backend(index) if callable(self.backend) else \
+            make_engine(index, self.backend, precision=self.precision)
+        return Generation(number, index, self._method("evireform", index, engine),
+                          engine=engine)
+
+    def _method(self, method: str, index, engine):
+        """``method`` over ``index`` on ``engine`` (:func:`evireform.application.make_method`):
+        EviReform with this service's config and roles, a strategy with its LLM."""
+        if method == "evireform":
+            return make_method("evireform", index, self.embedder, config=self.config,
+                               roles=self.roles, engine=engine)
+        return make_method(method, index, self.embedder, llm=self.llm, engine=engine)
+
+    def _files_identity(self):
+        """(inode, size, mtime_ns) of the manifest and of every file it lists: what changes
+        when ``evireform update`` swaps in a new generation, or when someone truncates or
+        overwrites a file in place (which would crash a reader of the old memory map)."""
+        out = []
+        for name in sorted(index_files(self.index_dir) or {MANIFEST}):
+            try:
+                st = os.stat(self.index_dir / name)
+                out.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((name, None))
+        return tuple(out)
+
+    def current(self) -> Generation:
+        """The generation to answer with: the files on disk are checked (one stat each)
+        and, when they changed (an update by another process, a file replaced), the new
+        generation is loaded and swapped in; when they cannot be loaded the service refuses
+        (:class:`Unavailable`) instead of reading a changed memory map."""
+        ident = self._files_identity()
+        if ident == self._ident:
+            if self._broken:
+                raise Unavailable(self._broken)
+            return self.gen
+        with self._update_lock:
+            ident = self._files_identity()
+            if ident != self._ident:
+                try:
+                    idx = PropositionIndex.load(self.index_dir)
+                except Exception as exc:  # noqa: BLE001 - refused, named, until it is fixed
+                    self._broken = ("the index files changed on disk and no longer load "
+                                    f"({_no_paths(str(exc), self.index_dir)}); restore the "
+                                    "index or write it with evireform update, never by "
+                                    "copying over a served index")
+                    self._ident = ident
+                    log.error("%s", self._broken)
+                    raise Unavailable(self._broken) from None
+                self._broken = None
+                self.gen = self._generation(idx, self.gen.number + 1)
+                self._ident = ident
+                self.metrics.generation.set(self.gen.number)
+                log.info("serving generation %d of %s (written by another process): %d "
+                         "passages", self.gen.number, self.index_dir, idx.n_passages)
+        if self._broken:
+            raise Unavailable(self._broken)
+        return self.gen
+
+    def _admit(self, n: int) -> None:
+        """Count ``n`` questions against the bounded queue (``Overloaded`` when it is full):
+        single questions, batches and every method share one bound."""
+        waiting = (self._queue.qsize() if self._queue is not None else 0) + self._inflight
+        if waiting + n > self.max_queue and (waiting > 0 or n > self.max_queue):
+            self.metrics.rejected.inc()
+            raise Overloaded(f"{waiting} questions are waiting (at most {self.max_queue}); "
+                             "retry shortly")
+        self._inflight += n
+
+    def strategy(self, gen: Generation, method: str):
+        if method == "evireform":
+            return gen.retriever
+        if method not in gen.strategies:
+            gen.strategies[method] = self._method(method, gen.index, gen.engine)
+        return gen.strategies[method]
+
+    def health(self) -> dict[str, Any]:
+        try:
+            g = self.current()
+        except Unavailable as exc:
+            return {"status": "unavailable", "error": str(exc)}
+        return {"status": "ok", "index": {"passages": g.index.n_passages,
+                                          "propositions": g.index.n_props,
+                                          "embedder": g.index.embedder_name,
+                                          "generation": g.number}}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Warm the embedder (so the first question does not pay the model load) and start
+        the batcher."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._work, warm_up)  # single and batched kernels
+        await loop.run_in_executor(self._work, encode_queries, self.embedder, ["warm-up"])
+        await loop.run_in_executor(self._work, self.gen.retriever.retrieve, "warm-up", 1)
+        self._queue = asyncio.Queue(maxsize=self.max_queue)
+        self._batcher = asyncio.create_task(self._batch_loop())
+
+    async def stop(self) -> None:
+        if self._batcher is not None:
+            self._batcher.cancel()
+            try:
+                await self._batcher
+            except asyncio.CancelledError:
+                pass
+        self._work.shutdown(wait=False, cancel_futures=True)
+        self._upd.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ queries
+    async def query(self, question: str, k: int = 10, method: str = "evireform", filter=None):
+        """``(RetrievalResult, generation number)`` for one question.  EviReform questions
+        join a micro-batch (of questions with the same ``k`` and filter); the strategies run
+        one at a time.  ``filter``: :mod:`evireform.filters` (checked here: ``ValueError``)."""
+        filter = compile_filter(filter)
+        if method != "evireform":
+            return await self._run(1, lambda gen: functools.partial(
+                self.strategy(gen, method).retrieve, question, k, filter=filter))
+        fut = asyncio.get_running_loop().create_future()
+        if self._queue.qsize() + self._inflight >= self.max_queue:
+            self.metrics.rejected.inc()
+            raise Overloaded(f"{self.max_queue} questions are waiting; retry shortly")
+        try:
+            self._queue.put_nowait((question, (int(k), filter), fut))
+        except asyncio.QueueFull:
+            self.metrics.rejected.inc()
+            raise Overloaded(f"{self.max_queue} questions are waiting; retry shortly") from None
+        self.metrics.queue_depth.set(self._queue.qsize())
+        return await fut
+
+    async def query_batch(self, questions, k: int = 10, method: str = "evireform",
+                          filter=None):
+        """``(results, generation number)`` for a list of questions: one ``retrieve_many``."""
+        filter = compile_filter(filter)
+        questions = list(questions)
+        return await self._run(len(questions), lambda gen: functools.partial(
+            self.strategy(gen, method).retrieve_many, questions, k, filter=filter))
+
+    async def _run(self, n: int, call):
+        """``(call(generation)(), generation number)`` on the query thread, ``n`` questions
+        counted against the bounded queue while they wait and run."""
+        self._admit(n)
+        try:
+            gen = self.current()
+            res = await asyncio.get_running_loop().run_in_executor(self._work, call(gen))
+            return res, gen.number
+        finally:
+            self._inflight -= n
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        q = self._queue
+        last = 1
+        while True:
+            items = [await q.get()]
+            # wait for company only under load (the last batch had company): a lone client
+            # pays no batching delay, concurrent ones share a retrieve_many
+            until = loop.time() + (self.max_wait if last > 1 else 0.0)
+            while len(items) < self.max_batch:
+                try:
+                    items.append(q.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                left = until - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    items.append(await asyncio.wait_for(q.get(), left))
+                except asyncio.TimeoutError:
+                    break
+            self.metrics.queue_depth.set(q.qsize())
+            last = len(items)
+            items = [it for it in items if not it[2].done()]  # a client that went away
+            groups: dict[tuple, list] = {}  # one retrieve_many per (k, filter)
+            for it in items:
+                k, flt = it[1]
+                groups.setdefault((k, flt.key if flt is not None else None), []).append(it)
+            try:
+                gen = self.current()  # the whole batch runs on one generation
+            except Unavailable as exc:
+                for it in items:
+                    if not it[2].done():
+                        it[2].set_exception(exc)
+                continue
+            for group in groups.values():
+                k, flt = group[0][1]
+                self.metrics.batch_size.observe(len(group))
+                try:
+                    results = await loop.run_in_executor(self._work, functools.partial(
+                        gen.retriever.retrieve_many, [g[0] for g in group], k, filter=flt))
+                except Exception as exc:  # handed to each waiting request
+                    for g in group:
+                        if not g[2].done():
+                            g[2].set_exception(exc)
+                    continue
+                for g, res in zip(group, results):
+                    if not g[2].done():
+                        g[2].set_result((res, gen.number))
+
+    # ------------------------------------------------------------------ updates
+    async def update(self, add=None, upsert: bool = False, delete=None) -> dict[str, Any]:
+        """Apply deletions then additions to the saved index under its lock, save the new
+        generation atomically and swap it in; serialised."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._upd, self._update_sync, add, upsert, delete)
+
+    def _update_sync(self, add, upsert, delete) -> dict[str, Any]:
+        with self._update_lock:
+            up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
+                              upsert=upsert)
+            # what was just saved, memory-mapped as a start loads it (the fast tier: the
+            # save stamped the files it wrote from a fully verified load)
+            new = self._generation(PropositionIndex.load(self.index_dir),
+                                   self.gen.number + 1)
+            self.gen, self._ident, self._broken = new, self._files_identity(), None
+        self.metrics.generation.set(new.number)
+        return {"generation": new.number, "passages": new.index.n_passages,
+                "propositions": new.index.n_props, "changes": up.counts()}
+
+
+
+def _no_paths(message: str, index_dir) -> str:
+    """``message`` without the server's absolute paths (the index directory's own path
+    and its parent become "the index")."""
+    real = os.path.realpath(index_dir)
+    for p in sorted({str(Path(index_dir).absolute()), real, str(index_dir)}, key=len,
+                    reverse=True):
+        if p and p not in (".", "/"):
+            message = message.replace(p, "<index>")
+    for p in sorted({str(Path(index_dir).absolute().parent), os.path.dirname(real)}, key=len,
+                    reverse=True):
+        if len(p) > 1:
+            message = message.replace(p, "<index folder>")
+    return message
