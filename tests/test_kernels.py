@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import evireform.kernels as K
+import evireform.kernels.runtime as KR
 from evireform.kernels import EntityGraph, PassageMap, reference as R
 
 from helpers import random_graph, random_passages, random_seed, unit_rows
@@ -706,22 +707,22 @@ def test_mentions_outside_degenerate_and_bad_input():
 
 def _busy(monkeypatch, load: float):
     """A machine whose 1-minute load average is ``load``, seen at the next check."""
-    monkeypatch.setattr(K.os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(K, "_LOAD_SEEN", [-1e18, False, 0.0])
+    monkeypatch.setattr(KR.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(KR, "_LOAD_SEEN", [-1e18, False, 0.0])
 
 
 def test_machine_busy_reads_the_load_per_usable_core(monkeypatch):
     monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", 1.5)
-    cpus = K._usable_cpus()
+    cpus = KR._usable_cpus()
     _busy(monkeypatch, 1.5 * cpus + 0.1)
     assert K.machine_busy()
     _busy(monkeypatch, 1.5 * cpus - 0.1)
     assert not K.machine_busy()
     # the load this process makes itself is not other work: 2 CPU seconds in 1 s of wall
     times = [os.times_result((10.0, 1.0, 0, 0, 0)), os.times_result((12.0, 1.0, 0, 0, 0))]
-    monkeypatch.setattr(K.os, "times", lambda: times.pop(0))
+    monkeypatch.setattr(KR.os, "times", lambda: times.pop(0))
     clock = [100.0, 101.0]
-    monkeypatch.setattr(K.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(KR.time, "monotonic", lambda: clock[0])
     _busy(monkeypatch, 1.5 * cpus + 1.0)
     assert K.machine_busy()  # the first check cannot tell its own share
     clock[0] = 101.0
@@ -731,9 +732,9 @@ def test_machine_busy_reads_the_load_per_usable_core(monkeypatch):
     _busy(monkeypatch, 1.5 * cpus - 0.1)
     assert not K.machine_busy()
     # read at most once a second: a load that changes now is seen only later
-    monkeypatch.setattr(K.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
+    monkeypatch.setattr(KR.os, "getloadavg", lambda: (99.0, 99.0, 99.0))
     assert not K.machine_busy()
-    K._LOAD_SEEN[0] -= 1.0
+    KR._LOAD_SEEN[0] -= 1.0
     assert K.machine_busy()
     monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", None)
     assert not K.machine_busy()
@@ -741,8 +742,8 @@ def test_machine_busy_reads_the_load_per_usable_core(monkeypatch):
     def no_load():
         raise OSError("no load average here")
     monkeypatch.setattr(K.config, "BUSY_LOAD_PER_CPU", 1.5)
-    monkeypatch.setattr(K.os, "getloadavg", no_load)
-    monkeypatch.setattr(K, "_LOAD_SEEN", [-1e18, True, 0.0])
+    monkeypatch.setattr(KR.os, "getloadavg", no_load)
+    monkeypatch.setattr(KR, "_LOAD_SEEN", [-1e18, True, 0.0])
     assert not K.machine_busy()
 
 
