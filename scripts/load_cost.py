@@ -33,7 +33,7 @@ def _median_load(path, repeat):
     return statistics.median(ts)
 
 
-def _unchecked_arrays(path, arr, sizes):
+def _unchecked_arrays(path, arr, sizes, full=True):
     graph = EntityGraph(**{s.name: arr[s.name] for s in SPECS if s.owner == "graph"})
     pmap = PassageMap(**{s.name: arr[s.name] for s in SPECS if s.owner == "pmap"})
     return graph, pmap

@@ -1,0 +1,56 @@
+"""The scripts (scripts/): each is named in the docs, and each runs: the cheap measurements on
+tiny sizes, to the end; the rest parse their options (``--help``), which imports what they
+import at the top.  A script that falls behind the library fails here."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh"))
+
+#: script -> the arguments of a small run that goes to the end (a few seconds each)
+SMALL_RUNS = {
+    "shard_recall.py": ["--n", "3000", "--shards", "1,2", "--queries", "5"],
+    "int8_search_cost.py": ["--rows", "2000", "--queries", "3"],
+    "hnsw_params.py": ["--n", "2000", "--queries", "5"],
+    "tile_order_check.py": ["--trials", "3"],
+    "llm_dead_endpoint.py": ["--questions", "1", "--deadline", "1"],
+    "normalise_memory.py": ["1000", "8"],
+    "load_cost.py": ["{index}", "--repeat", "1", "--hnsw"],
+}
+
+
+def test_every_script_is_named_in_the_docs():
+    text = "\n".join(p.read_text(encoding="utf-8")
+                     for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    missing = [p.name for p in SCRIPTS if p.name not in text]
+    assert not missing, f"scripts no page names: {missing}"
+
+
+@pytest.fixture(scope="module")
+def tiny_index(tmp_path_factory):
+    from evireform import PropositionIndex
+    from evireform.embed import HashingEmbedder
+    docs = [{"id": f"p{i}", "title": f"Town {i}", "text": f"Town {i} lies on river {i % 3}."}
+            for i in range(30)]
+    return PropositionIndex.build(docs, HashingEmbedder(32), show_progress=False).save(
+        tmp_path_factory.mktemp("scripts") / "ix")
+
+
+@pytest.mark.parametrize("name", [p.name for p in SCRIPTS if p.suffix == ".py"])
+def test_every_python_script_runs(name, tiny_index, tmp_path):
+    path = ROOT / "scripts" / name
+    src = path.read_text(encoding="utf-8")
+    compile(src, str(path), "exec")
+    if name in SMALL_RUNS:
+        args = [a.format(index=tiny_index) for a in SMALL_RUNS[name]]
+    elif "argparse" in src:
+        args = ["--help"]
+    else:
+        return  # compiled above; it takes a rev, a dataset or the docs' JSON to do anything
+    r = subprocess.run([sys.executable, str(path), *args], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip()
