@@ -34,7 +34,7 @@ vocabulary per namespace (:class:`~evireform.extract.PhraseExtractor`, the metad
 ``namespace``): a filter that selects one namespace equals an index built from that
 namespace's passages alone, and no tenant's text shapes another tenant's phrases; a filter
 that selects part of a namespace keeps the phrases its namespace learnt (a rebuild from
-just those passages would learn fewer).  ``tests/test_hostile4.py`` checks each of these
+just those passages would learn fewer).  ``tests/test_hostile_tenants.py`` checks each of these
 statements.
 
 **Comparison rules.**  Equality is JSON equality (``1 == 1.0``, but ``true`` is not ``1``;

@@ -1,0 +1,177 @@
+"""Hostile input to the document readers and to updates from files and folders: lone surrogates, undecodable file names, records that name a file, folders walked from anywhere, only regular files read, unreadable entries, overlong tokens."""
+import json
+import os
+import time
+import pytest
+from evireform import Passage, PropositionIndex
+from evireform.cli import main
+
+from hostile_common import REPO, EMB, _run, _index, _ps, _ranks  # noqa: F401
+
+
+def _folder(root):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "a.md").write_text("# A\n\nalice met bob in paris. bob met carol.\n")
+    (root / "b.md").write_text("# B\n\ncarol founded delta inc.\n")
+    (root / "sub").mkdir(exist_ok=True)
+    (root / "sub" / "c.txt").write_text("dave joined delta inc in lyon.")
+
+
+def _ids(ix):
+    return sorted(p.id for p in PropositionIndex.load(ix).passages)
+
+
+@pytest.mark.parametrize("where", ["text", "title", "id", "metadata", "metadata key"])
+def test_lone_surrogates_are_refused_naming_the_record(tmp_path, where):
+    bad = "cut \ud800 emoji"
+    p = {"text": Passage("a", "t", bad), "title": Passage("a", bad, "x"),
+         "id": Passage(bad, "t", "x"), "metadata": Passage("a", "t", "x", {"k": bad}),
+         "metadata key": Passage("a", "t", "x", {bad: 1})}[where]
+    with pytest.raises(ValueError, match="lone surrogate"):
+        PropositionIndex.build([p, Passage("b", "t", "fine")], EMB, show_progress=False)
+    ix = _index(tmp_path, _ps(3))
+    with pytest.raises(ValueError, match="lone surrogate"):
+        PropositionIndex.load(ix).add([p], EMB)
+    # a corpus file with the escape: refused by index, nothing written
+    c = tmp_path / "c.json"
+    c.write_text(json.dumps([{"id": "a", "text": "x \ud800 y"}]))
+    assert main(["index", str(c), str(tmp_path / "out"), "--embedder", "hashing-16",
+                 "--quiet"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_latin1_file_name_is_refused_and_every_saved_index_is_valid_utf8(tmp_path,
+                                                                           capsys):
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "good.txt").write_text("Alpha met Beta.")
+    try:
+        (d / os.fsdecode(b"caf\xe9.txt")).write_text("Gamma met Delta.")
+    except (OSError, UnicodeError):
+        pytest.skip("the file system refuses non-UTF-8 names")
+    assert main(["index", str(d), str(tmp_path / "ix"), "--embedder", "hashing-16",
+                 "--quiet"]) == 2
+    assert "not valid UTF-8" in capsys.readouterr().err
+    assert main(["index", str(d), str(tmp_path / "ix"), "--embedder", "hashing-16",
+                 "--quiet", "--skip-errors"]) == 0
+    blob = (tmp_path / "ix" / "strings.utf8").read_bytes()
+    blob.decode("utf-8")  # strict: valid UTF-8
+    import shutil
+    shutil.copytree(tmp_path / "ix", tmp_path / "copy")
+    assert PropositionIndex.load(tmp_path / "copy", verify="full").n_passages == 1
+
+
+def test_update_of_a_file_never_deletes_records_whose_metadata_names_it(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "x.md").write_text("first version of x.")
+    corpus = tmp_path / "c.json"  # LangChain loaders set "source" on every record
+    corpus.write_text(json.dumps([{"id": f"r{i}", "text": f"record {i} text.",
+                                   "source": "notes/x.md"} for i in range(3)]))
+    ix = tmp_path / "ix"
+    assert main(["index", str(corpus), str(ix), "--embedder", "hashing-16", "--quiet"]) == 0
+    (notes / "x.md").write_text("second version of x.")
+    assert main(["update", str(ix), "--add", str(notes / "x.md"), "--quiet"]) == 0
+    ids = _ids(ix)
+    assert {"r0", "r1", "r2"} <= set(ids) and "notes/x.md#0" in ids
+
+
+def test_update_of_a_folder_makes_the_index_match_it_from_any_directory(tmp_path):
+    notes = tmp_path / "work" / "notes"
+    _folder(notes)
+    ix = tmp_path / "ix"
+    r = _run("index", "notes", ix, "--embedder", "hashing-16", "--quiet",
+             cwd=tmp_path / "work")
+    assert r.returncode == 0, r.stderr
+    before = _ids(ix)
+    assert before == ["notes/a.md#0", "notes/b.md#0", "notes/sub/c.txt#0"]
+    # from another directory: nothing added twice
+    r = _run("update", ix, "--add", notes, "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _ids(ix) == before
+    # deleted, renamed, emptied
+    (notes / "b.md").unlink()
+    (notes / "sub" / "c.txt").rename(notes / "sub" / "d.txt")
+    (notes / "a.md").write_text("")
+    r = _run("update", ix, "--add", notes, "--quiet", cwd=tmp_path / "work" / "notes")
+    assert r.returncode == 0, r.stderr
+    assert _ids(ix) == ["notes/sub/d.txt#0"]
+    # a file of a subfolder named alone keeps the ids it has in the folder
+    (notes / "sub" / "d.txt").write_text("dave moved to nice.")
+    assert _run("update", ix, "--add", notes / "sub" / "d.txt", "--quiet").returncode == 0
+    idx = PropositionIndex.load(ix)
+    assert [p.id for p in idx.passages] == ["notes/sub/d.txt#0"]
+    assert idx.passages[0].text == "dave moved to nice."
+
+
+def test_only_regular_files_under_the_root_are_read(tmp_path):
+    from evireform.documents import load_paths
+    notes = tmp_path / "notes"
+    _folder(notes)
+    os.symlink("/dev/zero", notes / "zero.txt")
+    os.mkfifo(notes / "pipe.txt")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("root password.")
+    os.symlink(outside, notes / "passwd.txt")
+    os.symlink(notes / "a.md", notes / "alias.md")  # inside the root: followed
+    t0 = time.monotonic()
+    got = load_paths([notes])
+    assert time.monotonic() - t0 < 30  # neither /dev/zero nor the FIFO is read
+    srcs = set(got.sources)
+    assert "notes/alias.md" in srcs and not {"notes/zero.txt", "notes/pipe.txt",
+                                             "notes/passwd.txt"} & srcs
+    assert not any("root password" in p.text for p in got.passages)
+    joined = "\n".join(got.warnings)
+    assert "zero.txt" in joined and "pipe.txt" in joined and "passwd.txt" in joined
+    with pytest.raises(ValueError, match="not a regular file"):
+        load_paths([notes / "pipe.txt"])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder")
+def test_an_unreadable_subfolder_stops_the_command(tmp_path):
+    from evireform.documents import load_paths
+    notes = tmp_path / "notes"
+    _folder(notes)
+    locked = notes / "locked"
+    locked.mkdir()
+    (locked / "x.txt").write_text("hidden")
+    locked.chmod(0)
+    try:
+        with pytest.raises(ValueError, match="locked.*cannot be read"):
+            load_paths([notes])
+        assert load_paths([notes], skip_errors=True).errors
+    finally:
+        locked.chmod(0o755)
+
+
+def test_an_unlistable_entry_stops_the_walk_unless_skip_errors(tmp_path, monkeypatch):
+    """The same rule tested as root too: os.walk's errors reach the caller."""
+    from evireform import documents
+    notes = tmp_path / "notes"
+    _folder(notes)
+    real_walk = os.walk
+
+    def walk(top, onerror=None, followlinks=False):
+        onerror(PermissionError(13, "Permission denied", str(notes / "sub")))
+        yield from real_walk(top, onerror=onerror, followlinks=followlinks)
+    monkeypatch.setattr(documents.os, "walk", walk)
+    with pytest.raises(ValueError, match="sub.*cannot be read.*--skip-errors"):
+        documents.load_paths([notes])
+    assert documents.load_paths([notes], skip_errors=True).errors
+
+
+def test_one_long_token_is_cut_and_front_matter_is_metadata(tmp_path):
+    from evireform.documents import chunk_text, load_paths
+    chunks = chunk_text("x" * 200_000, 50, 0)
+    assert len(chunks) > 100 and max(map(len, chunks)) <= 50 * 16
+    assert "".join(chunks) == "x" * 200_000
+    uri = "data:image/png;base64," + "QUJD" * 100_000
+    assert len(chunk_text(f"see {uri} here.", 200, 0)) > 10
+    f = tmp_path / "n.md"
+    f.write_text("---\ntitle: Plans\nsecret_token: abc123\ntags: [a, b]\n---\n"
+                 "# Heading\n\nthe plan is simple.\n")
+    got = load_paths([f])
+    p = got.passages[0]
+    assert "secret_token" not in p.text and "abc123" not in p.text
+    assert p.metadata["secret_token"] == "abc123" and p.metadata["tags"] == ["a", "b"]
+    assert p.title == "Plans" and p.metadata["title"] == "Plans"

@@ -1,0 +1,70 @@
+"""Tenants that must not see each other: a namespace's extraction and ranking never depend on another namespace's text, and an add learns only the namespaces it touches."""
+import numpy as np
+from evireform import Passage, PropositionIndex
+
+from hostile_common import REPO, EMB, _run, _index, _ps, _ranks  # noqa: F401
+
+
+def _tenants(t2_text: str):
+    """Two namespaces of lower-case text (what --extractor phrases is for)."""
+    out = []
+    for i in range(30):
+        out.append(Passage(f"a{i}", f"item {i % 7}", f"the red fox {i % 5} ran with the "
+                           f"blue heron by lake {i % 10}. it was seen by ann {i % 4}.",
+                           {"namespace": "t1"}))
+    for i in range(30):
+        out.append(Passage(f"b{i}", f"item {i % 7}", t2_text.format(i=i % 6),
+                           {"namespace": "t2"}))
+    return out
+
+
+QS = ["where did the red fox run?", "who saw the blue heron?", "lake 2 and item 3",
+      "what ran near lake 1 with ann 2?"]
+
+
+def _entities_of_t1(idx):
+    g = idx.graph
+    out = set()
+    for i in np.flatnonzero(np.asarray(idx.owner) < 30):  # t1's propositions
+        for e in np.asarray(g.a_indices)[g.a_indptr[i]:g.a_indptr[i + 1]]:
+            out.add(idx.entity_names[int(e)])
+    return out
+
+
+def test_a_namespace_never_depends_on_another_namespaces_text():
+    from evireform.extract import PhraseExtractor
+    one = PropositionIndex.build(_tenants("a grey cat {i} sat on the mat."),
+                                 EMB, extractor=PhraseExtractor(), show_progress=False)
+    two = PropositionIndex.build(_tenants("ann walked past lake {i} today."),
+                                 EMB, extractor=PhraseExtractor(), show_progress=False)
+    t1 = {"namespace": "t1"}
+    assert _ranks(one, QS, t1) == _ranks(two, QS, t1)
+    # and t1 equals an index built from its passages alone, with the same extractor
+    alone = PropositionIndex.build([p for p in _tenants("x") if p.id.startswith("a")], EMB,
+                                   extractor=PhraseExtractor(), show_progress=False)
+    assert _ranks(one, QS, t1) == _ranks(alone, QS, None)
+    # group_by=None keeps the old behaviour (one vocabulary): there t2's text does reach t1
+    old = [PropositionIndex.build(_tenants(t), EMB, extractor=PhraseExtractor(group_by=None),
+                                  show_progress=False)
+           for t in ("a grey cat {i} sat on the mat.",
+                     "ann walked past lake {i} today.")]
+    assert old[0].meta["extractor"] == "phrases-v1" and one.meta["extractor"] == "phrases-v2"
+    assert old[0].prop_texts[:30] == old[1].prop_texts[:30]
+    assert _entities_of_t1(old[0]) != _entities_of_t1(old[1])
+    assert _entities_of_t1(one) == _entities_of_t1(two)
+
+
+def test_an_add_learns_only_the_namespaces_it_touches(tmp_path):
+    from evireform.extract import PhraseExtractor
+    ps = _tenants("a grey cat {i} sat on the mat.")
+    idx = PropositionIndex.build(ps[:25] + ps[30:], EMB, extractor=PhraseExtractor(),
+                                 show_progress=False)
+    ex = PhraseExtractor()
+    out = idx.add(ps[25:30], EMB, extractor=ex)
+    assert set(ex.vocabs) == {("key", ("string", "t1"))}, "fitted a namespace it did not add"
+    # the CLI keeps the recorded variant: an index built as phrases-v1 updates as v1
+    from evireform.extract import extractor_recorded, make_extractor
+    assert extractor_recorded("phrases-v1").name == "phrases-v1"
+    assert make_extractor("phrases", "phrases-v1").group_by is None
+    assert extractor_recorded("phrases-v2").group_by == "namespace"
+    assert out.n_passages == 60
