@@ -142,7 +142,8 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     if add is None and not delete:
         raise ValueError("give passages to add and/or ids to delete")
     with index_lock(index_dir):
-        idx = PropositionIndex.load(index_dir, verify="full")
+        # no stamp written: an update refused below leaves the directory as it was
+        idx = PropositionIndex.load(index_dir, verify="full", stamp=False)
         out = Update(idx, (idx.n_passages, idx.n_props))
         if delete:
             idx = idx.delete(list(delete))

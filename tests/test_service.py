@@ -423,3 +423,40 @@ def test_the_banner_comes_after_the_bind_and_a_taken_port_is_named(index_dir):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_refused_update_changes_nothing_on_disk_and_keeps_the_generation(index_dir):
+    """A /update refused (an unknown id to delete, a passage id taken by other content)
+    leaves every file of the index as it was (names, bytes, modification times: no stamp
+    rewritten) and the generation the service reports; an accepted one then bumps it."""
+    import hashlib
+    import httpx
+    from evireform.service import create_app
+
+    def files():
+        return {f.name: (hashlib.sha256(f.read_bytes()).hexdigest(), f.stat().st_mtime_ns)
+                for f in sorted(index_dir.iterdir())}
+    taken_id = PropositionIndex.load(index_dir).passages[0].id
+    svc = _service(index_dir)
+    before = files()
+
+    async def run():
+        await svc.start()
+        try:
+            transport = httpx.ASGITransport(app=create_app(svc))
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                gone = await c.post("/update", json={"delete": ["no-such-id"]})
+                taken = await c.post("/update", json={"add": [
+                    {"id": taken_id, "text": "Other content under a taken id."}]})
+                health = (await c.get("/health")).json()
+                untouched = files() == before
+                ok = await c.post("/update", json={"add": [{"text": "Omega 9 met Alpha 9."}]})
+                return gone, taken, health, untouched, ok, (await c.get("/health")).json()
+        finally:
+            await svc.stop()
+    gone, taken, health, untouched, ok, after = asyncio.run(run())
+    assert gone.status_code == 404 and taken.status_code == 400, (gone.text, taken.text)
+    assert health["index"]["generation"] == 0
+    assert untouched
+    assert ok.status_code == 200 and ok.json()["generation"] == 1
+    assert after["index"]["generation"] == 1

@@ -18,7 +18,7 @@ from ..engine import make_engine
 from ..filters import compile_filter
 from ..index import PropositionIndex
 from ..kernels import warm_up
-from ..store import MANIFEST, index_files
+from ..store import MANIFEST, STAMP, index_files
 from .metrics import Metrics
 
 log = logging.getLogger("evireform.service")
@@ -102,7 +102,8 @@ class RetrievalService:
         when ``evireform update`` swaps in a new generation, or when someone truncates or
         overwrites a file in place (which would crash a reader of the old memory map)."""
         out = []
-        for name in sorted(index_files(self.index_dir) or {MANIFEST}):
+        # the stamp records a verification, not data: rewriting it changes nothing served
+        for name in sorted((index_files(self.index_dir) or {MANIFEST}) - {STAMP}):
             try:
                 st = os.stat(self.index_dir / name)
                 out.append((name, st.st_ino, st.st_size, st.st_mtime_ns))

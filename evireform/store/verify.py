@@ -303,10 +303,13 @@ def _identity(path: Path):
     return (d.st_dev, d.st_ino, m.st_ino, m.st_size, m.st_mtime_ns, m.st_ctime_ns)
 
 
-def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto") -> Loaded:
+def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto",
+               stamp: bool = True) -> Loaded:
     """Read and check an index directory (see the module docstring); raises
     :class:`IndexFormatError` naming the file and the value for any problem.  ``verify``:
     ``"auto"`` (fast tier when the stamp matches, else full), ``"fast"``, ``"full"``.
+    ``stamp=False``: a full verification writes no stamp (a read that must leave the
+    directory as it found it, e.g. an update that may yet be refused).
 
     A read sees one version: saves swap whole directories, so when the directory at ``path``
     is replaced while it is being read (a concurrent ``update``), the read starts again on the
@@ -319,7 +322,7 @@ def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto") -> Loade
         with _dir_lock(path) if last else contextlib.nullcontext():
             before = _identity(path)
             try:
-                got = _load_once(path, mmap, verify)
+                got = _load_once(path, mmap, verify, stamp)
             except (IndexFormatError, OSError) as exc:
                 if before is None or _identity(path) == before or last:
                     if isinstance(exc, IndexFormatError):
@@ -434,7 +437,7 @@ def _json_tables(path: Path, sizes: dict[str, Any]):
     return passages, props, ents
 
 
-def _load_once(path: Path, mmap: bool, verify: Any) -> Loaded:
+def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loaded:
     if not path.exists() and path.parent.is_dir() and _siblings(path, "old"):
         with _dir_lock(path):  # a save killed between its renames: put the index back
             recover(path, looks_like_index)
@@ -476,7 +479,8 @@ def _load_once(path: Path, mmap: bool, verify: Any) -> Loaded:
             _check_files(path, {n: files[n] for n in sha}, True)
             sha = {}
         _check_unit_rows(path / "embeddings.npy", emb, codes, scale, path / CODES_FILE, sha)
-        write_stamp(path, files, "full")
+        if stamp:
+            write_stamp(path, files, "full")
     man = dict(man, verified=tier)
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids,
                   codes, scale)
