@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # annotations only
     from .embed import Embedder
     from .extract import Extractor
     from .index import PropositionIndex
-    from .types import StrPath
+    from .types import FilterSpec, StrPath
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,21 @@ def update_extractor(index: PropositionIndex, extractor: Extractor | None=None):
         built, index.meta.get("extractor_choice"))
 
 
+def _matching_ids(index: PropositionIndex, flt: FilterSpec) -> list[str]:
+    """The ids of the passages filter ``flt`` matches (``KeyError`` when none does)."""
+    from .filters import restriction
+    try:
+        r = restriction(index, flt)
+    except ValueError as exc:
+        if "no passage of the index has" not in str(exc):
+            raise
+        r = None  # a key no passage has: nothing matches
+    ids = [] if r is None else [index.passages[int(j)].id for j in r.passages]
+    if not ids:
+        raise KeyError(f"no passage matches the filter {flt!r:.300}; nothing was deleted")
+    return ids
+
+
 @dataclass
 class Update:
     """What :func:`apply_update` did: the new ``index`` (saved unless ``saved`` is False),
@@ -125,7 +140,8 @@ def _merge(changes: dict[str, Any], new: dict[str, Any]) -> None:
 def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add: Any=None,
                  embedder: Embedder | None=None, upsert: bool = False, extractor: Extractor | None=None,
                  show_progress: bool = False,
-                 before_save: Callable[[Update], bool] | None = None) -> Update:
+                 before_save: Callable[[Update], bool] | None = None,
+                 delete_where: FilterSpec = None) -> Update:
     """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``
     (passages, records, or a :class:`~evireform.documents.Loaded` read from files and
     folders: the index is made to match those files) to the index saved at ``index_dir``,
@@ -136,15 +152,23 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     other; read slow inputs *before* calling this (the lock is held throughout).
     ``upsert``: passages whose ids exist are replaced instead of refused.  ``extractor``:
     see :func:`update_extractor`.  ``before_save(update)`` returning False leaves the saved
-    index as it was (``Update.saved`` False): the CLI's ``--strict-llm``."""
+    index as it was (``Update.saved`` False): the CLI's ``--strict-llm``.  ``delete_where``:
+    a filter (:mod:`evireform.filters`, e.g. ``{"source": "notes/a.md"}`` to delete a
+    document's passages) whose matching passages are deleted too; one that matches nothing
+    raises ``KeyError``."""
     if not isinstance(add, Loaded) and not add:
         add = None  # an empty list adds nothing
-    if add is None and not delete:
-        raise ValueError("give passages to add and/or ids to delete")
+    if add is None and not delete and delete_where is None:
+        raise ValueError("give passages to add and/or ids or a filter to delete")
+    if delete_where is not None:
+        from .filters import compile_filter
+        compile_filter(delete_where)  # a malformed filter is refused before the lock
     with index_lock(index_dir):
         # no stamp written: an update refused below leaves the directory as it was
         idx = PropositionIndex.load(index_dir, verify="full", stamp=False)
         out = Update(idx, (idx.n_passages, idx.n_props))
+        if delete_where is not None:
+            delete = list(delete or []) + _matching_ids(idx, delete_where)
         if delete:
             idx = idx.delete(list(delete))
             _merge(out.changes, idx.changes)

@@ -167,3 +167,49 @@ def test_repeated_upserts_compact_hnsw_tombstones(tmp_path):
     # the same scores as exact search (ids may differ among tied, identical propositions)
     np.testing.assert_allclose(search_index(idx, Q, 5)[1], search_index(idx, Q, 5, exact=True)[1],
                                atol=1e-6)
+
+
+def test_delete_where_removes_a_documents_passages_cli_and_service(tmp_path, monkeypatch,
+                                                                   capsys):
+    """Delete by document: ``update --delete-where '{"source": ...}'`` and /update's
+    ``delete_where`` remove exactly the passages the filter matches; one that matches none is
+    refused (exit 1 / 404) and changes nothing."""
+    import asyncio
+    import json
+    import httpx
+    from evireform.cli import main
+    from evireform.service import RetrievalService, create_app
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes").mkdir()
+    for name, body in (("a.md", "# Alpha\n\nAlpha Quist lives in Tessaly by the Vell."),
+                       ("b.md", "# Beta\n\nBeta Orvel founded the Grey Sound society."),
+                       ("c.txt", "Gamma Lind wrote about the Vell river.")):
+        (tmp_path / "notes" / name).write_text(body)
+    assert main(["index", "notes", "ix", "--embedder", "hashing-32", "--quiet"]) == 0
+    sources = lambda: sorted({p.metadata["source"]  # noqa: E731
+                              for p in PropositionIndex.load("ix").passages})
+    assert sources() == ["notes/a.md", "notes/b.md", "notes/c.txt"]
+    assert main(["update", "ix", "--delete-where", json.dumps({"source": "notes/a.md"}),
+                 "--quiet"]) == 0
+    assert sources() == ["notes/b.md", "notes/c.txt"]
+    capsys.readouterr()
+    assert main(["update", "ix", "--delete-where", json.dumps({"source": "notes/a.md"}),
+                 "--quiet"]) == 2  # matches nothing now: refused, as an unknown id is
+    assert "no passage matches" in capsys.readouterr().err
+    assert sources() == ["notes/b.md", "notes/c.txt"]
+    svc = RetrievalService(tmp_path / "ix", HashingEmbedder(32))
+
+    async def run():
+        await svc.start()
+        try:
+            transport = httpx.ASGITransport(app=create_app(svc))
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                none = await c.post("/update", json={"delete_where": {"source": "gone.md"}})
+                ok = await c.post("/update", json={"delete_where": {"source": "notes/b.md"}})
+                return none, ok
+        finally:
+            await svc.stop()
+    none, ok = asyncio.run(run())
+    assert none.status_code == 404 and "no passage matches" in none.json()["error"]
+    assert ok.status_code == 200 and ok.json()["changes"]["deleted"] >= 1
+    assert sources() == ["notes/c.txt"]

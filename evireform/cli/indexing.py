@@ -21,7 +21,7 @@ from ..llm import LLMExtractor
 from ..store import STAMP, UnsafeTargetError, check_target, looks_like_index
 from .options import (
     _add_document_args, _add_embedder_args, _add_index_dir, _add_index_embedder_args,
-    _add_llm_args, _add_quiet, _embedder, _extraction_fallbacks, _fallbacks_refused,
+    _add_llm_args, _add_quiet, _embedder, _extraction_fallbacks, _fallbacks_refused, _filter_arg,
     _index_embedder, _llm_client, _nonneg_float, _positive_int, _read_paths)
 
 if TYPE_CHECKING:  # annotations only
@@ -204,10 +204,11 @@ def _cmd_update(args: Any) -> int:
     other.  The index is fully verified before it is rewritten (a save would otherwise
     stamp data nobody checked)."""
 
-    if not args.add and not args.delete:
-        raise ValueError("give --add FILE and/or --delete IDS_FILE")
+    if not args.add and not args.delete and args.delete_where is None:
+        raise ValueError("give --add FILE, --delete IDS_FILE and/or --delete-where FILTER")
     t0 = time.perf_counter()
     ids = loaded = None
+    where = _filter_arg(args.delete_where)  # refused before anything is read
     if args.delete:
         text = read_text_file(args.delete, "--delete")
         ids = [l.strip() for l in text.splitlines() if l.strip()]
@@ -224,6 +225,7 @@ def _cmd_update(args: Any) -> int:
         extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
     del peek
     up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
+                      delete_where=where,
                       upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
                       before_save=lambda u: not _fallbacks_refused(
                           args, "update", u.extractor, len(loaded.passages) if loaded else 0))
@@ -357,6 +359,10 @@ def add_update_parser(sub: Any) -> None:
                     help="passages to add: a corpus file, a text or Markdown file, or a folder "
                          "(chunked files replace exactly their earlier chunks)")
     up.add_argument("--delete", metavar="IDS_FILE", help="passage ids to delete, one per line")
+    up.add_argument("--delete-where", metavar="FILTER",
+                    help="delete the passages this filter matches (JSON where clause, or "
+                         "@file.json), e.g. '{\"source\": \"notes/a.md\"}' for one "
+                         "document's passages")
     up.add_argument("--upsert", action="store_true",
                     help="--add replaces passages whose ids exist instead of refusing them")
     up.add_argument("--device", default=None, help="device for the index's embedder")

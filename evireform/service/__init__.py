@@ -17,7 +17,9 @@ started on.  :func:`create_app` puts it behind FastAPI (extra ``serve``):
                           "filter": null, "namespace": null}``
 ``POST /query_batch``     ``{"questions": [...], "k": 10, "method", "graph", "filter",
                           "namespace"}``
-``POST /update``          ``{"add": [passages], "upsert": false, "delete": [ids]}``
+``POST /update``          ``{"add": [passages], "upsert": false, "delete": [ids],
+                          "delete_where": filter}`` (``delete_where``: a document's
+                          passages by ``{"source": ...}``, or any where clause)
                           (a passage: ``{"id"?, "title"?, "text", "metadata"?}``)
 ``GET /metrics``          Prometheus text: requests, errors, latency, queue depth, batch
                           sizes, index generation

@@ -40,7 +40,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     why = {400: "a request the index cannot answer (a malformed filter, an unknown key or "
                 "id, a blank question)",
            401: "missing or wrong bearer token",
-           404: "an unknown passage id to delete",
+           404: "an unknown passage id to delete, or a delete_where no passage matches",
            413: f"request body over {max_body} bytes",
            422: "a body that is not valid JSON or does not match the schema",
            500: "internal error (never a traceback)",
@@ -145,7 +145,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def update(body: UpdateIn):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
         try:
-            return JSONResponse(await service.update(add, body.upsert, body.delete))
+            return JSONResponse(await service.update(add, body.upsert, body.delete,
+                                                     body.delete_where))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
         except (ValueError, TypeError) as exc:

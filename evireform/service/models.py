@@ -88,6 +88,10 @@ def http_models(max_k: int, max_questions: int):
         add: list[PassageIn] = Field(default_factory=list, max_length=10_000)
         upsert: StrictBool = False
         delete: list[StrictStr] = Field(default_factory=list, max_length=100_000)
+        delete_where: dict[str, Any] | None = Field(
+            None, description="a where clause over passage metadata (the query filter's "
+            "language): the passages it matches are deleted, e.g. {\"source\": "
+            "\"notes/a.md\"} for one document's; 404 when it matches none")
 
     # --- what the responses are (the OpenAPI schema; the handlers send plain JSON): the
     # result record is evireform.records' (QueryOut, module level), not restated here

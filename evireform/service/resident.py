@@ -284,15 +284,17 @@ class RetrievalService:
                         g[2].set_result((res, gen.number))
 
     # ------------------------------------------------------------------ updates
-    async def update(self, add=None, upsert: bool = False, delete=None) -> dict[str, Any]:
+    async def update(self, add=None, upsert: bool = False, delete=None,
+                     delete_where=None) -> dict[str, Any]:
         """Apply deletions then additions to the saved index under its lock, save the new
         generation atomically and swap it in; serialised."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._upd, self._update_sync, add, upsert, delete)
+            self._upd, self._update_sync, add, upsert, delete, delete_where)
 
-    def _update_sync(self, add, upsert, delete) -> dict[str, Any]:
+    def _update_sync(self, add, upsert, delete, delete_where=None) -> dict[str, Any]:
         with self._update_lock:
             up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
+                              delete_where=delete_where,
                               upsert=upsert)
             # what was just saved, memory-mapped as a start loads it (the fast tier: the
             # save stamped the files it wrote from a fully verified load)
