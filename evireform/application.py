@@ -103,13 +103,11 @@ def update_extractor(index: PropositionIndex, extractor: Extractor | None=None):
 
 def _matching_ids(index: PropositionIndex, flt: FilterSpec) -> list[str]:
     """The ids of the passages filter ``flt`` matches (``KeyError`` when none does)."""
-    from .filters import restriction
+    from .filters import FilterTargetMissing, restriction
     try:
         r = restriction(index, flt)
-    except ValueError as exc:
-        if "no passage of the index has" not in str(exc):
-            raise
-        r = None  # a key no passage has: nothing matches
+    except FilterTargetMissing:
+        r = None  # a key no passage has, or unknown ids: nothing matches
     ids = [] if r is None else [index.passages[int(j)].id for j in r.passages]
     if not ids:
         raise KeyError(f"no passage matches the filter {flt!r:.300}; nothing was deleted")

@@ -87,7 +87,8 @@ if TYPE_CHECKING:  # annotations only
     from .index import PropositionIndex
     from .types import FilterSpec
 
-__all__ = ["compile_filter", "Filter", "Restriction", "RestrictionCache", "restriction",
+__all__ = ["compile_filter", "json_schemas", "check_where", "Filter", "FilterTargetMissing", "Restriction",
+           "RestrictionCache", "restriction",
            "OPERATORS", "CACHE_SIZE"]
 
 OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
@@ -164,6 +165,11 @@ def _op_predicate(op: str, v):
     return lambda x: x is not _MISSING and _kind(x) == kind and cmp(x)
 
 
+class FilterTargetMissing(ValueError):
+    """A well-formed filter naming passage ids, or a metadata key, that the index does not
+    have (the service answers 404)."""
+
+
 @dataclass(frozen=True)
 class Filter:
     """A checked filter: ``ids`` (an explicit id list) or a where clause (``predicate`` over
@@ -183,7 +189,7 @@ class Filter:
             mask = np.zeros(n, dtype=bool)
             unknown = [i for i in self.ids if i not in index._pos]
             if unknown:
-                raise ValueError(f"filter: unknown passage ids {unknown[:5]!r:.300}"
+                raise FilterTargetMissing(f"filter: unknown passage ids {unknown[:5]!r:.300}"
                                  + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
             mask[[index._pos[i] for i in self.ids]] = True
             return mask
@@ -191,7 +197,7 @@ class Filter:
         if self.keys:  # a key no passage has is a mistake (the columns are needed anyway)
             missing = sorted(k for k in self.keys if not cols.get(k)[0].any())
             if missing:
-                raise ValueError(f"filter: no passage of the index has the metadata key "
+                raise FilterTargetMissing(f"filter: no passage of the index has the metadata key "
                                  f"{missing[0]!r}; the keys present are "
                                  f"{sorted(_metadata_keys(index))[:20]} (use $exists to test "
                                  "for a key that may be absent)")
@@ -388,6 +394,109 @@ def _all(nodes):
 
 #: how deeply ``$and``/``$or`` may nest in one filter
 MAX_DEPTH = 32
+
+
+def json_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
+    """The filter language as the HTTP API publishes it (OpenAPI 3.1 components, referenced
+    with ``ref``): ``WhereClause`` (metadata keys and ``$and`` / ``$or``), the operator
+    object ``FilterOperators``, and ``FilterValue`` (a JSON scalar with integers within 64
+    bits, or a list or an object of them: operands nest one level there).
+    :func:`check_where` accepts exactly what these accept; a clause both accept compiles
+    (:func:`compile_filter`; nesting ``$and`` / ``$or`` is bounded by :data:`MAX_DEPTH`
+    besides)."""
+    value = {"$ref": ref + "FilterValue"}
+    int64 = {"type": "integer", "minimum": _INT64[0], "maximum": _INT64[1]}
+    real = {"type": "number", "not": {"type": "integer"}}
+    scalar = {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, int64,
+                        real]}
+    ordered = {"anyOf": [{"type": "string"}, int64, real]}
+    not_operator = {"not": {"pattern": "^\\$"}}
+    plain_object = {"type": "object", "propertyNames": not_operator,
+                    "additionalProperties": scalar}
+    return {
+        "FilterValue": {"description": "a JSON scalar (integers within 64 bits), or a list "
+                                       "or an object of them",
+                        "anyOf": [scalar, {"type": "array", "items": scalar}, plain_object]},
+        "FilterOperators": {
+            "description": "operators on one metadata key (" + ", ".join(OPERATORS) + ")",
+            "type": "object", "minProperties": 1, "additionalProperties": False,
+            "properties": {
+                "$eq": value, "$ne": value, "$gt": ordered, "$gte": ordered, "$lt": ordered,
+                "$lte": ordered, "$in": {"type": "array", "items": value},
+                "$nin": {"type": "array", "items": value}, "$exists": {"type": "boolean"}}},
+        "WhereClause": {
+            "description": "a where clause over passage metadata: each metadata key maps to "
+                           "a value (equality) or to operators; $and / $or combine clauses",
+            "type": "object",
+            "propertyNames": {"anyOf": [{"enum": list(LOGICAL)}, not_operator]},
+            "properties": {op: {"type": "array", "minItems": 1,
+                                "items": {"$ref": ref + "WhereClause"}} for op in LOGICAL},
+            "additionalProperties": {"anyOf": [
+                scalar, {"type": "array", "items": scalar}, plain_object,
+                {"$ref": ref + "FilterOperators"}]}},
+    }
+
+
+_INT64 = (-(2 ** 63) + 1, 2 ** 63 - 1)
+
+
+def check_where(clause: Any, where: str = "filter") -> Any:
+    """``clause`` when :func:`json_schemas`' ``WhereClause`` accepts it, else ``ValueError``
+    naming the first part it does not (the HTTP API's door: what its schema publishes is
+    what it takes)."""
+    def scalar(v) -> bool:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return True
+        if isinstance(v, float):  # JSON Schema: 1e20 is an integer, beyond 64 bits
+            return not v.is_integer() or -(2 ** 63) + 1 <= v <= 2 ** 63 - 1
+        return isinstance(v, int) and _INT64[0] <= v <= _INT64[1]
+
+    def plain_object(v) -> bool:
+        return isinstance(v, dict) and all(isinstance(k, str) and not k.startswith("$")
+                                           and scalar(x) for k, x in v.items())
+
+    def value(v) -> bool:
+        return scalar(v) or (isinstance(v, list) and all(map(scalar, v))) or plain_object(v)
+
+    def ordered(v) -> bool:
+        return isinstance(v, str) or (scalar(v) and not isinstance(v, bool) and v is not None)
+
+    def operators(v) -> bool:
+        if not isinstance(v, dict) or not v or not set(v) <= set(OPERATORS):
+            return False
+        for op, x in v.items():
+            ok = (value(x) if op in ("$eq", "$ne") else ordered(x) if op in ("$gt", "$gte",
+                  "$lt", "$lte") else isinstance(x, bool) if op == "$exists"
+                  else isinstance(x, list) and all(map(value, x)))
+            if not ok:
+                return False
+        return True
+
+    def clause_ok(c, at: str) -> None:
+        if not isinstance(c, dict):
+            raise ValueError(f"{at}: a where clause must be a JSON object")
+        for k, v in c.items():
+            if k in LOGICAL:
+                if not isinstance(v, list) or not v:
+                    raise ValueError(f"{at}.{k}: a non-empty list of clauses")
+                for i, sub in enumerate(v):
+                    clause_ok(sub, f"{at}.{k}[{i}]")
+            elif k.startswith("$"):
+                raise ValueError(f"{at}: unknown operator {k!r}; a clause's keys are metadata "
+                                 f"keys or one of {LOGICAL}")
+            elif isinstance(v, dict) and any(isinstance(x, str) and x.startswith("$")
+                                             for x in v) and not set(v) <= set(OPERATORS):
+                bad = sorted(str(x) for x in set(v) - set(OPERATORS))
+                raise ValueError(f"{at}.{k}: unknown operator {bad[0]!r}; the operators are "
+                                 f"{OPERATORS} (an object with other keys is matched by "
+                                 "equality, and its keys must not start with '$')")
+            elif not (scalar(v) or (isinstance(v, list) and all(map(scalar, v)))
+                      or plain_object(v) or operators(v)):
+                raise ValueError(f"{at}.{k}: a JSON scalar (integers within 64 bits), a list "
+                                 "or an object of them, or operators on them "
+                                 f"({', '.join(OPERATORS)}); operands nest one level here")
+    clause_ok(clause, where)
+    return clause
 
 
 def _check_values(v, where: str) -> None:

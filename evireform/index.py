@@ -55,8 +55,14 @@ T = TypeVar("T")
 #: keeps at most, of each kind
 WORDS_CACHED = 4096
 
-__all__ = ["PropositionIndex", "IndexFormatError", "UnsafeTargetError", "arrays_equal",
+__all__ = ["PropositionIndex", "PassageConflict", "IndexFormatError", "UnsafeTargetError",
+           "arrays_equal",
            "disk_bytes", "subset_index"]
+
+
+class PassageConflict(ValueError):
+    """Passages to add whose ids the index holds with other content (``upsert`` replaces
+    them; the service answers 409)."""
 
 
 @dataclass
@@ -359,7 +365,7 @@ class PropositionIndex:
                 old = self.passages[j]
                 (dups if _same(old, p) else clash).append(p.id)
         if clash:
-            raise ValueError(f"passage ids already in the index with other content: "
+            raise PassageConflict(f"passage ids already in the index with other content: "
                              f"{clash[:5]}; use upsert() (CLI: --upsert) to replace them")
         if dups:
             skip = set(dups)

@@ -275,7 +275,7 @@ def test_onnx_query_encoder_equals_torch_and_needs_no_torch(tmp_path, data_dir):
 def test_filters_and_namespaces_through_the_app(tmp_path):
     """Tenants by namespace: each answer equals in-process retrieval with the same filter;
     questions with different filters in one micro-batch are answered apart; metadata is
-    returned and accepted by /update; bad filters are 400s."""
+    returned and accepted by /update; malformed filters are 422s (the schema's), ones naming keys or ids the index lacks 404s."""
     from evireform.service import create_app
     recs = [{**r, "namespace": f"t{i % 3}", "year": 1900 + i} for i, r in enumerate(_records(30))]
     ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
@@ -317,7 +317,7 @@ def test_filters_and_namespaces_through_the_app(tmp_path):
     for b, res in zip(batch.json()["results"], r.retrieve_many(QUESTIONS, 3,
                                                                filter={"year": {"$lt": 1915}})):
         assert _same(b, res) and all(p["metadata"]["year"] < 1915 for p in b["passages"])
-    assert [x.status_code for x in bad] == [400, 400, 400]
+    assert [x.status_code for x in bad] == [422, 404, 404]  # malformed; absent key, ids
     assert "unknown operator" in bad[0].json()["error"] and "yaer" in bad[1].json()["error"]
     assert upd.status_code == 200, upd.text
     assert [p["id"] for p in t9.json()["passages"]] == ["new"]
@@ -337,6 +337,9 @@ def test_every_response_matches_the_published_openapi(index_dir):
     assert doc["components"]["securitySchemes"]["bearer"] == {"type": "http",
                                                               "scheme": "bearer"}
     auth = {"Authorization": "Bearer s3cret"}
+    deep = {"year": 1}  # valid in the schema, nested past filters.MAX_DEPTH: a 400
+    for _ in range(40):
+        deep = {"$and": [deep]}
     cases = [("get", "/health", None, {}), ("get", "/metrics", None, auth),
              ("get", "/metrics", None, {}),
              ("post", "/query", {"question": QUESTIONS[0], "k": 3.0}, auth),
@@ -346,6 +349,7 @@ def test_every_response_matches_the_published_openapi(index_dir):
              ("post", "/query", {"question": QUESTIONS[0], "k": "3"}, auth),
              ("post", "/query", {"question": "   "}, auth),
              ("post", "/query", {"question": "q", "filter": {"nope": 1}}, auth),
+             ("post", "/query", {"question": "q", "filter": deep}, auth),
              ("post", "/query", {"question": "q", "extra": 1}, auth),
              ("post", "/query", {"question": "q" * 5000}, auth),
              ("post", "/query", {"question": QUESTIONS[1]}, {}),
@@ -374,8 +378,8 @@ def test_every_response_matches_the_published_openapi(index_dir):
     seen = set()
     got = asyncio.run(run())
     assert [r.status_code for _, _, r in got] == [
-        200, 200, 401, 200, 200, 422, 422, 422, 400, 400, 422, 413, 401, 200, 422, 404, 200,
-        400, 422, 413]
+        200, 200, 401, 200, 200, 422, 422, 422, 422, 404, 400, 422, 413, 401, 200, 422, 404,
+        200, 200, 422, 413]
     assert "graph" in got[4][2].json() and "graph" not in got[3][2].json()
     for m, path, r in got:
         documented = doc["paths"][path][m]["responses"]
@@ -455,8 +459,53 @@ def test_a_refused_update_changes_nothing_on_disk_and_keeps_the_generation(index
         finally:
             await svc.stop()
     gone, taken, health, untouched, ok, after = asyncio.run(run())
-    assert gone.status_code == 404 and taken.status_code == 400, (gone.text, taken.text)
+    assert gone.status_code == 404 and taken.status_code == 409, (gone.text, taken.text)
     assert health["index"]["generation"] == 0
     assert untouched
     assert ok.status_code == 200 and ok.json()["generation"] == 1
     assert after["index"]["generation"] == 1
+
+
+def test_what_stock_schemathesis_asks_of_the_contract(index_dir, tmp_path):
+    """A fresh tenant's namespace (no passage has one yet) answers an empty result, not 400;
+    a namespace with an id list keeps the ids in the namespace; an empty /update is a no-op
+    (200, the same generation, nothing written); an over-cap body is 413 in the schema."""
+    import httpx
+    from evireform.service import create_app
+    svc = _service(index_dir)
+    app = create_app(svc)
+    spec = app.app.openapi()
+    for path in ("/query", "/query_batch", "/update"):
+        assert "413" in spec["paths"][path]["post"]["responses"], path
+    pid = PropositionIndex.load(index_dir).passages[0].id
+    tenants = [{"id": f"t{i}", "text": f"Alpha {i} met Beta in {1900 + i}.",
+                "metadata": {"namespace": "a" if i % 2 else "b"}} for i in range(6)]
+
+    async def run():
+        await svc.start()
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                fresh = await c.post("/query", json={"question": "Alpha", "namespace": "new"})
+                batch = await c.post("/query_batch", json={"questions": ["Alpha"],
+                                                           "namespace": "new"})
+                noop = await c.post("/update", json={})
+                gen0 = (await c.get("/health")).json()["index"]["generation"]
+                await c.post("/update", json={"add": tenants})
+                ids = await c.post("/query", json={"question": "Alpha", "k": 10,
+                                                   "namespace": "a",
+                                                   "filter": ["t0", "t1", "t3", pid]})
+                unknown = await c.post("/query", json={"question": "Alpha", "namespace": "a",
+                                                       "filter": ["nope"]})
+                return fresh, batch, noop, gen0, ids, unknown
+        finally:
+            await svc.stop()
+    fresh, batch, noop, gen0, ids, unknown = asyncio.run(run())
+    assert fresh.status_code == 200 and fresh.json()["passages"] == []
+    assert batch.status_code == 200 and batch.json()["results"][0]["passages"] == []
+    assert noop.status_code == 200 and noop.json()["generation"] == gen0 == 0
+    assert noop.json()["changes"] == {}
+    assert ids.status_code == 200, ids.text
+    assert [p["id"] for p in ids.json()["passages"]] and \
+        {p["id"] for p in ids.json()["passages"]} <= {"t1", "t3"}
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"]

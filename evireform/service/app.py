@@ -10,8 +10,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..embed import EmbedderOutputError
+from ..filters import FilterTargetMissing, json_schemas
+from ..index import PassageConflict
 from .guard import _error_of, _Guard
-from .models import BatchOut, QueryOut, http_models
+from .models import BatchOut, QueryOut, http_models, metadata_schemas
 from .resident import Overloaded, RetrievalService, Unavailable, _no_paths
 
 log = logging.getLogger("evireform.service")
@@ -37,10 +39,11 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     class PrometheusText(Response):
         media_type = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's
 
-    why = {400: "a request the index cannot answer (a malformed filter, an unknown key or "
-                "id, a blank question)",
+    why = {400: "a request the index cannot answer (a malformed filter)",
            401: "missing or wrong bearer token",
-           404: "an unknown passage id to delete, or a delete_where no passage matches",
+           404: "a passage id or metadata key the index does not have (a filter's, one to "
+                "delete), or a delete_where no passage matches",
+           409: "a passage id the index holds with other content (upsert replaces it)",
            413: f"request body over {max_body} bytes",
            422: "a body that is not valid JSON or does not match the schema",
            500: "internal error (never a traceback)",
@@ -81,8 +84,11 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         if first.get("type") == "json_invalid":
             return error(422, "the request body is not valid JSON "
                               f"({(first.get('ctx') or {}).get('error', 'decode error')})")
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        return error(422, f"{where or 'body'}: {first.get('msg', 'invalid request')}")
+        # pydantic's own steps (a validator's name, a union member) are not the caller's
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body"
+                         and not any(c in str(x) for c in "[("))
+        msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+        return error(422, f"{where or 'body'}: {msg}")
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc):
@@ -105,35 +111,41 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         return JSONResponse(h, status_code=200 if h["status"] == "ok" else 503)
 
     @app.post("/query", response_model=QueryOut,
-              responses=errors(400, 401, 413, 422, 500, 503))
+              responses=errors(400, 401, 404, 413, 422, 500, 503))
     async def query(body: QueryIn):
         t0 = time.perf_counter()
         try:
-            res, gen = await service.query(body.question, body.k, body.method, body.where())
+            res, gen = await service.query(body.question, body.k, body.method,
+                                           service.request_filter(body.filter, body.namespace))
         except Overloaded as exc:
             return error(503, str(exc), {"Retry-After": "1"})
         except Unavailable as exc:
             return error(503, str(exc))
         except EmbedderOutputError as exc:  # the server's embedder, not the request
             return error(500, str(exc))
+        except FilterTargetMissing as exc:
+            return error(404, str(exc))
         except ValueError as exc:
             return error(400, str(exc))
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
         return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
 
     @app.post("/query_batch", response_model=BatchOut,
-              responses=errors(400, 401, 413, 422, 500, 503))
+              responses=errors(400, 401, 404, 413, 422, 500, 503))
     async def query_batch(body: BatchIn):
         t0 = time.perf_counter()
         try:
             results, gen = await service.query_batch(body.questions, body.k, body.method,
-                                                     body.where())
+                                                     service.request_filter(body.filter,
+                                                                            body.namespace))
         except Overloaded as exc:
             return error(503, str(exc), {"Retry-After": "1"})
         except Unavailable as exc:
             return error(503, str(exc))
         except EmbedderOutputError as exc:  # the server's embedder, not the request
             return error(500, str(exc))
+        except FilterTargetMissing as exc:
+            return error(404, str(exc))
         except ValueError as exc:
             return error(400, str(exc))
         took = time.perf_counter() - t0
@@ -141,7 +153,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                              "generation": gen, "took_ms": round(took * 1e3, 3)})
 
     @app.post("/update", response_model=UpdateOut,
-              responses=errors(400, 401, 404, 413, 422, 500, 507))
+              responses=errors(400, 401, 404, 409, 413, 422, 500, 507))
     async def update(body: UpdateIn):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
         try:
@@ -149,6 +161,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                                                      body.delete_where))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
+        except PassageConflict as exc:
+            return error(409, str(exc))
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))
 
@@ -169,6 +183,9 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version,
                               description=app.description, routes=app.routes)
+            # the filter language, which the request models reference
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(
+                {**json_schemas(), **metadata_schemas()})
             if api_key is not None:
                 doc.setdefault("components", {})["securitySchemes"] = {
                     "bearer": {"type": "http", "scheme": "bearer"}}

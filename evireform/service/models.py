@@ -26,14 +26,72 @@ class BatchOut(TypedDict):
 
 
 
+#: a character that no regex flavour (ECMA, Rust, Python) nor ``str.strip`` takes for white
+#: space: a string holding one is not blank wherever it is checked
+NOT_BLANK = ("[^\\s\\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
+             "\\u205f\\u3000\\ufeff]")
+
+
+def metadata_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
+    """A passage's metadata as the HTTP API publishes it: an object whose values are JSON
+    scalars (integers within 64 bits, what the index stores exactly), objects of the same,
+    or lists of scalars and objects (a list directly in a list is not taken here)."""
+    int64 = {"type": "integer", "minimum": -(2 ** 63) + 1, "maximum": 2 ** 63 - 1}
+    scalar = {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, int64,
+                        {"type": "number", "not": {"type": "integer"}}]}
+    return {
+        "Metadata": {"description": "passage metadata (JSON; integers within 64 bits)",
+                     "type": "object", "additionalProperties": {"anyOf": [
+                         scalar, {"$ref": ref + "Metadata"},
+                         {"type": "array", "items": {"$ref": ref + "MetadataListItem"}}]}},
+        "MetadataListItem": {"anyOf": [scalar, {"$ref": ref + "Metadata"}]},
+    }
+
+
+def check_metadata(md: dict[str, Any]) -> dict[str, Any]:
+    """``md`` when :func:`metadata_schemas` accepts it, else ``ValueError``."""
+    def scalar(v) -> bool:
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return True
+        if isinstance(v, float):  # JSON Schema: 1e20 is an integer, beyond 64 bits
+            return not v.is_integer() or -(2 ** 63) + 1 <= v <= 2 ** 63 - 1
+        return isinstance(v, int) and -(2 ** 63) + 1 <= v <= 2 ** 63 - 1
+
+    def obj(v, at: str) -> None:
+        for k, x in v.items():
+            if isinstance(x, dict):
+                obj(x, f"{at}.{k}")
+            elif isinstance(x, list):
+                for i, y in enumerate(x):
+                    if isinstance(y, dict):
+                        obj(y, f"{at}.{k}[{i}]")
+                    elif not scalar(y):
+                        raise ValueError(f"{at}.{k}[{i}]: a JSON scalar (integers within 64 "
+                                         "bits) or an object")
+            elif not scalar(x):
+                raise ValueError(f"{at}.{k}: a JSON scalar (integers within 64 bits), an "
+                                 "object or a list")
+    obj(md, "metadata")
+    return md
+
+
 def http_models(max_k: int, max_questions: int):
     """The request and response models of the HTTP API (pydantic; the 'serve' extra), for a
     service that answers at most ``max_k`` passages and ``max_questions`` questions a batch:
     a namespace of the classes :func:`evireform.service.app.create_app` declares its routes
     with.  The result record's models are :mod:`evireform.records`' (``QueryOut``)."""
     from types import SimpleNamespace
-    from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
-                          StrictStr)
+    from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                          StrictBool, StrictStr, WithJsonSchema)
+    from ..filters import check_where
+
+    #: a where clause: a JSON object, published as the filter language's schema
+    #: (evireform.filters.json_schemas, added to the components by the app)
+    Where = Annotated[dict[str, Any], AfterValidator(check_where), WithJsonSchema(
+        {"$ref": "#/components/schemas/WhereClause"})]
+    #: a passage's metadata, published as METADATA_SCHEMAS (what check_metadata takes)
+    Metadata = Annotated[dict[str, Any], AfterValidator(check_metadata), WithJsonSchema(
+        {"$ref": "#/components/schemas/Metadata"})]
 
     Method = Literal[METHODS]  # every method of evireform.application.METHODS
 
@@ -55,25 +113,19 @@ def http_models(max_k: int, max_questions: int):
         k: Integer = Field(10, ge=1, le=max_k)
         method: Method = "evireform"
         graph: StrictBool = False
-        filter: dict[str, Any] | list[StrictStr] | None = None
+        filter: Where | list[StrictStr] | None = None
         namespace: StrictStr | None = Field(None, min_length=1, max_length=1000)
 
-        def where(self):
-            """The request's filter with its namespace and-ed in."""
-            if self.namespace is None:
-                return self.filter
-            ns = {"namespace": self.namespace}
-            if self.filter is None:
-                return ns
-            if isinstance(self.filter, list):
-                raise ValueError("give 'namespace' with a where clause, not with an id list")
-            return {"$and": [ns, self.filter]}
+
+    #: a question holds something besides white space: a character outside every regex
+    #: flavour's white space and Python's (str.strip, which the retriever applies)
+    Question = Annotated[StrictStr, Field(min_length=1, max_length=4000, pattern=NOT_BLANK)]
 
     class QueryIn(Ask):
-        question: StrictStr = Field(min_length=1, max_length=4000)
+        question: Question
 
     class BatchIn(Ask):
-        questions: list[Annotated[StrictStr, Field(min_length=1, max_length=4000)]] = Field(
+        questions: list[Question] = Field(
             min_length=1, max_length=max_questions)
 
     class PassageIn(BaseModel):
@@ -81,14 +133,15 @@ def http_models(max_k: int, max_questions: int):
         id: StrictStr | None = Field(None, min_length=1, max_length=1000)
         title: StrictStr = Field("", max_length=10_000)
         text: StrictStr = Field(min_length=1, max_length=200_000)
-        metadata: dict[str, Any] | None = None
+        metadata: Metadata | None = None
 
     class UpdateIn(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        add: list[PassageIn] = Field(default_factory=list, max_length=10_000)
+        # the lists are bounded by the body cap (413), not by an item count
+        add: list[PassageIn] = Field(default_factory=list)
         upsert: StrictBool = False
-        delete: list[StrictStr] = Field(default_factory=list, max_length=100_000)
-        delete_where: dict[str, Any] | None = Field(
+        delete: list[StrictStr] = Field(default_factory=list)
+        delete_where: Where | None = Field(
             None, description="a where clause over passage metadata (the query filter's "
             "language): the passages it matches are deleted, e.g. {\"source\": "
             "\"notes/a.md\"} for one document's; 404 when it matches none")

@@ -154,6 +154,30 @@ class RetrievalService:
                              "retry shortly")
         self._inflight += n
 
+    def request_filter(self, flt: Any, namespace: str | None) -> Any:
+        """The filter a request asks for: ``flt`` (a where clause or an id list) with
+        ``namespace`` and-ed in.  A namespace in an index where no passage has one yet (a
+        fresh tenant) matches nothing, so the answer is empty, as an index of the tenant's
+        own (no) passages would give; with an id list, the ids outside the namespace go
+        (unknown ids stay, for the filter to name)."""
+        if namespace is None:
+            return flt
+        gen = self.current()
+        cache = getattr(gen.engine, "restrictions", None)
+        columns = cache.columns if cache is not None else None
+        if columns is not None and not columns.get("namespace")[0].any():
+            return []  # no passage has a namespace: a fresh tenant's (empty) index
+        if isinstance(flt, list):
+            idx = gen.index
+            keep = []
+            for pid in flt:
+                j = idx._pos.get(pid) if isinstance(pid, str) else None
+                if j is None or idx.passage(j).metadata.get("namespace") == namespace:
+                    keep.append(pid)
+            return keep
+        ns = {"namespace": namespace}
+        return ns if flt is None else {"$and": [ns, flt]}
+
     def strategy(self, gen: Generation, method: str):
         if method == "evireform":
             return gen.retriever
@@ -292,6 +316,10 @@ class RetrievalService:
             self._upd, self._update_sync, add, upsert, delete, delete_where)
 
     def _update_sync(self, add, upsert, delete, delete_where=None) -> dict[str, Any]:
+        if not add and not delete and delete_where is None:  # nothing to do: no new generation
+            g = self.current()
+            return {"generation": g.number, "passages": g.index.n_passages,
+                    "propositions": g.index.n_props, "changes": {}}
         with self._update_lock:
             up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
                               delete_where=delete_where,
