@@ -405,10 +405,8 @@ def json_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
     (:func:`compile_filter`; nesting ``$and`` / ``$or`` is bounded by :data:`MAX_DEPTH`
     besides)."""
     value = {"$ref": ref + "FilterValue"}
-    int64 = {"type": "integer", "minimum": _INT64[0], "maximum": _INT64[1]}
-    real = {"type": "number", "not": {"type": "integer"}}
-    scalar = {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, int64,
-                        real]}
+    int64, real = SCALAR_SCHEMA["anyOf"][3:]
+    scalar = SCALAR_SCHEMA
     ordered = {"anyOf": [{"type": "string"}, int64, real]}
     not_operator = {"not": {"pattern": "^\\$"}}
     plain_object = {"type": "object", "propertyNames": not_operator,
@@ -440,16 +438,29 @@ def json_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
 _INT64 = (-(2 ** 63) + 1, 2 ** 63 - 1)
 
 
+#: :func:`json_scalar` as JSON Schema
+SCALAR_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "string"}, {"type": "boolean"}, {"type": "null"},
+    {"type": "integer", "minimum": _INT64[0], "maximum": _INT64[1]},
+    {"type": "number", "not": {"type": "integer"}}]}
+
+
+def json_scalar(v: Any) -> bool:
+    """Whether ``v`` is a JSON scalar the published schemas accept: a string, a boolean,
+    null, or a number whose integer value (JSON Schema counts 1e20 as an integer) fits 64
+    bits."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return True
+    if isinstance(v, float):
+        return not v.is_integer() or _INT64[0] <= v <= _INT64[1]
+    return isinstance(v, int) and _INT64[0] <= v <= _INT64[1]
+
+
 def check_where(clause: Any, where: str = "filter") -> Any:
     """``clause`` when :func:`json_schemas`' ``WhereClause`` accepts it, else ``ValueError``
     naming the first part it does not (the HTTP API's door: what its schema publishes is
     what it takes)."""
-    def scalar(v) -> bool:
-        if isinstance(v, bool) or v is None or isinstance(v, str):
-            return True
-        if isinstance(v, float):  # JSON Schema: 1e20 is an integer, beyond 64 bits
-            return not v.is_integer() or -(2 ** 63) + 1 <= v <= 2 ** 63 - 1
-        return isinstance(v, int) and _INT64[0] <= v <= _INT64[1]
+    scalar = json_scalar
 
     def plain_object(v) -> bool:
         return isinstance(v, dict) and all(isinstance(k, str) and not k.startswith("$")

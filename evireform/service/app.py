@@ -110,6 +110,18 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         h = service.health()
         return JSONResponse(h, status_code=200 if h["status"] == "ok" else 503)
 
+    def refused(exc: Exception):
+        """The answer to a question the service could not answer: a full queue or files it
+        cannot serve (503), its own embedder's fault (500), a filter naming what the index
+        lacks (404), anything else the request got wrong (400)."""
+        if isinstance(exc, Overloaded):
+            return error(503, str(exc), {"Retry-After": "1"})
+        if isinstance(exc, Unavailable):
+            return error(503, str(exc))
+        if isinstance(exc, EmbedderOutputError):  # the server's embedder, not the request
+            return error(500, str(exc))
+        return error(404 if isinstance(exc, FilterTargetMissing) else 400, str(exc))
+
     @app.post("/query", response_model=QueryOut,
               responses=errors(400, 401, 404, 413, 422, 500, 503))
     async def query(body: QueryIn):
@@ -117,16 +129,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         try:
             res, gen = await service.query(body.question, body.k, body.method,
                                            service.request_filter(body.filter, body.namespace))
-        except Overloaded as exc:
-            return error(503, str(exc), {"Retry-After": "1"})
-        except Unavailable as exc:
-            return error(503, str(exc))
-        except EmbedderOutputError as exc:  # the server's embedder, not the request
-            return error(500, str(exc))
-        except FilterTargetMissing as exc:
-            return error(404, str(exc))
-        except ValueError as exc:
-            return error(400, str(exc))
+        except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
+            return refused(exc)
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
         return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
 
@@ -138,16 +142,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             results, gen = await service.query_batch(body.questions, body.k, body.method,
                                                      service.request_filter(body.filter,
                                                                             body.namespace))
-        except Overloaded as exc:
-            return error(503, str(exc), {"Retry-After": "1"})
-        except Unavailable as exc:
-            return error(503, str(exc))
-        except EmbedderOutputError as exc:  # the server's embedder, not the request
-            return error(500, str(exc))
-        except FilterTargetMissing as exc:
-            return error(404, str(exc))
-        except ValueError as exc:
-            return error(400, str(exc))
+        except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
+            return refused(exc)
         took = time.perf_counter() - t0
         return JSONResponse({"results": [answer(r, gen, body.graph, took) for r in results],
                              "generation": gen, "took_ms": round(took * 1e3, 3)})

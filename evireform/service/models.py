@@ -36,9 +36,7 @@ def metadata_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
     """A passage's metadata as the HTTP API publishes it: an object whose values are JSON
     scalars (integers within 64 bits, what the index stores exactly), objects of the same,
     or lists of scalars and objects (a list directly in a list is not taken here)."""
-    int64 = {"type": "integer", "minimum": -(2 ** 63) + 1, "maximum": 2 ** 63 - 1}
-    scalar = {"anyOf": [{"type": "string"}, {"type": "boolean"}, {"type": "null"}, int64,
-                        {"type": "number", "not": {"type": "integer"}}]}
+    from ..filters import SCALAR_SCHEMA as scalar
     return {
         "Metadata": {"description": "passage metadata (JSON; integers within 64 bits)",
                      "type": "object", "additionalProperties": {"anyOf": [
@@ -50,12 +48,7 @@ def metadata_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
 
 def check_metadata(md: dict[str, Any]) -> dict[str, Any]:
     """``md`` when :func:`metadata_schemas` accepts it, else ``ValueError``."""
-    def scalar(v) -> bool:
-        if isinstance(v, bool) or v is None or isinstance(v, str):
-            return True
-        if isinstance(v, float):  # JSON Schema: 1e20 is an integer, beyond 64 bits
-            return not v.is_integer() or -(2 ** 63) + 1 <= v <= 2 ** 63 - 1
-        return isinstance(v, int) and -(2 ** 63) + 1 <= v <= 2 ** 63 - 1
+    from ..filters import json_scalar as scalar
 
     def obj(v, at: str) -> None:
         for k, x in v.items():
