@@ -17,31 +17,38 @@ httpx = pytest.importorskip("httpx")
 
 from evireform import PropositionIndex  # noqa: E402
 
-from test_service import EMB, QUESTIONS, Server, _records  # noqa: E402
+from test_service import EMB, HTTP, QUESTIONS, Server, _records  # noqa: E402
 
 KEY = "s3cret"
 
 
 @pytest.fixture
-def index_dir(tmp_path):
-    return PropositionIndex.build(_records(40), EMB, show_progress=False).save(tmp_path / "ix")
+def live(tmp_path):
+    """A running `evireform serve` with an API key over a fresh 40-passage index."""
+    ix = PropositionIndex.build(_records(40), EMB, show_progress=False).save(tmp_path / "ix")
+    server = Server(ix, "--api-key-env", "EVIREFORM_E2E_KEY", env={"EVIREFORM_E2E_KEY": KEY})
+    yield server
+    server.close()
 
 
-def test_a_generated_client_calls_every_endpoint(index_dir, tmp_path):
+def _generated_client(tmp_path, schema: dict):
+    """openapi-python-client's package for ``schema``, imported (None: not installed)."""
     gen = shutil.which("openapi-python-client",
                        path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     if gen is None:
         pytest.skip("openapi-python-client is not installed (the test extra has it)")
-    from evireform.service import RetrievalService, create_app
-    svc = RetrievalService(index_dir, EMB)
-    guard = create_app(svc, api_key=KEY)
-    (tmp_path / "openapi.json").write_text(json.dumps(guard.app.openapi()))
+    (tmp_path / "openapi.json").write_text(json.dumps(schema))
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep
            + os.environ["PATH"]}
     r = subprocess.run([gen, "generate", "--path", str(tmp_path / "openapi.json"),
                         "--output-path", str(tmp_path / "evireform_api"), "--meta", "none"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _calls_generated(url, tmp_path):
+    """The end-to-end calls through a client generated from the live schema."""
+    _generated_client(tmp_path, HTTP.get(url + "/openapi.json").json())
     sys.path.insert(0, str(tmp_path))
     try:
         from evireform_api import AuthenticatedClient, Client
@@ -50,48 +57,116 @@ def test_a_generated_client_calls_every_endpoint(index_dir, tmp_path):
                                                query_query_post, update_update_post)
         from evireform_api.models import (BatchIn, BatchOut, ErrorOut, HealthOut,
                                           PassageIn, QueryIn, QueryOut, UpdateIn, UpdateOut)
+        c = AuthenticatedClient(base_url=url, token=KEY)
+        anon = Client(base_url=url)
+        want = {"health": HealthOut, "query": QueryOut, "batch": BatchOut, "update": UpdateOut,
+                "where": UpdateOut}
 
-        async def calls():
-            await svc.start()
-            try:
-                transport = httpx.ASGITransport(app=guard)
-                c = AuthenticatedClient(base_url="http://t", token=KEY,
-                                        httpx_args={"transport": transport})
-                anon = Client(base_url="http://t", httpx_args={"transport": transport})
-                return dict(
-                    health=await health_health_get.asyncio_detailed(client=anon),
-                    query=await query_query_post.asyncio_detailed(
-                        client=c, body=QueryIn(question=QUESTIONS[0], k=3)),
-                    batch=await query_batch_query_batch_post.asyncio_detailed(
-                        client=c, body=BatchIn(questions=QUESTIONS[:2], k=2)),
-                    update=await update_update_post.asyncio_detailed(
-                        client=c, body=UpdateIn(add=[PassageIn(text="Omega 9 met Alpha 9.")])),
-                    unknown=await update_update_post.asyncio_detailed(
-                        client=c, body=UpdateIn(delete=["no-such-passage"])),
-                    blank=await query_query_post.asyncio_detailed(
-                        client=c, body=QueryIn(question="   ")),
-                    anon=await query_query_post.asyncio_detailed(
-                        client=anon, body=QueryIn(question=QUESTIONS[0])),
-                    metrics=await metrics_metrics_get.asyncio_detailed(client=c))
-            finally:
-                await svc.stop()
-        got = asyncio.run(calls())
+        def done(name, r):
+            parsed = r.parsed
+            assert isinstance(parsed, want.get(name, ErrorOut)), (name, parsed)
+            return r.status_code, parsed.to_dict(), None
+        got = {
+            "health": done("health", health_health_get.sync_detailed(client=anon)),
+            "query": done("query", query_query_post.sync_detailed(
+                client=c, body=QueryIn(question=QUESTIONS[0], k=3))),
+            "batch": done("batch", query_batch_query_batch_post.sync_detailed(
+                client=c, body=BatchIn(questions=QUESTIONS[:2], k=2))),
+            "update": done("update", update_update_post.sync_detailed(
+                client=c, body=UpdateIn(add=[PassageIn.from_dict(NEW)]))),
+            "where": done("where", update_update_post.sync_detailed(
+                client=c, body=UpdateIn.from_dict({"delete_where": {"source": "new.md"}}))),
+            "unknown": done("unknown", update_update_post.sync_detailed(
+                client=c, body=UpdateIn(delete=["no-such-passage"]))),
+            "blank": done("blank", query_query_post.sync_detailed(
+                client=c, body=QueryIn(question="   "))),
+            "anon": done("anon", query_query_post.sync_detailed(
+                client=anon, body=QueryIn(question=QUESTIONS[0])))}
+        m = metrics_metrics_get.sync_detailed(client=c)
+        got["metrics"] = (m.status_code, m.content.decode(), None)
+        return got
     finally:
         sys.path.remove(str(tmp_path))
         for m in [m for m in sys.modules if m.split(".")[0] == "evireform_api"]:
             del sys.modules[m]
-    assert isinstance(got["health"].parsed, HealthOut) and got["health"].parsed.index.passages == 40
-    q = got["query"].parsed
-    assert isinstance(q, QueryOut) and len(q.passages) == 3 and q.question == QUESTIONS[0]
-    assert isinstance(q.trace.residual_queries, list) and q.generation == 0
-    b = got["batch"].parsed
-    assert isinstance(b, BatchOut) and [len(x.passages) for x in b.results] == [2, 2]
-    u = got["update"].parsed
-    assert isinstance(u, UpdateOut) and u.generation == 1 and u.passages == 41
-    for name, status in (("unknown", 404), ("blank", 422), ("anon", 401)):
-        assert got[name].status_code == status
-        assert isinstance(got[name].parsed, ErrorOut) and got[name].parsed.error, name
-    assert got["metrics"].status_code == 200 and b"evireform_" in got["metrics"].content
+
+
+def _shipped(call):
+    from evireform.client import ServiceError
+    try:
+        return 200, call(), None
+    except ServiceError as exc:
+        return exc.status, {"error": exc.message}, type(exc).__name__
+
+
+def _calls_client(url, tmp_path):
+    """The end-to-end calls through evireform.client.Client."""
+    from evireform.client import Client
+    with Client(url, api_key=KEY) as c, Client(url) as anon:
+        return {"health": _shipped(anon.health),
+                "query": _shipped(lambda: c.query(QUESTIONS[0], k=3)),
+                "batch": _shipped(lambda: c.query_batch(QUESTIONS[:2], k=2)),
+                "update": _shipped(lambda: c.update([NEW])),
+                "where": _shipped(lambda: c.update(delete_where={"source": "new.md"})),
+                "unknown": _shipped(lambda: c.update(delete=["no-such-passage"])),
+                "blank": _shipped(lambda: c.query("   ")),
+                "anon": _shipped(lambda: anon.query(QUESTIONS[0])),
+                "metrics": _shipped(c.metrics)}
+
+
+def _calls_async_client(url, tmp_path):
+    """The same through evireform.client.AsyncClient."""
+    from evireform.client import AsyncClient, ServiceError
+
+    async def shipped(aw):
+        try:
+            return 200, await aw, None
+        except ServiceError as exc:
+            return exc.status, {"error": exc.message}, type(exc).__name__
+
+    async def calls():
+        async with AsyncClient(url, api_key=KEY) as c, AsyncClient(url) as anon:
+            return {"health": await shipped(anon.health()),
+                    "query": await shipped(c.query(QUESTIONS[0], k=3)),
+                    "batch": await shipped(c.query_batch(QUESTIONS[:2], k=2)),
+                    "update": await shipped(c.update([NEW])),
+                    "where": await shipped(c.update(delete_where={"source": "new.md"})),
+                    "unknown": await shipped(c.update(delete=["no-such-passage"])),
+                    "blank": await shipped(c.query("   ")),
+                    "anon": await shipped(anon.query(QUESTIONS[0])),
+                    "metrics": await shipped(c.metrics())}
+    return asyncio.run(calls())
+
+
+NEW = {"text": "Omega 9 met Alpha 9.", "metadata": {"source": "new.md"}}
+
+
+@pytest.mark.parametrize("calls", [_calls_generated, _calls_client, _calls_async_client],
+                         ids=["generated", "Client", "AsyncClient"])
+def test_clients_call_every_endpoint(live, tmp_path, calls):
+    """One end-to-end test, through a client openapi-python-client generates from the
+    published schema and through the shipped clients (evireform.client), against a live
+    `evireform serve` with a key: every endpoint, its answers parsed, its refusals typed."""
+    got = calls(live.url, tmp_path)
+    status = {name: s for name, (s, _, _) in got.items()}
+    assert status == {"health": 200, "query": 200, "batch": 200, "update": 200, "where": 200,
+                      "unknown": 404, "blank": 422, "anon": 401, "metrics": 200}
+    body = {name: b for name, (_, b, _) in got.items()}
+    assert body["health"]["index"]["passages"] == 40
+    q = body["query"]
+    assert len(q["passages"]) == 3 and q["question"] == QUESTIONS[0]
+    assert q["passages"][0]["text"] and isinstance(q["trace"]["residual_queries"], list)
+    assert q["generation"] == 0
+    assert [len(x["passages"]) for x in body["batch"]["results"]] == [2, 2]
+    assert body["update"]["generation"] == 1 and body["update"]["passages"] == 41
+    assert body["where"]["generation"] == 2 and body["where"]["passages"] == 40
+    for name in ("unknown", "blank", "anon"):
+        assert body[name]["error"], name
+    assert "evireform_" in body["metrics"]
+    # the shipped clients raise the exception of each refusal's status
+    if calls is not _calls_generated:
+        assert {n: got[n][2] for n in ("unknown", "blank", "anon")} == {
+            "unknown": "NotFound", "blank": "InvalidRequest", "anon": "Unauthorized"}
 
 
 schemathesis = pytest.importorskip("schemathesis")

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.add_llm_cache_parser(sub)
     indexing.add_verify_parser(sub)
     querying.add_serve_parser(sub)
+    querying.add_mcp_parser(sub)
     experiments.add_bench_parser(sub)
     for sp in sub.choices.values():  # defaults shown in every command's help
         sp.formatter_class = HelpFormatter
@@ -79,7 +80,7 @@ def main(argv: Any=None) -> int:
     try:
         return args.func(args)
     except (ValueError, TypeError, OSError, BackendUnavailable, sqlite3.Error,
-            OverflowError, RecursionError) as exc:
+            OverflowError, RecursionError, ImportError) as exc:  # (a missing extra)
         print(f"evireform {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return 2
     except KeyError as exc:  # an unknown passage id

@@ -270,6 +270,38 @@ def _cmd_serve(args: Any) -> int:
     return 0
 
 
+def _cmd_mcp(args: Any) -> int:
+    """``evireform mcp``: the index as an MCP server (:mod:`evireform.mcp_server`), over
+    stdio or streamable HTTP; its questions go through the same service as ``serve``."""
+    from ..mcp_server import _sdk, run
+    _sdk()  # the SDK's absence refused before any model loads
+    idx = PropositionIndex.load(args.index_dir)
+    make_engine(idx, args.backend, precision=args.precision)
+    emb = _index_embedder(args, idx)
+    svc = RetrievalService(args.index_dir, emb, llm=_llm_client(args), index=idx,
+                           backend=args.backend, precision=args.precision)
+    run(svc, transport=args.transport, host=args.host, port=args.port,
+        banner=f"evireform mcp: {args.index_dir} on http://{args.host}:{args.port}/mcp")
+    return 0
+
+
+def add_mcp_parser(sub: Any) -> None:
+    mc = sub.add_parser("mcp", help="the index as an MCP server: a retrieve tool and the "
+                                    "index's stats (extra 'mcp': the official MCP SDK)")
+    _add_index_dir(mc)
+    mc.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                    help="stdio (default: what an assistant launches) or streamable HTTP "
+                         "at /mcp")
+    mc.add_argument("--host", default="127.0.0.1", help="--transport http: address to bind")
+    mc.add_argument("--port", type=_port_number, default=8765,
+                    help="--transport http: TCP port (default 8765)")
+    mc.add_argument("--device", default=None, help="device for the index's embedder")
+    _add_engine_args(mc)
+    _add_index_embedder_args(mc)
+    _add_llm_args(mc)
+    mc.set_defaults(func=_cmd_mcp)
+
+
 def add_query_parser(sub: Any) -> None:
     qu = sub.add_parser("query", help="retrieve passages for one question, or a file of "
                                       "questions, from a saved index")

@@ -71,6 +71,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     from .. import __version__
     app = FastAPI(title="evireform", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,  # bundled instead: _pages
                   description="EviReform multi-hop retrieval over one index")
     m = service.metrics
 
@@ -173,6 +174,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def metrics():
         return PrometheusText(m.text())
 
+    _pages(app, error)
+
     def openapi():
         """The schema, with the bearer scheme on every endpoint but /health when a key is
         set (what a client generator needs to send it)."""
@@ -196,6 +199,77 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     return _Guard(app, m, api_key, max_body)
 
+
+#: the search page's security policy: its own files only, no inline script or style, no
+#: framing (the page sets every value from the service as text)
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+            "frame-ancestors 'none'")
+
+#: the files served under /static/: the search page's (evireform/service/static) and the
+#: API docs' Swagger UI and ReDoc bundles (the fastapi-offline package's); nothing else
+_ASSETS = {"page.js": ("evireform.service", "text/javascript; charset=utf-8"),
+           "page.css": ("evireform.service", "text/css; charset=utf-8"),
+           "swagger-ui-bundle.js": ("fastapi_offline", "text/javascript; charset=utf-8"),
+           "swagger-ui.css": ("fastapi_offline", "text/css; charset=utf-8"),
+           "redoc.standalone.js": ("fastapi_offline", "text/javascript; charset=utf-8"),
+           "favicon.png": ("fastapi_offline", "image/png")}
+
+
+def _asset(name: str) -> bytes | None:
+    """The bytes of a whitelisted file under /static/ (None when its package is missing)."""
+    from importlib.resources import files
+    package, _ = _ASSETS[name]
+    try:
+        return (files(package) / "static" / name).read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+
+
+def _pages(app, error) -> None:
+    """What a person opens in a browser: the search page at ``/``, the API docs at ``/docs``
+    (Swagger UI) and ``/redoc``, all from files installed with the package (no CDN), and
+    readable without the API key (they hold no index data; the page asks for the key)."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.responses import HTMLResponse, Response
+    from importlib.resources import files
+
+    page = (files("evireform.service") / "static" / "index.html").read_bytes()
+    cache: dict[str, bytes | None] = {}
+    nosniff = {"X-Content-Type-Options": "nosniff"}
+
+    @app.get("/", include_in_schema=False)
+    async def search_page():
+        return HTMLResponse(page, headers={"Content-Security-Policy": PAGE_CSP,
+                                           "Referrer-Policy": "no-referrer", **nosniff})
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str):
+        if name not in _ASSETS:
+            return error(404, f"no such file: /static/{name}")
+        if name not in cache:
+            cache[name] = _asset(name)
+        body = cache[name]
+        if body is None:
+            return error(404, f"/static/{name} comes with the 'serve' extra "
+                              "(pip install 'evireform[serve]': fastapi-offline)")
+        return Response(body, media_type=_ASSETS[name][1],
+                        headers={"Cache-Control": "public, max-age=3600", **nosniff})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url="openapi.json", title="evireform API",
+                                   swagger_js_url="static/swagger-ui-bundle.js",
+                                   swagger_css_url="static/swagger-ui.css",
+                                   swagger_favicon_url="static/favicon.png",
+                                   oauth2_redirect_url=None,
+                                   swagger_ui_parameters={"validatorUrl": None})
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc():
+        return get_redoc_html(openapi_url="openapi.json", title="evireform API",
+                              redoc_js_url="static/redoc.standalone.js",
+                              redoc_favicon_url="static/favicon.png", with_google_fonts=False)
 
 
 def _protocol(header_timeout: float):

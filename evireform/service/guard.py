@@ -27,6 +27,14 @@ class _Guard:
     one response per request whatever fails after it started."""
 
     ENDPOINTS = ("/health", "/query", "/query_batch", "/update", "/metrics")
+    #: answered without the key: the health probe, and what a browser or a client generator
+    #: opens first (the search page and its files, the API docs, the schema), none of which
+    #: holds index data
+    PUBLIC = ("/health", "/", "/docs", "/redoc", "/openapi.json")
+
+    @classmethod
+    def public(cls, path: str) -> bool:
+        return path in cls.PUBLIC or (path.startswith("/static/") and "/" not in path[8:])
 
     def __init__(self, app, metrics: Metrics, api_key, max_body: int):
         self.app, self.m, self.max_body = app, metrics, max_body
@@ -87,7 +95,7 @@ class _Guard:
             return msg
         try:
             headers = dict(scope.get("headers") or ())
-            if path != "/health" and not self._authorised(headers.get(b"authorization")):
+            if not self.public(path) and not self._authorised(headers.get(b"authorization")):
                 await self._send_json(counting_send, 401, "missing or wrong bearer token",
                                       [(b"www-authenticate", b"Bearer")])
                 return

@@ -1,0 +1,128 @@
+"""`evireform mcp IDX`, driven by the official MCP SDK's own client over stdio and over
+streamable HTTP: the retrieve tool answers what `POST /query` answers for the same index,
+the index's stats are a resource, and a refused request is a tool error with its reason."""
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("mcp.server.mcpserver")
+pytest.importorskip("fastapi")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from test_service import EMB, HTTP, QUESTIONS, REPO, Server, _records
+
+from evireform import PropositionIndex
+
+CMD = [sys.executable, "-m", "evireform", "mcp"]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    return PropositionIndex.build(_records(40), EMB, show_progress=False).save(
+        tmp_path_factory.mktemp("mcp") / "ix")
+
+
+@pytest.fixture(scope="module")
+def served(index_dir):
+    """What `evireform serve` answers on the same index: the reference."""
+    s = Server(index_dir)
+    out = {}
+    for q in QUESTIONS[:3]:
+        body = HTTP.post(s.url + "/query", json={"question": q, "k": 5}).json()
+        body.pop("took_ms")
+        out[q] = body
+    out["bgr"] = HTTP.post(s.url + "/query", json={"question": QUESTIONS[1], "k": 4,
+                                                  "method": "bgr"}).json()
+    out["bgr"].pop("took_ms")
+    s.close()
+    return out
+
+
+async def _session_calls(session):
+    await session.initialize()
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    answers = {}
+    for q in QUESTIONS[:3]:
+        answers[q] = await session.call_tool("retrieve", {"question": q, "k": 5})
+    answers["bgr"] = await session.call_tool("retrieve", {"question": QUESTIONS[1], "k": 4,
+                                                          "method": "bgr"})
+    answers["missing"] = await session.call_tool(
+        "retrieve", {"question": QUESTIONS[0], "filter": {"no_such_key": 1}})
+    answers["blank"] = await session.call_tool("retrieve", {"question": "  "})
+    stats = await session.read_resource("evireform://index")
+    return tools, answers, stats
+
+
+def _check(tools, answers, stats, served):
+    assert set(tools) == {"retrieve"}
+    props = tools["retrieve"].input_schema["properties"]
+    assert {"question", "k", "filter", "method", "namespace"} <= set(props)
+    for key, want in served.items():
+        r = answers[key]
+        assert not r.is_error, r.content
+        got = json.loads(r.content[0].text)
+        assert got == want, key  # the same record as /query's (minus when it ran)
+        assert got["passages"] and all(p["text"] for p in got["passages"])
+    for key, words in (("missing", "no_such_key"), ("blank", "question")):
+        assert answers[key].is_error and words in answers[key].content[0].text, key
+    info = json.loads(stats.contents[0].text)
+    assert info["status"] == "ok" and info["index"]["passages"] == 40
+
+
+def test_the_tool_over_stdio_answers_like_query(index_dir, served):
+    params = StdioServerParameters(command=CMD[0], args=[
+        *CMD[1:], str(index_dir), "--embedder", "hashing-64"], cwd=str(REPO))
+
+    async def run():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            return await _session_calls(s)
+    _check(*asyncio.run(asyncio.wait_for(run(), 180)), served)
+
+
+def _port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_tool_over_streamable_http_answers_like_query(index_dir, served):
+    port = _port()
+    proc = subprocess.Popen([*CMD, str(index_dir), "--embedder", "hashing-64", "--transport",
+                             "http", "--port", str(port)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while True:  # the banner comes once the port is bound
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(proc.stderr.read().decode()) from None
+                assert time.monotonic() - t0 < 120, "evireform mcp did not start"
+                time.sleep(0.1)
+
+        async def run():
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (
+                    read, write), ClientSession(read, write) as s:
+                return await _session_calls(s)
+        _check(*asyncio.run(asyncio.wait_for(run(), 180)), served)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_without_the_sdk_the_command_says_what_to_install(index_dir, tmp_path):
+    # a shadowing package named mcp without the server: the import of the SDK fails
+    (tmp_path / "mcp").mkdir()
+    (tmp_path / "mcp" / "__init__.py").write_text("")
+    r = subprocess.run([*CMD, str(index_dir)], cwd=REPO, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                       timeout=120, check=False)
+    assert r.returncode != 0 and "evireform[mcp]" in r.stderr and "Traceback" not in r.stderr

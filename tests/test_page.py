@@ -1,0 +1,162 @@
+"""The search page at `/` and the API docs: served from files in the package (no CDN),
+readable without the key, and used in a real headless Chromium (Debian's package, driven by
+Playwright): a question asked on the page shows the passages and the evidence graph that
+`/query` answers."""
+import asyncio
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from test_service import EMB, HTTP, QUESTIONS, Server, _records
+
+from evireform import PropositionIndex
+
+KEY = "page-key"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory):
+    return PropositionIndex.build(_records(40), EMB, show_progress=False).save(
+        tmp_path_factory.mktemp("page") / "ix")
+
+
+def test_the_page_and_the_docs_come_from_the_package_and_need_no_key(index_dir):
+    from evireform.service import RetrievalService, create_app
+    svc = RetrievalService(index_dir, EMB)
+    guard = create_app(svc, api_key=KEY)
+
+    async def calls():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guard),
+                                         base_url="http://t") as c:
+                out = {u: await c.get(u) for u in (
+                    "/", "/docs", "/redoc", "/openapi.json", "/static/page.js",
+                    "/static/page.css", "/static/swagger-ui-bundle.js",
+                    "/static/swagger-ui.css", "/static/redoc.standalone.js",
+                    "/static/favicon.png", "/static/app.py", "/static/%2e%2e/app.py",
+                    "/metrics")}
+                out["query"] = await c.post("/query", json={"question": QUESTIONS[0]})
+                return out
+        finally:
+            await svc.stop()
+    got = asyncio.run(calls())
+    page = got["/"]
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    for u in ("/", "/docs", "/redoc"):
+        html = got[u].text
+        assert got[u].status_code == 200, u
+        # every script, style sheet and icon is the service's own (relative), none a CDN's
+        refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert refs and not [r for r in refs if "//" in r or r.startswith("/")], (u, refs)
+        for r in refs:
+            if r.startswith("static/"):
+                assert got["/" + r].status_code == 200, r
+                assert len(got["/" + r].content) > 1000, r
+    assert "<script>" not in page.text  # no inline script: the policy allows none
+    assert got["/openapi.json"].json()["components"]["securitySchemes"]["bearer"]
+    assert got["/static/page.js"].headers["content-type"].startswith("text/javascript")
+    assert got["/static/app.py"].status_code == 404  # a whitelist, not a folder
+    assert got["/static/%2e%2e/app.py"].status_code in (401, 404)
+    # the data still needs the key
+    assert got["/metrics"].status_code == 401 and got["query"].status_code == 401
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "page_screenshot", ROOT / "scripts" / "page_screenshot.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium through Playwright: skipped where neither is installed,
+    except in CI (`CI` set), where .ci/run installs the chromium package."""
+    shot = _script()
+    if shot.chromium_path() is None or importlib.util.find_spec("playwright") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs chromium (apt-get install chromium) and playwright (the "
+                        "test extra): .ci/run installs them")
+        pytest.skip("no chromium on PATH or no playwright")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = shot.launch_chromium(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def live(index_dir):
+    s = Server(index_dir, "--api-key-env", "EVIREFORM_PAGE_KEY",
+               env={"EVIREFORM_PAGE_KEY": KEY})
+    yield s
+    s.close()
+
+
+def test_a_question_asked_in_the_browser_shows_passages_and_graph(browser, live):
+    from playwright.sync_api import expect
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+    page = ctx.new_page()
+    outside, problems = [], []
+
+    def only_the_service(route):
+        if route.request.url.startswith(live.url + "/"):
+            route.continue_()
+        else:  # nothing is fetched from anywhere else
+            outside.append(route.request.url)
+            route.abort()
+    page.route("**/*", only_the_service)
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        page.goto(live.url + "/")
+        expect(page.locator("#stats")).to_contain_text("40 passages")
+        assert [o.get_attribute("value") for o in page.locator("#method option").all()] == [
+            "evireform", "bgr", "hiq"] or page.locator("#method option").count() >= 2
+        # without the key: the page says what is missing
+        page.fill("#question", QUESTIONS[0])
+        page.click("#go")
+        expect(page.locator("#status")).to_contain_text("API key")
+        page.fill("#key", KEY)
+        page.fill("#k", "5")
+        page.click("#go")
+        page.wait_for_selector("#passages li")
+        want = HTTP.post(live.url + "/query", json={"question": QUESTIONS[0], "k": 5,
+                                                    "graph": True},
+                         headers={"Authorization": f"Bearer {KEY}"}).json()
+        items = page.locator("#passages li")
+        assert [items.nth(i).get_attribute("data-id") for i in range(items.count())] == [
+            p["id"] for p in want["passages"]]
+        first = want["passages"][0]
+        assert first["text"] in items.nth(0).inner_text()
+        assert page.locator("#trace ul.residual li").all_inner_texts() == \
+            want["trace"]["residual_queries"]
+        # the evidence graph, drawn: a node per passage, an edge per stated edge
+        assert page.locator("#graph g.node").count() == len(want["graph"]["nodes"]) == 5
+        assert page.locator("#graph g.edge").count() == len(
+            [e for e in want["graph"]["edges"] if e["src"] != e["dst"]])
+        # the question is in the address: reloading asks it again (the key kept in the tab)
+        assert "q=" in page.url
+        page.reload()
+        page.wait_for_selector("#passages li")
+        assert page.locator("#passages li").count() == 5
+        # a refusal is shown as the service's message
+        page.click("#options summary")
+        page.fill("#filter", '{"year": {"$gt": 1}}')
+        page.click("#go")
+        expect(page.locator("#status")).to_contain_text("Error")
+        assert "year" in page.locator("#status").inner_text()
+    finally:
+        ctx.close()
+    assert outside == []
+    assert [p for p in problems if "401" not in p and "404" not in p] == []
