@@ -368,7 +368,8 @@ def add_serve_parser(sub: Any) -> None:
     sv.add_argument("--max-connections", type=_positive_int, default=1000,
                     help="open connections at most; beyond, 503 (default 1000)")
     sv.add_argument("--api-key-env", metavar="VAR",
-                    help="require 'Authorization: Bearer $VAR' on every endpoint but /health")
+                    help="require 'Authorization: Bearer $VAR' on the data endpoints (not on "
+                         "/health, the search page, the docs or the schema)")
     sv.add_argument("--max-batch", type=_positive_int, default=64,
                     help="questions per micro-batch (one retrieve_many)")
     sv.add_argument("--max-wait-ms", type=_nonneg_float, default=2.0,

@@ -23,6 +23,8 @@ started on.  :func:`create_app` puts it behind FastAPI (extra ``serve``):
                           (a passage: ``{"id"?, "title"?, "text", "metadata"?}``)
 ``GET /metrics``          Prometheus text: requests, errors, latency, queue depth, batch
                           sizes, index generation
+``GET /``                 the search page (evireform/service/static; with ``/static/*``)
+``GET /docs``, ``/redoc``  the OpenAPI docs, from bundled Swagger UI and ReDoc assets
 ========================  ==================================================================
 
 ``filter`` is a where clause over passage metadata or a list of passage ids
@@ -33,9 +35,10 @@ Results carry each passage's ``metadata``.
 Errors are JSON ``{"error": message}`` with a 4xx/5xx status, never a traceback or a server
 path; a full queue answers 503 with ``Retry-After`` (single questions, batches and every
 method count against one bound of ``max_queue`` questions); a full disk during ``/update``
-answers 507; with an API key every endpoint but ``/health`` needs ``Authorization: Bearer
-<key>`` (the scheme in any case, the key compared in constant time; a key with whitespace is
-refused at start).  The body cap counts streamed bytes (a chunked body too); a client has
+answers 507; with an API key every data endpoint needs ``Authorization: Bearer <key>``
+(``/health``, the search page, the docs and ``/openapi.json`` hold no index data and answer
+without it; the scheme in any case, the key compared in constant time; a key with
+whitespace is refused at start).  The body cap counts streamed bytes (a chunked body too); a client has
 ``header_timeout`` seconds to send a request head; connections are limited.
 
 **The index on disk.**  Before each batch the service stats the index's files (manifest and
