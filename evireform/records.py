@@ -13,7 +13,9 @@ means (``score``: a sentence), and what it did:
 * BGR: the forward and backward chains (passage ids), the edges both share
   (``intersection``), the forward step's queries and how the chains were merged;
 * Hi-Q: the query tree, each node with its query, status, answer and passages, and how the
-  ranking was read off the tree.
+  ranking was read off the tree;
+
+and where its time went: ``timings_ms``, wall time per stage (:mod:`evireform.timing`).
 """
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ class EviReformTraceRecord(TypedDict):
     score: str
     residual_queries: list[str]
     role_events: list[str]
+    #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
+    timings_ms: dict[str, float]
 
 
 class BGRTraceRecord(TypedDict):
@@ -72,6 +76,8 @@ class BGRTraceRecord(TypedDict):
     queries: list[str]
     merge: Literal["intersection", "union"]
     role_events: list[str]
+    #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
+    timings_ms: dict[str, float]
 
 
 class HiQNodeRecord(TypedDict):
@@ -92,6 +98,8 @@ class HiQTraceRecord(TypedDict):
     #: dependency order) or ``"resolved_first"`` (resolved leaves' passages, then the others')
     ranking: Literal["interleave", "resolved_first"]
     role_events: list[str]
+    #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
+    timings_ms: dict[str, float]
 
 
 TraceRecord = Union[EviReformTraceRecord, BGRTraceRecord, HiQTraceRecord]

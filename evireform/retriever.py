@@ -32,6 +32,7 @@ from .embed import Embedder, encode_queries
 from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
 from .records import SCORE_MEANING
+from .timing import Stopwatch
 from .index import PropositionIndex
 from .roles import (
     Candidates, Controller, GraphBridgeReformulator, ObservationController, Reformulator,
@@ -166,12 +167,15 @@ class Trace:
     rounds_run: int = 1
     #: repairs and fallbacks of LLM roles, e.g. "select:repaired", "reformulate:fallback:APITimeoutError"
     role_events: list[str] = field(default_factory=list)
+    #: wall time per stage in ms (:mod:`evireform.timing`; a batch's, for a batch)
+    timings_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> EviReformTraceRecord:
         """The trace's record (:mod:`evireform.records`)."""
         return {"method": "evireform", "score": SCORE_MEANING["evireform"],
                 "residual_queries": list(self.residual_queries),
-                "role_events": list(self.role_events)}
+                "role_events": list(self.role_events),
+                "timings_ms": dict(self.timings_ms)}
 
 
 @dataclass
@@ -387,9 +391,11 @@ class EviReform:
         s = SparseSignal(np.concatenate([qb.ids, rr.ids]), np.concatenate([qb.vals, rr.vals]))
         return Seed(s, qb, rr)
 
-    def _rank_many(self, states: list["_QuestionState"], k: int, scope) -> list[list[RankedPassage]]:
+    def _rank_many(self, states: list["_QuestionState"], k: int, scope,
+                   sw: Stopwatch | None = None) -> list[list[RankedPassage]]:
         """Propagate and read out every question's seed at once (batched kernels); one ranked
-        passage list per state, each passage's score split into its parts."""
+        passage list per state, each passage's score split into its parts (``sw``: the
+        seeds' mixing and the kernels timed as ``rank``)."""
         cfg, idx = self.config, self.index
         engine, r = scope
         alpha = cfg.alpha if cfg.propagation else 1.0
@@ -397,6 +403,8 @@ class EviReform:
                                             for st in states])
         P, S = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
                     restriction=r)
+        if sw is not None:
+            sw.lap("rank")
         inv, owner = idx.pmap.inv_sqrt, idx.owner
         passage = idx.passage
         out = []
@@ -463,7 +471,7 @@ class EviReform:
         k = self._check_k(k)
         embed = residual_embed or self._embed
         return self._run([question], np.asarray(h_q, np.float32)[None, :], k, embed,
-                         filter)[0]
+                         filter, Stopwatch())[0]
 
     def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
                       filter: FilterSpec=None) -> list[RetrievalResult]:
@@ -477,7 +485,10 @@ class EviReform:
         k = self._check_k(k)
         if not questions:
             return []
-        return self._run(questions, self._embed(questions), k, self._embed, filter)
+        sw = Stopwatch()
+        H_q = self._embed(questions)
+        sw.lap("encode_question")
+        return self._run(questions, H_q, k, self._embed, filter, sw)
 
     def scope(self, filter: FilterSpec = None) -> tuple[Engine, Any]:
         """``(engine, restriction)`` for ``filter``: the retriever's own engine, with the
@@ -512,15 +523,22 @@ class EviReform:
             trace.role_events.append("controller:raised")
             return True, []  # a failing controller stops the rounds (the one-round method)
 
-    def _run(self, questions: Sequence[str], H_q, k, embed, filter: FilterSpec=None) -> list[RetrievalResult]:
+    def _run(self, questions: Sequence[str], H_q, k, embed, filter: FilterSpec=None,
+             sw: Stopwatch | None = None) -> list[RetrievalResult]:
+        """The method for a batch of embedded questions; ``sw`` times its stages
+        (:mod:`evireform.timing`: contiguous laps, so they add up to the run)."""
         cfg = self.config
+        sw = sw if sw is not None else Stopwatch()
         scope = self.scope(filter)
         engine, r = scope
         if r is not None:
             if r.n_passages == 0:  # nothing matches: documented empty results
-                return [RetrievalResult(q, [], Trace()) for q in questions]
+                sw.lap("search")
+                return [RetrievalResult(q, [], Trace(timings_ms=sw.rounded()))
+                        for q in questions]
             k = min(k, r.n_passages)
         cand_i, cand_s = self._search(H_q, cfg.n_candidates, r)
+        sw.lap("search")
         states = []
         for t, q in enumerate(questions):
             keep = cand_i[t] >= 0
@@ -532,6 +550,7 @@ class EviReform:
         for st, b in zip(states, bs):
             st.b = b
             st.observed = self._observed(st.trace.selected)
+        sw.lap("select")
         active = states
         for rnd in range(cfg.rounds):
             for st in active:
@@ -540,8 +559,10 @@ class EviReform:
                              or self._queries(st.text, st.observed, st.trace, st.vector,
                                               None if r is None else r.pmask), active)
             flat = [(st, q) for st, qs in zip(active, made) for q in qs]
+            sw.lap("reformulate")
             if flat:
                 H_r = embed([q for _, q in flat])
+                sw.lap("encode_residual")
                 hi, hs = self._search(H_r, cfg.k_residual, r)
                 for (st, q), ids, sc in zip(flat, hi, hs):
                     keep = ids >= 0
@@ -549,17 +570,23 @@ class EviReform:
                     st.trace.residual_queries.append(q)
                     st.trace.residual_hits.append(list(zip(ids[keep].tolist(),
                                                            sc[keep].tolist())))
+                sw.lap("search")
             for st in active:
                 st.seed = self._combine(st.b, self._residual_signal(st.residual_hits))
-            for st, ranked in zip(active, self._rank_many(active, k, scope)):
+            for st, ranked in zip(active, self._rank_many(active, k, scope, sw)):
                 st.result = RetrievalResult(st.text, ranked, st.trace,
                                             _explain=self._explainer(st, ranked))
                 st.trace.rounds_run = rnd + 1
+            sw.lap("readout")
             if rnd + 1 == cfg.rounds or not cfg.reformulation:
                 break
             active = self._next_round(active)
+            sw.lap("assess")
             if not active:
                 break
+        timings = sw.rounded()
+        for st in states:
+            st.trace.timings_ms = dict(timings)
         return [st.result for st in states]
 
     def _explainer(self, st, ranked):

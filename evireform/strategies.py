@@ -52,6 +52,7 @@ from .engine import make_engine, pack_seeds, rank, restrict, search
 from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .records import SCORE_MEANING
+from .timing import Stopwatch, stage
 from .retriever import RankedPassage, RetrievalResult, check_embedder
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
@@ -110,7 +111,8 @@ class _PassageSearch:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if self.embedder is None:
             raise ValueError("this strategy has no embedder: pass embedder=...")
-        return encode_queries(self.embedder, list(texts))
+        with stage("encode"):
+            return encode_queries(self.embedder, list(texts))
 
     def rank(self, texts: Sequence[str], k: int, H: ArrayLike | None=None):
         """Per text: (passage positions, scores), best first, positive scores only."""
@@ -119,7 +121,8 @@ class _PassageSearch:
         idx = self.index
         H = self.embed(texts) if H is None else H
         kc = max(1, min(self.n_candidates, idx.n_props))
-        ids, sc = search(self.engine, H, kc, self.restriction)
+        with stage("search"):
+            ids, sc = search(self.engine, H, kc, self.restriction)
         seeds = []
         for i, s in zip(ids, sc):
             keep = (i >= 0) & (s > 0)
@@ -128,9 +131,11 @@ class _PassageSearch:
         return self._readout(seeds, k)
 
     def _readout(self, seeds, k, alpha: float = 1.0, propagation: bool = False):
-        P, S = rank(self.engine, *pack_seeds(seeds), alpha, max(1, min(k, self.n_passages)),
-                    propagation=propagation, restriction=self.restriction)
-        return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
+        with stage("rank"):
+            P, S = rank(self.engine, *pack_seeds(seeds), alpha,
+                        max(1, min(k, self.n_passages)), propagation=propagation,
+                        restriction=self.restriction)
+            return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
 
     def neighbours(self, passages: Sequence[int], k: int):
         """Per passage: the passages its propositions reach in one step through shared
@@ -162,6 +167,8 @@ class StrategyTrace:
     ranking: str = "interleave"
     #: passage position -> id, of every passage the trace names
     names: dict[int, str] = field(default_factory=dict, repr=False)
+    #: wall time per stage in ms (:mod:`evireform.timing`)
+    timings_ms: dict[str, float] = field(default_factory=dict)
 
     def positions(self) -> set[int]:
         """Every passage position the trace names."""
@@ -188,13 +195,14 @@ class StrategyTrace:
                 {"query": "", "depth": 0, "status": "", "answer": None, "passages": [],
                  "children": []}
             return {"method": "hiq", "score": SCORE_MEANING["hiq"], "tree": tree,
-                    "ranking": self.ranking, "role_events": events}  # type: ignore[typeddict-item]
+                    "ranking": self.ranking, "role_events": events,
+                    "timings_ms": dict(self.timings_ms)}  # type: ignore[typeddict-item]
         return {"method": "bgr", "score": SCORE_MEANING["bgr"],
                 "forward": [name(j) for j in self.forward],
                 "backward": [name(j) for j in self.backward],
                 "intersection": [[name(a), name(b)] for a, b in self.intersection],
                 "queries": list(self.queries), "merge": self.merge,  # type: ignore[typeddict-item]
-                "role_events": events}
+                "role_events": events, "timings_ms": dict(self.timings_ms)}
 
     def format(self, passages: Sequence[Any] | None=None) -> str:
         name = (lambda j: passages[j].title or passages[j].id) if passages else str
@@ -212,6 +220,11 @@ def _result(index: PropositionIndex, question: str, order: list[int], k: int, ed
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
     scale), filled to ``k`` with the other passages (``allowed``: those a filter allows) in
     stored order at score 0 (as EviReform's ranking is)."""
+    with stage("readout"):
+        return _assemble(index, question, order, k, edges, trace, allowed)
+
+
+def _assemble(index, question, order, k, edges, trace, allowed) -> RetrievalResult:
     def ranked_passage(j, score):
         p = index.passages[j]
         return RankedPassage(j, p.id, p.title, score, text=p.text, metadata=p.metadata)
@@ -278,7 +291,13 @@ class _Strategy:
         run = self._scoped(filter)
         if run.search.n_passages == 0:
             return [RetrievalResult(q, [], self._trace(), edges=[]) for q in questions]
-        return [run._one(q, k) for q in questions]
+        out = []
+        for q in questions:  # each question timed by stage (evireform.timing)
+            with Stopwatch("hops") as sw:
+                res = run._one(q, k)
+            res.trace.timings_ms = sw.rounded()
+            out.append(res)
+        return out
 
     def _trace(self, **kw: Any) -> StrategyTrace:
         """A trace of this strategy (its method and settings)."""
@@ -340,7 +359,9 @@ class BGR(_Strategy):
         while chain and len(chain) < self.depth:
             try:
                 seen = chain if self.path == "full" else chain[-1:]
-                raw = self.reformulator.reformulate(question, [idx.passages[j] for j in seen], 2)
+                with stage("reformulate"):
+                    raw = self.reformulator.reformulate(question,
+                                                        [idx.passages[j] for j in seen], 2)
                 if isinstance(raw, RoleResult):  # an LLM reformulator's repairs/fallbacks
                     events.extend(raw.events())
                 queries = list(raw or [])
@@ -536,7 +557,8 @@ class HiQ(_Strategy):
             return False
         if self.reader is not None:
             read = [self.index.passages[j] for j in node.passages[:self.k_read]]
-            ans, ev = self.reader.answer(node.query, read)
+            with stage("read"):
+                ans, ev = self.reader.answer(node.query, read)
             events.extend(ev)
             if ans and ans.strip().lower() not in ("noanswer", "no answer", "unknown") \
                     and len(ans.strip()) <= MAX_ANSWER_CHARS:
@@ -544,7 +566,8 @@ class HiQ(_Strategy):
                 return True
             return False
         top = [self.index.passages[j] for j in node.passages[:self.k_check]]
-        guess = self._guess(node.query, top)
+        with stage("read"):
+            guess = self._guess(node.query, top)
         text = canonical_entity(" ".join(p.title + " " + p.text for p in top))
         cons = _constraints(node.query.replace("#1", " "))
         if not all(c in text for c in cons) or guess is None:
@@ -562,10 +585,11 @@ class HiQ(_Strategy):
         return b[0][1] if b else None
 
     def _split(self, query: str, events: list[Any]) -> tuple[str, str] | None:
-        parts = self.splitter.split(query)
-        events.extend(parts.events() if isinstance(parts, RoleResult) else [])
-        if parts and self.splitter.verify(query, *parts[0]):
-            return parts[0]
+        with stage("split"):
+            parts = self.splitter.split(query)
+            events.extend(parts.events() if isinstance(parts, RoleResult) else [])
+            if parts and self.splitter.verify(query, *parts[0]):
+                return parts[0]
         if isinstance(self.splitter, HeuristicSplitter):
             return None
         if parts:
@@ -587,7 +611,8 @@ class HiQ(_Strategy):
         first, second = parts
         c1 = self._solve(first, depth + 1, events)
         if c1.answer:  # the prerequisite resolved: the dependent rewritten from it
-            got = self.rewriter.rewrite(second, first, c1.answer)
+            with stage("rewrite"):
+                got = self.rewriter.rewrite(second, first, c1.answer)
             if isinstance(got, RoleResult):
                 events.extend(got.events())
                 got = got[0]

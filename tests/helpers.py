@@ -1,4 +1,5 @@
-"""Random graph and embedding generators shared by the kernel tests."""
+"""Random graph and embedding generators shared by the kernel tests, and what the result
+record tests share."""
 import numpy as np
 
 from evireform.kernels import EntityGraph, PassageMap
@@ -112,3 +113,10 @@ def search_one(idx, q, k, **kw):
     ids, scores = search_index(idx, np.asarray(q, np.float32)[None, :], k, **kw)
     keep = ids[0] >= 0
     return ids[0][keep], scores[0][keep]
+
+
+def untimed(rec):
+    """A result record without its trace's stage timings (the one part two runs of the same
+    question differ in), after checking both name the stages."""
+    assert isinstance(rec["trace"].get("timings_ms"), dict), rec["trace"]
+    return {**rec, "trace": {k: v for k, v in rec["trace"].items() if k != "timings_ms"}}

@@ -121,6 +121,10 @@ def _cmd_query(args: Any) -> int:
     if args.graph:
         print("evidence graph (how each passage was reached):")
         print(res.evidence_graph().format())
+    t = res.trace.timings_ms
+    if t:  # where the time went (evireform.timing; --json: trace.timings_ms)
+        print(f"time: {sum(t.values()):.1f} ms (" + ", ".join(
+            f"{k} {v:.1f}" for k, v in t.items()) + ")", file=sys.stderr)
     return _strict_status(args, [res])
 
 

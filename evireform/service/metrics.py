@@ -27,6 +27,22 @@ class Metrics:
                                 registry=r)
         self.generation = Gauge("evireform_index_generation", "index generation served",
                                 registry=r)
+        #: evireform.timing's stages: one observation per retrieve_many for EviReform (its
+        #: stages run once for the whole batch), one per question for BGR and Hi-Q
+        self.stage = Histogram("evireform_stage_seconds", "wall time of a retrieval stage "
+                               "(evireform.timing)", ["method", "stage"], registry=r,
+                               buckets=(.0001, .00025, .0005, .001, .0025, .005, .01, .025,
+                                        .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+
+    def observe_stages(self, results) -> None:
+        """Each stage of ``results`` (one retrieve_many's) into :attr:`stage`: a batch's
+        shared EviReform stages once, each strategy result's own."""
+        for n, res in enumerate(results):
+            method = getattr(res.trace, "method", "evireform")
+            if method == "evireform" and n:
+                break  # every result of the batch carries the same timings
+            for name, ms in res.trace.timings_ms.items():
+                self.stage.labels(method, name).observe(ms / 1e3)
 
     def text(self) -> bytes:
         from prometheus_client import generate_latest

@@ -252,6 +252,7 @@ class RetrievalService:
         try:
             gen = self.current()
             res = await asyncio.get_running_loop().run_in_executor(self._work, call(gen))
+            self.metrics.observe_stages(res if isinstance(res, list) else [res])
             return res, gen.number
         finally:
             self._inflight -= n
@@ -303,6 +304,7 @@ class RetrievalService:
                         if not g[2].done():
                             g[2].set_exception(exc)
                     continue
+                self.metrics.observe_stages(results)
                 for g, res in zip(group, results):
                     if not g[2].done():
                         g[2].set_result((res, gen.number))
