@@ -141,6 +141,7 @@ def test_a_question_asked_in_the_browser_shows_passages_and_graph(browser, live)
         assert first["text"] in items.nth(0).inner_text()
         assert page.locator("#trace ul.residual li").all_inner_texts() == \
             want["trace"]["residual_queries"]
+        expect(page.locator("#trace .timings")).to_contain_text("encode_question")
         # the evidence graph, drawn: a node per passage, an edge per stated edge
         assert page.locator("#graph g.node").count() == len(want["graph"]["nodes"]) == 5
         assert page.locator("#graph g.edge").count() == len(

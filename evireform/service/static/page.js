@@ -165,6 +165,11 @@ function showTrace(trace) {
     box.append(ul);
   }
   if (trace.score) box.append(el("p", "source", trace.score));
+  const t = trace.timings_ms || {};
+  if (Object.keys(t).length) {
+    box.append(el("p", "source timings", "Stages (ms): " + Object.entries(t)
+      .map(([k, v]) => `${k} ${Number(v).toFixed(1)}`).join(" · ")));
+  }
   const d = el("details");
   d.append(el("summary", null, "Full trace (JSON)"));
   d.append(el("pre", null, JSON.stringify(trace, null, 2)));
