@@ -79,6 +79,8 @@ BLOCKS["glance-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
 # the full CPU run, every case at full size (about 10 minutes with the 1M HNSW graph cached
 # under ~/.cache/evireform/bench; a first build of it adds about 7), its JSON kept
 BLOCKS["bench-full"] = EV + ["bench", "--json", "benchmarks/results/bench-cpu.json"]
+# the performance targets beside the full run's ratios (after bench-full)
+BLOCKS["bench-targets"] = EV + ["bench", "--targets", "benchmarks/results/bench-cpu.json"]
 # every case's ratio as a figure (quick sizes: about a minute)
 BLOCKS["bench-quick-plot"] = EV + ["bench", "--quick", "--plot", "docs/bench_quick.png"]
 

@@ -281,3 +281,27 @@ def test_a_case_under_its_floor_is_measured_once_more_and_keeps_the_better():
     calls.clear()
     assert bench.remeasure_below_floor(_report(floor * 2), rerun(0.0), log=lambda m: None) == []
     assert calls == []
+
+
+def test_every_target_names_a_declared_label():
+    from evireform.bench import TARGETS, declared_labels
+    assert set(TARGETS) <= declared_labels()
+
+
+def test_targets_print_a_reports_ratios_beside_them(tmp_path, capsys):
+    import json
+    from evireform.bench import TARGETS
+    from evireform.cli import main
+    first, second = list(TARGETS)[:2]
+    rep = {"machine": {"cpu": "X", "cpus": 2, "omp_wait_policy": ""}, "quick": False,
+           "cases": {first: {"speedup": TARGETS[first][0] * 2},
+                     second: {"speedup": TARGETS[second][0] / 2}}}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(rep))
+    assert main(["bench", "--targets", str(f)]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in
+            capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert rows[first].endswith("| yes |") and rows[second].endswith("| **no** |")
+    assert "not run" in rows[list(TARGETS)[-1]]
+    f.write_text("[1, 2]")
+    assert main(["bench", "--targets", str(f)]) == 2

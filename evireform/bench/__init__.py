@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from . import cases, gpu_cases  # noqa: F401  (importing them registers every case)
-from .harness import CASES, FLOORS, Case, case, machine, median_time, table, times
+from .harness import (CASES, FLOORS, TARGETS, Case, case, machine, median_time, table,
+                      targets_table, times)
 
-__all__ = ["CASES", "FLOORS", "Case", "below_floor", "case", "check", "declared_labels",
+__all__ = ["CASES", "FLOORS", "TARGETS", "Case", "targets_table", "below_floor", "case", "check", "declared_labels",
            "machine", "remeasure_below_floor",
            "median_time", "run", "table", "times"]
 

@@ -50,6 +50,39 @@ FLOORS = {
 }
 
 
+#: what a full run should show (issue 51), each a ratio (peer / ours) to reach: the kernels
+#: at parity with or ahead of their numpy / scipy peers under the library's own thread
+#: policy, and a question's work outside its exact scans at most half of them
+#: (``retrieve_core`` vs its scans >= 1/1.5).  ``evireform bench --targets REPORT.json``
+#: prints them beside a report's ratios (docs/performance.md).
+TARGETS: dict[str, tuple[float, str]] = {
+    **{f"cosine_topk/{s} b{b} vs numpy": (0.95, "numpy's matvec/matmul + argpartition")
+       for s in ("10k", "100k", "1M") for b in (1, 64)},
+    **{f"readout/{s} vs bincount": (1.0, "numpy's bincount + argpartition")
+       for s in ("10k", "100k", "1M")},
+    "propagate_batch/synthetic 1000 seeds": (1.5, "scipy's sparse chain, all seeds at once"),
+    "retrieve_core/musique vs its scans": (1 / 1.5, "its own exact proposition scans"),
+}
+
+
+def targets_table(report: dict[str, Any]) -> str:
+    """A Markdown table of :data:`TARGETS` beside ``report``'s ratios."""
+    rows = ["| case | floor (the peer) | target | this run | met |", "|---|---|---|---|---|"]
+    for label, (need, peer) in TARGETS.items():
+        c = report.get("cases", {}).get(label)
+        got = None if c is None else c.get("speedup")
+        want = f"≥ {need:.2f}x" if need != 1 / 1.5 else "≥ 0.67x (≤ 1.5x the scans)"
+        rows.append(f"| {label} | {peer} | {want} | "
+                    + ("not run" if got is None else f"{got:.2f}x") + " | "
+                    + ("-" if got is None else "yes" if got >= need else "**no**") + " |")
+    m = report.get("machine", {})
+    rows.append("")
+    rows.append(f"(machine: {m.get('cpu', m.get('processor', '?'))}, {m.get('cpus', '?')} cpus, "
+                f"OpenMP waits {m.get('omp_wait_policy') or 'by default'}"
+                + (", quick sizes" if report.get("quick") else "") + ")")
+    return "\n".join(rows)
+
+
 def median_time(fn: Any, repeat: int, warmup: int = 1) -> float:
     for _ in range(warmup):
         fn()

@@ -156,6 +156,16 @@ def _cmd_bench(args: Any) -> int:
     from .. import bench
 
     log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
+    if args.targets:  # a saved report's ratios beside the targets: nothing is measured
+        try:
+            report = json.loads(Path(args.targets).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--targets {args.targets}: not a bench JSON report ({exc})") \
+                from None
+        if not isinstance(report, dict) or not isinstance(report.get("cases"), dict):
+            raise ValueError(f"--targets {args.targets}: not a bench JSON report (no 'cases')")
+        print(bench.targets_table(report))
+        return 0
     if args.serve:
         from ..bench import serve as serve_bench
         data = _data_dir(args.data)
@@ -355,5 +365,8 @@ def add_bench_parser(sub: Any) -> None:
                          "built once into the cache)")
     be.add_argument("--serve-n", type=_positive_int, default=200,
                     help="--serve: MuSiQue questions used")
+    be.add_argument("--targets", metavar="REPORT.json",
+                    help="print the performance targets (evireform.bench.TARGETS) beside the "
+                         "ratios of a report written with --json; measures nothing")
     be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     be.set_defaults(func=_cmd_bench)
