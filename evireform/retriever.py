@@ -301,7 +301,6 @@ class EviReform:
         cands = Candidates(ids, us, idx.owner[cand_ids].tolist(),
                            idx.prop_texts if getattr(self.selector, "reads_text", True)
                            else None)
-        pos = {i: s for i, s in zip(ids, us) if s > 0}
         try:
             chosen = self.selector.select(question, cands, cfg.max_selected)
         except Exception:  # a role never crashes retrieval: fall back (C.1)
@@ -310,20 +309,26 @@ class EviReform:
         if isinstance(chosen, RoleResult):
             trace.role_events.extend(chosen.events())
         sel: list[int] = []
-        for i in chosen or []:
+        score: list[float] = []
+        for i in chosen or []:  # a chosen id counts once, if it is a positive candidate
             try:
                 i = int(i)
             except (TypeError, ValueError):
                 continue
-            if i in pos and i not in sel:
+            if i in sel:
+                continue
+            at = np.flatnonzero(cand_ids == i)  # a few chosen among ~100: no dict of all
+            if len(at) and us[at[0]] > 0:
                 sel.append(i)
-        sel = sel[:cfg.max_selected]
+                score.append(us[at[0]])
+        sel, score = sel[:cfg.max_selected], score[:cfg.max_selected]
         if not sel and len(cand_ids):
             sel = [int(cand_ids[0])]  # the positive candidate with the highest score
+            score = [us[0]]
             trace.selector_fallback = True
         trace.selected = sel
         ids = np.asarray(sel, dtype=np.int64)
-        vals = np.asarray([pos[i] for i in sel], dtype=np.float64)
+        vals = np.asarray(score, dtype=np.float64)
         if len(vals):
             vals = vals / vals.sum()
         return SparseSignal(ids, vals)
@@ -371,8 +376,9 @@ class EviReform:
             if len(ids) == 0 or mass <= 0:
                 continue
             n_valid += 1
-            for i, v in zip(ids, sc / mass):
-                acc[int(i)] = acc.get(int(i), 0.0) + float(v)
+            get = acc.get  # Python ints and floats (tolist): the same sums, bit for bit
+            for i, v in zip(ids.tolist(), (sc / mass).tolist()):
+                acc[i] = get(i, 0.0) + v
         if n_valid == 0:
             return SparseSignal.empty()
         ids = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
