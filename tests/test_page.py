@@ -164,3 +164,32 @@ def test_a_question_asked_in_the_browser_shows_passages_and_graph(browser, live)
         ctx.close()
     assert outside == []
     assert [p for p in problems if "401" not in p and "404" not in p] == []
+
+
+def test_passage_text_is_shown_as_text_never_as_markup(browser, tmp_path):
+    """A passage whose title and text hold HTML (a page of someone's notes, or a hostile
+    upload) is printed as characters: no element or script of it reaches the page."""
+    from playwright.sync_api import expect
+    ix = PropositionIndex.build(_records(20) + [{
+        "title": "<img src=x onerror=\"window.pwned=1\">Alpha 3",
+        "text": "Alpha 3 met <b>Zed</b> in <script>window.pwned=2</script> 1903.",
+        "metadata": {"source": "<i>notes</i>.md"}}], EMB, show_progress=False
+    ).save(tmp_path / "ix")
+    s = Server(ix)
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    try:
+        page.goto(s.url + "/")
+        page.fill("#question", "Who did Alpha 3 meet, Zed?")
+        page.click("#options summary")
+        page.fill("#k", "21")  # every passage
+        page.click("#go")
+        expect(page.locator("#passages li")).to_have_count(21)
+        hostile = page.locator("#passages li", has_text="onerror")
+        expect(hostile).to_have_count(1)
+        assert "<b>Zed</b>" in hostile.inner_text() and "<i>notes</i>.md" in hostile.inner_text()
+        assert page.locator("#passages img, #passages b, #passages script, #graph img").count() == 0
+        assert page.evaluate("() => window.pwned === undefined")
+    finally:
+        ctx.close()
+        s.close()
