@@ -133,7 +133,7 @@ class Seed:
     residual: SparseSignal
 
 
-@dataclass
+@dataclass(slots=True)
 class RankedPassage:
     index: int
     id: str
@@ -298,9 +298,9 @@ class EviReform:
         ids, us = cand_ids.tolist(), cand.vals.tolist()
         # made on access: a selector reading the top few builds a few; one that ranks by
         # score alone (reads_text False) is shown no text, so none is decoded per question
-        cands = Candidates(ids, us, idx.owner[cand_ids].tolist(),
+        cands = Candidates(ids, us, None,
                            idx.prop_texts if getattr(self.selector, "reads_text", True)
-                           else None)
+                           else None, owner=idx.owner)
         try:
             chosen = self.selector.select(question, cands, cfg.max_selected)
         except Exception:  # a role never crashes retrieval: fall back (C.1)
@@ -317,10 +317,13 @@ class EviReform:
                 continue
             if i in sel:
                 continue
-            at = np.flatnonzero(cand_ids == i)  # a few chosen among ~100: no dict of all
-            if len(at) and us[at[0]] > 0:
+            try:  # a few chosen among ~100: no dict of all
+                at = ids.index(i)
+            except ValueError:
+                continue
+            if us[at] > 0:
                 sel.append(i)
-                score.append(us[at[0]])
+                score.append(us[at])
         sel, score = sel[:cfg.max_selected], score[:cfg.max_selected]
         if not sel and len(cand_ids):
             sel = [int(cand_ids[0])]  # the positive candidate with the highest score
@@ -328,8 +331,11 @@ class EviReform:
             trace.selector_fallback = True
         trace.selected = sel
         ids = np.asarray(sel, dtype=np.int64)
-        vals = np.asarray(score, dtype=np.float64)
-        if len(vals):
+        if len(score) < 8:  # numpy's sum of fewer than 8 is this left-to-right sum
+            tot = sum(score)
+            vals = np.asarray([v / tot for v in score], dtype=np.float64)
+        else:
+            vals = np.asarray(score, dtype=np.float64)
             vals = vals / vals.sum()
         return SparseSignal(ids, vals)
 
@@ -412,7 +418,6 @@ class EviReform:
         if sw is not None:
             sw.lap("rank")
         inv, owner = idx.pmap.inv_sqrt, idx.owner
-        passage = idx.passage
         out = []
         for st, pids, scores in zip(states, P, S):
             if cfg.fill == "dense":
@@ -426,12 +431,12 @@ class EviReform:
                 parts.append(acc)
             pq, pr = parts
             pids = np.asarray(pids)
+            js = pids.tolist()
             ranked = []
-            for j, sc, w in zip(pids.tolist(), np.asarray(scores, np.float64).tolist(),
-                                inv[pids].tolist()):
+            for j, sc, w, p in zip(js, np.asarray(scores, np.float64).tolist(),
+                                   inv[pids].tolist(), idx.passages_at(js)):
                 fq = pq.get(j, 0.0) * w
                 fr = pr.get(j, 0.0) * w
-                p = passage(j)  # decoded once, not per result
                 ranked.append(RankedPassage(j, p.id, p.title, sc, fq, fr,
                                             max(0.0, sc - fq - fr), p.text, p.metadata))
             out.append(ranked)

@@ -90,10 +90,16 @@ class Candidates(_SequenceABC):
     the same objects a list would hold.  ``texts``: indexable by proposition id (the index's
     texts), or None for candidates shown without text."""
 
-    __slots__ = ("_ids", "_scores", "_passages", "_texts", "_made")
+    __slots__ = ("_ids", "_scores", "_passages", "_texts", "_made", "_owner")
 
-    def __init__(self, ids: Any, scores: ArrayLike, passages: Sequence[Any], texts: Sequence[str] | None=None) -> None:
+    def __init__(self, ids: Any, scores: ArrayLike, passages: Sequence[Any] | None,
+                 texts: Sequence[str] | None = None, *, owner: Any = None) -> None:
+        """``passages``: each candidate's passage position, or None with ``owner`` (the
+        index's proposition -> passage array, read per candidate made)."""
+        if passages is None and owner is None:
+            raise ValueError("Candidates needs passages or owner")
         self._ids, self._scores, self._passages, self._texts = ids, scores, passages, texts
+        self._owner = owner
         self._made: list[Any] = [None] * len(ids)
 
     def __len__(self) -> int:
@@ -105,7 +111,8 @@ class Candidates(_SequenceABC):
             i = self._ids[t]
             c = self._made[t] = Candidate(i, self._scores[t],
                                           "" if self._texts is None else self._texts[i],
-                                          self._passages[t])
+                                          int(self._owner[i]) if self._passages is None
+                                          else self._passages[t])
         return c
 
     def __getitem__(self, t):

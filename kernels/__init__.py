@@ -432,19 +432,28 @@ def _check_seed(seed_ids: ArrayLike, seed_vals: ArrayLike):
     return ids, vals
 
 
-def _seed_error(code: int, M: int, what: str = "seed") -> None:
-    """Raise for a status returned by a kernel's input check (0 = fine)."""
+def _seed_error(code: int, M: int, what: str = "seed", n: int = 0) -> None:
+    """Raise for a status returned by a kernel's input check (0 = fine; ``n``: the number of
+    ids a CSR indptr must end at)."""
     if code == 1:
         raise ValueError(f"{what} ids must lie in [0, {M})")
     if code == 2:
         raise ValueError(f"{what} values contain NaN or inf")
-
-
-def _check_indptr(indptr: ArrayLike, n: int, what: str) -> np.ndarray:
-    indptr = np.ascontiguousarray(np.asarray(indptr, dtype=np.int64))
-    if indptr.ndim != 1 or len(indptr) < 1 or indptr[0] != 0 or indptr[-1] != n \
-            or np.any(np.diff(indptr) < 0):
+    if code == 3:
         raise ValueError(f"{what} indptr must start at 0, be non-decreasing and end at {n}")
+
+
+def _checked_csr(indptr: ArrayLike, ids: np.ndarray, vals: np.ndarray, M: int,
+                 what: str) -> np.ndarray:
+    """The int64 indptr of CSR rows over checked ``(ids, vals)``: ids in [0, M), finite
+    values, an indptr from 0, non-decreasing, to ``len(ids)``; one kernel call (a question's
+    ranking pays for every microsecond of Python around its kernels)."""
+    if not (type(indptr) is np.ndarray and indptr.dtype == _I64
+            and indptr.flags.c_contiguous):
+        indptr = np.ascontiguousarray(np.asarray(indptr, dtype=np.int64))
+    if indptr.ndim != 1:
+        _seed_error(3, M, what, len(ids))
+    _seed_error(_kernels().check_csr(indptr, ids, vals, M), M, what, len(ids))
     return indptr
 
 
@@ -484,8 +493,8 @@ def _checked_seeds(graph: EntityGraph, seed_indptr, seed_ids: ArrayLike, seed_va
     """A batch of seeds as the batched kernels take it: ``(indptr, ids, vals, alpha)``
     checked (ids inside the graph, finite values, a CSR indptr over them, alpha in [0, 1])."""
     ids, vals = _check_seed(seed_ids, seed_vals)
-    _seed_error(_kernels().check_seed(ids, vals, graph.n_props), graph.n_props)
-    return _check_indptr(seed_indptr, len(ids), "seed"), ids, vals, _check_alpha(alpha)
+    indptr = _checked_csr(seed_indptr, ids, vals, graph.n_props, "seed")
+    return indptr, ids, vals, _check_alpha(alpha)
 
 
 def propagate_batch(graph: EntityGraph, seed_indptr: ArrayLike, seed_ids: ArrayLike,
@@ -615,8 +624,7 @@ def readout_topk_batch(pmap: PassageMap, z_indptr: ArrayLike, z_ids: ArrayLike,
                        z_vals: ArrayLike, k: int, *, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Batched :func:`readout_topk` over z given as CSR rows; returns (batch, k') arrays."""
     ids, vals = _check_z(pmap, z_ids, z_vals)
-    _seed_error(_kernels().check_seed(ids, vals, pmap.n_props), pmap.n_props, "z")
-    indptr = _check_indptr(z_indptr, len(ids), "z")
+    indptr = _checked_csr(z_indptr, ids, vals, pmap.n_props, "z")
     k = min(_check_k(k), pmap.n_passages)
     if resolve(backend) == "gpu":
         from . import _gpu

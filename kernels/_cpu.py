@@ -709,6 +709,22 @@ def check_seed(ids: Any, vals: ArrayLike, M) -> int:
     return 0
 
 
+@njit(**_JIT)
+def check_csr(indptr: Any, ids: Any, vals: ArrayLike, M) -> int:
+    """:func:`check_seed` of ``(ids, vals)``, then 3 unless ``indptr`` starts at 0, never
+    decreases and ends at ``len(ids)``: a batch's whole check in one call."""
+    code = check_seed(ids, vals, M)
+    if code:
+        return code
+    n = indptr.shape[0]
+    if n < 1 or indptr[0] != 0 or indptr[n - 1] != ids.shape[0]:
+        return 3
+    for t in range(1, n):
+        if indptr[t] < indptr[t - 1]:
+            return 3
+    return 0
+
+
 @njit(inline="always", **_JIT)
 def _note_entity(e, emark, ents, ne):
     """Entity ``e`` appended to the list ``ents[:ne]`` of a seed's distinct entities unless

@@ -354,6 +354,33 @@ def test_readout_batch_matches_single(rng, backend):
         _check_readout(pm, ids[lo:hi], vals[lo:hi], k, bi[b], bs[b])
 
 
+@pytest.mark.parametrize("indptr", [[1, 3], [0, 2], [0, 4], [0, 3, 1, 3], [], [[0, 3]],
+                                    np.array([0, 3], np.int32), [0.0, 3.0]])
+def test_batched_kernels_check_the_seeds_csr_rows(rng, indptr):
+    """The batched propagation, ranking and readout refuse a CSR indptr that does not start
+    at 0, decreases, or does not end at the number of ids (one kernel call checks ids,
+    values and indptr); an int32 or float indptr that is right is read as int64."""
+    M, Ne = 50, 20
+    g = random_graph(rng, M, Ne)
+    pm = random_passages(rng, M, 10)
+    ids, vals = np.array([1, 4, 7]), np.array([0.2, 0.3, 0.5])
+    calls = [lambda p: K.propagate_batch(g, p, ids, vals, 0.5),
+             lambda p: K.rank_topk_batch(g, pm, p, ids, vals, 0.5, 5),
+             lambda p: K.readout_topk_batch(pm, p, ids, vals, 5)]
+    ok = np.asarray(indptr).ndim == 1 and len(indptr) == 2 and list(indptr) == [0, 3]
+    for call in calls:
+        if ok:
+            call(indptr)  # read as int64
+        else:
+            with pytest.raises(ValueError, match="indptr must start at 0"):
+                call(indptr)
+    # the ids and values are checked before the indptr, as before
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 50\)"):
+        K.rank_topk_batch(g, pm, [1, 3], np.array([1, 4, 99]), vals, 0.5, 5)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        K.rank_topk_batch(g, pm, [0, 3], ids, np.array([0.2, np.nan, 0.5]), 0.5, 5)
+
+
 def test_w_nnz_matches_materialised(rng):
     for M, Ne in [(1, 1), (50, 10), (800, 120)]:
         g = random_graph(rng, M, Ne)

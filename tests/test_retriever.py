@@ -123,6 +123,28 @@ def test_selector_fallback_and_invalid_ids(worked):
     assert res.trace.selected == [1, 0]
 
 
+def test_the_selector_sees_each_candidates_passage_text_and_score(worked):
+    """What a selector is shown (Candidates, made on access): ids best first, their u,
+    texts, and the passage position each proposition belongs to."""
+    seen = []
+
+    class Looking:
+        name = "looking"
+
+        def select(self, question, candidates, max_selected):
+            seen.extend((c.id, round(c.score, 6), c.text, c.passage) for c in candidates)
+            assert candidates[-1] == list(candidates)[-1] and len(candidates) == len(seen)
+            return [candidates[1].id]
+
+    r = EviReform(worked, EviReformConfig(reformulation=False), embedder=DictEmbedder(),
+                  selector=Looking())
+    res = r.retrieve("question", 3)
+    u = np.asarray(U) / np.linalg.norm(U)
+    want = [(i, round(float(np.float32(u[i])), 6), f"p{i}", int(worked.owner[i]))
+            for i in np.argsort(-u, kind="stable") if u[i] > 0]
+    assert seen == want and res.trace.selected == [want[1][0]]
+
+
 def test_invalid_queries_ignored(worked):
     r = make(worked, queries=("", "   ", None, 7, "query one", "query one"))
     res = r.retrieve("question", 3)

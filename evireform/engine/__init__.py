@@ -184,6 +184,11 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
 def pack_seeds(seeds: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``[(ids, vals), ...]`` as CSR rows ``(indptr, ids int64, vals float64)``: the one
     packing of per-question seeds for :meth:`rank_batch`."""
+    if len(seeds) == 1:  # one question (a terminal query): its arrays as they are
+        ids, vals = seeds[0]
+        ids = np.asarray(ids).astype(np.int64, copy=False)
+        return (np.array([0, len(ids)], dtype=np.int64), ids,
+                np.asarray(vals).astype(np.float64, copy=False))
     indptr = np.zeros(len(seeds) + 1, dtype=np.int64)
     indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
     if not seeds:
