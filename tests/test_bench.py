@@ -303,5 +303,13 @@ def test_targets_print_a_reports_ratios_beside_them(tmp_path, capsys):
             capsys.readouterr().out.splitlines() if line.startswith("| ")}
     assert rows[first].endswith("| yes |") and rows[second].endswith("| **no** |")
     assert "not run" in rows[list(TARGETS)[-1]]
+    # a second report (an --only run) adds its cases; the full run's others stay
+    last = list(TARGETS)[-1]
+    g = tmp_path / "only.json"
+    g.write_text(json.dumps({"machine": {}, "cases": {last: {"speedup": TARGETS[last][0]}}}))
+    assert main(["bench", "--targets", str(f), "--targets", str(g)]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in
+            capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert rows[last].endswith("| yes |") and rows[first].endswith("| yes |")
     f.write_text("[1, 2]")
     assert main(["bench", "--targets", str(f)]) == 2

@@ -20,6 +20,40 @@ def test_metrics_by_hand():
     assert m["chain@3"] == 50.0 and m["recall@3"] == pytest.approx(66.67, abs=0.01)
 
 
+def test_answer_recall_by_hand():
+    """Answer@K: the answer (or an alias) in one of the top K passages' texts, lower-cased,
+    white space folded; recall/chain/hit are unchanged beside it."""
+    texts = ["The file is /etc/login.defs here.", "nothing", "Set  PASS_MAX_DAYS to 90", "x"]
+    qs = [Question("a", "q", "PASS_MAX_DAYS", frozenset({2})),
+          Question("b", "q", "/ETC/LOGIN.DEFS", frozenset({0})),
+          Question("c", "q", "nowhere", frozenset({3}), aliases=("set pass_max_days",))]
+    rankings = [[1, 2], [1, 0], [2, 3]]
+    m = metrics(rankings, qs, ks=(1, 2), texts=texts)
+    assert m["answer@1"] == pytest.approx(100 / 3, abs=0.01)  # only c (alias, spaces folded)
+    assert m["answer@2"] == 100.0
+    assert m["recall@2"] == 100.0 and "answer@1" not in metrics(rankings, qs, ks=(1,))
+
+
+def test_the_manpages_development_set_is_consistent():
+    """The shipped real-documents set: every gold title is a passage, each answer string is in
+    the question's last gold passage (where a reader finds it), half of the questions are
+    two-hop with two distinct gold passages, a few are in Chinese over Chinese text."""
+    from evireform import load_corpus
+    from evireform.evaluation import DATASETS
+    qf, cf = DATASETS["manpages"]
+    corpus = load_corpus(cf)
+    qs = load_questions(qf, corpus)
+    recs = {r["_id"]: r for r in json.loads(open(qf, encoding="utf-8").read())}
+    by_title = {p.title: p for p in corpus}
+    for q in qs:
+        last = by_title[recs[q.id]["supporting_facts"][-1][0]]
+        assert q.answer.lower() in (last.title + " " + last.text).lower(), q.id
+    two = [q for q in qs if q.type.startswith("bridge")]
+    assert len(qs) >= 60 and len(two) >= len(qs) // 2 and all(len(q.gold) == 2 for q in two)
+    zh = [q for q in qs if q.type.endswith("-zh")]
+    assert len(zh) >= 4 and all("[zh_CN]" in corpus[j].title for q in zh for j in q.gold)
+
+
 def _fixture_data(tmp_path):
     corpus = [{"title": "Alice", "text": "Alice was born in Paris."},
               {"title": "Paris", "text": "Paris is the capital of France."},

@@ -47,6 +47,7 @@ def _cmd_llm_cache(args: Any) -> int:
 
 
 def _cmd_eval(args: Any) -> int:
+    from ..evaluation.data import ANSWER_RECALL_SETS
     from ..evaluation import (DATASETS, format_bootstrap, format_table, markdown_table,
                              parse_methods, run_eval)
 
@@ -56,7 +57,7 @@ def _cmd_eval(args: Any) -> int:
             raise ValueError("--dataset names the questions and the corpus itself; give "
                              "either --dataset or both --questions and --corpus")
         qrel, crel = DATASETS[args.dataset]
-        qpath, cpath = _data_dir(args.data) / qrel, _data_dir(args.data) / crel
+        qpath, cpath = _data_dir(args.data) / qrel, _data_dir(args.data) / crel  # or absolute
         for f in (qpath, cpath):
             if not f.exists():
                 raise FileNotFoundError(f"{f} not found (see README, 'Data')")
@@ -101,7 +102,9 @@ def _cmd_eval(args: Any) -> int:
                       config=EviReformConfig(**overrides), selector_n=args.selector_n,
                       llm=client, reader=args.reader, max_workers=args.llm_workers or 1,
                       graph_metrics=args.graph_metrics, filter=_filter_arg(args.filter),
-                      index=index, **extra)
+                      index=index, answer_recall=bool(args.answer_recall
+                                                      or args.dataset in ANSWER_RECALL_SETS),
+                      **extra)
     print(markdown_table(report) if args.markdown else format_table(report))
     if report.bootstrap:
         print()
@@ -156,14 +159,16 @@ def _cmd_bench(args: Any) -> int:
     from .. import bench
 
     log = (lambda *a: None) if args.json_only else (lambda m: print(m, file=sys.stderr))
-    if args.targets:  # a saved report's ratios beside the targets: nothing is measured
-        try:
-            report = json.loads(Path(args.targets).read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--targets {args.targets}: not a bench JSON report ({exc})") \
-                from None
-        if not isinstance(report, dict) or not isinstance(report.get("cases"), dict):
-            raise ValueError(f"--targets {args.targets}: not a bench JSON report (no 'cases')")
+    if args.targets:  # saved reports' ratios beside the targets: nothing is measured
+        report: dict[str, Any] = {}
+        for f in args.targets:  # later reports add their cases (a --only run beside a full)
+            try:
+                one = json.loads(Path(f).read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--targets {f}: not a bench JSON report ({exc})") from None
+            if not isinstance(one, dict) or not isinstance(one.get("cases"), dict):
+                raise ValueError(f"--targets {f}: not a bench JSON report (no 'cases')")
+            report = {**one, **report, "cases": {**report.get("cases", {}), **one["cases"]}}
         print(bench.targets_table(report))
         return 0
     if args.serve:
@@ -234,8 +239,13 @@ def _cmd_bench(args: Any) -> int:
 
 def add_eval_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
-    ev.add_argument("--dataset", choices=("musique", "hotpotqa"),
-                    help="read the dataset from --data (default ../shared/data)")
+    ev.add_argument("--dataset", choices=("musique", "hotpotqa", "manpages"),
+                    help="read the dataset from --data (default ../shared/data); manpages: "
+                         "the real-documents development set shipped with the package "
+                         "(Debian manual pages, English and Chinese; Answer@K added)")
+    ev.add_argument("--answer-recall", action="store_true",
+                    help="also report Answer@K: the question's answer string in one of the "
+                         "top K passages (on for --dataset manpages)")
     ev.add_argument("--data", help="data folder (HippoRAG layout); default $EVIREFORM_DATA or "
                                    "../shared/data")
     ev.add_argument("--questions", help="questions file (MuSiQue or HotpotQA format)")
@@ -366,8 +376,10 @@ def add_bench_parser(sub: Any) -> None:
                          "built once into the cache)")
     be.add_argument("--serve-n", type=_positive_int, default=200,
                     help="--serve: MuSiQue questions used")
-    be.add_argument("--targets", metavar="REPORT.json",
+    be.add_argument("--targets", metavar="REPORT.json", action="append",
                     help="print the performance targets (evireform.bench.TARGETS) beside the "
-                         "ratios of a report written with --json; measures nothing")
+                         "ratios of a report written with --json (repeatable: later reports "
+                         "add their cases, e.g. an --only run beside a full run); measures "
+                         "nothing")
     be.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
     be.set_defaults(func=_cmd_bench)

@@ -19,6 +19,7 @@ from ..extract import EXTRACTOR_CHOICES, EXTRACTORS, make_extractor
 from ..index import PropositionIndex, arrays_equal, disk_bytes
 from ..llm import LLMExtractor
 from ..store import STAMP, UnsafeTargetError, check_target, looks_like_index
+from ..timing import time_calls
 from .options import (
     _add_document_args, _add_embedder_args, _add_index_dir, _add_index_embedder_args,
     _add_llm_args, _add_quiet, _embedder, _extraction_fallbacks, _fallbacks_refused, _filter_arg,
@@ -65,7 +66,7 @@ def _cmd_index(args: Any) -> int:
     if args.extractor not in EXTRACTOR_CHOICES:  # an OpenIE file: checked before any reading
         _openie_arg(args.extractor)
     embedder = _embedder(args)
-    encoding = _time_encoding(embedder)
+    encoding = time_calls(embedder, "encode")
     loaded = _read_paths(args, args.paths, embedder, whole=True)
     passages = loaded.passages
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
@@ -161,27 +162,6 @@ def _first_question(idx: PropositionIndex, embedder: Embedder) -> None:
     except Exception as exc:  # the index is saved; the first query compiles instead
         import logging
         logging.getLogger(__name__).info("first question not run: %s", exc)
-
-
-def _time_encoding(embedder: Embedder) -> list[Any]:
-    """Seconds spent in ``embedder.encode`` from now on, summed into the returned list's
-    one element (the build's encoding share)."""
-    spent = [0.0]
-    inner = getattr(embedder, "encode", None)
-    if inner is None:
-        return spent
-
-    def timed(*a, **k):
-        t = time.perf_counter()
-        try:
-            return inner(*a, **k)
-        finally:
-            spent[0] += time.perf_counter() - t
-    try:
-        embedder.encode = timed
-    except (AttributeError, TypeError):  # an embedder that takes no attributes: not timed
-        pass
-    return spent
 
 
 def _throughput(idx: PropositionIndex, seconds: float, encoding: list[Any], embedder: Embedder) -> dict[str, Any]:

@@ -24,7 +24,14 @@ if TYPE_CHECKING:  # annotations only
 DATASETS = {
     "musique": ("musique/musique.json", "musique/musique_corpus.json"),
     "hotpotqa": ("hotpotqa/hotpotqa.json", "hotpotqa/hotpotqa_corpus.json"),
+    # the real-documents development set (issue 52), shipped with the package: Debian
+    # manual pages (scripts/make_manpage_devset.py), questions with short answer strings
+    "manpages": (str(Path(__file__).parent / "devsets/manpages/questions.json"),
+                 str(Path(__file__).parent / "devsets/manpages/corpus.json")),
 }
+
+#: the sets whose answers are strings of the passages: ``eval`` adds Answer@K for them
+ANSWER_RECALL_SETS = frozenset({"manpages"})
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,28 @@ from .data import Question
 KS = (1, 5, 10, 20)
 
 
-def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question], ks: Sequence[int]=KS):
-    """Per-question recall/chain/hit at each K, as arrays (0/1 or fractions)."""
+def _norm_text(text: str) -> str:
+    return " ".join(str(text).lower().split())
+
+
+def answer_found(question: Question, texts: Sequence[str]) -> bool:
+    """True when the question's answer (or an alias) occurs in one of ``texts``, compared
+    lower-cased with runs of white space as one space (answer-string recall)."""
+    wants = [_norm_text(a) for a in (question.answer, *question.aliases) if str(a).strip()]
+    return any(w in _norm_text(t) for t in texts for w in wants)
+
+
+def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question], ks: Sequence[int]=KS,
+                 texts: Sequence[str] | None = None):
+    """Per-question recall/chain/hit at each K, as arrays (0/1 or fractions); with ``texts``
+    (each passage's title and text by corpus position) also ``answer@K``: the answer string
+    in one of the top K passages."""
     out = {}
     for K in ks:
+        if texts is not None:
+            out[f"answer@{K}"] = np.array(
+                [float(answer_found(q, [texts[int(j)] for j in list(ranked)[:K]]))
+                 for ranked, q in zip(rankings, questions)])
         rec, ch, hit = [], [], []
         for ranked, q in zip(rankings, questions):
             top = set(int(j) for j in list(ranked)[:K])
@@ -30,6 +48,8 @@ def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question
     return out
 
 
-def metrics(rankings: Any, questions: Sequence[str], ks: Sequence[int]=KS) -> dict[str, float]:
-    """Recall@K, Chain@K, Hit@K in percent (paper Eqs. 16-18)."""
-    return {k: round(100.0 * float(v.mean()), 2) for k, v in per_question(rankings, questions, ks).items()}
+def metrics(rankings: Any, questions: Sequence[str], ks: Sequence[int]=KS,
+            texts: Sequence[str] | None = None) -> dict[str, float]:
+    """Recall@K, Chain@K, Hit@K in percent (paper Eqs. 16-18); Answer@K with ``texts``."""
+    return {k: round(100.0 * float(v.mean()), 2)
+            for k, v in per_question(rankings, questions, ks, texts).items()}

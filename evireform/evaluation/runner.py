@@ -142,7 +142,7 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
              graph_metrics: bool = False, extractor: Extractor | None=None,
              lowercase: bool = False, filter: FilterSpec=None, index: PropositionIndex | None=None,
              openie_path: StrPath | None=None, extra_corpora: Sequence = (),
-             openie_plain: bool = False) -> EvalReport:
+             openie_plain: bool = False, answer_recall: bool = False) -> EvalReport:
     """Run ``methods`` on one dataset in one process.
 
     With ``llm`` (an :class:`evireform.llm.LLMClient`) EviReform's selector, reformulator and
@@ -167,7 +167,9 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
     (:func:`~evireform.extract.read_openie`).  ``extra_corpora``:
     corpus files whose passages are added as distractors
     (:func:`~evireform.evaluation.data.combined_copy`); the questions' gold passages stay
-    the first corpus's.
+    the first corpus's.  ``answer_recall``: also Answer@K, the answer string in one of the
+    top K passages (:func:`~evireform.evaluation.metrics.answer_found`), for sets whose
+    answers are short strings of the passages (the real-documents set).
     """
     from ..cache import cached_index
     from ..retriever import EviReform, EviReformConfig
@@ -221,6 +223,7 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
         if not qs:
             raise ValueError("the filter leaves no question whose gold passages all match it")
     texts = [q.question for q in qs]
+    answer_texts = [p.title + "\n" + p.text for p in idx.passages] if answer_recall else None
     base_cfg = config or EviReformConfig()
     kmax = max(KS)
     inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress,
@@ -262,7 +265,7 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
         extractor=idx.meta.get("extractor"),
         config={k: getattr(base_cfg, k) for k in base_cfg.__dataclass_fields__},
         selector_n=selector_n or None,
-        methods={m: metrics(rankings[m], qs) for m in methods},
+        methods={m: metrics(rankings[m], qs, texts=answer_texts) for m in methods},
         rankings=rankings, questions=qs, traces=traces)
     if graph_metrics:
         from .graph_metrics import graph_metrics as _gm
@@ -286,18 +289,20 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
     if llm is not None:
         report.llm_usage = {role: vars(u) for role, u in llm.usage.items()}
     if "evireform" in rankings and len(rankings) > 1:
-        report.bootstrap = bootstrap_vs_strongest(rankings, qs, report.dataset) or None
+        report.bootstrap = bootstrap_vs_strongest(rankings, qs, report.dataset,
+                                                  texts=answer_texts) or None
     return report
 
 
-def bootstrap_vs_strongest(rankings: dict[str, Any], qs: Sequence[str], dataset: str, ks: Sequence[int]=KS) -> dict[str, Any]:
+def bootstrap_vs_strongest(rankings: dict[str, Any], qs: Sequence[str], dataset: str, ks: Sequence[int]=KS,
+                           texts: Sequence[str] | None = None) -> dict[str, Any]:
     """For every metric: EviReform minus the strongest other method on that metric, with a
     paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
     the baselines (dense, bm25, dense_prop, hipporag_ppr) and the related strategies (bgr,
     hiq), not EviReform's own ablation cells, controls or variants, which `evireform analyze
     ablation` contrasts."""
     from .stats import BASE_SEED, paired_bootstrap, seed_offset
-    per = {m: per_question(r, qs, ks) for m, r in rankings.items()}
+    per = {m: per_question(r, qs, ks, texts) for m, r in rankings.items()}
     out = {}
     for metric in per["evireform"]:
         others = {m: v[metric].mean() for m, v in per.items()
@@ -334,9 +339,15 @@ def format_bootstrap(report: "EvalReport", markdown: bool = False, ks: Sequence[
     return "\n".join(lines)
 
 
+def _kinds(report: "EvalReport") -> tuple[str, ...]:
+    """The metric kinds a report has: answer recall only where it was measured."""
+    first = next(iter(report.methods.values()), {})
+    return ("recall", "chain", "hit") + (("answer",) if "answer@5" in first else ())
+
+
 def format_table(report: "EvalReport", ks: Sequence[int]=KS) -> str:
-    cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks]
-    short = {f"{m}@{k}": f"{m[0].upper()}@{k}" for m in ("recall", "chain", "hit") for k in ks}
+    cols = [f"{m}@{k}" for m in _kinds(report) for k in ks]
+    short = {f"{m}@{k}": f"{m[0].upper()}@{k}" for m in _kinds(report) for k in ks}
     width = max(12, max(len(m) for m in report.methods))
     head = f"{'method':<{width}} " + " ".join(f"{short[c]:>6}" for c in cols)
     lines = [f"{report.dataset}: {report.n_questions} questions, {report.n_passages:,} "
@@ -381,7 +392,7 @@ def format_graph_table(report: "EvalReport", markdown: bool = False) -> str:
 
 def markdown_table(report: "EvalReport", ks: Sequence[int]=KS) -> str:
     """The report as a Markdown table (the README's results are pasted from this)."""
-    cols = [f"{m}@{k}" for m in ("recall", "chain", "hit") for k in ks if not (m == "chain" and k == 1)]
+    cols = [f"{m}@{k}" for m in _kinds(report) for k in ks if not (m == "chain" and k == 1)]
     short = {c: c[0].upper() + "@" + c.split("@")[1] for c in cols}
     if any("f1" in v for v in report.methods.values()):  # --reader: the answers' F1 and EM
         cols += ["f1", "em"]
