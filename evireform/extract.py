@@ -22,7 +22,7 @@ from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 from ._checks import loads as _json_loads
 from .filters import _canonical
-from .strings import Take, metadata_of
+from .strings import Take, column, metadata_of
 from .text import is_cjk, sentences, tokens
 from .types import Passage, Proposition
 
@@ -368,8 +368,187 @@ class PhraseExtractor(Extractor):
         return out
 
 
+# --------------------------------------------------------------------------- prose
+#: a word written in lower case (not after a letter, digit, hyphen or underscore)
+LOWER_WORD = re.compile(r"(?<![\w-])[a-z][a-z0-9_']*(?![\w-])")
+#: what ends a sentence or clause, or opens a list item, before a word capitalised by its place
+_PLACE_END = ".:;!?•*)]\"'“”(—–"
+
+
+def placed(before: str) -> bool:
+    """True when a word that follows the text ``before`` (in its sentence) stands where
+    English capitalises any word: at the start, after a clause's end, a bullet, or an option
+    flag ("-A Enables ...", "-b bits Specifies ...")."""
+    before = before.rstrip()
+    if not before or before[-1] in _PLACE_END:
+        return True
+    last = before.split()[-2:]
+    return any(t.startswith("-") and len(t) > 1 for t in last)
+
+
+_IDENT_TOKEN = re.compile(r"(?:(?<![\w-])--)?[~/\w][\w.+:/~-]*")
+_JOINED = re.compile(r"[A-Za-z0-9](?:[-.+/]|::)[A-Za-z0-9]")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_NUMERIC = re.compile(r"^[\d.,:/+-]+$")
+
+
+def identifiers(sentence: str) -> list[str]:
+    """The words of ``sentence`` that carry their own type, as documentation writes the
+    things it is about: joined by ``- _ . / + ::`` ("ssh-keygen", "login.defs",
+    "SSH_AUTH_SOCK", "std::vector"), camelCase ("ProxyJump"), two or more capitals
+    ("FIDO", "MANSECT"), letters with digits ("bzip2", "ed25519"), long options
+    ("--shell") and paths ("/etc/shells", "~/.ssh/config").  Trailing punctuation is
+    dropped; numbers, versions and abbreviations ("e.g", "i.e") are not identifiers."""
+    out = []
+    for m in _IDENT_TOKEN.finditer(sentence):
+        t = m.group(0).rstrip(".:,;/-+~")
+        if len(t) < 2 or _NUMERIC.match(t):
+            continue
+        body = t.lstrip("-~/")
+        if not body:
+            continue
+        if t.startswith("--") and len(t) > 3 and body[:1].isalpha():
+            out.append(t)
+        elif t[0] in "/~" and any(c.isalpha() for c in t):
+            out.append(t)
+        elif _JOINED.search(t) or "_" in t.strip("_"):
+            parts = re.split(r"[-_.+/:]+", t)
+            if sum(len(x) > 1 for x in parts) >= 1 and not all(len(x) <= 1 for x in parts):
+                out.append(t)
+        elif _CAMEL.search(t) or (sum(c.isupper() for c in t) >= 2 and t.upper() == t
+                                   and any(c.isalpha() for c in t)):
+            out.append(t)
+        elif any(c.isdigit() for c in t) and any(c.isalpha() for c in t) \
+                and not re.fullmatch(r"\d+(?:st|nd|rd|th|s|k|m|g|kb|mb|gb|ms|px)", t.lower()):
+            out.append(t)
+    return out
+
+
+class ProseExtractor(Extractor):
+    """LLM-free extraction for ordinary prose: documentation, READMEs, papers, notes, where
+    capital letters start sentences more often than they mark names (issue 52).
+
+    One proposition per sentence (:func:`evireform.text.sentences`; the title prefixed as
+    :class:`HeuristicExtractor` does).  Its entities are
+
+    * its identifiers (:func:`identifiers`: "ssh-keygen", "login.defs", "ProxyJump",
+      "SSH_AUTH_SOCK", "--shell", "/etc/shells"), the things documentation is about;
+    * its capitalised names (:func:`name_spans`), less the words capitalised only by their
+      place: a name's first word that starts the sentence or a clause (:func:`placed`) and
+      that the corpus also writes in lower case ("Note", "Specifies", "Additionally",
+      "Try"), and its last words when the corpus writes them in lower case
+      ("ConnectTimeout Specifies" -> "ConnectTimeout");
+    * in scripts without case, the recurring character phrases of
+      :class:`PhraseExtractor`;
+    * the passage title.
+
+    **Specificity.**  A name found in more than ``max(max_df_min, max_df_share * passages)``
+    passages is a hub ("Table" in a paper, "SSH" in OpenSSH's manuals): it would link
+    everything and bridge to nothing, so it is no entity.  :meth:`fit` learns the document
+    frequencies and the lower-case words per namespace (metadata key ``group_by``, as
+    :class:`PhraseExtractor` does): one tenant's text never changes another's graph.
+    """
+
+    name = "prose-v1"
+
+    def __init__(self, max_df_share: float = 0.05, max_df_min: int = 5,
+                 title_prefix: bool = True, title_entity: bool = True,
+                 group_by: str | None = "namespace") -> None:
+        self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
+        self.title_prefix, self.title_entity = title_prefix, title_entity
+        self.group_by: str | None = group_by
+        #: per namespace: (hub names, lower-case words)
+        self.stats: dict[Any, tuple[frozenset[str], frozenset[str]]] = {}
+        self.cjk = PhraseExtractor(group_by=group_by)
+
+    def _group(self, metadata: dict[str, Any]):
+        return _namespace_of(metadata, self.group_by)
+
+    def _mentions(self, sentence: str, lower: frozenset[str]) -> list[str]:
+        """The sentence's identifiers and trimmed names (before the hub test)."""
+        out = identifiers(sentence)
+        for span in name_spans(sentence):
+            toks = span.split()
+            if toks and toks[0].lower() in lower:
+                at = sentence.find(toks[0])
+                if at >= 0 and placed(sentence[:at]):
+                    toks = toks[1:]
+            while toks and (toks[0].lower() in _STOP or toks[0].lower() in _CONNECT):
+                toks = toks[1:]
+            while len(toks) > 1 and toks[-1].lower() in lower:
+                toks = toks[:-1]
+            if toks and not (len(toks) == 1 and len(toks[0]) < 2):
+                out.append(" ".join(toks))
+        return out
+
+    def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
+            ) -> "ProseExtractor":
+        """Learn each namespace's hubs and lower-case words from its passages (with ``new``:
+        only the namespaces those passages belong to), and the character phrases of the
+        passages in caseless scripts."""
+        from .entities import canonical_entity
+        groups = [self._group(md) for md in metadata_of(passages)]
+        wanted = None if new is None else {self._group(p.metadata) for p in new}
+        members: dict[Any, list[int]] = {}
+        for i, g in enumerate(groups):
+            if wanted is None or g in wanted:
+                members.setdefault(g, []).append(i)
+        texts = column(passages, "texts")
+        for g, pos in members.items():
+            lower_counts: Counter = Counter()
+            for j in pos:
+                lower_counts.update(LOWER_WORD.findall(texts[j]))
+            lower = frozenset(w for w, n in lower_counts.items() if n >= 2)
+            df: Counter = Counter()
+            for j in pos:
+                df.update({canonical_entity(m) for sent in sentences(texts[j])
+                           for m in self._mentions(sent, lower)})
+            cap = max(self.max_df_min, int(self.max_df_share * len(pos)))
+            self.stats[g] = (frozenset(n for n, c in df.items() if c > cap), lower)
+        cjk = [j for j in range(len(passages)) if _CJK_CHAR.search(texts[j])]
+        if cjk:
+            self.cjk.fit(Take(passages, cjk))
+        return self
+
+    def extract_many(self, passages: Sequence[Passage],
+                     show_progress: bool = False) -> list[list[Proposition]]:
+        missing = [p for p in passages if self._group(p.metadata) not in self.stats]
+        if missing:  # namespaces not fitted: learn them from these passages
+            self.fit(passages, new=missing)
+        return super().extract_many(passages, show_progress)
+
+    def extract(self, passage: Passage) -> list[Proposition]:
+        from .entities import canonical_entity
+        g = self._group(passage.metadata)
+        if g not in self.stats:
+            self.fit([passage])
+        hubs, lower = self.stats[g]
+        title = passage.title.strip()
+        out = []
+        for sent in sentences(passage.text):
+            ents = [m for m in self._mentions(sent, lower) if canonical_entity(m) not in hubs]
+            if _CJK_CHAR.search(sent) and self.cjk.vocabs:
+                vg = self.cjk._group(passage.metadata)
+                if vg in self.cjk.vocabs:
+                    vocab, longest = self.cjk.vocabs[vg]
+                    ents += [x for x in self.cjk._spot(tokens(sent), vocab, longest)
+                             if x and is_cjk(x[0])]
+            if title and self.title_entity:
+                ents.append(title)
+            text = sent
+            if self.title_prefix and title and title.casefold() not in sent.casefold():
+                text = f"{title}: {sent}"
+            out.append(Proposition(text=text, passage=passage.id,
+                                   entities=tuple(dict.fromkeys(ents))))
+        return out
+
+
+_CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
 #: the LLM-free extractors by their CLI name
-EXTRACTORS = {"heuristic": HeuristicExtractor, "phrases": PhraseExtractor}
+EXTRACTORS = {"heuristic": HeuristicExtractor, "phrases": PhraseExtractor,
+              "prose": ProseExtractor}
 #: every name ``--extractor`` takes besides an OpenIE file: the corpus-measured choice, the
 #: LLM-free extractors and the LLM one
 EXTRACTOR_CHOICES = ("auto", *EXTRACTORS, "llm")
@@ -381,11 +560,20 @@ _LETTER_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
 #: of capitalised words among words of cased scripts lies in this range and words of scripts
 #: without case are under :data:`AUTO_MAX_UNCASED` of all words; the phrase extractor
 #: otherwise.  Cased English Wikipedia text measures 0.29-0.34 (the shared MuSiQue, HotpotQA
-#: and 2Wiki corpora), lower-cased text 0, all-capitals text 1.
-AUTO_CAPITALISED = (0.05, 0.8)
+#: and 2Wiki corpora), lower-cased text 0, all-capitals text 1.  Ordinary prose is capitalised
+#: by its sentences, not its names (issue 52): Debian's manual pages measure 0.12 and 208
+#: package READMEs 0.14, where capitalised words are sentence starts ("Note", "Specifies")
+#: and the things a question bridges through are written in lower case ("ssh-keygen",
+#: "login.defs"), so the range starts at 0.2 (0.05 before).
+AUTO_CAPITALISED = (0.2, 0.8)
 AUTO_MAX_UNCASED = 0.3
+#: below the heuristic's range and from this share up (and caseless words under
+#: AUTO_MAX_UNCASED), the text is ordinary cased prose: :class:`ProseExtractor`
+AUTO_PROSE_MIN = 0.05
 AUTO_RULE = (f"heuristic when {AUTO_CAPITALISED[0]} <= capitalised_share <= "
-             f"{AUTO_CAPITALISED[1]} and uncased_share < {AUTO_MAX_UNCASED}, else phrases")
+             f"{AUTO_CAPITALISED[1]} and uncased_share < {AUTO_MAX_UNCASED}; prose when "
+             f"{AUTO_PROSE_MIN} <= capitalised_share < {AUTO_CAPITALISED[0]} and "
+             f"uncased_share < {AUTO_MAX_UNCASED}; else phrases")
 #: words :func:`choose_extractor` reads at most (spread over the corpus)
 AUTO_SAMPLE_WORDS = 200_000
 
@@ -449,8 +637,12 @@ def _plain(c):
 
 def _rule(m: dict[str, Any]) -> str:
     lo, hi = AUTO_CAPITALISED
-    cased = lo <= m["capitalised_share"] <= hi and m["uncased_share"] < AUTO_MAX_UNCASED
-    return "heuristic" if cased else "phrases"
+    share, cased = m["capitalised_share"], m["uncased_share"] < AUTO_MAX_UNCASED
+    if cased and lo <= share <= hi:
+        return "heuristic"
+    if cased and AUTO_PROSE_MIN <= share < lo:
+        return "prose"
+    return "phrases"
 
 
 class NamespaceAutoExtractor(Extractor):
@@ -459,12 +651,13 @@ class NamespaceAutoExtractor(Extractor):
     form one group) gets the extractor :func:`choose_extractor` picks for its own passages,
     so that one tenant's letter case never chooses another tenant's extractor, and a
     namespace of the index equals an index built from its passages alone.  ``choices``:
-    namespace label (:func:`_namespace_label`) -> ``"heuristic"`` or ``"phrases"``, as
+    namespace label (:func:`_namespace_label`) -> ``"heuristic"``, ``"prose"`` or ``"phrases"``, as
     recorded in ``meta["extractor_choice"]["namespaces"]``; an add measures the namespaces it
     has no choice for."""
 
     heuristic: HeuristicExtractor
     phrases: PhraseExtractor
+    prose: "ProseExtractor"
 
     name = "auto-v1"
 
@@ -473,6 +666,7 @@ class NamespaceAutoExtractor(Extractor):
         self.choices: dict[str, Any] = dict(choices or {})
         self.heuristic = HeuristicExtractor()
         self.phrases = PhraseExtractor(group_by=group_by)
+        self.prose = ProseExtractor(group_by=group_by)
 
     def _which(self, metadata: dict[str, Any]):
         return self.choices.get(_namespace_label(_namespace_of(metadata, self.group_by)),
@@ -486,21 +680,22 @@ class NamespaceAutoExtractor(Extractor):
             members.setdefault(g, []).append(i)
         wanted = None if new is None else {_namespace_of(p.metadata, self.group_by)
                                           for p in new}
-        phrase_rows = []
+        rows: dict[str, list[int]] = {"phrases": [], "prose": []}
         for g, pos in members.items():
             label = _namespace_label(g)
             if label not in self.choices:
                 self.choices[label] = _rule(measure_case(Take(passages, pos)))
-            if self.choices[label] == "phrases" and (wanted is None or g in wanted):
-                phrase_rows += pos
-        if phrase_rows:
-            sub = Take(passages, sorted(phrase_rows))
-            self.phrases.fit(sub, None if new is None else
-                             [p for p in new if self._which(p.metadata) == "phrases"])
+            if self.choices[label] in rows and (wanted is None or g in wanted):
+                rows[self.choices[label]] += pos
+        for kind, pos in rows.items():  # corpus statistics, each of its own namespaces
+            if pos:
+                getattr(self, kind).fit(Take(passages, sorted(pos)), None if new is None else
+                                        [p for p in new if self._which(p.metadata) == kind])
         return self
 
     def extract(self, passage: Passage) -> list[Proposition]:
-        ex = self.phrases if self._which(passage.metadata) == "phrases" else self.heuristic
+        which = self._which(passage.metadata)
+        ex = {"phrases": self.phrases, "prose": self.prose}.get(which, self.heuristic)
         return ex.extract(passage)
 
 
@@ -556,7 +751,7 @@ def extractor_recorded(recorded, choice: dict[str, Any] | None = None) -> Extrac
     if recorded == NamespaceAutoExtractor.name:
         got = (choice or {}).get("namespaces")
         return NamespaceAutoExtractor(choices={str(k): v for k, v in got.items()
-                                               if v in ("heuristic", "phrases")}
+                                               if v in ("heuristic", "phrases", "prose")}
                                       if isinstance(got, dict) else None)
     for key in EXTRACTORS:
         found = make_extractor(key, recorded)

@@ -26,7 +26,7 @@ try:  # pydantic (the service's models) reads typing_extensions' TypedDict befor
 except ImportError:  # pragma: no cover - a core install without it: plain typing's
     from typing import TypedDict  # type: ignore[assignment]
 
-__all__ = ["PassageRecord", "EviReformTraceRecord", "BGRTraceRecord", "HiQNodeRecord",
+__all__ = ["PassageRecord", "BridgeRecord", "EviReformTraceRecord", "BGRTraceRecord", "HiQNodeRecord",
            "HiQTraceRecord", "TraceRecord", "GraphRecord", "ResultRecord", "SCORE_MEANING"]
 
 #: what ``score`` means, per method (stated in every trace)
@@ -54,10 +54,26 @@ class PassageRecord(TypedDict):
     from_propagation: float
 
 
+class BridgeRecord(TypedDict):
+    """One residual query of the LLM-free reformulator and the bridge it carries."""
+
+    query: str
+    #: the bridge as the observed passage spells it
+    bridge: str
+    #: the id of the observed passage it came from
+    passage: str
+    #: its rank score: the lookahead's best cosine (or the shared question words)
+    score: float
+
+
 class EviReformTraceRecord(TypedDict):
     method: Literal["evireform"]
     score: str
     residual_queries: list[str]
+    #: the LLM-free reformulator's bridges (empty for LLM roles)
+    bridges: list[BridgeRecord]
+    #: the question's share of the seed mass it got (Eq. 11's beta)
+    beta: float | None
     role_events: list[str]
     #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
     timings_ms: dict[str, float]

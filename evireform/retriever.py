@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # annotations only
 
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
+BETA_RULES = ("evidence", "fixed")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,15 @@ class EviReformConfig:
     #: the paper's convention) or "dense" (the question's own dense order over its candidate
     #: propositions' passages first, then stored order)
     fill: str = "corpus"
+    #: how the question's share of the seed is set: "fixed" (the paper: beta for every
+    #: question whose residual queries found something) or "evidence" (issue 52's do-no-harm
+    #: rule: as "fixed", except that a question whose LLM-free bridges are all mentioned
+    #: nowhere outside the observed passages (lookahead score 0: no credible bridge) ranks
+    #: as its base does, beta 1; LLM reformulators report no bridges, so it never fires for
+    #: them).  "fixed" is the default: "evidence" fires on 3 MuSiQue, 4 HotpotQA and 1 of
+    #: the 63 manual-page questions and costs MuSiQue 0.5 R@5 (docs/results.md).  The trace
+    #: records the beta each question got.
+    beta_rule: str = "fixed"
 
     def __post_init__(self) -> None:
         # strict types: a string or a bool here is a caller's mistake, caught now rather than
@@ -102,6 +112,8 @@ class EviReformConfig:
             raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}")
         if self.fill not in FILLS:
             raise ValueError(f"fill must be one of {FILLS}; got {self.fill!r}")
+        if self.beta_rule not in BETA_RULES:
+            raise ValueError(f"beta_rule must be one of {BETA_RULES}; got {self.beta_rule!r}")
 
     def with_(self, **kw: Any) -> "EviReformConfig":
         return replace(self, **kw)
@@ -169,11 +181,19 @@ class Trace:
     role_events: list[str] = field(default_factory=list)
     #: wall time per stage in ms (:mod:`evireform.timing`; a batch's, for a batch)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    #: the LLM-free reformulator's bridges, one per residual query it made: ``{"query",
+    #: "bridge", "passage" (the observed passage's id), "score"}`` (empty for LLM roles)
+    bridges: list[dict[str, Any]] = field(default_factory=list)
+    #: the question's share of the seed's mass this question got (Eq. 11's beta; see
+    #: EviReformConfig.beta_rule), None before a round ran
+    beta: float | None = None
 
     def to_dict(self) -> EviReformTraceRecord:
         """The trace's record (:mod:`evireform.records`)."""
         return {"method": "evireform", "score": SCORE_MEANING["evireform"],
                 "residual_queries": list(self.residual_queries),
+                "bridges": [dict(b) for b in self.bridges],
+                "beta": self.beta,
                 "role_events": list(self.role_events),
                 "timings_ms": dict(self.timings_ms)}
 
@@ -364,6 +384,7 @@ class EviReform:
             trace.role_events.append("reformulate:raised")
         if isinstance(raw, RoleResult):
             trace.role_events.extend(raw.events())
+            trace.bridges.extend(d for d in raw.details if isinstance(d, dict))
         queries, dropped = clean_queries(raw, cfg.max_residual)
         trace.dropped_queries += dropped
         if cfg.mode == "repeat_question":
@@ -391,9 +412,17 @@ class EviReform:
         vals = np.fromiter(acc.values(), dtype=np.float64, count=len(acc)) / n_valid
         return SparseSignal(ids, vals)
 
-    def _combine(self, b: SparseSignal, r: SparseSignal) -> Seed:
-        """s = beta b + (1 - beta) r; s = b when no residual query is valid."""
+    def _combine(self, b: SparseSignal, r: SparseSignal, trace: Trace | None = None) -> Seed:
+        """s = beta b + (1 - beta) r; s = b when no residual query is valid, or when the
+        do-no-harm rule (``beta_rule="evidence"``) finds no credible bridge in ``trace``."""
         cfg = self.config
+        if len(r) and cfg.beta_rule == "evidence" and trace is not None and trace.bridges \
+                and not any(d.get("score", 0.0) > 0.0 for d in trace.bridges):
+            r = SparseSignal.empty()
+            trace.role_events.append("reformulate:no-credible-bridge")
+        if trace is not None:
+            trace.beta = 1.0 if len(r) == 0 else \
+                (0.0 if cfg.mode == "residual_only" else cfg.beta)
         if len(r) == 0:
             return Seed(b, b, r)
         if cfg.mode == "residual_only":
@@ -583,7 +612,8 @@ class EviReform:
                                                            sc[keep].tolist())))
                 sw.lap("search")
             for st in active:
-                st.seed = self._combine(st.b, self._residual_signal(st.residual_hits))
+                st.seed = self._combine(st.b, self._residual_signal(st.residual_hits),
+                                        st.trace)
             for st, ranked in zip(active, self._rank_many(active, k, scope, sw)):
                 st.result = RetrievalResult(st.text, ranked, st.trace,
                                             _explain=self._explainer(st, ranked))
