@@ -18,7 +18,7 @@ from typing import Any, Iterable, Protocol, Sequence, TYPE_CHECKING, runtime_che
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
-from .extract import ENGLISH_STOPWORDS, name_spans, split_sentences
+from .extract import ENGLISH_STOPWORDS, name_spans, placed, split_sentences
 from .types import Passage
 
 if TYPE_CHECKING:  # annotations only
@@ -417,7 +417,8 @@ def prose_index(index: PropositionIndex) -> bool:
     one manual family), so a residual query keeps the question's focus
     (:func:`focus_words`); in an encyclopedia a passage describes one entity, and the focus
     of a many-hop question belongs to its last hop, not the next one (MuSiQue: 72.75 R@5
-    with the focus kept, 74.17 without)."""
+    with the focus kept, 74.17 without), and dropping placed capitals moved the distractor
+    setting by a question (69.42 against 69.58): both stay with prose."""
     meta = index.meta
     return str(meta.get("extractor", "")).startswith("prose") \
         or (meta.get("extractor_choice") or {}).get("chosen") == "prose"
@@ -436,11 +437,7 @@ def placed_capital(body: str, spelled: str, name: str, lowercase: frozenset[str]
     if name not in lowercase or not spelled[:1].isupper() or spelled.isupper():
         return False  # never written in lower case, or an acronym ("SFTP", "HOME")
     at = body.find(spelled)
-    if at < 0:
-        return False
-    before = body[:at].rstrip()
-    return not before or before[-1] in ".:;!?•*)]\"'“”(" \
-        or before.split()[-1].startswith("-")
+    return at >= 0 and placed(body[:at])
 
 
 _WORD_SPAN = re.compile(r"\w+", re.UNICODE)
@@ -463,7 +460,8 @@ def surface_form(text: str, name: str) -> str:
         return name
     spans = list(_WORD_SPAN.finditer(text))
     for k, m in enumerate(spans):
-        if _fold_word(m.group(0)) != want[0]:
+        first = _fold_word(m.group(0)).split()  # "KEY_SOCKET" folds to two words
+        if not first or first[0] != want[0]:
             continue
         got: list[str] = []
         end = k
@@ -471,7 +469,10 @@ def surface_form(text: str, name: str) -> str:
             got.extend(_fold_word(spans[end].group(0)).split())
             end += 1
         if got == want:
-            return text[m.start():spans[end - 1].end()]
+            start = m.start()
+            while start > 0 and text[start - 1] in "/~":  # a path's "/" or "~/"
+                start -= 1
+            return text[start:spans[end - 1].end()]
     return name
 
 
@@ -590,9 +591,11 @@ class GraphBridgeReformulator(Reformulator):
             raise ValueError(f"ranking must be 'lookahead' or 'overlap'; got {ranking!r}")
         self.ranking: str = ranking
         self.max_lookahead: int = positive_int(max_lookahead, "max_lookahead")
-        #: issue 52: no bridge that is a word capitalised by its place (:func:`placed_capital`)
-        #: and the question's focus kept in every query (:func:`focus_words`); False: the
-        #: Wikipedia-era behaviour (graph-bridge-v1), kept and measured
+        #: issue 52, on indexes of ordinary prose (:func:`prose_index`): no bridge that is a
+        #: word capitalised by its place (:func:`placed_capital`) and the question's focus
+        #: kept in every query (:func:`focus_words`).  Other indexes (Wikipedia-like, built
+        #: by the heuristic or phrase extractor) read bridges as graph-bridge-v1 did, which
+        #: ``prose=False`` keeps everywhere
         self.prose: bool = bool(prose)
         self.name = "graph-bridge-v2" if self.prose else "graph-bridge-v1"
         self._spans = BridgeReformulator(per_passage)
@@ -619,7 +622,8 @@ class GraphBridgeReformulator(Reformulator):
         q_tokens = set(q_canon.split())
         look = self.ranking == "lookahead" and vector is not None
         kept = [index.memo("bridges", j, partial(_PassageBridges, index)) for j in observed]
-        lower = index.lowercase_words() if self.prose else frozenset()
+        prose = self.prose and prose_index(index)
+        lower = index.lowercase_words() if prose else frozenset()
         # [rank, -score, proposition position, mention position, entity, proposition, name]
         cands = []
         for rank, pb in enumerate(kept):
@@ -627,7 +631,7 @@ class GraphBridgeReformulator(Reformulator):
                 # not mentioned by the question (as BridgeReformulator._mentioned)
                 if c in q_canon or _mostly_in(toks, q_tokens):
                     continue
-                if self.prose and len(toks) == 1 and placed_capital(
+                if prose and len(toks) == 1 and placed_capital(
                         pb.body(i), pb.spelling(i, e)[0], c, lower):
                     continue
                 cands.append([rank, 0.0, pos, 0, e, i, c])

@@ -55,6 +55,8 @@ for _ds in ("hotpotqa", "musique"):
 # extractor auto picks and the heuristic one, and on the OpenIE graph (a summary table), then
 # the lower-cased runs in full
 BLOCKS["case-table"] = [sys.executable, "scripts/case_table.py"]
+# the real-documents development set (issue 52): both extractors, EviReform's variants
+BLOCKS["devset-manpages"] = [sys.executable, "scripts/devset_table.py"]
 for _ds in ("hotpotqa", "musique"):
     BLOCKS[f"case-{_ds}-lower"] = EV + [
         "eval", "--dataset", _ds, "--methods", "dense,hipporag_ppr,evireform_spans,evireform",

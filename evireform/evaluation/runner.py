@@ -73,6 +73,11 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("evireform_spans", "EviReform whose LLM-free reformulator takes capitalised name "
            "spans of the observed text (bridge-v2, the default before graph bridges)",
            reformulator="spans"),
+    Method("evireform_v1", "EviReform whose graph reformulator reads bridges as before issue "
+           "52 (graph-bridge-v1: no placed-capital filter, no focus words)",
+           reformulator="graph-v1"),
+    _variant("evireform_evidence", "EviReform with the do-no-harm beta rule "
+             "(beta_rule='evidence')", beta_rule="evidence"),
     # the strategies, from their one registry (evireform.strategies.STRATEGY_SETTINGS)
     *(Method(name, desc, strategy=name) for name, (_, _, desc) in STRATEGY_SETTINGS.items()),
 ]}

@@ -1,0 +1,72 @@
+"""The real-documents development set (issue 52): Answer@5, R@5 and the two-hop questions'
+Chain@5 of dense, BM25, EviReform's question-only base filled by the question's dense order
+(``base_dense_fill``), EviReform and its variants, with the extractor ``--extractor auto``
+picks (the prose extractor) and with the heuristic one, and EviReform's paired bootstrap
+differences against dense and against ``base_dense_fill``.
+
+Usage: ``python scripts/devset_table.py [--dataset manpages]``; prints Markdown
+(docs/results.md, "Real documents", regenerated through scripts/update_readme.py).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from evireform import load_corpus  # noqa: E402
+from evireform.embed import get_embedder  # noqa: E402
+from evireform.evaluation import DATASETS, run_eval  # noqa: E402
+from evireform.evaluation.metrics import per_question  # noqa: E402
+from evireform.evaluation.stats import BASE_SEED, paired_bootstrap, seed_offset  # noqa: E402
+from evireform.extract import make_extractor  # noqa: E402
+
+METHODS = ["dense", "bm25", "base_dense_fill", "evireform", "evireform_v1",
+           "evireform_evidence"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="manpages")
+    a = ap.parse_args(argv)
+    qf, cf = DATASETS[a.dataset]
+    emb = get_embedder("minilm")
+    rows, boot = [], []
+    for label, extractor in (("auto (prose)", None), ("heuristic", "heuristic")):
+        kw = {} if extractor is None else {"extractor": make_extractor(extractor)}
+        rep = run_eval(qf, cf, METHODS, embedder=emb, dataset=a.dataset, show_progress=False,
+                       answer_recall=True, **kw)
+        texts = [p.title + "\n" + p.text for p in load_corpus(cf)]
+        two = [i for i, q in enumerate(rep.questions) if q.type.startswith("bridge")]
+        per = {m: per_question(rep.rankings[m], rep.questions, (5,), texts) for m in METHODS}
+        for m in METHODS:
+            v = rep.methods[m]
+            c2 = 100 * float(np.mean(per[m]["chain@5"][two]))
+            rows.append(f"| {label} | {m} | {v['answer@5']:.2f} | {v['recall@5']:.2f} | "
+                        f"{v['chain@5']:.2f} | {c2:.2f} |")
+        for other in ("dense", "base_dense_fill"):
+            for metric, sel in (("answer@5", slice(None)), ("chain@5", two)):
+                r = paired_bootstrap(per["evireform"][metric][sel], per[other][metric][sel],
+                                     seed=BASE_SEED + seed_offset(a.dataset, metric))
+                what = metric if metric == "answer@5" else "two-hop chain@5"
+                boot.append(f"| {label} | evireform − {other} | {what} | {r['diff']:+.2f} | "
+                            f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] |")
+    print(f"{a.dataset}: {len(rep.questions)} questions ({len(two)} two-hop), "
+          f"{rep.n_passages} passages, embedder {rep.embedder}")
+    print()
+    print("| extractor | method | A@5 | R@5 | C@5 | two-hop C@5 |")
+    print("|---|---|---:|---:|---:|---:|")
+    print("\n".join(rows))
+    print()
+    print("Paired bootstrap (10,000 resamples, base seed 202707):")
+    print()
+    print("| extractor | difference | metric | mean | 95% CI |")
+    print("|---|---|---|---:|---|")
+    print("\n".join(boot))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
