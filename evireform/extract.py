@@ -390,16 +390,26 @@ _IDENT_TOKEN = re.compile(r"(?:(?<![\w-])--)?[~/\w][\w.+:/~-]*")
 _JOINED = re.compile(r"[A-Za-z0-9](?:[-.+/]|::)[A-Za-z0-9]")
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _NUMERIC = re.compile(r"^[\d.,:/+-]+$")
+#: a manual page reference, "lexgrog(1)", "login.defs(5)", "pam_unix(8)": the name is a thing
+_MAN_REF = re.compile(r"(?<![\w.+-])([A-Za-z][\w.+-]*)\([1-9][a-z]*\)")
+
+
+def _IDENTISH(word: str) -> bool:
+    """Whether :func:`identifiers` finds ``word`` by its form anyway (not listed twice)."""
+    return bool(_JOINED.search(word) or "_" in word.strip("_") or _CAMEL.search(word)
+                or (sum(c.isupper() for c in word) >= 2 and word.upper() == word)
+                or (any(c.isdigit() for c in word) and any(c.isalpha() for c in word)))
 
 
 def identifiers(sentence: str) -> list[str]:
     """The words of ``sentence`` that carry their own type, as documentation writes the
-    things it is about: joined by ``- _ . / + ::`` ("ssh-keygen", "login.defs",
+    things it is about: manual page references ("lexgrog(1)" gives "lexgrog", listed
+    first), words joined by ``- _ . / + ::`` ("ssh-keygen", "login.defs",
     "SSH_AUTH_SOCK", "std::vector"), camelCase ("ProxyJump"), two or more capitals
     ("FIDO", "MANSECT"), letters with digits ("bzip2", "ed25519"), long options
     ("--shell") and paths ("/etc/shells", "~/.ssh/config").  Trailing punctuation is
     dropped; numbers, versions and abbreviations ("e.g", "i.e") are not identifiers."""
-    out = []
+    out = [m.group(1) for m in _MAN_REF.finditer(sentence) if not _IDENTISH(m.group(1))]
     for m in _IDENT_TOKEN.finditer(sentence):
         t = m.group(0).rstrip(".:,;/-+~")
         if len(t) < 2 or _NUMERIC.match(t):

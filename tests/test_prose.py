@@ -22,6 +22,9 @@ def test_identifiers_are_the_words_that_carry_their_own_type():
     assert identifiers(s) == ["ssh-agent", "login.defs", "SSH_AUTH_SOCK", "~/.ssh/config",
                               "/etc/shells", "bzip2", "--best", "ProxyJump", "FIDO"]
     assert identifiers("") == [] and identifiers("plain words only here") == []
+    # manual page references name things written as plain words
+    assert identifiers("See lexgrog(1), mandb(8) and ssh-agent(1).") == \
+        ["lexgrog", "mandb", "ssh-agent"]
 
 
 @pytest.mark.parametrize("before,want", [("", True), ("It ends.", True), ("-A", True),

@@ -138,3 +138,41 @@ def test_the_service_observes_each_stage(idx, tmp_path):
     # observations of each EviReform stage; one BGR question -> one of each of its stages
     assert count['method="evireform",stage="rank"'] == 2
     assert count['method="bgr",stage="hops"'] == 1
+
+
+def test_time_calls_sums_a_methods_seconds(monkeypatch):
+    """time_calls: what `evireform index` and the bench's build cases report as the
+    encoding share (a fake clock: each call takes 2 s)."""
+    from evireform import timing
+    clock = iter(range(0, 100, 2))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: float(next(clock)))
+    emb = HashingEmbedder(16)
+    spent = timing.time_calls(emb, "encode")
+    emb.encode(["a"])
+    emb.encode(["b", "c"])
+    assert spent == [4.0]
+    assert timing.time_calls(object(), "encode") == [0.0]  # nothing to time: stays 0
+
+    class Frozen:
+        __slots__ = ()
+
+        def encode(self, texts):
+            return texts
+    assert timing.time_calls(Frozen(), "encode") == [0.0]  # takes no attributes
+
+
+def test_the_build_cases_inputs():
+    """The 100k build case's inputs: English-like synthetic passages whose capitalised names
+    the heuristic extractor finds, and an encoder of (almost) no cost with unit rows."""
+    import numpy as np
+    from evireform.bench.synthetic import RandomRowsEmbedder, synthetic_documents
+    from evireform.extract import HeuristicExtractor
+    from evireform.types import Passage
+    docs = synthetic_documents(np.random.default_rng(0), 200)
+    assert len(docs) == 200 and len({t for t, _ in docs}) == 200
+    assert docs == synthetic_documents(np.random.default_rng(0), 200)
+    props = [pr for j, (t, x) in enumerate(docs)
+             for pr in HeuristicExtractor().extract(Passage(str(j), t, x))]
+    assert 2.5 < len(props) / len(docs) < 5 and all(len(pr.entities) >= 3 for pr in props)
+    X = RandomRowsEmbedder(dim=8).encode(["a", "b", "c"])
+    assert X.shape == (3, 8) and np.allclose(np.linalg.norm(X, axis=1), 1.0)
