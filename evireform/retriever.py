@@ -84,8 +84,8 @@ class EviReformConfig:
     #: rule: as "fixed", except that a question whose LLM-free bridges are all mentioned
     #: nowhere outside the observed passages (lookahead score 0: no credible bridge) ranks
     #: as its base does, beta 1; LLM reformulators report no bridges, so it never fires for
-    #: them).  "fixed" is the default: "evidence" fires on 3 MuSiQue, 4 HotpotQA and 1 of
-    #: the 63 manual-page questions and costs MuSiQue 0.5 R@5 (docs/results.md).  The trace
+    #: them).  "fixed" is the default: "evidence" fires on a few questions of each set and
+    #: costs MuSiQue half a point of R@5 (docs/results.md, "Real documents").  The trace
     #: records the beta each question got.
     beta_rule: str = "fixed"
 

@@ -6,6 +6,8 @@ differences against dense and against ``base_dense_fill``.
 
 Usage: ``python scripts/devset_table.py [--dataset manpages]``; prints Markdown
 (docs/results.md, "Real documents", regenerated through scripts/update_readme.py).
+``--rule-only --dataset hotpotqa`` (or musique, from ``--data``): EviReform with and
+without the do-no-harm beta rule and how often the rule fired.
 """
 import argparse
 import sys
@@ -30,9 +32,22 @@ METHODS = ["dense", "bm25", "base_dense_fill", "evireform", "evireform_v1",
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="manpages")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--rule-only", action="store_true")
     a = ap.parse_args(argv)
-    qf, cf = DATASETS[a.dataset]
+    qf, cf = (Path(a.data) / x for x in DATASETS[a.dataset])
     emb = get_embedder("minilm")
+    if a.rule_only:
+        rep = run_eval(qf, cf, ["evireform", "evireform_evidence"], embedder=emb,
+                       dataset=a.dataset, show_progress=False)
+        print("| set | method | R@5 / C@5 | rule fired |")
+        print("|---|---|---|---:|")
+        for m in ("evireform", "evireform_evidence"):
+            v = rep.methods[m]
+            fired = sum(_fired(r) for r in rep.traces[m])
+            print(f"| {a.dataset} | {m} | {v['recall@5']:.2f} / {v['chain@5']:.2f} | "
+                  f"{fired} of {rep.n_questions} |")
+        return 0
     rows, boot = [], []
     for label, extractor in (("auto (prose)", None), ("heuristic", "heuristic")):
         kw = {} if extractor is None else {"extractor": make_extractor(extractor)}
@@ -44,8 +59,10 @@ def main(argv=None) -> int:
         for m in METHODS:
             v = rep.methods[m]
             c2 = 100 * float(np.mean(per[m]["chain@5"][two]))
+            fired = sum(_fired(r) for r in rep.traces.get(m, []))
             rows.append(f"| {label} | {m} | {v['answer@5']:.2f} | {v['recall@5']:.2f} | "
-                        f"{v['chain@5']:.2f} | {c2:.2f} |")
+                        f"{v['chain@5']:.2f} | {c2:.2f} | "
+                        + (f"{fired} |" if m == "evireform_evidence" else "– |"))
         for other in ("dense", "base_dense_fill"):
             for metric, sel in (("answer@5", slice(None)), ("chain@5", two)):
                 r = paired_bootstrap(per["evireform"][metric][sel], per[other][metric][sel],
@@ -56,8 +73,8 @@ def main(argv=None) -> int:
     print(f"{a.dataset}: {len(rep.questions)} questions ({len(two)} two-hop), "
           f"{rep.n_passages} passages, embedder {rep.embedder}")
     print()
-    print("| extractor | method | A@5 | R@5 | C@5 | two-hop C@5 |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| extractor | method | A@5 | R@5 | C@5 | two-hop C@5 | rule fired |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     print()
     print("Paired bootstrap (10,000 resamples, base seed 202707):")
@@ -66,6 +83,11 @@ def main(argv=None) -> int:
     print("|---|---|---|---:|---|")
     print("\n".join(boot))
     return 0
+
+
+def _fired(result) -> bool:
+    """Whether the do-no-harm rule set this question's beta to 1."""
+    return "reformulate:no-credible-bridge" in result.trace.role_events
 
 
 if __name__ == "__main__":

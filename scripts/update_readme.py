@@ -57,6 +57,10 @@ for _ds in ("hotpotqa", "musique"):
 BLOCKS["case-table"] = [sys.executable, "scripts/case_table.py"]
 # the real-documents development set (issue 52): both extractors, EviReform's variants
 BLOCKS["devset-manpages"] = [sys.executable, "scripts/devset_table.py"]
+BLOCKS["devset-rule"] = [sys.executable, "scripts/devset_table.py", "--rule-only",
+                         "--dataset", "hotpotqa"]
+BLOCKS["devset-rule-musique"] = [sys.executable, "scripts/devset_table.py", "--rule-only",
+                                 "--dataset", "musique"]
 for _ds in ("hotpotqa", "musique"):
     BLOCKS[f"case-{_ds}-lower"] = EV + [
         "eval", "--dataset", _ds, "--methods", "dense,hipporag_ppr,evireform_spans,evireform",

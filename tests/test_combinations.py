@@ -284,8 +284,9 @@ def test_the_service_and_query_json_equal_the_reference(corpus, engine_kind, fil
     for b, rec in zip(served, records):
         assert set(b) - set(rec) == {"generation", "took_ms"} and set(rec) <= set(b)
         assert set(rec) == {"question", "passages", "trace"}
-        assert set(rec["trace"]) == {"method", "score", "residual_queries", "role_events",
-                                     "timings_ms"}
+        assert set(rec["trace"]) == {"method", "score", "residual_queries", "bridges",
+                                     "beta", "role_events", "timings_ms"}
+        assert len(rec["trace"]["bridges"]) == len(rec["trace"]["residual_queries"])
         assert rec["trace"]["method"] == "evireform"
         assert set(b["trace"]["timings_ms"]) == set(rec["trace"]["timings_ms"])
         assert b["question"] == rec["question"]

@@ -69,5 +69,5 @@ def test_an_unknown_extractor_lists_every_name_before_reading_the_corpus(tmp_pat
     c = tmp_path / "c.json"
     c.write_text(json.dumps([{"title": "A", "text": "B"}]))
     assert main(["index", str(c), str(tmp_path / "ix"), "--extractor", "bogus"]) == 2
-    assert "--extractor must be one of auto, heuristic, phrases, llm" in \
+    assert "--extractor must be one of auto, heuristic, phrases, prose, llm" in \
         capsys.readouterr().err
