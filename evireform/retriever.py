@@ -395,17 +395,20 @@ class EviReform:
         """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10)."""
         acc: dict[int, float] = {}
         n_valid = 0
+        get = acc.get
         for hit in hits:
-            ids, sc = hit.ids, hit.vals
-            keep = sc > 0
-            ids, sc = ids[keep], sc[keep].astype(np.float64)
-            mass = sc.sum()
-            if len(ids) == 0 or mass <= 0:
+            # Python ints and floats: the same sums as numpy's, bit for bit (numpy adds
+            # fewer than 8 numbers left to right; more go through numpy as before)
+            pairs = [(i, v) for i, v in zip(hit.ids.tolist(), hit.vals.tolist()) if v > 0]
+            if not pairs:
+                continue
+            mass = sum(v for _, v in pairs) if len(pairs) < 8 else \
+                float(np.sum(np.fromiter((v for _, v in pairs), np.float64, len(pairs))))
+            if mass <= 0:
                 continue
             n_valid += 1
-            get = acc.get  # Python ints and floats (tolist): the same sums, bit for bit
-            for i, v in zip(ids.tolist(), (sc / mass).tolist()):
-                acc[i] = get(i, 0.0) + v
+            for i, v in pairs:
+                acc[i] = get(i, 0.0) + v / mass
         if n_valid == 0:
             return SparseSignal.empty()
         ids = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
@@ -606,10 +609,10 @@ class EviReform:
                 hi, hs = self._search(H_r, cfg.k_residual, r)
                 for (st, q), ids, sc in zip(flat, hi, hs):
                     keep = ids >= 0
-                    st.residual_hits.append(SparseSignal(ids[keep], sc[keep]))
+                    ids, sc = ids[keep], sc[keep]
+                    st.residual_hits.append(SparseSignal(ids, sc))
                     st.trace.residual_queries.append(q)
-                    st.trace.residual_hits.append(list(zip(ids[keep].tolist(),
-                                                           sc[keep].tolist())))
+                    st.trace.residual_hits.append(list(zip(ids.tolist(), sc.tolist())))
                 sw.lap("search")
             for st in active:
                 st.seed = self._combine(st.b, self._residual_signal(st.residual_hits),
