@@ -215,7 +215,54 @@ het een en van op te dat die zijn was werd met voor aan bij ook om
 """.split())
 
 
-class PhraseExtractor(Extractor):
+class _FittedExtractor(Extractor):
+    """What the extractors that learn from their corpus share: statistics per namespace
+    (``_fitted``: namespace -> what :meth:`fit` learnt), fitted on first use for a namespace
+    not seen, and one proposition per Unicode sentence with the title prefixed and the title
+    as an entity (:meth:`_propositions`)."""
+
+    title_entity: bool
+    title_prefix: bool
+
+    def _group(self, metadata: dict[str, Any]):
+        return _namespace_of(metadata, self.group_by)
+
+    def _fitted(self) -> dict[Any, Any]:
+        raise NotImplementedError
+
+    def extract_many(self, passages: Sequence[Passage],
+                     show_progress: bool = False) -> list[list[Proposition]]:
+        fitted = self._fitted()
+        missing = [p for p in passages if self._group(p.metadata) not in fitted]
+        if missing:  # namespaces not fitted: learn them from these passages
+            self.fit(passages, new=missing)
+        return super().extract_many(passages, show_progress)
+
+    def _stats(self, passage: Passage):
+        """What the passage's namespace learnt (fitted from the passage alone if new)."""
+        g = self._group(passage.metadata)
+        if g not in self._fitted():
+            self.fit([passage])
+        return self._fitted()[g]
+
+    def _propositions(self, passage: Passage, mentions) -> list[Proposition]:
+        """One proposition per sentence of ``passage``, its entities ``mentions(sentence)``
+        (then the title), its text prefixed with the title unless it names it."""
+        title = passage.title.strip()
+        out = []
+        for sent in sentences(passage.text):
+            ents = mentions(sent)
+            if title and self.title_entity:
+                ents.append(title)
+            text = sent
+            if self.title_prefix and title and title.casefold() not in sent.casefold():
+                text = f"{title}: {sent}"
+            out.append(Proposition(text=text, passage=passage.id,
+                                   entities=tuple(dict.fromkeys(ents))))
+        return out
+
+
+class PhraseExtractor(_FittedExtractor):
     """LLM-free extraction for text that is not capitalised English.
 
     One proposition per Unicode sentence (:func:`evireform.text.sentences`; the title
@@ -292,9 +339,8 @@ class PhraseExtractor(Extractor):
                     break
                 yield gram
 
-    def _group(self, metadata: dict[str, Any]):
-        """The namespace a passage's vocabulary comes from (JSON equality, as filters)."""
-        return _namespace_of(metadata, self.group_by)
+    def _fitted(self) -> dict[Any, Any]:
+        return self.vocabs
 
     def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
             ) -> "PhraseExtractor":
@@ -342,30 +388,10 @@ class PhraseExtractor(Extractor):
                 i += 1
         return out
 
-    def extract_many(self, passages: Sequence[Passage],
-                     show_progress: bool = False) -> list[list[Proposition]]:
-        missing = [p for p in passages if self._group(p.metadata) not in self.vocabs]
-        if missing:  # namespaces not fitted: learn them from these passages
-            self.fit(passages, new=missing)
-        return super().extract_many(passages, show_progress)
-
     def extract(self, passage: Passage) -> list[Proposition]:
-        g = self._group(passage.metadata)
-        if g not in self.vocabs:
-            self.fit([passage])
-        vocab, longest = self.vocabs[g]
-        title = passage.title.strip()
-        out = []
-        for sent in sentences(passage.text):
-            ents = self._spot(tokens(sent), vocab, longest)
-            if title and self.title_entity:
-                ents.append(title)
-            text = sent
-            if self.title_prefix and title and title.casefold() not in sent.casefold():
-                text = f"{title}: {sent}"
-            out.append(Proposition(text=text, passage=passage.id,
-                                   entities=tuple(dict.fromkeys(ents))))
-        return out
+        vocab, longest = self._stats(passage)
+        return self._propositions(passage,
+                                  lambda sent: self._spot(tokens(sent), vocab, longest))
 
 
 # --------------------------------------------------------------------------- prose
@@ -434,7 +460,7 @@ def identifiers(sentence: str) -> list[str]:
     return out
 
 
-class ProseExtractor(Extractor):
+class ProseExtractor(_FittedExtractor):
     """LLM-free extraction for ordinary prose: documentation, READMEs, papers, notes, where
     capital letters start sentences more often than they mark names (issue 52).
 
@@ -471,8 +497,8 @@ class ProseExtractor(Extractor):
         self.stats: dict[Any, tuple[frozenset[str], frozenset[str]]] = {}
         self.cjk = PhraseExtractor(group_by=group_by)
 
-    def _group(self, metadata: dict[str, Any]):
-        return _namespace_of(metadata, self.group_by)
+    def _fitted(self) -> dict[Any, Any]:
+        return self.stats
 
     def _mentions(self, sentence: str, lower: frozenset[str]) -> list[str]:
         """The sentence's identifiers and trimmed names (before the hub test)."""
@@ -520,37 +546,17 @@ class ProseExtractor(Extractor):
             self.cjk.fit(Take(passages, cjk))
         return self
 
-    def extract_many(self, passages: Sequence[Passage],
-                     show_progress: bool = False) -> list[list[Proposition]]:
-        missing = [p for p in passages if self._group(p.metadata) not in self.stats]
-        if missing:  # namespaces not fitted: learn them from these passages
-            self.fit(passages, new=missing)
-        return super().extract_many(passages, show_progress)
-
     def extract(self, passage: Passage) -> list[Proposition]:
         from .entities import canonical_entity
-        g = self._group(passage.metadata)
-        if g not in self.stats:
-            self.fit([passage])
-        hubs, lower = self.stats[g]
-        title = passage.title.strip()
-        out = []
-        for sent in sentences(passage.text):
+        hubs, lower = self._stats(passage)
+        cjk = self.cjk.vocabs.get(self.cjk._group(passage.metadata))
+
+        def mentions(sent: str) -> list[str]:
             ents = [m for m in self._mentions(sent, lower) if canonical_entity(m) not in hubs]
-            if _CJK_CHAR.search(sent) and self.cjk.vocabs:
-                vg = self.cjk._group(passage.metadata)
-                if vg in self.cjk.vocabs:
-                    vocab, longest = self.cjk.vocabs[vg]
-                    ents += [x for x in self.cjk._spot(tokens(sent), vocab, longest)
-                             if x and is_cjk(x[0])]
-            if title and self.title_entity:
-                ents.append(title)
-            text = sent
-            if self.title_prefix and title and title.casefold() not in sent.casefold():
-                text = f"{title}: {sent}"
-            out.append(Proposition(text=text, passage=passage.id,
-                                   entities=tuple(dict.fromkeys(ents))))
-        return out
+            if cjk is not None and _CJK_CHAR.search(sent):
+                ents += [x for x in self.cjk._spot(tokens(sent), *cjk) if x and is_cjk(x[0])]
+            return ents
+        return self._propositions(passage, mentions)
 
 
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
