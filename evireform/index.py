@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TYPE_CHECKING, TypeVar
 
-import re
-
 import numpy as np
 
 from ._checks import as_list, check_passage
@@ -52,9 +50,6 @@ if TYPE_CHECKING:  # annotations only
 log = logging.getLogger(__name__)
 #: what :meth:`PropositionIndex.memo` keeps
 T = TypeVar("T")
-
-#: a word written in lower case (not after a letter, digit, hyphen or underscore)
-_LOWER_WORD = re.compile(r"(?<![\w-])[a-z][a-z0-9_']*(?![\w-])")
 
 #: passages whose derived data (word sets, bridge candidates) :meth:`PropositionIndex.memo`
 #: keeps at most, of each kind
@@ -152,24 +147,6 @@ class PropositionIndex:
             self._derived["by_passage"] = csr
         indptr, order = csr
         return order[indptr[j]:indptr[j + 1]]
-
-    def lowercase_words(self, sample: int = 100_000) -> frozenset[str]:
-        """Words the corpus writes in lower case at least twice (over its first ``sample``
-        passages): what tells a common word capitalised by its place ("Note", "Specifies",
-        "Additionally") from a name ("Paris"), for the LLM-free reformulator.  Computed on
-        first use and kept (an index never changes in place)."""
-        got = self._derived.get("lowercase_words")
-        if got is None:
-            from collections import Counter
-            from itertools import islice
-            from .strings import column
-            counts: Counter[str] = Counter()
-            find = _LOWER_WORD.findall
-            for text in islice(column(self.passages, "texts"), sample):
-                counts.update(find(text))
-            got = self._derived["lowercase_words"] = frozenset(
-                w for w, n in counts.items() if n >= 2)
-        return got
 
     def passage_words(self, j: int) -> frozenset[Any]:
         """The lower-cased words of passage position ``j``'s title and text (what the LLM-free

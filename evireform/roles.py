@@ -18,7 +18,7 @@ from typing import Any, Iterable, Protocol, Sequence, TYPE_CHECKING, runtime_che
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
-from .extract import ENGLISH_STOPWORDS, name_spans, placed, split_sentences
+from .extract import ENGLISH_STOPWORDS, name_spans, split_sentences
 from .types import Passage
 
 if TYPE_CHECKING:  # annotations only
@@ -417,27 +417,12 @@ def prose_index(index: PropositionIndex) -> bool:
     one manual family), so a residual query keeps the question's focus
     (:func:`focus_words`); in an encyclopedia a passage describes one entity, and the focus
     of a many-hop question belongs to its last hop, not the next one (MuSiQue: 72.75 R@5
-    with the focus kept, 74.17 without), and dropping placed capitals moved the distractor
-    setting by a question (69.42 against 69.58): both stay with prose."""
+    with the focus kept, 74.17 without); dropping placed capitals at the reformulator moved
+    the distractor setting by a question (69.42 against 69.58), so they are dropped only by the
+    prose extractor."""
     meta = index.meta
     return str(meta.get("extractor", "")).startswith("prose") \
         or (meta.get("extractor_choice") or {}).get("chosen") == "prose"
-
-
-def placed_capital(body: str, spelled: str, name: str, lowercase: frozenset[str]) -> bool:
-    """True when the one-word bridge candidate ``name`` (folded; ``spelled`` as written in
-    ``body``) is a single letter, or a word the corpus writes in lower case (``lowercase``)
-    that is capitalised here only by its place: at the start of its sentence or clause, or
-    after an option flag ("-A Enables ...").  Such words ("Note", "Specifies",
-    "Additionally", "Try") are not things a second hop is about."""
-    if " " in name:
-        return False
-    if len(name) < 2:
-        return True
-    if name not in lowercase or not spelled[:1].isupper() or spelled.isupper():
-        return False  # never written in lower case, or an acronym ("SFTP", "HOME")
-    at = body.find(spelled)
-    return at >= 0 and placed(body[:at])
 
 
 _WORD_SPAN = re.compile(r"\w+", re.UNICODE)
@@ -591,11 +576,11 @@ class GraphBridgeReformulator(Reformulator):
             raise ValueError(f"ranking must be 'lookahead' or 'overlap'; got {ranking!r}")
         self.ranking: str = ranking
         self.max_lookahead: int = positive_int(max_lookahead, "max_lookahead")
-        #: issue 52, on indexes of ordinary prose (:func:`prose_index`): no bridge that is a
-        #: word capitalised by its place (:func:`placed_capital`) and the question's focus
-        #: kept in every query (:func:`focus_words`).  Other indexes (Wikipedia-like, built
-        #: by the heuristic or phrase extractor) read bridges as graph-bridge-v1 did, which
-        #: ``prose=False`` keeps everywhere
+        #: issue 52, on indexes of ordinary prose (:func:`prose_index`): the question's focus
+        #: kept in every query (:func:`focus_words`); their entities have no word capitalised
+        #: by its place already (:class:`~evireform.extract.ProseExtractor`).  Other indexes
+        #: (Wikipedia-like) read bridges as graph-bridge-v1 did, which ``prose=False`` keeps
+        #: everywhere
         self.prose: bool = bool(prose)
         self.name = "graph-bridge-v2" if self.prose else "graph-bridge-v1"
         self._spans = BridgeReformulator(per_passage)
@@ -622,17 +607,12 @@ class GraphBridgeReformulator(Reformulator):
         q_tokens = set(q_canon.split())
         look = self.ranking == "lookahead" and vector is not None
         kept = [index.memo("bridges", j, partial(_PassageBridges, index)) for j in observed]
-        prose = self.prose and prose_index(index)
-        lower = index.lowercase_words() if prose else frozenset()
         # [rank, -score, proposition position, mention position, entity, proposition, name]
         cands = []
         for rank, pb in enumerate(kept):
             for pos, e, i, c, toks in pb.cands:
                 # not mentioned by the question (as BridgeReformulator._mentioned)
                 if c in q_canon or _mostly_in(toks, q_tokens):
-                    continue
-                if prose and len(toks) == 1 and placed_capital(
-                        pb.body(i), pb.spelling(i, e)[0], c, lower):
                     continue
                 cands.append([rank, 0.0, pos, 0, e, i, c])
         if not cands:

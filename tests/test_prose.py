@@ -11,7 +11,7 @@ from evireform.embed import HashingEmbedder, encode_queries
 from evireform.extract import (
     AUTO_CAPITALISED, ProseExtractor, choose_extractor, identifiers, make_extractor, placed)
 from evireform.roles import (
-    GraphBridgeReformulator, focus_words, placed_capital, prose_index)
+    GraphBridgeReformulator, focus_words, prose_index)
 from evireform.types import Passage
 
 
@@ -111,17 +111,6 @@ def test_auto_picks_prose_for_ordinary_cased_prose():
 ])
 def test_focus_words_are_what_the_question_asks_for(q, want):
     assert focus_words(q) == want
-
-
-def test_placed_capital():
-    lower = frozenset({"note", "specifies"})
-    assert placed_capital("Note that it runs.", "Note", "note", lower)
-    assert placed_capital("-b bits Specifies it.", "Specifies", "specifies", lower)
-    assert not placed_capital("see the Note here.", "Note", "note", lower)  # mid-sentence
-    assert not placed_capital("Paris is big.", "Paris", "paris", lower)  # never lower case
-    assert not placed_capital("SFTP is used.", "SFTP", "sftp", lower | {"sftp"})  # acronym
-    assert placed_capital("X marks it.", "X", "x", lower)  # one letter
-    assert not placed_capital("New York is big.", "New York", "new york", lower)
 
 
 def _prose_index():
