@@ -119,6 +119,49 @@ class EviReformConfig:
         return replace(self, **kw)
 
 
+class Pairs(Sequence[tuple[int, float]]):
+    """``(id, score)`` pairs over two parallel lists, each tuple made when read: a
+    question's hundred candidates cost the trace one object, not a hundred tuples (with
+    the garbage collector's passes over them).  Reads as the list of tuples it stands for:
+    indexing, slices (lists), iteration, ``len``, ``==`` with a list, its ``repr``."""
+
+    __slots__ = ("_ids", "_vals")
+
+    def __init__(self, ids: list[int], vals: list[float]) -> None:
+        if len(ids) != len(vals):
+            raise ValueError(f"ids and scores differ in length: {len(ids)} vs {len(vals)}")
+        self._ids, self._vals = ids, vals
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, t):
+        if isinstance(t, slice):
+            return list(zip(self._ids[t], self._vals[t]))
+        return (self._ids[t], self._vals[t])
+
+    def __iter__(self):
+        return zip(self._ids, self._vals)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Pairs):
+            return self._ids == other._ids and self._vals == other._vals
+        if isinstance(other, (list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __getstate__(self):
+        return (self._ids, self._vals)
+
+    def __setstate__(self, state) -> None:
+        self._ids, self._vals = state
+
+
 @dataclass(frozen=True)
 class SparseSignal:
     """A sparse vector over propositions: distinct-or-repeated ``ids`` (int64) and ``vals``
@@ -143,6 +186,9 @@ class Seed:
     s: SparseSignal
     question: SparseSignal
     residual: SparseSignal
+    #: s is the question's part followed by the residual part (views of s), so a passage's
+    #: shares are read from s at once; False when s is made otherwise (``residual_only``)
+    joined: bool = False
 
 
 @dataclass(slots=True)
@@ -169,7 +215,9 @@ class RankedPassage:
 
 @dataclass
 class Trace:
-    candidates: list[tuple[int, float]] = field(default_factory=list)
+    #: the question's candidates ``(proposition, u)``, best first (a :class:`Pairs`: reads
+    #: as a list of tuples)
+    candidates: Sequence[tuple[int, float]] = field(default_factory=list)
     selected: list[int] = field(default_factory=list)
     selector_fallback: bool = False
     observed: list[int] = field(default_factory=list)
@@ -311,11 +359,10 @@ class EviReform:
         """A positive integer, clipped to the number of passages (so a huge k costs nothing)."""
         return max(1, min(positive_int(k, "k"), self.index.n_passages))
 
-    def _select(self, question: str, cand: SparseSignal, trace) -> SparseSignal:
-        """The selector's seed b (Eq. 7), validated (C.1)."""
+    def _select(self, question: str, ids: list[int], us: list[float], trace) -> SparseSignal:
+        """The selector's seed b (Eq. 7), validated (C.1); ``ids``, ``us``: the candidates
+        and their scores u > 0, best first."""
         cfg, idx = self.config, self.index
-        cand_ids = cand.ids
-        ids, us = cand_ids.tolist(), cand.vals.tolist()
         # made on access: a selector reading the top few builds a few; one that ranks by
         # score alone (reads_text False) is shown no text, so none is decoded per question
         cands = Candidates(ids, us, None,
@@ -345,8 +392,8 @@ class EviReform:
                 sel.append(i)
                 score.append(us[at])
         sel, score = sel[:cfg.max_selected], score[:cfg.max_selected]
-        if not sel and len(cand_ids):
-            sel = [int(cand_ids[0])]  # the positive candidate with the highest score
+        if not sel and ids:
+            sel = [ids[0]]  # the positive candidate with the highest score
             score = [us[0]]
             trace.selector_fallback = True
         trace.selected = sel
@@ -391,15 +438,16 @@ class EviReform:
             queries = [question] * len(queries)
         return queries
 
-    def _residual_signal(self, hits: list[SparseSignal]) -> SparseSignal:
-        """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10)."""
+    def _residual_signal(self, hits: list[list[tuple[int, float]]]) -> SparseSignal:
+        """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10);
+        ``hits``: each residual query's (proposition, score) pairs (``Trace.residual_hits``)."""
         acc: dict[int, float] = {}
         n_valid = 0
         get = acc.get
         for hit in hits:
             # Python ints and floats: the same sums as numpy's, bit for bit (numpy adds
             # fewer than 8 numbers left to right; more go through numpy as before)
-            pairs = [(i, v) for i, v in zip(hit.ids.tolist(), hit.vals.tolist()) if v > 0]
+            pairs = [(i, v) for i, v in hit if v > 0]
             if not pairs:
                 continue
             mass = sum(v for _, v in pairs) if len(pairs) < 8 else \
@@ -410,30 +458,35 @@ class EviReform:
             for i, v in pairs:
                 acc[i] = get(i, 0.0) + v / mass
         if n_valid == 0:
-            return SparseSignal.empty()
-        ids = np.fromiter(acc.keys(), dtype=np.int64, count=len(acc))
-        vals = np.fromiter(acc.values(), dtype=np.float64, count=len(acc)) / n_valid
-        return SparseSignal(ids, vals)
+            return [], []
+        return list(acc), [v / n_valid for v in acc.values()]
 
-    def _combine(self, b: SparseSignal, r: SparseSignal, trace: Trace | None = None) -> Seed:
-        """s = beta b + (1 - beta) r; s = b when no residual query is valid, or when the
-        do-no-harm rule (``beta_rule="evidence"``) finds no credible bridge in ``trace``."""
+    def _combine(self, b: SparseSignal, r: tuple[list[int], list[float]],
+                 trace: Trace | None = None) -> Seed:
+        """s = beta b + (1 - beta) r (``r``: :meth:`_residual_signal`'s ids and values);
+        s = b when no residual query is valid, or when the do-no-harm rule
+        (``beta_rule="evidence"``) finds no credible bridge in ``trace``.  The products are
+        Python floats', bit for bit numpy's."""
         cfg = self.config
-        if len(r) and cfg.beta_rule == "evidence" and trace is not None and trace.bridges \
+        r_ids, r_vals = r
+        if r_ids and cfg.beta_rule == "evidence" and trace is not None and trace.bridges \
                 and not any(d.get("score", 0.0) > 0.0 for d in trace.bridges):
-            r = SparseSignal.empty()
+            r_ids, r_vals = [], []
             trace.role_events.append("reformulate:no-credible-bridge")
         if trace is not None:
-            trace.beta = 1.0 if len(r) == 0 else \
+            trace.beta = 1.0 if not r_ids else \
                 (0.0 if cfg.mode == "residual_only" else cfg.beta)
-        if len(r) == 0:
-            return Seed(b, b, r)
+        if not r_ids:
+            return Seed(b, b, SparseSignal.empty(), joined=True)
         if cfg.mode == "residual_only":
-            return Seed(r, SparseSignal(b.ids, b.vals * 0), r)
-        qb = SparseSignal(b.ids, cfg.beta * b.vals)
-        rr = SparseSignal(r.ids, (1.0 - cfg.beta) * r.vals)
-        s = SparseSignal(np.concatenate([qb.ids, rr.ids]), np.concatenate([qb.vals, rr.vals]))
-        return Seed(s, qb, rr)
+            rr = SparseSignal(np.array(r_ids, np.int64), np.array(r_vals, np.float64))
+            return Seed(rr, SparseSignal(b.ids, b.vals * 0), rr)
+        beta, rest, nb = cfg.beta, 1.0 - cfg.beta, len(b)
+        ids = np.array(b.ids.tolist() + r_ids, np.int64)
+        vals = np.array([beta * v for v in b.vals.tolist()] + [rest * v for v in r_vals],
+                        np.float64)
+        return Seed(SparseSignal(ids, vals), SparseSignal(ids[:nb], vals[:nb]),
+                    SparseSignal(ids[nb:], vals[nb:]), joined=True)
 
     def _rank_many(self, states: list["_QuestionState"], k: int, scope,
                    sw: Stopwatch | None = None) -> list[list[RankedPassage]]:
@@ -455,13 +508,19 @@ class EviReform:
             if cfg.fill == "dense":
                 pids, scores = self._dense_fill(pids, scores, st.cand, len(pids),
                                                 r.passages if r is not None else None)
-            parts = []
-            for part in (st.seed.question, st.seed.residual):
-                acc: dict[int, float] = {}
-                for j, v in zip(owner[part.ids].tolist(), part.vals.tolist()):
+            seed = st.seed
+            if seed.joined:  # the two parts side by side in s: one lookup
+                js_s, vs = owner[seed.s.ids].tolist(), seed.s.vals.tolist()
+                nq = len(seed.question)
+                halves = ((js_s[:nq], vs[:nq]), (js_s[nq:], vs[nq:]))
+            else:
+                halves = tuple((owner[part.ids].tolist(), part.vals.tolist())
+                               for part in (seed.question, seed.residual))
+            pq: dict[int, float] = {}
+            pr: dict[int, float] = {}
+            for acc, (js_p, vs_p) in zip((pq, pr), halves):
+                for j, v in zip(js_p, vs_p):
                     acc[j] = acc.get(j, 0.0) + alpha * v
-                parts.append(acc)
-            pq, pr = parts
             pids = np.asarray(pids)
             js = pids.tolist()
             ranked = []
@@ -584,12 +643,18 @@ class EviReform:
         sw.lap("search")
         states = []
         for t, q in enumerate(questions):
-            keep = cand_i[t] >= 0
-            st = _QuestionState(q, SparseSignal(cand_i[t][keep], cand_s[t][keep]))
+            ids, us = cand_i[t], cand_s[t]
+            ids_l, us_l = ids.tolist(), us.tolist()
+            if -1 in ids_l:  # fewer than n_candidates found: the empty slots are -1
+                keep = ids >= 0
+                ids, us = ids[keep], us[keep]
+                ids_l, us_l = ids.tolist(), us.tolist()
+            st = _QuestionState(q, SparseSignal(ids, us))
             st.vector = H_q[t]
-            st.trace.candidates = list(zip(st.cand.ids.tolist(), st.cand.vals.tolist()))
+            st.trace.candidates = Pairs(ids_l, us_l)
+            st.cand_lists = (ids_l, us_l)
             states.append(st)
-        bs = self._map(lambda st: self._select(st.text, st.cand, st.trace), states)
+        bs = self._map(lambda st: self._select(st.text, *st.cand_lists, st.trace), states)
         for st, b in zip(states, bs):
             st.b = b
             st.observed = self._observed(st.trace.selected)
@@ -607,15 +672,12 @@ class EviReform:
                 H_r = embed([q for _, q in flat])
                 sw.lap("encode_residual")
                 hi, hs = self._search(H_r, cfg.k_residual, r)
-                for (st, q), ids, sc in zip(flat, hi, hs):
-                    keep = ids >= 0
-                    ids, sc = ids[keep], sc[keep]
-                    st.residual_hits.append(SparseSignal(ids, sc))
-                    st.trace.residual_queries.append(q)
-                    st.trace.residual_hits.append(list(zip(ids.tolist(), sc.tolist())))
+                for (st, q), ids, sc in zip(flat, hi.tolist(), hs.tolist()):
+                    st.trace.residual_queries.append(q)  # a hit's empty slots are -1
+                    st.trace.residual_hits.append([(i, v) for i, v in zip(ids, sc) if i >= 0])
                 sw.lap("search")
-            for st in active:
-                st.seed = self._combine(st.b, self._residual_signal(st.residual_hits),
+            for st in active:  # every round's hits so far (Eq. 10 over all valid queries)
+                st.seed = self._combine(st.b, self._residual_signal(st.trace.residual_hits),
                                         st.trace)
             for st, ranked in zip(active, self._rank_many(active, k, scope, sw)):
                 st.result = RetrievalResult(st.text, ranked, st.trace,
@@ -670,9 +732,9 @@ class _QuestionState:
     trace: Trace = field(default_factory=Trace)
     b: SparseSignal | None = None            # the selector's seed (Eq. 7)
     observed: list[int] = field(default_factory=list)   # E_q, passage positions
-    residual_hits: list[SparseSignal] = field(default_factory=list)  # one per residual query
     gap_queries: list[str] | None = None     # the controller's queries for the next round
     vector: np.ndarray | None = None         # the question's embedding (the lookahead's)
+    cand_lists: tuple[list[int], list[float]] = ((), ())  # cand as Python lists
     seed: Seed | None = None                 # s of the latest round
     result: RetrievalResult | None = None
 

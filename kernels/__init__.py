@@ -448,12 +448,18 @@ def _checked_csr(indptr: ArrayLike, ids: np.ndarray, vals: np.ndarray, M: int,
     """The int64 indptr of CSR rows over checked ``(ids, vals)``: ids in [0, M), finite
     values, an indptr from 0, non-decreasing, to ``len(ids)``; one kernel call (a question's
     ranking pays for every microsecond of Python around its kernels)."""
+    indptr = _csr_indptr(indptr, ids, M, what)
+    _seed_error(_kernels().check_csr(indptr, ids, vals, M), M, what, len(ids))
+    return indptr
+
+
+def _csr_indptr(indptr: ArrayLike, ids: np.ndarray, M: int, what: str) -> np.ndarray:
+    """``indptr`` as a contiguous 1-d int64 array (its values not checked yet)."""
     if not (type(indptr) is np.ndarray and indptr.dtype == _I64
             and indptr.flags.c_contiguous):
         indptr = np.ascontiguousarray(np.asarray(indptr, dtype=np.int64))
     if indptr.ndim != 1:
         _seed_error(3, M, what, len(ids))
-    _seed_error(_kernels().check_csr(indptr, ids, vals, M), M, what, len(ids))
     return indptr
 
 
@@ -560,26 +566,36 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike
     if pmap.n_props != graph.n_props:
         raise ValueError(f"the passage map covers {pmap.n_props} propositions, the graph "
                          f"{graph.n_props}")
-    indptr, ids, vals, alpha = _checked_seeds(graph, seed_indptr, seed_ids, seed_vals, alpha)
+    M = graph.n_props
+    ids, vals = _check_seed(seed_ids, seed_vals)
+    indptr = _csr_indptr(seed_indptr, ids, M, "seed")
+    alpha = _check_alpha(alpha)
     k = min(_check_k(k), pmap.n_passages)
+    B = len(indptr) - 1
+    # on the calling thread the kernel checks the seeds itself (one call: a question's
+    # ranking pays for every microsecond around its kernels); otherwise they are checked
+    # here, before any thread or device starts
+    here = backend != "gpu" and k > 0 and B > 0 and _on_caller(B <= config.SMALL_BATCH) \
+        and resolve(backend) == "cpu"
+    if not here:
+        _seed_error(_kernels().check_csr(indptr, ids, vals, M), M, "seed", len(ids))
     if resolve(backend) == "gpu":
         zp, zi, zv = propagate_batch(graph, indptr, ids, vals, alpha, backend="gpu")
         return readout_topk_batch(pmap, zp, zi, zv, k, backend="gpu")
-    B = len(indptr) - 1
     out_i = np.full((B, k), -1, np.int64)
     out_v = np.zeros((B, k))
     if k == 0 or B == 0:
         return out_i, out_v
     kern, g = _kernels(), graph
 
-    def run(b0, b1) -> None:
+    def run(b0, b1, check=False) -> int:
         ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
         rs = _WS.get(ReadWorkspace, pmap.n_passages)
-        kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals, alpha,
-                       b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark, rs.ptouched, out_i,
-                       out_v)
-    if _on_caller(B <= config.SMALL_BATCH):  # a few questions, or a busy machine
-        run(0, B)
+        return kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals,
+                              alpha, b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark,
+                              rs.ptouched, out_i, out_v, check)
+    if here:  # a few questions, or a busy machine
+        _seed_error(run(0, B, True), M, "seed", len(ids))
     else:  # ranges side by side (the kernel releases the GIL), rows never shared
         bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
         list(_pool().map(lambda r: run(bounds[r], bounds[r + 1]), range(len(bounds) - 1)))

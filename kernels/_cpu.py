@@ -959,13 +959,18 @@ def readout_one(owner: ArrayLike, inv_sqrt, z_ids, z_vals, pacc, pmark, ptouched
 @njit(**_JIT)
 def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, owner: ArrayLike,
               inv_sqrt, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha, b0, b1, wf, wb, wi, pacc,
-              pmark, ptouched, out_i, out_v) -> None:
+              pmark, ptouched, out_i, out_v, check) -> int:
     """Rows b0 <= b < b1: each seed propagated (as :func:`propagate_one`) and z read out
     (as :func:`readout_many`) at once, z never leaving the workspace; ``out_i[b]`` /
     ``out_v[b]`` (k each, -1 / 0 where a row has fewer passages) get row b's passages.
-    Bitwise the same as the two kernels one after the other.  Releases the GIL; the caller
-    has checked the seeds."""
+    Bitwise the same as the two kernels one after the other.  Releases the GIL.  With
+    ``check`` the whole batch is checked first (:func:`check_csr`: its status, nothing
+    ranked unless 0); without, the caller has checked the seeds.  Returns the status."""
     M = a_indptr.shape[0] - 1
+    if check:
+        code = check_csr(seed_indptr, seed_ids, seed_vals, M)
+        if code:
+            return code
     k = out_i.shape[1]
     acc, sbuf, z_vals, yent, mark, emark, touched, z_ids, ents = ws_views(wf, wb, wi, M)
     for b in range(b0, b1):
@@ -976,6 +981,7 @@ def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, 
         _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, z_ids, z_vals, 0)
         _readout_into(owner, inv_sqrt, z_ids[:n], z_vals[:n], k, pacc, pmark, ptouched,
                       out_i[b], out_v[b])
+    return 0
 
 
 @njit(parallel=True, **_JIT)

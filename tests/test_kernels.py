@@ -381,6 +381,36 @@ def test_batched_kernels_check_the_seeds_csr_rows(rng, indptr):
         K.rank_topk_batch(g, pm, [0, 3], ids, np.array([0.2, np.nan, 0.5]), 0.5, 5)
 
 
+@pytest.mark.parametrize("B", [1, 2, K.config.SMALL_BATCH + 5])
+def test_rank_topk_batch_checks_every_row_on_either_path(rng, B, monkeypatch):
+    """A few rows are ranked on the calling thread, the kernel checking the seeds itself;
+    more go to threads, checked first: either way a bad id, value or indptr in the last row
+    is refused, nothing is returned, and a good batch ranks the same on both paths."""
+    M, Ne = 60, 25
+    g = random_graph(rng, M, Ne)
+    pm = random_passages(rng, M, 12)
+    indptr = np.arange(B + 1, dtype=np.int64) * 2
+    ids = rng.integers(0, M, 2 * B)
+    vals = rng.random(2 * B)
+    P, S = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, 6)
+    for busy in (False, True):  # busy: every row on the calling thread
+        monkeypatch.setattr(KR, "machine_busy", lambda busy=busy: busy)
+        P2, S2 = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, 6)
+        assert np.array_equal(P, P2) and np.array_equal(S, S2)
+        bad = ids.copy()
+        bad[-1] = M
+        with pytest.raises(ValueError, match=r"ids must lie in \[0, 60\)"):
+            K.rank_topk_batch(g, pm, indptr, bad, vals, 0.5, 6)
+        nan = vals.copy()
+        nan[-1] = np.inf
+        with pytest.raises(ValueError, match="NaN or inf"):
+            K.rank_topk_batch(g, pm, indptr, ids, nan, 0.5, 6)
+        short = indptr.copy()
+        short[-1] -= 1
+        with pytest.raises(ValueError, match="indptr must start at 0"):
+            K.rank_topk_batch(g, pm, short, ids, vals, 0.5, 6)
+
+
 def test_w_nnz_matches_materialised(rng):
     for M, Ne in [(1, 1), (50, 10), (800, 120)]:
         g = random_graph(rng, M, Ne)

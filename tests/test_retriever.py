@@ -92,6 +92,26 @@ def test_worked_example_full(worked):
                                atol=1e-6)
 
 
+def test_trace_candidates_read_as_a_list_of_pairs(worked):
+    """The trace keeps a question's candidates as one Pairs object: it reads, compares,
+    slices, copies and pickles as the list of (proposition, u) tuples it stands for."""
+    import copy
+    import pickle
+    from evireform.retriever import Pairs
+    res = make(worked).retrieve("question", 3)
+    c = res.trace.candidates
+    as_list = [(i, u) for i, u in c]
+    assert isinstance(c, Pairs) and len(c) == len(as_list) > 0
+    assert all(type(i) is int and type(u) is float and u > 0 for i, u in as_list)
+    assert [u for _, u in as_list] == sorted((u for _, u in as_list), reverse=True)
+    assert c == as_list and as_list == c and c[0] == as_list[0] and c[-1] == as_list[-1]
+    assert c[:2] == as_list[:2] and repr(c) == repr(as_list)
+    assert pickle.loads(pickle.dumps(c)) == c and copy.deepcopy(res.trace) == res.trace
+    assert c != as_list[:-1] and Pairs([1], [0.5]) != Pairs([1], [0.25])
+    with pytest.raises(ValueError, match="differ in length"):
+        Pairs([1, 2], [0.5])
+
+
 def test_worked_example_ablations(worked):
     s = scores(make(worked, propagation=False).retrieve("question", 3))
     np.testing.assert_allclose([s["d0"], s["d1"], s["d2"]], [0.353553, 0.044194, 0.252591],

@@ -7,7 +7,7 @@ names none.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Sequence, TYPE_CHECKING
 
 import json
 import os
@@ -373,13 +373,27 @@ def _ppr_peer(idx: PropositionIndex, seeds, damping=0.5):
     return run
 
 
+def given_embedder(vecs: dict[str, Any], dim: int) -> Callable[[list[str]], Any]:
+    """The residual queries' embedder's stand-in: ``vecs`` (text -> embedding) stacked
+    once per list of texts, then looked up (a dict lookup, as the given reformulator is)."""
+    stacked: dict[tuple[str, ...], Any] = {}
+
+    def given(texts):
+        key = tuple(texts)
+        H = stacked.get(key)
+        if H is None:
+            H = stacked[key] = (np.stack([vecs[t] for t in texts]) if texts
+                                else np.zeros((0, dim), np.float32))
+        return H
+    return given
+
+
 def core_questions(idx: PropositionIndex, qs: Sequence[str], H_q, queries: Sequence[str], vecs):
     """A callable that runs the questions through Algorithm 1 minus the embedder and the
     reformulator: their outputs are given (``queries``: residual queries per question,
     ``vecs``: their embeddings)."""
     from ..retriever import EviReform, EviReformConfig
-    given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
-                           else np.zeros((0, idx.dim), np.float32))
+    given = given_embedder(vecs, idx.dim)
     retr = EviReform(idx, EviReformConfig(), reformulator=GivenReformulator(queries))
     run = lambda: [retr.retrieve_embedded(q, h, 20, residual_embed=given)  # noqa: E731
                    for q, h in zip(qs, H_q)]
@@ -666,8 +680,7 @@ def case_filter(inp: Any, out: Any) -> None:
         idx, EviReformConfig(), embedder=emb).retrieve_many(qs, 20)
         for x in res.trace.residual_queries})
     vecs = dict(zip(rq, emb.encode(rq))) if rq else {}
-    given = lambda texts: (np.stack([vecs[t] for t in texts]) if texts  # noqa: E731
-                           else np.zeros((0, idx.dim), np.float32))
+    given = given_embedder(vecs, idx.dim)
     retr = EviReform(idx, EviReformConfig(), reformulator=GivenReformulator(queries))
 
     def run(f=None, cold=False):
