@@ -52,6 +52,16 @@ def test_times_warms_up_then_repeats_until_enough(monkeypatch):
     assert len(calls) == 1 + 5 and abs(t[0] - 0.01) < 1e-9
 
 
+def test_times_in_rounds_takes_the_functions_in_turn():
+    """rounds=3: blocks a, b, a, b, a, b, each with its warm-up and a third of the calls;
+    each median is over all of its function's calls."""
+    order = []
+    fa, fb = (lambda: order.append("a")), (lambda: order.append("b"))
+    t = bench.times([fa, fb], repeat=6, min_s=0.0, pause=0.0, rounds=3)
+    assert len(t) == 2 and all(x >= 0 for x in t)
+    assert "".join(order) == ("a" * 3 + "b" * 3) * 3  # each block: a warm-up, two calls
+
+
 def test_every_floor_names_a_declared_label():
     assert set(bench.FLOORS) <= bench.declared_labels()
 

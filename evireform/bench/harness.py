@@ -95,23 +95,29 @@ def median_time(fn: Any, repeat: int, warmup: int = 1) -> float:
     return float(np.median(ts))
 
 
-def times(fns: Any, repeat: int, min_s: float = 0.25, pause: float = 0.2) -> list[Any]:
+def times(fns: Any, repeat: int, min_s: float = 0.25, pause: float = 0.2,
+          rounds: int = 1) -> list[Any]:
     """Median time of each of ``fns``, one after another: a pause (so that the thread pools of
     whatever ran before -- numba's, OpenBLAS's, faiss's OpenMP -- stop spinning on the 2 cores),
     one warm-up call, then calls until there are at least ``repeat`` and they add up to
     ``min_s`` seconds.  (Alternating the functions call by call was tried: the pools then
-    fight for the cores and a 0.3 ms search took 13 ms.)"""
-    out = []
-    for fn in fns:
-        time.sleep(pause)
-        fn()
-        ts: list[Any] = []
-        while len(ts) < repeat or sum(ts) < min_s:
-            t0 = time.perf_counter()
+    fight for the cores and a 0.3 ms search took 13 ms.)  ``rounds`` > 1 splits that into
+    blocks taken in turn (ours, the peer, ours, ...; each block with its pause and warm-up,
+    ``repeat`` and ``min_s`` shared out), so a slow spell of a shared machine falls on every
+    side alike; each median is over all of a function's calls."""
+    rounds = max(1, int(rounds))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, ts in zip(fns, samples):
+            time.sleep(pause)
             fn()
-            ts.append(time.perf_counter() - t0)
-        out.append(float(np.median(ts)))
-    return out
+            block: list[float] = []
+            while len(block) < -(-repeat // rounds) or sum(block) < min_s / rounds:
+                t0 = time.perf_counter()
+                fn()
+                block.append(time.perf_counter() - t0)
+            ts.extend(block)
+    return [float(np.median(ts)) for ts in samples]
 
 
 def machine() -> dict[str, Any]:
