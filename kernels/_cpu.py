@@ -530,8 +530,13 @@ def _merge_chunks(cand_v, cand_i, cand_n, k):
 def topk_one(H: ArrayLike, q: ArrayLike, k, n_chunks):
     """Fused exact top-k positive scores of one query: each of ``n_chunks`` row ranges is scored
     eight rows at a time (as in :func:`dot_one`) straight into its own candidate buffer; the
-    buffers are merged at the end.  Returns (ids, vals, count), best first, ties by lower id."""
+    buffers are merged at the end.  Returns (ids, vals, count), best first, ties by lower id;
+    count -1 (nothing scanned) when ``q`` holds a NaN or inf: the query's check costs no call
+    of its own (numpy's after a scan run with cold caches)."""
     M, d = H.shape
+    for t in range(d):
+        if not np.isfinite(q[t]):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32), -1
     cap = _buf_cap(k)
     cand_v = np.empty((n_chunks, cap), dtype=np.float32)
     cand_i = np.empty((n_chunks, cap), dtype=np.int64)

@@ -182,6 +182,27 @@ def test_cosine_topk_empty_and_bad_input(rng):
         K.cosine_topk(H, H[0], 3, backend="tpu")
 
 
+@pytest.mark.parametrize("serial", [False, True])
+def test_cosine_topk_refuses_a_nan_or_inf_query_on_every_path(rng, monkeypatch, serial):
+    """The whole-index scan checks the query inside its kernel (threaded or on the calling
+    thread); a row subset, an empty index and a batch check it before: each refuses one
+    NaN or inf anywhere in the query, and returns nothing."""
+    monkeypatch.setattr(K.config, "SERIAL_SCAN_BYTES", 1 << 40 if serial else -1)
+    H = unit_rows(rng, 300, 16)
+    for bad in (np.nan, np.inf, -np.inf):
+        for at in (0, 7, 15):
+            q = H[3].copy()
+            q[at] = bad
+            for call in (lambda: K.cosine_topk(H, q, 5),
+                         lambda: K.cosine_topk(H, q, 5, rows=[1, 2, 40]),
+                         lambda: K.cosine_topk(H[:0], q, 5),
+                         lambda: K.cosine_topk_batch(H, np.stack([H[0], q]), 5)):
+                with pytest.raises(ValueError, match="NaN or inf"):
+                    call()
+    ids, vals = K.cosine_topk(H, H[3], 5)  # a finite query still scans
+    assert ids[0] == 3 and len(ids) == 5
+
+
 def test_gpu_backend_raises_clear_error(rng):
     H = unit_rows(rng, 10, 8)
     with pytest.raises(K.BackendUnavailable, match="backend='gpu'"):
