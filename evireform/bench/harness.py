@@ -36,8 +36,8 @@ FLOORS = {
     "hnsw/1M vs exact": 20.0,                       # full runs only: 102.6x (PASSIVE)
     "retrieve_core/musique vs igraph PPR": 2.0,     # 9.3x
     "retrieve_core/synthetic hnsw vs igraph PPR": 50.0,  # full runs only: 250.7x (PASSIVE)
-    # the share of a question spent in its own scans: 0.50x / 0.60x (the target, >= 0.67x
-    # in full runs, is in TARGETS; not met yet: docs/performance.md)
+    # the share of a question spent in its own scans: 0.50x / 0.60x under load in CI (the
+    # target, >= 0.67x in full runs, is in TARGETS)
     "retrieve_core/musique vs its scans": 0.25,
     "update/2wiki add 1% vs rebuild": 25.0,         # 50.2x
     # issue 28's goal: a filtered query costs at most 1.5x an unfiltered one (0.67x as a
@@ -61,6 +61,7 @@ TARGETS: dict[str, tuple[float, str]] = {
        for s in ("10k", "100k", "1M")},
     "propagate_batch/synthetic 1000 seeds": (1.5, "scipy's sparse chain, all seeds at once"),
     "retrieve_core/musique vs its scans": (1 / 1.5, "its own exact proposition scans"),
+    "retrieve_core/synthetic hnsw vs its scans": (1 / 1.5, "its own proposition searches"),
     "build_encoder/2wiki index vs its encoder": (0.9, "the encoder alone on the same texts"),
     "build_encoder/synthetic 100k passages": (0.9, "the encoder's time for the same texts"),
 }
