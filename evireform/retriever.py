@@ -29,6 +29,7 @@ import numpy as np
 
 from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
+from . import kernels as K
 from .engine import make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
 from .records import SCORE_MEANING
@@ -186,9 +187,9 @@ class Seed:
     s: SparseSignal
     question: SparseSignal
     residual: SparseSignal
-    #: s is the question's part followed by the residual part (views of s), so a passage's
-    #: shares are read from s at once; False when s is made otherwise (``residual_only``)
-    joined: bool = False
+    #: how many of s's first entries are the question's part; the rest of s is the residual
+    #: queries' (``residual_only``: 0, the question's part being zero)
+    split: int = 0
 
 
 @dataclass(slots=True)
@@ -477,7 +478,7 @@ class EviReform:
             trace.beta = 1.0 if not r_ids else \
                 (0.0 if cfg.mode == "residual_only" else cfg.beta)
         if not r_ids:
-            return Seed(b, b, SparseSignal.empty(), joined=True)
+            return Seed(b, b, SparseSignal.empty(), split=len(b))
         if cfg.mode == "residual_only":
             rr = SparseSignal(np.array(r_ids, np.int64), np.array(r_vals, np.float64))
             return Seed(rr, SparseSignal(b.ids, b.vals * 0), rr)
@@ -486,7 +487,7 @@ class EviReform:
         vals = np.array([beta * v for v in b.vals.tolist()] + [rest * v for v in r_vals],
                         np.float64)
         return Seed(SparseSignal(ids, vals), SparseSignal(ids[:nb], vals[:nb]),
-                    SparseSignal(ids[nb:], vals[nb:]), joined=True)
+                    SparseSignal(ids[nb:], vals[nb:]), split=nb)
 
     def _rank_many(self, states: list["_QuestionState"], k: int, scope,
                    sw: Stopwatch | None = None) -> list[list[RankedPassage]]:
@@ -502,35 +503,26 @@ class EviReform:
                     restriction=r)
         if sw is not None:
             sw.lap("rank")
-        inv, owner = idx.pmap.inv_sqrt, idx.owner
-        out = []
-        for st, pids, scores in zip(states, P, S):
-            if cfg.fill == "dense":
-                pids, scores = self._dense_fill(pids, scores, st.cand, len(pids),
+        P, S = np.asarray(P), np.asarray(S, np.float64)
+        sizes = [P.shape[1]] * len(states)
+        if cfg.fill == "dense":  # rows may come back shorter: -1 / 0 after their end
+            P, S = P.copy(), S.copy()
+            for b, st in enumerate(states):
+                pids, scores = self._dense_fill(P[b], S[b], st.cand, P.shape[1],
                                                 r.passages if r is not None else None)
-            seed = st.seed
-            if seed.joined:  # the two parts side by side in s: one lookup
-                js_s, vs = owner[seed.s.ids].tolist(), seed.s.vals.tolist()
-                nq = len(seed.question)
-                halves = ((js_s[:nq], vs[:nq]), (js_s[nq:], vs[nq:]))
-            else:
-                halves = tuple((owner[part.ids].tolist(), part.vals.tolist())
-                               for part in (seed.question, seed.residual))
-            pq: dict[int, float] = {}
-            pr: dict[int, float] = {}
-            for acc, (js_p, vs_p) in zip((pq, pr), halves):
-                for j, v in zip(js_p, vs_p):
-                    acc[j] = acc.get(j, 0.0) + alpha * v
-            pids = np.asarray(pids)
-            js = pids.tolist()
-            ranked = []
-            for j, sc, w, p in zip(js, np.asarray(scores, np.float64).tolist(),
-                                   inv[pids].tolist(), idx.passages_at(js)):
-                fq = pq.get(j, 0.0) * w
-                fr = pr.get(j, 0.0) * w
-                ranked.append(RankedPassage(j, p.id, p.title, sc, fq, fr,
-                                            max(0.0, sc - fq - fr), p.text, p.metadata))
-            out.append(ranked)
+                sizes[b] = len(pids)
+                P[b, :len(pids)], S[b, :len(pids)] = pids, scores
+                P[b, len(pids):], S[b, len(pids):] = -1, 0.0
+        # each passage's score split into the question's and the residual queries' parts
+        FQ, FR = K.score_parts(idx.pmap, indptr, s_ids, s_vals,
+                               [st.seed.split for st in states], alpha, P)
+        out = []
+        for n, js, scs, fqs, frs in zip(sizes, P.tolist(), S.tolist(), FQ.tolist(),
+                                        FR.tolist()):
+            js = js[:n]
+            out.append([RankedPassage(j, p.id, p.title, sc, fq, fr, max(0.0, sc - fq - fr),
+                                      p.text, p.metadata)
+                        for j, sc, fq, fr, p in zip(js, scs, fqs, frs, idx.passages_at(js))])
         return out
 
     def _dense_fill(self, pids, scores: ArrayLike, cand: SparseSignal, k, universe=None):

@@ -33,6 +33,7 @@ __all__ = [
     "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
     "merge_topk", "release_buffers", "rank_topk_batch", "mentions_outside", "machine_busy",
+    "score_parts",
 ]
 
 
@@ -617,6 +618,36 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike
         bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
         list(_pool().map(lambda r: run(bounds[r], bounds[r + 1]), range(len(bounds) - 1)))
     return out_i, out_v
+
+
+def score_parts(pmap: PassageMap, seed_indptr: ArrayLike, seed_ids: ArrayLike,
+                seed_vals: ArrayLike, split: ArrayLike, alpha: float, P: ArrayLike
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Where each ranked passage's score came from: for the passages ``P`` (batch, k) of
+    :func:`rank_topk_batch` over CSR seeds whose row b starts with ``split[b]`` entries of
+    the question's part (the rest: the residual queries'), the two parts alpha * s reads
+    out per passage, each (batch, k) float64: ``inv_sqrt[j]`` times the sum, in seed order,
+    of ``alpha * v`` over the part's entries in passage j (0 where ``P`` holds -1).  One
+    call for a batch; bitwise :func:`~evireform.kernels.reference.score_parts`.  CPU."""
+    ids, vals = _check_seed(seed_ids, seed_vals)
+    M = pmap.n_props
+    indptr = _csr_indptr(seed_indptr, ids, M, "seed")
+    P = np.asarray(P)
+    if P.ndim != 2 or P.dtype.kind not in "iu" or len(indptr) != len(P) + 1:
+        raise ValueError(f"P must be a (batch, k) integer array with one row per seed row; "
+                         f"got shape {P.shape} for {len(indptr) - 1} rows")
+    split = _as1d(split, _I64)
+    if len(split) != len(P):
+        raise ValueError(f"split needs one entry per row: {len(split)} for {len(P)}")
+    out_q = np.empty(P.shape)
+    out_r = np.empty(P.shape)
+    code = _kernels().score_parts(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, split,
+                                  _check_alpha(alpha), P.astype(np.int64, copy=False),
+                                  out_q, out_r)
+    if code == 4:
+        raise ValueError(f"P's passages must lie in [0, {pmap.n_passages}) (-1: none)")
+    _seed_error(code, M, "seed", len(ids))
+    return out_q, out_r
 
 
 # --------------------------------------------------------------------------- readout

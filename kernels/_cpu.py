@@ -989,6 +989,45 @@ def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, 
     return 0
 
 
+@njit(**_JIT)
+def score_parts(owner: ArrayLike, inv_sqrt, seed_indptr, seed_ids: ArrayLike,
+                seed_vals: ArrayLike, split, alpha, P, out_q, out_r) -> int:
+    """The question's and the residual queries' parts of each ranked passage's score: for
+    row b and passage j = ``P[b, t]`` (none for j < 0), ``out_q[b, t]`` = ``inv_sqrt[j]`` times
+    the sum, in seed order from 0.0, of ``alpha * v`` over the first ``split[b]`` entries of
+    the row's seed owned by j, and ``out_r[b, t]`` the same over the rest (float64 sums, no
+    reassociation: bitwise the reference's).  Returns 0; else nothing is written and the
+    status is :func:`check_csr`'s for the seeds (1-3) or 4 for a passage outside the map."""
+    M = owner.shape[0]
+    N = inv_sqrt.shape[0]
+    code = check_csr(seed_indptr, seed_ids, seed_vals, M)
+    if code:
+        return code
+    for b in range(P.shape[0]):
+        for t in range(P.shape[1]):
+            if P[b, t] >= N or P[b, t] < -1:
+                return 4
+    for b in range(P.shape[0]):
+        lo, hi = seed_indptr[b], seed_indptr[b + 1]
+        mid = lo + min(max(split[b], 0), hi - lo)
+        for t in range(P.shape[1]):
+            j = P[b, t]
+            fq = 0.0
+            fr = 0.0
+            if j >= 0:
+                for e in range(lo, mid):
+                    if owner[seed_ids[e]] == j:
+                        fq = fq + alpha * seed_vals[e]
+                for e in range(mid, hi):
+                    if owner[seed_ids[e]] == j:
+                        fr = fr + alpha * seed_vals[e]
+                fq = fq * inv_sqrt[j]
+                fr = fr * inv_sqrt[j]
+            out_q[b, t] = fq
+            out_r[b, t] = fr
+    return 0
+
+
 @njit(parallel=True, **_JIT)
 def readout_many(owner: ArrayLike, inv_sqrt, z_indptr, z_ids, z_vals, k, n_chunks):
     N = inv_sqrt.shape[0]

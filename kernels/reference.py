@@ -116,3 +116,29 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
             got.append(i)
             counts[t] += 1
     return np.asarray(got, dtype=np.int64), counts
+
+
+def score_parts(owner: ArrayLike, inv_sqrt: ArrayLike, seed_indptr: ArrayLike, seed_ids: ArrayLike,
+                seed_vals: ArrayLike, split: Any, alpha: float, P: ArrayLike):
+    """Each ranked passage's score parts (two (batch, k) float64 arrays): for row b and
+    passage j = P[b, t] (nothing for j < 0), inv_sqrt[j] times the sum of alpha * v over the
+    row's first split[b] seed entries owned by j (the question's part), and the same over the
+    rest (the residual queries' part); sums in seed order, as a dictionary per part adds."""
+    P = np.asarray(P, dtype=np.int64)
+    out_q, out_r = np.zeros(P.shape), np.zeros(P.shape)
+    for b in range(P.shape[0]):
+        lo, hi = int(seed_indptr[b]), int(seed_indptr[b + 1])
+        mid = lo + min(max(int(split[b]), 0), hi - lo)
+        parts = []
+        for a, z in ((lo, mid), (mid, hi)):
+            acc: dict[int, float] = {}
+            for i, v in zip(np.asarray(seed_ids[a:z]).tolist(), np.asarray(seed_vals[a:z]).tolist()):
+                j = int(owner[i])
+                acc[j] = acc.get(j, 0.0) + alpha * v
+            parts.append(acc)
+        for t, j in enumerate(P[b].tolist()):
+            if j >= 0:
+                w = float(inv_sqrt[j])
+                out_q[b, t] = parts[0].get(j, 0.0) * w
+                out_r[b, t] = parts[1].get(j, 0.0) * w
+    return out_q, out_r

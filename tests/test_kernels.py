@@ -740,6 +740,55 @@ def test_rank_topk_batch_is_propagate_then_readout_bitwise(rng, B):
     assert not ws.pacc.any() and not ws.pmark.any()
 
 
+@pytest.mark.parametrize("B", [0, 1, 4, 30])
+@pytest.mark.parametrize("M,N", [(1, 1), (40, 6), (900, 200)])
+def test_score_parts_matches_reference_bitwise(rng, B, M, N):
+    """Each ranked passage's question and residual parts against the reference's
+    dictionaries: empty seeds, repeated ids, splits of 0, of the whole row, past its end and
+    negative, passages without propositions, -1 slots; the kernel's sums bit for bit."""
+    from evireform.kernels import reference as R
+    g, pm = random_graph(rng, M, max(1, M // 7)), random_passages(rng, M, N)
+    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 9, B)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    split = [int(x) for x in rng.integers(-2, 11, B)]
+    for k in (1, 5, N + 3):
+        P, _ = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, k)
+        P = P.copy()
+        if P.size:
+            P[rng.random(P.shape) < 0.1] = -1
+        for alpha in (0.5, 1.0, 0.0):
+            got = K.score_parts(pm, indptr, ids, vals, split, alpha, P)
+            want = R.score_parts(pm.owner, pm.inv_sqrt, indptr, ids, vals, split, alpha, P)
+            for x, y in zip(got, want):
+                assert x.shape == P.shape and x.dtype == np.float64
+                np.testing.assert_array_equal(x.view(np.int64), y.view(np.int64))
+            if B and alpha > 0:  # the two parts add up to alpha * s read out per passage
+                full = K.score_parts(pm, indptr, ids, vals, [10 ** 6] * B, alpha, P)[0]
+                np.testing.assert_allclose(got[0] + got[1], full, rtol=1e-12, atol=1e-15)
+
+
+def test_score_parts_refuses_bad_input(rng):
+    g, pm = random_graph(rng, 30, 5), random_passages(rng, 30, 6)
+    ids, vals = np.array([1, 2, 3]), np.array([0.2, 0.3, 0.5])
+    P = np.array([[0, 1, -1]])
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 30\)"):
+        K.score_parts(pm, [0, 3], np.array([1, 2, 30]), vals, [1], 0.5, P)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        K.score_parts(pm, [0, 3], ids, np.array([0.2, np.nan, 0.5]), [1], 0.5, P)
+    with pytest.raises(ValueError, match="indptr must start at 0"):
+        K.score_parts(pm, [0, 2], ids, vals, [1], 0.5, P)
+    with pytest.raises(ValueError, match=r"passages must lie in \[0, 6\)"):
+        K.score_parts(pm, [0, 3], ids, vals, [1], 0.5, np.array([[0, 6]]))
+    with pytest.raises(ValueError, match="one row per seed row"):
+        K.score_parts(pm, [0, 3], ids, vals, [1], 0.5, np.array([0, 1]))
+    with pytest.raises(ValueError, match="one entry per row"):
+        K.score_parts(pm, [0, 3], ids, vals, [1, 2], 0.5, P)
+    with pytest.raises(ValueError, match="alpha"):
+        K.score_parts(pm, [0, 3], ids, vals, [1], 1.5, P)
+
+
 # ------------------------------------------------------------------ mentions outside passages
 @pytest.mark.parametrize("M,Ne,N", [(1, 1, 1), (10, 3, 4), (300, 50, 40), (3000, 400, 200),
                                     (40, 7, 1)])
