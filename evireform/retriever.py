@@ -439,9 +439,11 @@ class EviReform:
             queries = [question] * len(queries)
         return queries
 
-    def _residual_signal(self, hits: list[list[tuple[int, float]]]) -> SparseSignal:
-        """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10);
-        ``hits``: each residual query's (proposition, score) pairs (``Trace.residual_hits``)."""
+    def _residual_signal(self, hits: list[list[tuple[int, float]]]
+                         ) -> tuple[list[int], list[float]]:
+        """Mean of the per-query normalised signals r^(l) over valid queries V (Eq. 10), as
+        its ids and values (first-seen order); ``hits``: each residual query's (proposition,
+        score) pairs (``Trace.residual_hits``)."""
         acc: dict[int, float] = {}
         n_valid = 0
         get = acc.get

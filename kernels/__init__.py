@@ -431,8 +431,6 @@ def _check_alpha(alpha) -> float:
     return alpha
 
 
-
-
 def _as1d(x, dtype: np.dtype, also: np.dtype | None = None) -> np.ndarray:
     """x as a contiguous 1-d array of ``dtype`` (or of ``also``, kept as it is); no copy when it
     already is one.  (The fast path matters: propagation of one seed takes a few microseconds.)"""
