@@ -182,7 +182,7 @@ def warm_up(batched: bool = True) -> None:
     H.setflags(write=False)
     from . import (
         cosine_topk, cosine_topk_batch, mentions_outside, propagate, propagate_batch,
-        readout_topk, readout_topk_batch)
+        rank_topk_batch, readout_topk, readout_topk_batch, score_parts)
     for b in ((1, int(config.SMALL_BATCH) + 1) if batched else (1,)):
         Q = np.ones((b, 8), np.float32)
         cosine_topk_batch(H, Q, 2)
@@ -190,6 +190,10 @@ def warm_up(batched: bool = True) -> None:
         zp, zi, zv = propagate_batch(g, ind, np.arange(b, dtype=np.int64) % 8,
                                      np.ones(b, np.float32))
         readout_topk_batch(pm, zp, zi, zv, 2)
+        # the retriever's ranking (seeds of float64 values) and its score parts
+        s_ids, s_vals = np.arange(b, dtype=np.int64) % 8, np.ones(b)
+        P, _ = rank_topk_batch(g, pm, ind, s_ids, s_vals, 0.5, 2)
+        score_parts(pm, ind, s_ids, s_vals, np.ones(b, np.int64), 0.5, P)
     cosine_topk(H, np.ones(8, np.float32), 2)
     cosine_topk(H, np.ones(8, np.float32), 2, rows=np.arange(1, 8))  # a filter's search
     if _n_threads() > 1:  # and its threaded kernel, for more rows than one range

@@ -911,3 +911,43 @@ def test_a_busy_machine_runs_every_kernel_on_the_calling_thread_bitwise(rng, mon
         for x, y in zip(a, b):
             assert x.dtype == y.dtype
             np.testing.assert_array_equal(x, y)
+
+
+def test_warm_up_loads_every_kernel_a_retrieval_calls(tmp_path):
+    """After warm_up, questions on a loaded index (one alone, and a batch past the small-batch
+    size) compile or load no kernel of their own: a process's first answer does not pay
+    for one (the retriever's ranking and its score parts included).  In a fresh process:
+    in this one earlier tests have loaded the kernels already."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent(f"""
+        from numba.core.registry import CPUDispatcher
+        from evireform import EviReform, EviReformConfig
+        from evireform.embed import HashingEmbedder
+        from evireform.index import PropositionIndex
+        from evireform.kernels import _cpu, runtime
+        from evireform.types import Passage
+        emb = HashingEmbedder(16)
+        names = ["Ada Lovelace", "Charles Babbage", "Analytical Engine", "London", "Paris"]
+        passages = [Passage(f"p{{i}}", names[i % 5],
+                            f"{{names[i % 5]}} met {{names[(i + 1) % 5]}} in "
+                            f"{{names[(i + 2) % 5]}}. {{names[(i + 3) % 5]}} wrote to "
+                            f"{{names[i % 5]}}.") for i in range(40)]
+        PropositionIndex.build(passages, emb, show_progress=False).save({str(tmp_path / "ix")!r})
+        idx = PropositionIndex.load({str(tmp_path / "ix")!r})
+        runtime.warm_up()
+        def compiled():
+            return {{n: len(d.signatures) for n, d in vars(_cpu).items()
+                    if isinstance(d, CPUDispatcher)}}
+        before = compiled()
+        r = EviReform(idx, EviReformConfig(), embedder=emb)
+        r.retrieve("Who met Charles Babbage?", 5)
+        r.retrieve_many([f"Who wrote to {{n}}?" for n in names] * 4, 5)
+        after = compiled()
+        print({{n: (before.get(n), c) for n, c in after.items() if c != before.get(n)}})
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "{}", out.stdout[-2000:]
