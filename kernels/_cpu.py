@@ -125,8 +125,17 @@ def _reduce(builder, v):
     return builder.fadd(builder.fadd(e[0], e[2]), builder.fadd(e[1], e[3]))
 
 
-def make_tile(R: int, NQ: int):
-    """The ``R`` x ``NQ`` dot-product tile (see the module docstring)."""
+def make_tile(R: int, NQ: int, split: bool = False):
+    """The ``R`` x ``NQ`` dot-product tile (see the module docstring).
+
+    ``split``: the sixteen running sums of each pair are kept as two 8-lane halves, summed in
+    two passes over the row (lanes 0-7, then lanes 8-15), so a tile holds ``R * NQ`` 8-lane
+    registers instead of twice as many.  The first step of the lanes' reduction adds lane
+    ``l`` to lane ``l + 8``, which is the two halves added, so every score is bit for bit the
+    one-pass tile's; it is for machines whose vectors are 8 lanes wide (AVX2: 16 registers),
+    where a one-pass tile of more than three pairs spills."""
+    W = LANES // 2 if split else LANES
+    vec = ir.VectorType(_F32, W)
 
     @intrinsic
     def tile(typingctx, H: ArrayLike, r, Q: ArrayLike, b, S, o):
@@ -157,45 +166,56 @@ def make_tile(R: int, NQ: int):
             else:
                 ss0, ss1 = c(0), cgutils.unpack_tuple(builder, Sa.strides, 1)[0]
             fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_VEC, [_VEC] * 3), "llvm.fma.v16f32")
-            zero = ir.Constant(_VEC, None)
+                builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{W}f32")
+            zero = ir.Constant(vec, None)
             n16 = builder.sdiv(d, c(LANES))
-            pre = builder.basic_block
-            loop = builder.append_basic_block("tile.loop")
-            done = builder.append_basic_block("tile.done")
-            builder.cbranch(builder.icmp_signed(">", n16, c(0)), loop, done)
 
-            builder.position_at_end(loop)
-            t = builder.phi(_I64)
-            acc = [[builder.phi(_VEC) for _ in range(NQ)] for _ in range(R)]
-            off = builder.mul(t, c(4 * LANES))
-            load = lambda base: builder.load(  # noqa: E731
-                builder.bitcast(builder.gep(base, [off]), _VEC.as_pointer()), align=4)
-            hv = [load(p) for p in hrow]
-            qv = [load(p) for p in qrow]
-            new = [[builder.call(fma, [hv[i], qv[j], acc[i][j]]) for j in range(NQ)]
-                   for i in range(R)]
-            t1 = builder.add(t, c(1))
-            end = builder.basic_block
-            t.add_incoming(c(0), pre)
-            t.add_incoming(t1, end)
-            for i in range(R):
-                for j in range(NQ):
-                    acc[i][j].add_incoming(zero, pre)
-                    acc[i][j].add_incoming(new[i][j], end)
-            builder.cbranch(builder.icmp_signed("<", t1, n16), loop, done)
+            def sums(first):
+                """One pass over the row: the running sums of the lanes from ``first`` on
+                (``W`` of them) for every pair."""
+                pre = builder.basic_block
+                loop = builder.append_basic_block("tile.loop")
+                done = builder.append_basic_block("tile.done")
+                builder.cbranch(builder.icmp_signed(">", n16, c(0)), loop, done)
+                builder.position_at_end(loop)
+                t = builder.phi(_I64)
+                acc = [[builder.phi(vec) for _ in range(NQ)] for _ in range(R)]
+                off = builder.add(builder.mul(t, c(4 * LANES)), c(4 * first))
+                load = lambda base: builder.load(  # noqa: E731
+                    builder.bitcast(builder.gep(base, [off]), vec.as_pointer()), align=4)
+                hv = [load(p) for p in hrow]
+                qv = [load(p) for p in qrow]
+                new = [[builder.call(fma, [hv[i], qv[j], acc[i][j]]) for j in range(NQ)]
+                       for i in range(R)]
+                t1 = builder.add(t, c(1))
+                end = builder.basic_block
+                t.add_incoming(c(0), pre)
+                t.add_incoming(t1, end)
+                for i in range(R):
+                    for j in range(NQ):
+                        acc[i][j].add_incoming(zero, pre)
+                        acc[i][j].add_incoming(new[i][j], end)
+                builder.cbranch(builder.icmp_signed("<", t1, n16), loop, done)
+                builder.position_at_end(done)
+                fin = [[builder.phi(vec) for _ in range(NQ)] for _ in range(R)]
+                for i in range(R):
+                    for j in range(NQ):
+                        fin[i][j].add_incoming(zero, pre)
+                        fin[i][j].add_incoming(new[i][j], end)
+                return fin
 
-            builder.position_at_end(done)
-            fin = [[builder.phi(_VEC) for _ in range(NQ)] for _ in range(R)]
-            for i in range(R):
-                for j in range(NQ):
-                    fin[i][j].add_incoming(zero, pre)
-                    fin[i][j].add_incoming(new[i][j], end)
+            if split:
+                lo = sums(0)
+                hi = sums(W)
+                full = [[builder.shuffle_vector(lo[i][j], hi[i][j], _mask(range(LANES)))
+                         for j in range(NQ)] for i in range(R)]
+            else:
+                full = sums(0)
             for i in range(R):
                 for j in range(NQ):
                     at = builder.add(builder.mul(builder.add(bv, c(j)), ss0),
                                      builder.mul(builder.add(ov, c(i)), ss1))
-                    builder.store(_reduce(builder, fin[i][j]),
+                    builder.store(_reduce(builder, full[i][j]),
                                   builder.bitcast(builder.gep(sb, [at]), _F32.as_pointer()))
             return context.get_dummy_value()
 
@@ -251,14 +271,45 @@ def _compress16(typingctx, sc, lo, lim, v, ix, n, base):
 # --------------------------------------------------------------------------- cosine top-k
 # A query's scores do not depend on the kernel or the batch it is searched in (BLAS gives no
 # such guarantee): for a dimension that is a multiple of 16, the vector tiles above (one order
-# on every machine; eight rows x one query for a single query, six rows x four queries for a
-# batch); for any other dimension, the plain loops below (eight rows x one query, two rows x
+# on every machine, whichever tiles the machine's vector width picks, below); for any other
+# dimension, the plain loops below (eight rows x one query, two rows x
 # four queries), which LLVM compiles to one order for both shapes on a given machine.
 # tests/test_kernels.py checks single against batch on several shapes, and the tiles against
 # the written-out order, so a compiler that reorders either fails the suite.
+#
+# Which tiles a scan uses depends on the machine's vector width (the sums do not): with
+# 16-lane registers (AVX-512: 32 of them) eight rows x one query and six rows x four queries
+# fit in registers; with 8-lane ones (AVX2: 16 of them) those tiles spill, so a single query
+# is scored a row at a time (one stream through memory, which the prefetcher follows best)
+# and a batch by split tiles of two rows x four queries (two rows divide the batch block, so
+# no row takes the one-row tile).  Measured on an AMD EPYC (Zen, AVX2) with ``python
+# scripts/profile_kernels.py --tiles``: one query 675 us a 10k scan against 1,032 us by the
+# eight-row tile and 842 us by numpy's matvec; 48 queries 6.7 ms against 24.0 ms by the
+# six-by-four tile and 7.1 ms by numpy's matmul.
+
+
+def wide_vectors() -> bool:
+    """True when numba compiles for a CPU with 16-lane float registers (AVX-512F): the host's,
+    or the one ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` name (a named CPU without features
+    counts as narrow; either family of tiles gives the same scores)."""
+    from numba.core import config as nconfig
+    feats = nconfig.CPU_FEATURES
+    if feats:
+        return "+avx512f" in feats.split(",")
+    if nconfig.CPU_NAME and nconfig.CPU_NAME != "host":
+        return False
+    import llvmlite.binding as llvm
+    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+
+
+WIDE = wide_vectors()
 _T8x1 = make_tile(8, 1)
-_T6x4 = make_tile(6, 4)
+_T1x1 = make_tile(1, 1)
 _T1x4 = make_tile(1, 4)
+BATCH_TILE = (6, 4) if WIDE else (2, 4)  # rows x queries of the batch tile (queries divide 4)
+_TB = make_tile(*BATCH_TILE, split=not WIDE)
+_BR = BATCH_TILE[0]
+_BQ = BATCH_TILE[1]
 
 
 @njit(inline="always", **_JIT)
@@ -276,7 +327,11 @@ _DOT = dict(cache=config.NUMBA_CACHE, nogil=True, fastmath={"reassoc", "contract
 def _rows8(H: ArrayLike, r, q: ArrayLike, S, o) -> None:
     """S[o + i] = H[r + i] . q for i < 8: the vector tile when it applies, else the loop."""
     if _tiled(H, q):
-        _T8x1(H, r, q, 0, S, o)
+        if WIDE:
+            _T8x1(H, r, q, 0, S, o)
+        else:
+            for i in range(8):
+                _T1x1(H, r + i, q, 0, S, o + i)
     else:
         _rows8_loop(H, r, q, S, o)
 
@@ -626,11 +681,11 @@ def _dot_block(H: ArrayLike, lo, hi, Q: ArrayLike, S, T) -> None:
     B = Q.shape[0]
     n = hi - lo
     if _tiled(H, Q):
-        n6 = n // 6
-        for p in range(n6):
-            for b in range(0, B, 4):
-                _T6x4(H, lo + 6 * p, Q, b, S, 6 * p)
-        for i in range(6 * n6, n):
+        nt = n // _BR
+        for p in range(nt):
+            for b in range(0, B, _BQ):
+                _TB(H, lo + _BR * p, Q, b, S, _BR * p)
+        for i in range(_BR * nt, n):
             for b in range(0, B, 4):
                 _T1x4(H, lo + i, Q, b, S, i)
         return

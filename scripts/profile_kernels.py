@@ -9,6 +9,8 @@ Prints, for each case, the cost split into its parts, each part timed on its own
   same kernel in a compiled loop (no Python boundary), and the boundary with an empty seed;
 * ``retrieve_core musique``: one question through Algorithm 1 (the bench's setting) and the
   part of it spent in exact search.
+
+``--tiles`` times the dot-product tile shapes instead (about two minutes).
 """
 from __future__ import annotations
 
@@ -110,10 +112,90 @@ def retrieve_core_musique(inp):
           f"({scan / (5 * len(qs) * calls) * 1e3:.3f} ms each under the profiler)")
 
 
+def _scan_one(R, split):
+    """A whole-index single-query scan by the ``R`` x 1 tile (rows beyond a multiple of R
+    left out)."""
+    from numba import prange
+    T = _cpu.make_tile(R, 1, split)
+
+    @njit(parallel=True, fastmath={"reassoc", "contract"})
+    def scan(H, q, S):
+        for c in prange(H.shape[0] // R):
+            T(H, R * c, q, 0, S, R * c)
+    return scan
+
+
+def _scan_batch(R, NQ, split, block=240):
+    """A whole-index batch scan by the ``R`` x ``NQ`` tile, ``block`` rows a step per thread
+    (as ``_dot_block``; rows beyond a multiple of ``block`` left out)."""
+    from numba import prange
+    T = _cpu.make_tile(R, NQ, split)
+
+    @njit(parallel=True, fastmath={"reassoc", "contract"})
+    def scan(H, Q, S):
+        for c in prange(H.shape[0] // block):
+            lo = c * block
+            for p in range(block // R):
+                for b in range(0, Q.shape[0], NQ):
+                    T(H, lo + R * p, Q, b, S, lo + R * p)
+    return scan
+
+
+def tiles(rounds=7):
+    """Each tile shape's whole-index scan (one query; 48 queries) beside numpy's matvec and
+    matmul, at 10k and 100k rows: the functions in turn, ``rounds`` times, median of each
+    round's best.  Every shape's scores are checked bitwise against the first's."""
+    from evireform.bench.synthetic import clustered_embeddings
+    print(f"tiles on this machine (16-lane registers: {_cpu.WIDE}; the library uses "
+          f"{'8 x 1' if _cpu.WIDE else '1 x 1'} and {_cpu.BATCH_TILE[0]} x "
+          f"{_cpu.BATCH_TILE[1]}{'' if _cpu.WIDE else ' split'})")
+    for M in (10_080, 100_080):
+        H = clustered_embeddings(np.random.default_rng(M), M)[:M]
+        q = H[3] * 0.9 + H[7] * 0.1
+        q = (q / np.linalg.norm(q)).astype(np.float32)
+        Q = np.ascontiguousarray(H[:48] * 0.5 + H[64:112] * 0.5)
+        S1 = np.empty(M, np.float32)
+        SB = np.empty((48, M), np.float32)
+        fns = {"numpy matvec": lambda: H @ q}
+        first = None
+        for R, split in ((8, False), (1, False), (8, True), (4, True)):
+            f = _scan_one(R, split)
+            f(H, q, S1)
+            first = S1.copy() if first is None else first
+            assert np.array_equal(S1, first), (R, split)
+            fns[f"1 query, {R} x 1{' split' if split else ''}"] = lambda f=f: f(H, q, S1)
+        fns["numpy matmul, 48 queries"] = lambda: Q @ H.T
+        first = None
+        for R, NQ, split in ((6, 4, False), (3, 2, False), (6, 2, True), (4, 2, True),
+                             (2, 4, True), (3, 4, True), (4, 4, True)):
+            f = _scan_batch(R, NQ, split)
+            f(H, Q, SB)
+            first = SB.copy() if first is None else first
+            assert np.array_equal(SB, first), (R, NQ, split)
+            fns[f"48 queries, {R} x {NQ}{' split' if split else ''}"] = lambda f=f: f(H, Q, SB)
+        best = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, f in fns.items():
+                ts = []
+                for _ in range(10 if "48" not in name else 2):
+                    t = time.perf_counter()
+                    f()
+                    ts.append(time.perf_counter() - t)
+                best[name].append(min(ts))
+        for name, v in best.items():
+            print(f"  {M:,} x 384, {name}: {np.median(v) * 1e6:,.0f} us")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="../shared/data")
+    ap.add_argument("--tiles", action="store_true",
+                    help="only time the dot-product tile shapes (why kernels._cpu picks its "
+                         "tiles for this machine's vector width)")
     args = ap.parse_args()
+    if args.tiles:
+        tiles()
+        return
     data = Path(args.data)
     inp = cases.Inputs(False, data if data.is_dir() else None, lambda m: None)
     cosine_10k()

@@ -487,9 +487,9 @@ def test_vector_tiles_sum_in_the_documented_order(rng, d):
                                  (1001, 16), (259, 48)])
 def test_single_and_batch_scores_are_bitwise_equal(rng, M, d):
     """A query's scores do not depend on the batch it is searched in (unlike BLAS): the
-    single-query kernel (8 rows x 1 query) and the batch kernel (6 rows x 4 queries as vector
-    tiles when d is a multiple of 16, 2 rows x 4 queries as loops otherwise) must accumulate
-    in the same order, for any d and for the tail rows."""
+    single-query kernel and the batch kernel (vector tiles of the machine's family when d is
+    a multiple of 16, 8 rows x 1 query and 2 rows x 4 queries as loops otherwise) must
+    accumulate in the same order, for any d and for the tail rows."""
     from evireform.kernels import _cpu
     H = unit_rows(rng, M, d)
     Q = unit_rows(rng, 37, d)
@@ -951,3 +951,47 @@ def test_warm_up_loads_every_kernel_a_retrieval_calls(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "{}", out.stdout[-2000:]
+
+
+@pytest.mark.parametrize("R,NQ,split", [(8, 1, False), (1, 1, False), (6, 4, False),
+                                        (1, 4, False), (6, 2, True), (8, 1, True),
+                                        (3, 4, True), (1, 1, True)])
+def test_every_tile_shape_sums_in_the_documented_order(rng, R, NQ, split):
+    """Which tiles a scan uses depends on the machine's vector width (kernels._cpu.WIDE), so a
+    machine of one kind never runs the other kind's tiles through the scans: each shape of
+    both families, one-pass and split (two 8-lane passes), is compiled here on whatever
+    machine runs the suite and must give the written-out order bit for bit."""
+    from numba import njit
+    from evireform.kernels import _cpu
+    tile = _cpu.make_tile(R, NQ, split)
+
+    @njit
+    def run(H, Q, S):
+        tile(H, 1, Q, 0, S, 2)  # from row 1 into columns 2.., so offsets are exercised
+
+    for d in (16, 48):
+        H = rng.standard_normal((R + 2, d)).astype(np.float32)
+        Q = rng.standard_normal((NQ, d)).astype(np.float32)
+        S = np.full((NQ, R + 3), 7.0, np.float32)
+        run(H, Q, S)
+        want = np.array([[_documented_dot(H[1 + i], Q[j]) for i in range(R)]
+                         for j in range(NQ)], np.float32)
+        np.testing.assert_array_equal(S[:, 2:2 + R], want)
+        assert (S[:, :2] == 7.0).all() and (S[:, 2 + R:] == 7.0).all()  # nothing else written
+        if NQ == 1:  # the single-query form: 1-D query and scores
+            s1 = np.full(R + 3, 7.0, np.float32)
+            run(H, Q[0], s1)
+            np.testing.assert_array_equal(s1[2:2 + R], want[0])
+
+
+@pytest.mark.parametrize("features,name,wide", [
+    ("+avx512f,+avx2,+fma", "", True), ("+avx2,+fma,-avx512f", "", False),
+    ("", "generic", False), ("", "znver1", False)])
+def test_the_vector_width_follows_numbas_target(monkeypatch, features, name, wide):
+    """The tile family follows the CPU numba compiles for: the features or CPU name set in
+    numba's configuration (NUMBA_CPU_FEATURES / NUMBA_CPU_NAME) before the host's."""
+    from numba.core import config as nconfig
+    from evireform.kernels import _cpu
+    monkeypatch.setattr(nconfig, "CPU_FEATURES", features or None)
+    monkeypatch.setattr(nconfig, "CPU_NAME", name or None)
+    assert _cpu.wide_vectors() is wide
