@@ -92,6 +92,12 @@ BLOCKS["bench-build"] = EV + ["bench", "--only", "build_encoder", "--json",
 # the performance targets beside the full run's ratios (after bench-full and bench-build)
 BLOCKS["bench-targets"] = EV + ["bench", "--targets", "benchmarks/results/bench-cpu.json",
                                 "--targets", "benchmarks/results/bench-build.json"]
+# the same targets on an AVX2 machine (kept from a run there: cosine at full sizes,
+# retrieve_core at quick ones)
+BLOCKS["bench-targets-avx2"] = EV + ["bench", "--targets",
+                                     "benchmarks/results/bench-cpu-avx2-cosine.json",
+                                     "--targets",
+                                     "benchmarks/results/bench-cpu-avx2-retrieve-quick.json"]
 # every case's ratio as a figure (quick sizes: about a minute)
 BLOCKS["bench-quick-plot"] = EV + ["bench", "--quick", "--plot", "docs/bench_quick.png"]
 
@@ -114,7 +120,7 @@ def main(names):
         body = "\n".join(l for l in out.stdout.splitlines() if not l.startswith("wrote "))
         cmd = ("python " + " ".join(BLOCKS[name][1:]) if BLOCKS[name][1].endswith(".py")
                else "evireform " + " ".join(BLOCKS[name][3:]))
-        if name.startswith("bench-") and name != "bench-targets":  # a plain-text table
+        if name.startswith("bench-") and not name.startswith("bench-targets"):  # a plain-text table
             body = f"```\n{body.strip()}\n```"
         a, rest = texts[page].split(begin, 1)
         _, b = rest.split(end, 1)
