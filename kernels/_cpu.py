@@ -272,8 +272,8 @@ def _compress16(typingctx, sc, lo, lim, v, ix, n, base):
 # A query's scores do not depend on the kernel or the batch it is searched in (BLAS gives no
 # such guarantee): for a dimension that is a multiple of 16, the vector tiles above (one order
 # on every machine, whichever tiles the machine's vector width picks, below); for any other
-# dimension, the plain loops below (eight rows x one query, two rows x
-# four queries), which LLVM compiles to one order for both shapes on a given machine.
+# dimension, the plain loops below (eight rows x one query, two rows x four queries), which
+# LLVM compiles to one order for both shapes on a given machine.
 # tests/test_kernels.py checks single against batch on several shapes, and the tiles against
 # the written-out order, so a compiler that reorders either fails the suite.
 #
