@@ -92,12 +92,12 @@ BLOCKS["bench-build"] = EV + ["bench", "--only", "build_encoder", "--json",
 # the performance targets beside the full run's ratios (after bench-full and bench-build)
 BLOCKS["bench-targets"] = EV + ["bench", "--targets", "benchmarks/results/bench-cpu.json",
                                 "--targets", "benchmarks/results/bench-build.json"]
-# the same targets on an AVX2 machine (kept from a run there: cosine at full sizes,
-# retrieve_core at quick ones)
+# the same targets on an AVX2 machine, from a full run and a build run kept from there
+# (`evireform bench --json benchmarks/results/bench-cpu-avx2.json` and `evireform bench
+# --only build_encoder --json benchmarks/results/bench-build-avx2.json` on an AMD EPYC)
 BLOCKS["bench-targets-avx2"] = EV + ["bench", "--targets",
-                                     "benchmarks/results/bench-cpu-avx2-cosine.json",
-                                     "--targets",
-                                     "benchmarks/results/bench-cpu-avx2-retrieve-quick.json"]
+                                     "benchmarks/results/bench-cpu-avx2.json",
+                                     "--targets", "benchmarks/results/bench-build-avx2.json"]
 # every case's ratio as a figure (quick sizes: about a minute)
 BLOCKS["bench-quick-plot"] = EV + ["bench", "--quick", "--plot", "docs/bench_quick.png"]
 

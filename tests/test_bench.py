@@ -323,3 +323,34 @@ def test_targets_print_a_reports_ratios_beside_them(tmp_path, capsys):
     assert rows[last].endswith("| yes |") and rows[first].endswith("| yes |")
     f.write_text("[1, 2]")
     assert main(["bench", "--targets", str(f)]) == 2
+
+
+def test_the_build_case_brackets_the_build_between_two_encoder_runs(monkeypatch):
+    """The build's floor is the encoder alone on the build's own texts, timed before and
+    after the build (their mean), and the timing wrapper is off for the second run."""
+    from evireform.bench import cases
+    from evireform.embed import HashingEmbedder
+    from evireform.types import Passage
+
+    calls = []
+
+    class Counting(HashingEmbedder):
+        def encode(self, texts, **kw):
+            calls.append(list(texts))
+            return super().encode(texts, **kw)
+
+    passages = [Passage(f"p{i}", f"Title {i}", f"Alice Smith met Bob Jones in Paris in {1900 + i}. "
+                        f"Carol Brown wrote Book {i}.") for i in range(12)]
+    emb = Counting(64)
+    clock = iter(range(10_000))  # a clock whose steps grow: every timing differs
+    monkeypatch.setattr(cases.time, "perf_counter", lambda: float(next(clock)) ** 2)
+    row = cases.build_beside_encoder(passages, emb)
+    assert "encode" not in vars(emb)  # the build's timing wrapper is gone
+    texts = calls[0]
+    assert texts and calls[-1] == texts  # the floor encodes the build's texts, twice
+    assert any(c == texts for c in calls[1:-1])  # and the build encoded them too
+    assert row["encoder_before_s"] < row["encoder_after_s"]
+    assert row["peer_s"] == (row["encoder_before_s"] + row["encoder_after_s"]) / 2
+    assert row["speedup"] == row["peer_s"] / row["ours_s"]
+    assert 0 < row["encoding_share_in_build"] <= 1
+    assert row["size"] == f"12 passages, {len(texts)} propositions"

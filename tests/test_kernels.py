@@ -995,3 +995,59 @@ def test_the_vector_width_follows_numbas_target(monkeypatch, features, name, wid
     monkeypatch.setattr(nconfig, "CPU_FEATURES", features or None)
     monkeypatch.setattr(nconfig, "CPU_NAME", name or None)
     assert _cpu.wide_vectors() is wide
+
+
+def test_the_gather_loops_prefetch_ahead_and_the_hint_changes_nothing(rng):
+    """Propagation and readout ask for the cache lines of the ids PF_AHEAD steps on
+    (``llvm.prefetch`` in the compiled code); a hint changes no value, so a gather with it
+    equals one without (the kernels' results against the reference are the tests above)."""
+    from numba import njit
+    from evireform.kernels import _cpu
+
+    def gather(owner, z_ids, z_vals, pacc, ahead):
+        n = z_ids.shape[0]
+        for t in range(n):
+            if ahead and t + ahead < n:
+                _cpu._prefetch(owner, z_ids[t + ahead])
+            pacc[owner[z_ids[t]]] += z_vals[t]
+
+    fn = njit(cache=False)(gather)
+    owner = np.sort(rng.integers(0, 500, 20_000))
+    z_ids = rng.permutation(20_000)[:5_000]
+    z_vals = rng.random(5_000)
+    with_hint, without = np.zeros(500), np.zeros(500)
+    fn(owner, z_ids, z_vals, with_hint, 16)
+    fn(owner, z_ids, z_vals, without, 0)
+    np.testing.assert_array_equal(with_hint.view(np.int64), without.view(np.int64))
+    ir = next(iter(fn.inspect_llvm().values()))
+    assert "llvm.prefetch" in ir
+    import inspect
+    for kern in (_cpu._spread, _cpu._finish, _cpu._readout_into):
+        assert "_prefetch(" in inspect.getsource(kern.py_func), kern
+    assert _cpu.PF_AHEAD >= 1
+
+
+def test_propagation_and_readout_over_an_index_large_enough_to_prefetch(rng):
+    """Above PF_MIN_ROWS propositions the gather loops run with their prefetch hints: the
+    same results as the reference, the one-pass rank bitwise the two kernels, the
+    workspaces clean after."""
+    from evireform.kernels import _cpu, _WS, PropWorkspace, ReadWorkspace
+    M = _cpu.PF_MIN_ROWS + 4_000
+    g, pm = random_graph(rng, M, 3_000, p_isolated=0.05), random_passages(rng, M, 20_000)
+    assert int(np.diff(g.at_indptr).max()) > 4 * _cpu.PF_AHEAD  # hubs: long inner loops
+    seeds = [random_seed(rng, M, 18) for _ in range(3)]
+    for ids, vals in seeds:
+        z_ids, z_vals = _check_propagate(g, ids, vals, 0.5, "cpu")
+        assert len(z_ids) > 4 * _cpu.PF_AHEAD
+        for k in (5, 30_000):  # a full heap, and a fill past the scored passages
+            _check_readout(pm, z_ids, z_vals, k, *K.readout_topk(pm, z_ids, z_vals, k))
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = np.concatenate([s[0] for s in seeds]).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds])
+    want = K.readout_topk_batch(pm, *K.propagate_batch(g, indptr, ids, vals, 0.5), 50)
+    got = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, 50)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1].view(np.int64), want[1].view(np.int64))
+    assert _WS.get(PropWorkspace, g.n_props, g.n_entities).is_clean()
+    ws = _WS.get(ReadWorkspace, pm.n_passages)
+    assert not ws.pacc.any() and not ws.pmark.any()
