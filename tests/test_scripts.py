@@ -54,3 +54,37 @@ def test_every_python_script_runs(name, tiny_index, tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip()
+
+
+def test_profile_kernels_runs_its_real_data_parts_on_a_small_index(tiny_index, capsys):
+    """The parts of profile_kernels.py that need MuSiQue, run on a small index in its place:
+    the propagation split and retrieve_core with its cold/warm split of the other work (the
+    replay must give the same rankings, checked inside); afterwards the retriever searches
+    for real again."""
+    import importlib.util
+    import numpy as np
+    from evireform import PropositionIndex
+    from evireform.bench import cases
+    from evireform.embed import HashingEmbedder
+    spec = importlib.util.spec_from_file_location("profile_kernels",
+                                                  ROOT / "scripts" / "profile_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    idx = PropositionIndex.load(tiny_index)
+    emb = HashingEmbedder(32)
+    qs = [f"Which river does Town {i} lie on?" for i in range(4)]
+    ids, sc = cases.search_index(idx, emb.encode(qs), 5)
+    seeds = [(i[i >= 0], s[i >= 0] / max(s[i >= 0].sum(), 1e-12)) for i, s in zip(ids, sc)]
+
+    class Inp:
+        def real(self, name):
+            return idx, seeds, emb, qs
+    mod.propagate_musique(Inp())
+    mod.retrieve_core_musique(Inp())
+    out = capsys.readouterr().out
+    assert "propagate musique, per seed" in out and "public call" in out
+    assert "retrieve_core musique, a question's work outside its scans" in out
+    run = cases.core_questions(*cases.musique_core_inputs(Inp()))
+    cold, warm = mod.rest_cold_and_warm(run, len(qs), rounds=1)
+    assert cold > 0 and warm > 0
+    assert "_search" not in vars(run.retriever)  # the class's search again
