@@ -114,7 +114,8 @@ def retrieve_core_musique(inp):
     cold, warm = rest_cold_and_warm(run, len(qs))
     print(f"retrieve_core musique, a question's work outside its scans: {cold:.3f} ms in the "
           f"run, {warm:.3f} ms with the scans' results replayed (caches warm: the same Python "
-          f"and kernels without a 10 MB scan before them); the difference, "
+          f"and kernels without a {idx.embeddings.nbytes / 2**20:.1f} MiB scan before them); "
+          f"the difference, "
           f"{cold - warm:.3f} ms, is refilling the caches the scans flushed")
 
 
