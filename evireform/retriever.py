@@ -501,11 +501,14 @@ class EviReform:
         alpha = cfg.alpha if cfg.propagation else 1.0
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
                                             for st in states])
-        P, S = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
-                    restriction=r)
+        split = [st.seed.split for st in states]
+        # the score parts come with the ranking where the engine makes them in its pass
+        # (not when the dense fill changes the ranked passages afterwards)
+        got = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
+                   restriction=r, split=split if cfg.fill != "dense" else None)
         if sw is not None:
             sw.lap("rank")
-        P, S = np.asarray(P), np.asarray(S, np.float64)
+        P, S = np.asarray(got[0]), np.asarray(got[1], np.float64)
         sizes = [P.shape[1]] * len(states)
         if cfg.fill == "dense":  # rows may come back shorter: -1 / 0 after their end
             P, S = P.copy(), S.copy()
@@ -516,8 +519,8 @@ class EviReform:
                 P[b, :len(pids)], S[b, :len(pids)] = pids, scores
                 P[b, len(pids):], S[b, len(pids):] = -1, 0.0
         # each passage's score split into the question's and the residual queries' parts
-        FQ, FR = K.score_parts(idx.pmap, indptr, s_ids, s_vals,
-                               [st.seed.split for st in states], alpha, P)
+        FQ, FR = got[2:] if len(got) == 4 else \
+            K.score_parts(idx.pmap, indptr, s_ids, s_vals, split, alpha, P)
         out = []
         for n, js, scs, fqs, frs in zip(sizes, P.tolist(), S.tolist(), FQ.tolist(),
                                         FR.tolist()):

@@ -574,11 +574,13 @@ def propagate_batch(graph: EntityGraph, seed_indptr: ArrayLike, seed_ids: ArrayL
 
 def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike,
                     seed_ids: ArrayLike, seed_vals: ArrayLike, alpha: float, k: int, *,
-                    backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+                    backend: str = "auto", split: ArrayLike | None = None) -> tuple[np.ndarray, ...]:
     """:func:`propagate_batch` then :func:`readout_topk_batch` in one pass: each row's z
     stays in its thread's workspace and goes straight to the readout (no z arrays, one
     validation).  Returns (passage ids, scores), both (batch, min(k, n_passages)), bitwise
-    what the two calls give."""
+    what the two calls give.  With ``split`` (one count per row) it also returns each
+    ranked passage's score parts, bitwise :func:`score_parts` for that ``split``:
+    ``(P, S, FQ, FR)``, on the CPU in the same pass."""
     if pmap.n_props != graph.n_props:
         raise ValueError(f"the passage map covers {pmap.n_props} propositions, the graph "
                          f"{graph.n_props}")
@@ -588,6 +590,8 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike
     alpha = _check_alpha(alpha)
     k = min(_check_k(k), pmap.n_passages)
     B = len(indptr) - 1
+    if split is not None:
+        split = _check_split(split, B)
     # on the calling thread the kernel checks the seeds itself (one call: a question's
     # ranking pays for every microsecond around its kernels); otherwise they are checked
     # here, before any thread or device starts
@@ -597,25 +601,43 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike
         _seed_error(_kernels().check_csr(indptr, ids, vals, M), M, "seed", len(ids))
     if resolve(backend) == "gpu":
         zp, zi, zv = propagate_batch(graph, indptr, ids, vals, alpha, backend="gpu")
-        return readout_topk_batch(pmap, zp, zi, zv, k, backend="gpu")
+        P, S = readout_topk_batch(pmap, zp, zi, zv, k, backend="gpu")
+        if split is None:
+            return P, S
+        return (P, S) + score_parts(pmap, indptr, ids, vals, split, alpha, P)
     out_i = np.full((B, k), -1, np.int64)
     out_v = np.zeros((B, k))
-    if k == 0 or B == 0:
-        return out_i, out_v
-    kern, g = _kernels(), graph
+    if split is None:  # the kernel writes no parts into arrays without columns
+        split, out_q, out_r = _NO_SPLIT, _NO_PARTS, _NO_PARTS
+    else:
+        out_q, out_r = np.zeros((B, k)), np.zeros((B, k))
+    if k > 0 and B > 0:
+        kern, g = _kernels(), graph
 
-    def run(b0, b1, check=False) -> int:
-        ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
-        rs = _WS.get(ReadWorkspace, pmap.n_passages)
-        return kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids, vals,
-                              alpha, b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark,
-                              rs.ptouched, out_i, out_v, check)
-    if here:  # a few questions, or a busy machine
-        _seed_error(run(0, B, True), M, "seed", len(ids))
-    else:  # ranges side by side (the kernel releases the GIL), rows never shared
-        bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
-        list(_pool().map(lambda r: run(bounds[r], bounds[r + 1]), range(len(bounds) - 1)))
-    return out_i, out_v
+        def run(b0, b1, check=False) -> int:
+            ws = _WS.get(PropWorkspace, g.n_props, g.n_entities)
+            rs = _WS.get(ReadWorkspace, pmap.n_passages)
+            return kern.rank_rows(*g.kernel_args, pmap.owner, pmap.inv_sqrt, indptr, ids,
+                                  vals, alpha, b0, b1, ws.wf, ws.wb, ws.wi, rs.pacc, rs.pmark,
+                                  rs.ptouched, out_i, out_v, check, split, out_q, out_r)
+        if here:  # a few questions, or a busy machine
+            _seed_error(run(0, B, True), M, "seed", len(ids))
+        else:  # ranges side by side (the kernel releases the GIL), rows never shared
+            bounds = np.linspace(0, B, max(1, min(B, 4 * _n_threads())) + 1).astype(np.int64)
+            list(_pool().map(lambda r: run(bounds[r], bounds[r + 1]), range(len(bounds) - 1)))
+    return (out_i, out_v) if split is _NO_SPLIT else (out_i, out_v, out_q, out_r)
+
+
+#: rank_rows' ``split`` and parts when no score parts are asked for
+_NO_SPLIT, _NO_PARTS = np.zeros(0, np.int64), np.zeros((0, 0))
+
+
+def _check_split(split: ArrayLike, B: int) -> np.ndarray:
+    """``split`` as int64, one entry per row of a batch of ``B``."""
+    split = _as1d(split, _I64)
+    if len(split) != B:
+        raise ValueError(f"split needs one entry per row: {len(split)} for {B}")
+    return split
 
 
 def score_parts(pmap: PassageMap, seed_indptr: ArrayLike, seed_ids: ArrayLike,
@@ -634,9 +656,7 @@ def score_parts(pmap: PassageMap, seed_indptr: ArrayLike, seed_ids: ArrayLike,
     if P.ndim != 2 or P.dtype.kind not in "iu" or len(indptr) != len(P) + 1:
         raise ValueError(f"P must be a (batch, k) integer array with one row per seed row; "
                          f"got shape {P.shape} for {len(indptr) - 1} rows")
-    split = _as1d(split, _I64)
-    if len(split) != len(P):
-        raise ValueError(f"split needs one entry per row: {len(split)} for {len(P)}")
+    split = _check_split(split, len(P))
     out_q = np.empty(P.shape)
     out_r = np.empty(P.shape)
     code = _kernels().score_parts(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, split,

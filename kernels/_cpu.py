@@ -1083,13 +1083,16 @@ def readout_one(owner: ArrayLike, inv_sqrt, z_ids, z_vals, pacc, pmark, ptouched
 @njit(**_JIT)
 def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, owner: ArrayLike,
               inv_sqrt, seed_indptr, seed_ids: ArrayLike, seed_vals: ArrayLike, alpha, b0, b1, wf, wb, wi, pacc,
-              pmark, ptouched, out_i, out_v, check) -> int:
+              pmark, ptouched, out_i, out_v, check, split, out_q, out_r) -> int:
     """Rows b0 <= b < b1: each seed propagated (as :func:`propagate_one`) and z read out
     (as :func:`readout_many`) at once, z never leaving the workspace; ``out_i[b]`` /
     ``out_v[b]`` (k each, -1 / 0 where a row has fewer passages) get row b's passages.
     Bitwise the same as the two kernels one after the other.  Releases the GIL.  With
     ``check`` the whole batch is checked first (:func:`check_csr`: its status, nothing
-    ranked unless 0); without, the caller has checked the seeds.  Returns the status."""
+    ranked unless 0); without, the caller has checked the seeds.  ``out_q`` / ``out_r``
+    (each as ``out_i``, or with no columns for none) get each ranked passage's score parts
+    as :func:`score_parts` gives them for ``split`` (one entry per row), row by row while the
+    row's seed is still in cache.  Returns the status."""
     M = a_indptr.shape[0] - 1
     if check:
         code = check_csr(seed_indptr, seed_ids, seed_vals, M)
@@ -1105,7 +1108,33 @@ def rank_rows(a_indptr, a_indices, at_indptr, at_indices, inv_deg, diag, inv_w, 
         _finish(diag, inv_w, alpha, n, n_seed, acc, sbuf, mark, touched, z_ids, z_vals, 0)
         _readout_into(owner, inv_sqrt, z_ids[:n], z_vals[:n], k, pacc, pmark, ptouched,
                       out_i[b], out_v[b])
+        if out_q.shape[1]:
+            _parts_row(owner, inv_sqrt, seed_ids, seed_vals, lo, hi, split[b], alpha,
+                       out_i[b], out_q[b], out_r[b])
     return 0
+
+
+@njit(inline="always", **_JIT)
+def _parts_row(owner: ArrayLike, inv_sqrt, seed_ids: ArrayLike, seed_vals: ArrayLike, lo, hi,
+               split, alpha, P, out_q, out_r) -> None:
+    """One row of :func:`score_parts`: the seed entries ``lo:hi``, the first ``split`` of
+    them the question's, read out over the passages ``P`` (checked: -1 or in the map)."""
+    mid = lo + min(max(split, 0), hi - lo)
+    for t in range(P.shape[0]):
+        j = P[t]
+        fq = 0.0
+        fr = 0.0
+        if j >= 0:
+            for e in range(lo, mid):
+                if owner[seed_ids[e]] == j:
+                    fq = fq + alpha * seed_vals[e]
+            for e in range(mid, hi):
+                if owner[seed_ids[e]] == j:
+                    fr = fr + alpha * seed_vals[e]
+            fq = fq * inv_sqrt[j]
+            fr = fr * inv_sqrt[j]
+        out_q[t] = fq
+        out_r[t] = fr
 
 
 @njit(**_JIT)
@@ -1127,23 +1156,8 @@ def score_parts(owner: ArrayLike, inv_sqrt, seed_indptr, seed_ids: ArrayLike,
             if P[b, t] >= N or P[b, t] < -1:
                 return 4
     for b in range(P.shape[0]):
-        lo, hi = seed_indptr[b], seed_indptr[b + 1]
-        mid = lo + min(max(split[b], 0), hi - lo)
-        for t in range(P.shape[1]):
-            j = P[b, t]
-            fq = 0.0
-            fr = 0.0
-            if j >= 0:
-                for e in range(lo, mid):
-                    if owner[seed_ids[e]] == j:
-                        fq = fq + alpha * seed_vals[e]
-                for e in range(mid, hi):
-                    if owner[seed_ids[e]] == j:
-                        fr = fr + alpha * seed_vals[e]
-                fq = fq * inv_sqrt[j]
-                fr = fr * inv_sqrt[j]
-            out_q[b, t] = fq
-            out_r[b, t] = fr
+        _parts_row(owner, inv_sqrt, seed_ids, seed_vals, seed_indptr[b], seed_indptr[b + 1],
+                   split[b], alpha, P[b], out_q[b], out_r[b])
     return 0
 
 

@@ -193,6 +193,7 @@ def warm_up(batched: bool = True) -> None:
         # the retriever's ranking (seeds of float64 values) and its score parts
         s_ids, s_vals = np.arange(b, dtype=np.int64) % 8, np.ones(b)
         P, _ = rank_topk_batch(g, pm, ind, s_ids, s_vals, 0.5, 2)
+        rank_topk_batch(g, pm, ind, s_ids, s_vals, 0.5, 2, split=np.ones(b, np.int64))
         score_parts(pm, ind, s_ids, s_vals, np.ones(b, np.int64), 0.5, P)
     cosine_topk(H, np.ones(8, np.float32), 2)
     cosine_topk(H, np.ones(8, np.float32), 2, rows=np.arange(1, 8))  # a filter's search

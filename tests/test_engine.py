@@ -132,3 +132,46 @@ def test_make_engine_is_the_one_reader_of_backend_and_precision():
         to_device(idx, "numpy", precision="fp32")
     assert dev.precision == "fp16" and to_device(idx, "numpy", precision="float32") is \
         to_device(idx, "numpy", precision="float32")
+
+
+def test_score_parts_come_from_the_engine_or_the_caller_alike(idx):
+    """An engine with ``takes_split`` returns each ranked passage's parts with its ranking
+    (unfiltered, filtered, without propagation), bitwise score_parts over its passages; an
+    engine of your own whose rank_batch takes no ``split=`` gets none passed and the
+    retriever computes the parts: the same results either way."""
+    import evireform.kernels as K
+    from evireform.engine import pack_seeds, rank, restrict
+
+    eng = CpuEngine(idx)
+    assert eng.takes_split
+    rng = np.random.default_rng(5)
+    seeds = [(rng.choice(idx.n_props, n, replace=False), rng.random(n)) for n in (0, 3, 7)]
+    indptr, ids, vals = pack_seeds(seeds)
+    split = [0, 1, 9]
+    for r in (None, restrict(eng, [idx.passage(j).id for j in range(0, idx.n_passages, 2)])):
+        for propagation, alpha in ((True, 0.5), (False, 1.0)):
+            got = rank(eng, indptr, ids, vals, alpha, 6, propagation=propagation,
+                       restriction=r, split=split)
+            assert len(got) == 4
+            want = rank(eng, indptr, ids, vals, alpha, 6, propagation=propagation,
+                        restriction=r)
+            assert len(want) == 2
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+            for x, y in zip(got[2:], K.score_parts(idx.pmap, indptr, ids, vals, split, alpha,
+                                                    got[0])):
+                np.testing.assert_array_equal(x.view(np.int64), y.view(np.int64))
+
+    class Plain:  # the engine protocol as it was: rank_batch takes no split=
+        n_props = idx.n_props
+
+        def search_batch(self, Q, k):
+            return eng.search_batch(Q, k)
+
+        def rank_batch(self, indptr, ids, vals, alpha, k, *, propagation=True):
+            return eng.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
+
+    for a, b in zip(EviReform(idx, embedder=EMB, engine=Plain()).retrieve_many(QS, 5),
+                    EviReform(idx, embedder=EMB).retrieve_many(QS, 5)):
+        assert a.passages == b.passages
+    assert any(p.from_question > 0 for p in b.passages)

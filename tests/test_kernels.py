@@ -769,6 +769,34 @@ def test_score_parts_matches_reference_bitwise(rng, B, M, N):
                 np.testing.assert_allclose(got[0] + got[1], full, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("B", [0, 1, 4, K.config.SMALL_BATCH + 3])
+@pytest.mark.parametrize("M,N", [(1, 1), (40, 6), (900, 200)])
+def test_rank_topk_batch_with_split_gives_score_parts_in_its_pass(rng, B, M, N):
+    """``split=`` makes the one-pass ranking return each ranked passage's parts too: the
+    same passages and scores as without, and parts bitwise score_parts' over them, on the
+    calling thread and in threads (B past SMALL_BATCH), splits of 0, past the row and
+    negative, empty seeds, k past N; a split of the wrong length is refused."""
+    g, pm = random_graph(rng, M, max(1, M // 7)), random_passages(rng, M, N)
+    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 9, B)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    split = [int(x) for x in rng.integers(-2, 11, B)]
+    for k in (1, 5, N + 3):
+        for alpha in (0.5, 1.0, 0.0):
+            P, S = K.rank_topk_batch(g, pm, indptr, ids, vals, alpha, k)
+            got = K.rank_topk_batch(g, pm, indptr, ids, vals, alpha, k, split=split)
+            assert len(got) == 4
+            np.testing.assert_array_equal(got[0], P)
+            np.testing.assert_array_equal(got[1].view(np.int64), S.view(np.int64))
+            want = K.score_parts(pm, indptr, ids, vals, split, alpha, P)
+            for x, y in zip(got[2:], want):
+                assert x.shape == P.shape and x.dtype == np.float64
+                np.testing.assert_array_equal(x.view(np.int64), y.view(np.int64))
+    with pytest.raises(ValueError, match="one entry per row"):
+        K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, 3, split=[0] * (B + 1))
+
+
 def test_score_parts_refuses_bad_input(rng):
     g, pm = random_graph(rng, 30, 5), random_passages(rng, 30, 6)
     ids, vals = np.array([1, 2, 3]), np.array([0.2, 0.3, 0.5])

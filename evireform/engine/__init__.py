@@ -20,7 +20,9 @@ An engine answers two calls, host arrays in and out:
   of each query row (best first, ties by lower id, padded with -1 / 0);
 * ``rank_batch(indptr, ids, vals, alpha, k, *, propagation=True, restriction=None) -> (P, S)``:
   one propagation step of each seed (CSR rows over propositions), unless
-  ``propagation=False``, then the top-``k`` passages of each.
+  ``propagation=False``, then the top-``k`` passages of each.  An engine with
+  ``takes_split = True`` also takes ``split=`` and then returns ``(P, S, FQ, FR)``, the
+  score parts of each ranked passage (:func:`rank`).
 
 ``restriction`` (a :class:`~evireform.filters.Restriction`, what a filter compiles to) makes
 both calls answer as an index of the matching passages alone would: the search sees only the
@@ -97,12 +99,19 @@ def search(engine: Engine, Q: ArrayLike, k: int, restriction: Any = None) -> tup
 
 
 def rank(engine: Engine, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *,
-         propagation: bool = True, restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """``engine.rank_batch(...)``, with ``restriction=`` only when there is one."""
-    if restriction is None:
-        return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
-    return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation,
-                             restriction=restriction)
+         propagation: bool = True, restriction: Any = None, split: ArrayLike | None = None
+         ) -> tuple[np.ndarray, ...]:
+    """``engine.rank_batch(...)``, with ``restriction=`` only when there is one.  ``split``
+    (per row, how many of its first seed entries are the question's) goes to an engine with
+    ``takes_split = True``, which then returns ``(P, S, FQ, FR)``: each ranked passage's
+    score parts, bitwise :func:`evireform.kernels.score_parts` for that split, made in the
+    ranking's own pass; any other engine returns ``(P, S)`` and the caller computes them."""
+    kw: dict[str, Any] = {}
+    if restriction is not None:
+        kw["restriction"] = restriction
+    if split is not None and getattr(engine, "takes_split", False):
+        kw["split"] = split
+    return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation, **kw)
 
 
 def restrict(engine: Engine, flt: FilterSpec) -> Any:

@@ -30,6 +30,9 @@ class CpuEngine:
     kind = "cpu"
     #: search_batch and rank_batch take ``restriction=`` (see the module docstring)
     takes_restriction = True
+    #: rank_batch takes ``split=`` and then also returns the score parts (see
+    #: :func:`evireform.engine.rank`)
+    takes_split = True
 
     def __init__(self, index: PropositionIndex, searcher: Any=None, *, precision: str = "auto") -> None:
         if searcher is not None:
@@ -67,20 +70,24 @@ class CpuEngine:
         return self.searcher.search_batch(Q, k, rows=rows)
 
     def rank_batch(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float, k: int, *, propagation: bool = True,
-                   restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        idx, r = self.index, restriction
+                   restriction: Any = None, split: ArrayLike | None = None
+                   ) -> tuple[np.ndarray, ...]:
+        idx, r, seeds = self.index, restriction, (indptr, ids, vals)
         if r is not None:
             k = r.clip_k(k)
         elif propagation:  # one pass: z stays in the kernel's workspace (bitwise the same)
             return K.rank_topk_batch(idx.graph, idx.pmap, indptr, ids, vals, alpha, k,
-                                     backend="cpu")
+                                     backend="cpu", split=split)
         if propagation:
             indptr, ids, vals = K.propagate_batch(idx.graph if r is None else r.graph, indptr,
                                                   ids, vals, alpha, backend="cpu")
             if r is not None:
                 indptr, ids, vals = r.keep_inside(indptr, ids, vals)
         P, S = K.readout_topk_batch(idx.pmap, indptr, ids, vals, k, backend="cpu")
-        return (P, S) if r is None else r.fill_batch(P, S, k)
+        if r is not None:
+            P, S = r.fill_batch(P, S, k)
+        return (P, S) if split is None else \
+            (P, S) + K.score_parts(idx.pmap, *seeds, split, alpha, P)
 
 
 @functools.lru_cache(maxsize=64)
