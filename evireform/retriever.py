@@ -171,10 +171,6 @@ class SparseSignal:
     ids: np.ndarray
     vals: np.ndarray
 
-    @classmethod
-    def empty(cls) -> "SparseSignal":
-        return cls(np.zeros(0, np.int64), np.zeros(0))
-
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -182,14 +178,21 @@ class SparseSignal:
 @dataclass(frozen=True)
 class Seed:
     """The seed s of one round (Eq. 11) with the two parts the trace attributes scores to:
-    the question's part (beta b) and the residual queries' part ((1 - beta) r)."""
+    the question's part (beta b: s's first ``split`` entries) and the residual queries'
+    part ((1 - beta) r: the rest), read as views when asked for."""
 
     s: SparseSignal
-    question: SparseSignal
-    residual: SparseSignal
     #: how many of s's first entries are the question's part; the rest of s is the residual
     #: queries' (``residual_only``: 0, the question's part being zero)
     split: int = 0
+
+    @property
+    def question(self) -> SparseSignal:
+        return SparseSignal(self.s.ids[:self.split], self.s.vals[:self.split])
+
+    @property
+    def residual(self) -> SparseSignal:
+        return SparseSignal(self.s.ids[self.split:], self.s.vals[self.split:])
 
 
 @dataclass(slots=True)
@@ -453,7 +456,7 @@ class EviReform:
             pairs = [(i, v) for i, v in hit if v > 0]
             if not pairs:
                 continue
-            mass = sum(v for _, v in pairs) if len(pairs) < 8 else \
+            mass = sum([v for _, v in pairs]) if len(pairs) < 8 else \
                 float(np.sum(np.fromiter((v for _, v in pairs), np.float64, len(pairs))))
             if mass <= 0:
                 continue
@@ -480,16 +483,15 @@ class EviReform:
             trace.beta = 1.0 if not r_ids else \
                 (0.0 if cfg.mode == "residual_only" else cfg.beta)
         if not r_ids:
-            return Seed(b, b, SparseSignal.empty(), split=len(b))
+            return Seed(b, split=len(b))
         if cfg.mode == "residual_only":
             rr = SparseSignal(np.array(r_ids, np.int64), np.array(r_vals, np.float64))
-            return Seed(rr, SparseSignal(b.ids, b.vals * 0), rr)
+            return Seed(rr, split=0)
         beta, rest, nb = cfg.beta, 1.0 - cfg.beta, len(b)
         ids = np.array(b.ids.tolist() + r_ids, np.int64)
         vals = np.array([beta * v for v in b.vals.tolist()] + [rest * v for v in r_vals],
                         np.float64)
-        return Seed(SparseSignal(ids, vals), SparseSignal(ids[:nb], vals[:nb]),
-                    SparseSignal(ids[nb:], vals[nb:]), split=nb)
+        return Seed(SparseSignal(ids, vals), split=nb)
 
     def _rank_many(self, states: list["_QuestionState"], k: int, scope,
                    sw: Stopwatch | None = None) -> list[list[RankedPassage]]:
@@ -501,7 +503,7 @@ class EviReform:
         alpha = cfg.alpha if cfg.propagation else 1.0
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
                                             for st in states])
-        split = [st.seed.split for st in states]
+        split = np.array([st.seed.split for st in states], np.int64)
         # the score parts come with the ranking where the engine makes them in its pass
         # (not when the dense fill changes the ranked passages afterwards)
         got = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
@@ -525,7 +527,9 @@ class EviReform:
         for n, js, scs, fqs, frs in zip(sizes, P.tolist(), S.tolist(), FQ.tolist(),
                                         FR.tolist()):
             js = js[:n]
-            out.append([RankedPassage(j, p.id, p.title, sc, fq, fr, max(0.0, sc - fq - fr),
+            # from_propagation = max(0.0, sc - fq - fr), without a call per passage
+            out.append([RankedPassage(j, p.id, p.title, sc, fq, fr,
+                                      fp if (fp := sc - fq - fr) > 0.0 else 0.0,
                                       p.text, p.metadata)
                         for j, sc, fq, fr, p in zip(js, scs, fqs, frs, idx.passages_at(js))])
         return out

@@ -40,13 +40,16 @@ def clean_queries(queries: Sequence[str], limit: int) -> tuple[list[str], int]:
     if isinstance(queries, str):
         queries = [queries]
     for q in queries or []:
-        if isinstance(q, str) and not q.isprintable():
-            q = "".join(c for c in q if c.isprintable() or c.isspace())
-        if not isinstance(q, str) or not any(c.isalnum() for c in q) or q.strip() in out \
-                or len(q.strip()) > MAX_QUERY_CHARS:
+        if not isinstance(q, str):
             dropped += 1
             continue
-        out.append(q.strip())
+        if not q.isprintable():
+            q = "".join(c for c in q if c.isprintable() or c.isspace())
+        s = q.strip()
+        if not any(c.isalnum() for c in q) or s in out or len(s) > MAX_QUERY_CHARS:
+            dropped += 1
+            continue
+        out.append(s)
     dropped += max(0, len(out) - limit)
     return out[:limit], dropped
 

@@ -606,11 +606,10 @@ def rank_topk_batch(graph: EntityGraph, pmap: PassageMap, seed_indptr: ArrayLike
             return P, S
         return (P, S) + score_parts(pmap, indptr, ids, vals, split, alpha, P)
     out_i = np.full((B, k), -1, np.int64)
-    out_v = np.zeros((B, k))
     if split is None:  # the kernel writes no parts into arrays without columns
-        split, out_q, out_r = _NO_SPLIT, _NO_PARTS, _NO_PARTS
-    else:
-        out_q, out_r = np.zeros((B, k)), np.zeros((B, k))
+        out_v, split, out_q, out_r = np.zeros((B, k)), _NO_SPLIT, _NO_PARTS, _NO_PARTS
+    else:  # one allocation for the scores and their two parts
+        out_v, out_q, out_r = np.zeros((3, B, k))
     if k > 0 and B > 0:
         kern, g = _kernels(), graph
 

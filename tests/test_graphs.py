@@ -397,7 +397,7 @@ def test_propagation_that_only_echoes_its_own_seed_names_no_source(toy):
     s = SparseSignal(np.asarray(quill[:1]), np.asarray([1.0]))
     # its propagation part is larger than its residual part, but it is its own seed's echo
     ranked = [RankedPassage(j, "quill", "Marta Quill", 0.3, 0.0, 0.1, 0.2)]
-    edges = evireform_edges(idx, Q, ranked, trace, Seed(s, SparseSignal.empty(), s), 0.5, True)
+    edges = evireform_edges(idx, Q, ranked, trace, Seed(s, split=0), 0.5, True)
     assert [(idx.passages[x.src].id, x.kind, x.via) for x in edges] == \
         [("orvel", "query", "Marta Quill psychologist")]
 

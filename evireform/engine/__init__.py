@@ -195,9 +195,11 @@ def pack_seeds(seeds: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     packing of per-question seeds for :meth:`rank_batch`."""
     if len(seeds) == 1:  # one question (a terminal query): its arrays as they are
         ids, vals = seeds[0]
-        ids = np.asarray(ids).astype(np.int64, copy=False)
-        return (np.array([0, len(ids)], dtype=np.int64), ids,
-                np.asarray(vals).astype(np.float64, copy=False))
+        if not (type(ids) is np.ndarray and ids.dtype == np.int64):
+            ids = np.asarray(ids).astype(np.int64, copy=False)
+        if not (type(vals) is np.ndarray and vals.dtype == np.float64):
+            vals = np.asarray(vals).astype(np.float64, copy=False)
+        return np.array([0, len(ids)], dtype=np.int64), ids, vals
     indptr = np.zeros(len(seeds) + 1, dtype=np.int64)
     indptr[1:] = np.cumsum([len(i) for i, _ in seeds])
     if not seeds:
