@@ -88,3 +88,45 @@ def test_profile_kernels_runs_its_real_data_parts_on_a_small_index(tiny_index, c
     cold, warm = mod.rest_cold_and_warm(run, len(qs), rounds=1)
     assert cold > 0 and warm > 0
     assert "_search" not in vars(run.retriever)  # the class's search again
+
+
+def test_ab_core_exports_a_commit_and_compares_it_with_the_tree(tiny_index, tmp_path):
+    """ab_core.py's two steps on a small index: HEAD exported as ``evireform_old`` imports
+    beside the working tree's package, and the side-by-side rounds report both versions'
+    medians (rankings checked equal first; a version ranking differently is refused)."""
+    import importlib
+    import importlib.util
+    import subprocess
+    import sys
+    from evireform.embed import HashingEmbedder
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                      capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    spec = importlib.util.spec_from_file_location("ab_core", ROOT / "scripts" / "ab_core.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(mod.export("HEAD", tmp_path)))
+    try:
+        runs = {}
+        emb = HashingEmbedder(32)
+        qs = [f"Which river does Town {i} lie on?" for i in range(3)]
+        for name, pkg in (("HEAD", "evireform_old"), ("tree", "evireform")):
+            cases = importlib.import_module(f"{pkg}.bench.cases")
+            idx = importlib.import_module(pkg).PropositionIndex.load(tiny_index)
+            assert type(idx).__module__.startswith(pkg)
+            queries = {q: [q + " river"] for q in qs}
+            vecs = dict(zip([q + " river" for q in qs], emb.encode([q + " river" for q in qs])))
+            runs[name] = (cases, cases.core_questions(idx, qs, emb.encode(qs), queries, vecs),
+                          len(qs))
+        got = mod.compare(runs, 2)
+        assert got["HEAD"]["rest_us"] > 0 and got["tree"]["scans_us"] > 0
+        assert 0 <= got["faster"] <= 2
+        other = dict(runs)
+        cases, run, n = runs["tree"]
+        other["tree"] = (cases, lambda: run()[::-1], n)  # a different ranking is refused
+        with pytest.raises(AssertionError, match="differently"):
+            mod.compare(other, 1)
+    finally:
+        sys.path.remove(str(tmp_path / "pkg"))
+        for m in [m for m in sys.modules if m == "evireform_old" or m.startswith("evireform_old.")]:
+            del sys.modules[m]
