@@ -40,6 +40,16 @@ def random_seed(rng, M, n):
     return ids, rng.random(n)
 
 
+def random_seed_rows(rng, M, B, most=8):
+    """``B`` random seeds (0 to ``most`` entries each, see :func:`random_seed`) as CSR rows
+    ``(indptr, ids int64, vals float64)``."""
+    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, most + 1, B)]
+    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
+    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
+    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    return indptr, ids, vals
+
+
 def as_old_format(ix, version):
     """Rewrite the saved index at ``ix`` in the layout of format ``version`` (1 or 2): the
     texts in passages.json / propositions.json / entities.json (version 1 without passage

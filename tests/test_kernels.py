@@ -9,7 +9,7 @@ import evireform.kernels as K
 import evireform.kernels.runtime as KR
 from evireform.kernels import EntityGraph, PassageMap, reference as R
 
-from helpers import random_graph, random_passages, random_seed, unit_rows
+from helpers import random_graph, random_passages, random_seed, random_seed_rows, unit_rows
 
 BACKENDS = ["cpu", "auto"]
 
@@ -723,10 +723,7 @@ def test_rank_topk_batch_is_propagate_then_readout_bitwise(rng, B):
     readout_topk_batch: the same passages and score bits, empty seeds and k > N included."""
     M = 900
     g, pm = random_graph(rng, M, 120), random_passages(rng, M, 200)
-    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 9, B)]
-    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
-    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
-    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    indptr, ids, vals = random_seed_rows(rng, M, B)
     for k in (1, 10, 500):
         want = K.readout_topk_batch(pm, *K.propagate_batch(g, indptr, ids, vals, 0.3), k)
         got = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.3, k)
@@ -748,10 +745,7 @@ def test_score_parts_matches_reference_bitwise(rng, B, M, N):
     negative, passages without propositions, -1 slots; the kernel's sums bit for bit."""
     from evireform.kernels import reference as R
     g, pm = random_graph(rng, M, max(1, M // 7)), random_passages(rng, M, N)
-    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 9, B)]
-    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
-    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
-    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    indptr, ids, vals = random_seed_rows(rng, M, B)
     split = [int(x) for x in rng.integers(-2, 11, B)]
     for k in (1, 5, N + 3):
         P, _ = K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, k)
@@ -777,10 +771,7 @@ def test_rank_topk_batch_with_split_gives_score_parts_in_its_pass(rng, B, M, N):
     calling thread and in threads (B past SMALL_BATCH), splits of 0, past the row and
     negative, empty seeds, k past N; a split of the wrong length is refused."""
     g, pm = random_graph(rng, M, max(1, M // 7)), random_passages(rng, M, N)
-    seeds = [random_seed(rng, M, int(n)) for n in rng.integers(0, 9, B)]
-    indptr = np.r_[0, np.cumsum([len(s[0]) for s in seeds])].astype(np.int64)
-    ids = (np.concatenate([s[0] for s in seeds]) if B else np.zeros(0)).astype(np.int64)
-    vals = np.concatenate([s[1] for s in seeds]) if B else np.zeros(0)
+    indptr, ids, vals = random_seed_rows(rng, M, B)
     split = [int(x) for x in rng.integers(-2, 11, B)]
     for k in (1, 5, N + 3):
         for alpha in (0.5, 1.0, 0.0):

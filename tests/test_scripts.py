@@ -120,7 +120,6 @@ def test_ab_core_exports_a_commit_and_compares_it_with_the_tree(tiny_index, tmp_
                           len(qs))
         got = mod.compare(runs, 2)
         assert got["HEAD"]["rest_us"] > 0 and got["tree"]["scans_us"] > 0
-        assert 0 <= got["faster"] <= 2
         other = dict(runs)
         cases, run, n = runs["tree"]
         other["tree"] = (cases, lambda: run()[::-1], n)  # a different ranking is refused
