@@ -28,7 +28,10 @@ FLOORS = {
     "readout/10k vs bincount": 0.6,                 # 1.29x
     "readout/100k vs bincount": 2.0,                # 4.56x
     "readout/1M vs bincount": 5.0,                  # full runs only: 42.8x (PASSIVE)
-    "hnsw/20k vs exact": 0.3,                       # 0.58x
+    # hnswlib's wheel (generic SIMD) against our scan: 0.58x here, but 0.28x and 0.29x on
+    # the CI host of stop 64 (hnswlib 1.92 ms, the exact scan 532 us), a host where the scan
+    # is faster and hnswlib slower; the floor catches a search gone brute force, not a host
+    "hnsw/20k vs exact": 0.15,                      # 0.28x
     "cosine_topk/100k b1 vs numpy": 0.5,            # 1.01x
     "cosine_topk/100k b64 vs numpy": 0.75,          # 1.72x
     "cosine_topk/100k b1 vs faiss": 1.0,            # 2.07x
