@@ -25,6 +25,8 @@ def as_list(items: Any, what: str) -> list[Any]:
 def int_at_least(value, low: int, what: str) -> int:
     """``value`` as an int >= ``low``.  Booleans, floats (even 2.0) and strings are refused:
     ``k=2.5`` is not silently 2, ``k=True`` is not 1."""
+    if type(value) is int and value >= low:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         kind = {1: "a positive integer", 0: "a non-negative integer"}.get(
             low, f"an integer >= {low}")
