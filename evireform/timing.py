@@ -64,9 +64,8 @@ class Stopwatch:
         _ACTIVE.reset(self._token)
 
     def rounded(self) -> dict[str, float]:
-        """The stages in microseconds' precision, in the order they first ran (an integer
-        count of microseconds over 1000: ``round(v, 3)`` takes a decimal conversion per
-        stage, several microseconds a question)."""
+        """The stages in microseconds' precision, in the order they first ran (a whole
+        number of microseconds over 1000, cheaper than ``round(v, 3)``'s decimal rounding)."""
         return {k: round(v * 1e3) / 1e3 for k, v in self.ms.items()}
 
 

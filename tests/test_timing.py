@@ -176,3 +176,25 @@ def test_the_build_cases_inputs():
     assert 2.5 < len(props) / len(docs) < 5 and all(len(pr.entities) >= 3 for pr in props)
     X = RandomRowsEmbedder(dim=8).encode(["a", "b", "c"])
     assert X.shape == (3, 8) and np.allclose(np.linalg.norm(X, axis=1), 1.0)
+
+
+def test_rounded_keeps_whole_microseconds():
+    sw = Stopwatch()
+    sw.ms = {"search": 1.23456, "rank": 0.0004, "select": 2.0, "readout": 0.0016}
+    assert sw.rounded() == {"search": 1.235, "rank": 0.0, "select": 2.0, "readout": 0.002}
+    assert list(sw.rounded()) == ["search", "rank", "select", "readout"]
+
+
+@pytest.mark.parametrize("value", [True, False, 0, -3, 2.0, "2", None])
+def test_int_at_least_refuses_what_is_not_a_count(value):
+    from evireform._checks import int_at_least
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        int_at_least(value, 1, "k")
+
+
+def test_int_at_least_takes_ints_of_any_kind():
+    import numpy as np
+    from evireform._checks import int_at_least
+    assert int_at_least(3, 1, "k") == 3 and int_at_least(0, 0, "k") == 0
+    got = int_at_least(np.int64(5), 1, "k")
+    assert got == 5 and type(got) is int
