@@ -23,7 +23,7 @@ from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 from ._checks import loads as _json_loads
 from .filters import _canonical
 from .strings import Take, column, metadata_of
-from .text import is_cjk, sentences, tokens
+from .text import ENGLISH_STOPWORDS, STOPWORDS, is_cjk, sentences, tokens
 from .types import Passage, Proposition
 
 if TYPE_CHECKING:  # annotations only
@@ -187,32 +187,8 @@ class HeuristicExtractor(Extractor):
 
 
 # --------------------------------------------------------------------------- phrases
-#: function words of the languages the phrase extractor meets most (English
-#: (:data:`ENGLISH_STOPWORDS`), German, French, Spanish, Italian, Dutch) and Chinese function
-#: characters: a phrase never starts or ends
-#: with one, and none is an entity alone
-ENGLISH_STOPWORDS = frozenset("""
-a an the and or but if of in on at to for from by with as into onto over under about after
-before during since until while than then so such not no nor is are was were be been being
-am do does did done have has had having it its it's he she they them their his her him we us
-our you your i me my this that these those there here who whom whose which what when where
-why how all any both each few more most other some own same too very can could will would
-shall should may might must one also only just s t said later first new well many much
-between through against among per via within without upon up down out off again further
-once based known called named became become including include includes
-""".split())
-STOPWORDS = ENGLISH_STOPWORDS | frozenset("""
-der die das des dem den ein eine einer eines einem einen und oder aber nicht ist sind war
-waren wird werden wurde wurden hat haben hatte im in am an auf aus bei mit nach von vor zu
-zum zur für über unter durch als auch sich es er sie wir ihr ich du man dass daß wie wo was
-wer so noch nur sehr schon dieser diese dieses jener kein keine einem sein seine ihre ihr
-le la les un une des du de et ou mais est sont était au aux en dans par pour sur avec ce
-cette ces il elle ils elles qui que quoi dont où ne pas plus se sa son ses leur leurs
-el los las unos unas y o pero es son fue era del al con por para sobre como que se su sus
-il lo gli della delle dei degli e è di da con per tra fra che non
-het een en van op te dat die zijn was werd met voor aan bij ook om
-的 了 是 在 和 与 及 或 也 都 就 而 被 把 对 从 到 为 以 之 其 这 那 有 个 中 上 下 不 人 他 她 它 们 我 你 年 月 日 一 于 由 等 着 过 将 并 但 该 此 所 后 前 时
-""".split())
+# ENGLISH_STOPWORDS and STOPWORDS live in evireform.text (the lexical index shares them)
+
 
 
 class _FittedExtractor(Extractor):

@@ -20,6 +20,7 @@ import numpy as np
 from . import config
 from ._backend import BACKENDS, BackendUnavailable, resolve
 from .graph import EntityGraph, PassageMap
+from .lexical import LexicalMatrix, TermCounts, bm25_weights
 from .runtime import (  # noqa: F401 - the policy is runtime's; these names are public here
     _DEVICE_COPIES, _OUT_KEPT, _device, _keep_buffers, _kernels, _n_threads, _on_caller,
     _out_buffers, _pool, join_warm_up, machine_busy, release_buffers, warm_up,
@@ -33,7 +34,7 @@ __all__ = [
     "cosine_scores", "cosine_topk", "cosine_topk_batch", "propagate", "propagate_batch",
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
     "merge_topk", "release_buffers", "rank_topk_batch", "mentions_outside", "machine_busy",
-    "score_parts",
+    "score_parts", "lexical_topk_batch", "LexicalMatrix", "TermCounts", "bm25_weights",
 ]
 
 
@@ -767,3 +768,54 @@ def w_nnz(graph: EntityGraph) -> int:
     n_chunks = max(1, min(g.n_props, 2 * _n_threads()))
     return int(_kernels().w_row_nnz(g.a_indptr, g.a_indices, g.at_indptr, g.at_indices,
                                 n_chunks).sum())
+
+
+# --------------------------------------------------------------------------- lexical (BM25)
+def _check_terms(q_indptr: ArrayLike, q_terms: ArrayLike, q_weights: ArrayLike | None,
+                 n_terms: int):
+    terms = _as1d(q_terms, _I64)
+    weights = np.ones(len(terms)) if q_weights is None else _as1d(q_weights, _F64)
+    if len(weights) != len(terms):
+        raise ValueError(f"q_weights has {len(weights)} entries, q_terms {len(terms)}")
+    indptr = _csr_indptr(q_indptr, terms, n_terms, "query terms")
+    if len(terms) and (terms.min() < 0 or terms.max() >= n_terms):
+        raise ValueError(f"query term ids must lie in [0, {n_terms}); got "
+                         f"[{terms.min()}, {terms.max()}]")
+    if len(weights) and not (np.all(np.isfinite(weights)) and weights.min() > 0):
+        raise ValueError("query term weights must be positive and finite")
+    return indptr, terms, weights
+
+
+def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
+                       q_weights: ArrayLike | None, k: int, *, backend: str = "auto"
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 top-``k`` documents of a batch of queries over eager weights.
+
+    ``matrix``: a :class:`~evireform.kernels.lexical.LexicalMatrix` (terms x documents);
+    the queries are CSR rows (``q_indptr``, ``q_terms``: term ids, ``q_weights``: positive
+    weights, None for 1 each).  A document's score is ``sum_t weight_t * matrix[t, doc]``,
+    added in the query's term order in float64.  Returns (ids int64, scores float64) of
+    shape (batch, min(k, n_docs)): positive scores best first, ties by lower id, padded with
+    -1 / 0.  The numpy/scipy reference is :func:`evireform.kernels.reference.bm25_topk_batch`."""
+    indptr, terms, weights = _check_terms(q_indptr, q_terms, q_weights, matrix.n_terms)
+    k = min(_check_k(k), int(matrix.n_docs))
+    B = len(indptr) - 1
+    if resolve(backend) == "gpu":
+        from . import _gpu
+        ns = _gpu.gpu_namespace()
+        dm = _device(matrix, "lexical")
+        P, S = _gpu.bm25_topk_batch(ns, *dm, matrix.n_docs, ns.asarray(indptr),
+                                    ns.asarray(terms), ns.asarray(weights), k)
+        return ns.to_host(P), ns.to_host(S)
+    out_i = np.full((B, k), -1, np.int64)
+    out_v = np.zeros((B, k), np.float64)
+    if B == 0 or k == 0:
+        return out_i, out_v
+    kern = _kernels()
+    args = (matrix.indptr, matrix.docs, matrix.weights, int(matrix.n_docs), indptr, terms,
+            weights, k)
+    if B <= config.SMALL_BATCH:
+        kern.bm25_topk_serial(*args, out_i, out_v)
+    else:
+        kern.bm25_topk_batch(*args, max(1, min(B, _n_threads())), out_i, out_v)
+    return out_i, out_v

@@ -1318,3 +1318,67 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
                 c += 1
             counts[t] = c
     return got, counts
+
+
+# --------------------------------------------------------------------------- lexical (BM25)
+@njit(**_JIT)
+def _bm25_rows(w_indptr, w_indices, w_data, q_indptr, q_terms, q_weights, k, lo, hi, acc,
+               touched, hv, hix, out_i, out_v) -> None:
+    """Queries ``lo:hi``: each query's weighted rows of the (terms x documents) weights added
+    into ``acc`` in the query's term order (float64), then the positive documents offered to
+    a k-heap; ``acc`` is left zero again (only touched entries are reset)."""
+    for r in range(lo, hi):
+        nt = 0
+        for p in range(q_indptr[r], q_indptr[r + 1]):
+            t = q_terms[p]
+            qw = q_weights[p]
+            for e in range(w_indptr[t], w_indptr[t + 1]):
+                j = w_indices[e]
+                if acc[j] == 0.0:  # weights and query weights are positive: first touch
+                    touched[nt] = j
+                    nt += 1
+                acc[j] = acc[j] + qw * np.float64(w_data[e])
+        n = 0
+        for u in range(nt):
+            j = touched[u]
+            v = acc[j]
+            acc[j] = 0.0
+            if v > 0.0:
+                n = _heap_offer(hv, hix, n, k, v, j)
+        _heap_sort(hv, hix, n)
+        for u in range(n):
+            out_i[r, u] = hix[u]
+            out_v[r, u] = hv[u]
+
+
+@njit(parallel=True, **_JIT)
+def bm25_topk_batch(w_indptr, w_indices, w_data, n_docs, q_indptr, q_terms, q_weights, k,
+                    n_chunks, out_i, out_v) -> None:
+    """BM25 top-k of a batch of queries (CSR rows of term ids and positive weights) over
+    eager weights (CSR terms x documents): ``out_i`` / ``out_v`` (batch, k) are filled best
+    first, ties by lower id; they arrive holding -1 / 0.  Queries are split into
+    ``n_chunks`` contiguous ranges, each with its own accumulator."""
+    B = len(q_indptr) - 1
+    for c in prange(n_chunks):
+        lo = c * B // n_chunks
+        hi = (c + 1) * B // n_chunks
+        if lo == hi:
+            continue
+        acc = np.zeros(n_docs, np.float64)
+        touched = np.empty(n_docs, np.int64)
+        hv = np.empty(max(k, 1), np.float64)
+        hix = np.empty(max(k, 1), np.int64)
+        _bm25_rows(w_indptr, w_indices, w_data, q_indptr, q_terms, q_weights, k, lo, hi,
+                   acc, touched, hv, hix, out_i, out_v)
+
+
+@njit(**_JIT)
+def bm25_topk_serial(w_indptr, w_indices, w_data, n_docs, q_indptr, q_terms, q_weights, k,
+                     out_i, out_v) -> None:
+    """:func:`bm25_topk_batch` on the calling thread (one or a few queries)."""
+    acc = np.zeros(n_docs, np.float64)
+    touched = np.empty(n_docs, np.int64)
+    hv = np.empty(max(k, 1), np.float64)
+    hix = np.empty(max(k, 1), np.int64)
+    _bm25_rows(w_indptr, w_indices, w_data, q_indptr, q_terms, q_weights, k, 0,
+               len(q_indptr) - 1, acc, touched, hv, hix, out_i, out_v)

@@ -843,3 +843,43 @@ __all__ = ["Namespace", "cpu_namespace", "gpu_namespace", "namespace", "topk_row
            "topk_from_entries", "kth_key", "order_keys",
            "compile_sources", "copy_bandwidth", "block_rows", "DEFAULT_BUDGET",
            "cosine_topk_batch_fp16", "fp16_error_bound", "PRECISIONS", "cosine_topk_reference"]
+
+
+# --------------------------------------------------------------------------- lexical (BM25)
+def bm25_topk_batch(ns: Namespace, w_indptr, w_indices, w_data, n_docs: int, q_indptr,
+                    q_terms, q_weights, k: int):
+    """BM25 top-k of a batch of queries over eager weights (CSR terms x documents), the
+    twin of the CPU kernel: every (query, term, document) entry by two expansions, summed
+    per (query, document) by :func:`sum_by_key` (a stable sort keeps the query's term order,
+    and :func:`segment_sums` adds a run in order: the CPU kernel's sums), then the positive
+    sums best first per query, ties by lower id.  Returns (ids int64, scores float64), both
+    (batch, min(k, n_docs)), padded with -1 / 0."""
+    xp = ns.xp
+    B = int(q_indptr.shape[0]) - 1
+    kk = min(int(k), int(n_docs))
+    out_i = xp.full((B, kk + 1), -1, dtype=xp.int64)
+    out_v = xp.zeros((B, kk + 1), dtype=xp.float64)
+    nq = int(q_terms.shape[0])
+    if B == 0 or kk == 0 or nq == 0:
+        return out_i[:, :kk], out_v[:, :kk]
+    q_indptr = xp.asarray(q_indptr, dtype=xp.int64)
+    rows = row_of_entries(ns, q_indptr, nq)
+    e, pos = expand(ns, xp.asarray(w_indptr, dtype=xp.int64),
+                    xp.asarray(q_terms, dtype=xp.int64))
+    if int(e.shape[0]) == 0:
+        return out_i[:, :kk], out_v[:, :kk]
+    r = rows[e]
+    d = xp.asarray(w_indices, dtype=xp.int64)[pos]
+    v = xp.asarray(q_weights, dtype=xp.float64)[e] * w_data[pos].astype(xp.float64)
+    ks, sums, first = sum_by_key(ns, r * int(n_docs) + d, v)
+    keep = xp.flatnonzero(first & (sums > 0))
+    kr, kd, kv = ks[keep] // int(n_docs), ks[keep] % int(n_docs), sums[keep]
+    o = xp.lexsort(xp.stack([kd, -kv, kr]))  # per query: best first, ties by lower id
+    kr, kd, kv = kr[o], kd[o], kv[o]
+    start = xp.searchsorted(kr, xp.arange(B, dtype=xp.int64))
+    rank = xp.arange(kr.shape[0], dtype=xp.int64) - start[kr]
+    slot = xp.where(rank < kk, rank, kk)
+    out_i[kr, slot] = kd
+    out_v[kr, slot] = kv
+    out_i[:, kk] = -1
+    return out_i[:, :kk], out_v[:, :kk]

@@ -142,3 +142,57 @@ def score_parts(owner: ArrayLike, inv_sqrt: ArrayLike, seed_indptr: ArrayLike, s
                 out_q[b, t] = parts[0].get(j, 0.0) * w
                 out_r[b, t] = parts[1].get(j, 0.0) * w
     return out_q, out_r
+
+
+def bm25_matrix(doc_indptr, doc_terms, doc_tf, n_terms: int, k1: float = 1.5,
+                b: float = 0.75, docs: Any = None) -> sp.csr_matrix:
+    """The eager BM25 weights as a (terms x documents) CSR matrix, from term counts per
+    document (CSR rows: ``doc_indptr``, ``doc_terms``, ``doc_tf``), written out from the
+    formula: ``idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with
+    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's, as bm25s uses), ``dl`` a
+    document's term count.  ``docs``: only those documents count (N, df and avgdl over them;
+    the others get no weights): a restriction's statistics."""
+    n_docs = len(doc_indptr) - 1
+    keep = np.ones(n_docs, bool) if docs is None else np.isin(np.arange(n_docs), docs)
+    rows, cols, vals = [], [], []
+    dl = np.array([doc_tf[doc_indptr[j]:doc_indptr[j + 1]].sum() for j in range(n_docs)],
+                  dtype=np.float64)
+    N = int(keep.sum())
+    avgdl = float(dl[keep].sum() / N) if N else 1.0
+    df = np.zeros(n_terms, np.int64)
+    for j in np.flatnonzero(keep):
+        for t in doc_terms[doc_indptr[j]:doc_indptr[j + 1]]:
+            df[t] += 1
+    for j in np.flatnonzero(keep):
+        for t, tf in zip(doc_terms[doc_indptr[j]:doc_indptr[j + 1]],
+                         doc_tf[doc_indptr[j]:doc_indptr[j + 1]]):
+            idf = np.log(1.0 + (N - df[t] + 0.5) / (df[t] + 0.5))
+            norm = k1 * (1.0 - b + b * dl[j] / max(avgdl, 1e-12))
+            rows.append(t)
+            cols.append(j)
+            vals.append(idf * tf * (k1 + 1.0) / (tf + norm))
+    return sp.csr_matrix((np.asarray(vals, np.float32), (rows, cols)),
+                         shape=(n_terms, n_docs))
+
+
+def bm25_topk_batch(W: sp.csr_matrix, q_indptr, q_terms, q_weights, k: int):
+    """Per query (CSR rows of term ids and weights over ``W``'s rows): the ``k`` documents
+    with the largest positive ``sum_t weight_t * W[t, doc]`` (added in the query's term
+    order, in float64), best first, ties by lower id; (ids int64, scores float64) of shape
+    (batch, min(k, n_docs)), padded with -1 / 0."""
+    B = len(q_indptr) - 1
+    n_docs = W.shape[1]
+    kk = min(int(k), n_docs)
+    out_i = np.full((B, kk), -1, np.int64)
+    out_v = np.zeros((B, kk), np.float64)
+    for r in range(B):
+        acc = np.zeros(n_docs, np.float64)
+        for p in range(q_indptr[r], q_indptr[r + 1]):
+            row = W.getrow(int(q_terms[p]))
+            for j, w in zip(row.indices, row.data):
+                acc[j] = acc[j] + float(q_weights[p]) * float(w)
+        ids = np.flatnonzero(acc > 0)
+        o = _order(acc[ids], ids)[:kk]
+        out_i[r, :len(o)] = ids[o]
+        out_v[r, :len(o)] = acc[ids[o]]
+    return out_i, out_v

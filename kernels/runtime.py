@@ -42,8 +42,11 @@ def _device(obj, kind: str):
         held = _DEVICE_COPIES.get(key)
     if held is None:
         ns = _gpu.gpu_namespace()
-        held = (_gpu.DeviceGraph.from_graph(ns, obj) if kind == "graph"
-                else _gpu.DevicePassageMap.from_pmap(ns, obj))
+        if kind == "lexical":  # a LexicalMatrix: its three arrays
+            held = (ns.asarray(obj.indptr), ns.asarray(obj.docs), ns.asarray(obj.weights))
+        else:
+            held = (_gpu.DeviceGraph.from_graph(ns, obj) if kind == "graph"
+                    else _gpu.DevicePassageMap.from_pmap(ns, obj))
         with _DEVICE_LOCK:
             if key not in _DEVICE_COPIES:
                 _DEVICE_COPIES[key] = held

@@ -1,0 +1,136 @@
+"""The lexical (BM25) structures the kernels read: term counts per document and the eager
+BM25 weights made from them.
+
+:class:`TermCounts` holds, per document (a proposition or a passage), its terms and their
+counts as CSR rows over a vocabulary; :func:`bm25_weights` turns them into a
+:class:`LexicalMatrix`, the (terms x documents) CSR of BM25 weights computed once (as
+``bm25s`` scores eagerly), so that a query's scores are a sum of a few rows
+(:func:`evireform.kernels.lexical_topk_batch`).  The weights depend on the collection's
+statistics (document frequencies, the mean length): over a subset of the documents
+(``docs=``) they are recounted over that subset alone, which is what a filter's restriction
+needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["TermCounts", "LexicalMatrix", "bm25_weights", "K1", "B"]
+
+#: BM25's term-frequency saturation and length normalisation (bm25s's and Lucene's defaults)
+K1, B = 1.5, 0.75
+
+
+@dataclass(frozen=True)
+class TermCounts:
+    """Term counts per document as CSR rows: ``indptr`` (n_docs + 1, int64), ``terms``
+    (int32, ascending within a row) and ``counts`` (float32, positive)."""
+
+    indptr: np.ndarray
+    terms: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.indptr) - 1
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]]) -> "TermCounts":
+        """From each document's term ids (repeats count)."""
+        indptr = np.zeros(len(rows) + 1, np.int64)
+        terms_l, counts_l = [], []
+        for j, r in enumerate(rows):
+            if len(r):
+                t, c = np.unique(np.asarray(r, np.int64), return_counts=True)
+                terms_l.append(t)
+                counts_l.append(c)
+                indptr[j + 1] = len(t)
+        np.cumsum(indptr, out=indptr)
+        terms = np.concatenate(terms_l).astype(np.int32) if terms_l else np.zeros(0, np.int32)
+        counts = np.concatenate(counts_l).astype(np.float32) if counts_l \
+            else np.zeros(0, np.float32)
+        return cls(indptr, terms, counts)
+
+    def lengths(self) -> np.ndarray:
+        """Each document's number of terms (float64)."""
+        out = np.zeros(self.n_docs, np.float64)
+        rows = np.repeat(np.arange(self.n_docs), np.diff(self.indptr))
+        np.add.at(out, rows, self.counts.astype(np.float64))
+        return out
+
+    def take(self, docs: np.ndarray) -> "TermCounts":
+        """The rows ``docs`` (positions, in the order given)."""
+        docs = np.asarray(docs, np.int64)
+        lens = np.diff(self.indptr)[docs]
+        indptr = np.zeros(len(docs) + 1, np.int64)
+        np.cumsum(lens, out=indptr[1:])
+        if len(docs) and indptr[-1]:
+            src = np.repeat(self.indptr[docs] - indptr[:-1], lens) + np.arange(indptr[-1])
+        else:
+            src = np.zeros(0, np.int64)
+        return TermCounts(indptr, self.terms[src], self.counts[src])
+
+    @staticmethod
+    def concat(a: "TermCounts", b: "TermCounts") -> "TermCounts":
+        return TermCounts(np.concatenate([a.indptr, a.indptr[-1] + b.indptr[1:]]),
+                          np.concatenate([a.terms, b.terms]),
+                          np.concatenate([a.counts, b.counts]))
+
+
+@dataclass(frozen=True)
+class LexicalMatrix:
+    """Eager BM25 weights, (terms x documents) CSR: ``indptr`` (n_terms + 1, int64),
+    ``docs`` (int32 document ids, ascending within a row), ``weights`` (float32, positive),
+    and ``n_docs`` (the documents' id space)."""
+
+    indptr: np.ndarray
+    docs: np.ndarray
+    weights: np.ndarray
+    n_docs: int
+
+    @property
+    def n_terms(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return len(self.docs)
+
+
+def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float = B,
+                 docs: Any = None) -> LexicalMatrix:
+    """The BM25 weight of every (term, document) pair of ``counts``:
+    ``idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with
+    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's, as bm25s uses), ``dl`` a
+    document's number of terms and ``avgdl`` their mean.  ``docs`` (a boolean mask or
+    positions): only those documents count, N, df and avgdl recounted over them, the others
+    without weights (ids keep their place)."""
+    n_docs = counts.n_docs
+    if docs is None:
+        keep = None
+    else:
+        keep = np.zeros(n_docs, bool)
+        d = np.asarray(docs)
+        keep[d if d.dtype != bool else np.flatnonzero(d)] = True
+    dl = counts.lengths()
+    rows = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(counts.indptr))
+    terms, tf = counts.terms.astype(np.int64), counts.counts.astype(np.float64)
+    if keep is not None:
+        sel = keep[rows]
+        rows, terms, tf = rows[sel], terms[sel], tf[sel]
+        N = int(keep.sum())
+        total = float(dl[keep].sum())
+    else:
+        N = n_docs
+        total = float(dl.sum())
+    avgdl = total / N if N and total > 0 else 1.0
+    df = np.bincount(terms, minlength=n_terms).astype(np.float64)
+    idf = np.log(1.0 + (N - df + 0.5) / (df + 0.5))
+    norm = k1 * (1.0 - b + b * dl[rows] / avgdl)
+    w = (idf[terms] * tf * (k1 + 1.0) / (tf + norm)).astype(np.float32)
+    order = np.lexsort((rows, terms))  # by term, then document
+    indptr = np.zeros(n_terms + 1, np.int64)
+    np.cumsum(np.bincount(terms, minlength=n_terms), out=indptr[1:])
+    return LexicalMatrix(indptr, rows[order].astype(np.int32), w[order], int(n_docs))
