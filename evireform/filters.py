@@ -612,6 +612,9 @@ class Restriction:
     props: np.ndarray
     prop_mask: np.ndarray
     graph: object
+    #: the lexical index's BM25 weights recounted over the matching documents, by level
+    #: (:meth:`evireform.engine.lexical.LexicalIndex.weights` fills it on first use)
+    lexical: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_passages(self) -> int:
@@ -626,7 +629,8 @@ class Restriction:
         g = self.graph
         return int(self.passages.nbytes + self.pmask.nbytes + self.props.nbytes
                    + self.prop_mask.nbytes + g.inv_deg.nbytes + g.diag.nbytes
-                   + g.inv_w.nbytes)
+                   + g.inv_w.nbytes + sum(m.indptr.nbytes + m.docs.nbytes + m.weights.nbytes
+                                          for m in list(self.lexical.values())))
 
     def clip_k(self, k: int) -> int:
         """``k`` passages as the sub-index can return them (at least 1)."""

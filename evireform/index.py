@@ -89,7 +89,8 @@ class PropositionIndex:
     search_state: Any = field(default=None, repr=False, compare=False)
     #: how those structures are to be made when first needed: ``{"hnsw": True | False | None
     #: (the size rule)}``, and for an index made by add / delete / subset
-    #: ``"derived": (operation, parent, ...)``, so the parent's are carried over
+    #: ``"derived": (operation, parent, ...)`` (delete and subset: the kept propositions and
+    #: passages, as masks), so the parent's are carried over
     search_plan: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: what this index derives on first use and keeps (passage id -> position, passage ->
     #: propositions, :meth:`memo`): true as long as the index, which never changes in place
@@ -446,7 +447,8 @@ class PropositionIndex:
         kept = np.zeros(self.n_passages, dtype=bool)
         kept[keep] = True
         # the engine's HNSW graph marks the removed items deleted (evireform.engine.structures)
-        out.search_plan = {**self.search_plan, "derived": ("delete", self, kept[self.owner])}
+        out.search_plan = {**self.search_plan,
+                           "derived": ("delete", self, kept[self.owner], kept)}
         return out
 
     def upsert(self, passages: Sequence[Any], embedder: Embedder, **kw: Any) -> "PropositionIndex":
@@ -528,5 +530,5 @@ def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
                            embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
                            embedder_name=idx.embedder_name, meta=dict(idx.meta))
     # the engine carries the codes over and builds HNSW by the size rule
-    out.search_plan = {"derived": ("subset", idx, mask)}
+    out.search_plan = {"derived": ("subset", idx, mask, keep)}
     return out

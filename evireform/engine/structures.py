@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
     from ..index import PropositionIndex
 
-__all__ = ["SearchStructures", "structures_of", "build_hnsw", "quantize", "scans_codes",
+__all__ = ["SearchStructures", "structures_of", "lexical_of", "build_hnsw", "quantize", "scans_codes",
            "search_index", "PRECISIONS", "PRECISION_BACKENDS", "CPU_PRECISIONS",
            "DEVICE_PRECISIONS", "STORED_PRECISIONS"]
 
@@ -74,6 +74,9 @@ class SearchStructures:
     code_scale: np.ndarray | None = None
     #: device copies (:func:`evireform.engine.device.to_device`), by their settings
     devices: dict[Any, Any] = field(default_factory=dict, repr=False)
+    #: the lexical index (:class:`evireform.engine.lexical.LexicalIndex`: term counts of
+    #: every proposition and passage), or None until :func:`lexical_of` makes it
+    lexical: Any = None
 
     @property
     def kind(self) -> str:
@@ -105,11 +108,30 @@ def structures_of(index: PropositionIndex) -> SearchStructures:
         return s
 
 
+def lexical_of(index: PropositionIndex) -> Any:
+    """The index's lexical index (:class:`evireform.engine.lexical.LexicalIndex`), counted
+    from its texts on first use and kept with its search structures; thread-safe."""
+    s = structures_of(index)
+    if s.lexical is None:
+        with _LOCK:
+            if s.lexical is None:
+                from .lexical import LexicalIndex
+                s.lexical = LexicalIndex.build(index)
+    return s.lexical
+
+
 def _carried(derived: tuple[Any, ...], index: PropositionIndex) -> SearchStructures:
     """The parent's structures carried over to ``index`` (made by add, delete or a subset)."""
     op, parent = derived[0], derived[1]
     ps = structures_of(parent)
     s = SearchStructures()
+    if ps.lexical is not None:  # the counts: new texts tokenized, removed rows dropped
+        if op == "add":
+            s.lexical = ps.lexical.added(index, parent.n_props, parent.n_passages)
+        elif op in ("delete", "subset"):
+            # (operation, parent, kept propositions, kept passages)
+            s.lexical = ps.lexical.subset(np.asarray(derived[2], dtype=bool),
+                                          np.asarray(derived[3], dtype=bool))
     if op == "add":
         n_old = parent.n_props
         new_rows = np.asarray(index.embeddings)[n_old:]
