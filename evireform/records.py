@@ -66,6 +66,24 @@ class BridgeRecord(TypedDict):
     score: float
 
 
+class HitRecord(TypedDict):
+    """One proposition a query reached: its passage's id, its position and its score."""
+
+    passage: str
+    proposition: int
+    score: float
+
+
+class QueryHitsRecord(TypedDict):
+    """What one query (the question or a residual query) reached each way: its best
+    propositions by the embeddings (cosine) and by BM25 (dense and lexical together,
+    issue 67), best first."""
+
+    query: str
+    dense: list[HitRecord]
+    lexical: list[HitRecord]
+
+
 class EviReformTraceRecord(TypedDict):
     method: Literal["evireform"]
     score: str
@@ -77,6 +95,9 @@ class EviReformTraceRecord(TypedDict):
     role_events: list[str]
     #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
     timings_ms: dict[str, float]
+    #: each query's dense and lexical hits (the question first, then the residual queries;
+    #: empty when the retriever scores with the embeddings alone)
+    hits: list[QueryHitsRecord]
 
 
 class BGRTraceRecord(TypedDict):

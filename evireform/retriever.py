@@ -30,7 +30,7 @@ import numpy as np
 from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
 from . import kernels as K
-from .engine import make_engine, pack_seeds, rank, restrict, search
+from .engine import lexical, make_engine, pack_seeds, rank, restrict, search
 from .explain import EvidenceGraph, evireform_edges
 from .records import SCORE_MEANING
 from .timing import Stopwatch
@@ -49,6 +49,11 @@ if TYPE_CHECKING:  # annotations only
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
 BETA_RULES = ("evidence", "fixed")
+LEXICAL_FUSIONS = ("seed", "mix", "rrf")
+#: reciprocal-rank fusion's constant (Cormack et al.; the hybrid baseline's too)
+RRF_K = 60
+#: how many of each query's dense and lexical hits a trace keeps
+TRACE_HITS = 3
 
 
 @dataclass(frozen=True)
@@ -89,23 +94,58 @@ class EviReformConfig:
     #: costs MuSiQue half a point of R@5 (docs/results.md, "Real documents").  The trace
     #: records the beta each question got.
     beta_rule: str = "fixed"
+    #: dense and lexical together (issue 67): the question and every residual query are also
+    #: scored by BM25 over the propositions (:mod:`evireform.engine.lexical`), and the two
+    #: signals both enter the question's seed and the residual hits (``lexical_fusion``);
+    #: False is the paper's dense-only method
+    lexical: bool = True
+    #: how the question's lexical signal enters: "seed" (the candidates the selector reads
+    #: stay the dense ones, as the paper has them, so an LLM selector's prompt is unchanged;
+    #: the question's top ``lexical_seed`` BM25 propositions join its seed b, their scores
+    #: normalised to sum 1 and weighted ``w / (1 - w)`` against the selection's 1),
+    #: "mix" (the candidates ranked by ``(1 - w) u + w bm25 / max bm25`` over both lists)
+    #: or "rrf" (reciprocal-rank fusion, k = 60, the dense and lexical ranks weighted
+    #: ``1 - w`` and ``w``); w = ``lexical_weight``.  A residual query's hits are fused as
+    #: "mix" (or "rrf" under "rrf") whichever it is
+    lexical_fusion: str = "seed"
+    lexical_weight: float = 0.45
+    lexical_seed: int = 8
+    #: how many of a query's dense and lexical hits the fusion ranks (at least
+    #: ``k_residual`` for a residual query)
+    lexical_pool: int = 20
+    #: whether the residual queries' hits are fused too (False: dense hits, as the paper)
+    lexical_residual: bool = True
+    #: BM25's top passages for the question (over title and text), joined to the observed
+    #: passages E_q and to the question's seed (each passage's mass ``bm25 / sum bm25``
+    #: spread over its propositions, weight ``lexical_passage_weight`` against b's 1); 0: none
+    lexical_passages: int = 0
+    lexical_passage_weight: float = 1.0
 
     def __post_init__(self) -> None:
         # strict types: a string or a bool here is a caller's mistake, caught now rather than
         # at retrieval.  Counts larger than the index are fine: they are clipped to it.
-        for name in ("n_candidates", "max_selected", "max_residual", "k_residual", "rounds"):
+        for name in ("n_candidates", "max_selected", "max_residual", "k_residual", "rounds",
+                     "lexical_passages", "lexical_pool", "lexical_seed"):
             v = getattr(self, name)
-            int_at_least(v, 0 if name == "max_residual" else 1, name)
+            int_at_least(v, 0 if name in ("max_residual", "lexical_passages") else 1, name)
             object.__setattr__(self, name, int(v))
         if self.rounds > 3:
             raise ValueError(f"rounds must be 1, 2 or 3; got {self.rounds}")
-        for name in ("alpha", "beta"):
+        for name in ("alpha", "beta", "lexical_weight"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
                     or not 0.0 <= float(v) <= 1.0:
                 raise ValueError(f"{name} must be a number in [0, 1]; got {v!r}")
             object.__setattr__(self, name, float(v))
-        for name in ("reformulation", "propagation"):
+        v = self.lexical_passage_weight
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(v) < float("inf"):
+            raise ValueError(f"lexical_passage_weight must be a number >= 0; got {v!r}")
+        object.__setattr__(self, "lexical_passage_weight", float(v))
+        if self.lexical_fusion not in LEXICAL_FUSIONS:
+            raise ValueError(f"lexical_fusion must be one of {LEXICAL_FUSIONS}; got "
+                             f"{self.lexical_fusion!r}")
+        for name in ("reformulation", "propagation", "lexical", "lexical_residual"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
@@ -239,6 +279,10 @@ class Trace:
     #: the question's share of the seed's mass this question got (Eq. 11's beta; see
     #: EviReformConfig.beta_rule), None before a round ran
     beta: float | None = None
+    #: what each query reached each way, when the retriever scores lexically too: the
+    #: question's and every residual query's ``{"query", "dense", "lexical"}``, each a list
+    #: of ``{"passage", "proposition", "score"}`` (the best :data:`TRACE_HITS`)
+    hits: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> EviReformTraceRecord:
         """The trace's record (:mod:`evireform.records`)."""
@@ -247,7 +291,10 @@ class Trace:
                 "bridges": [dict(b) for b in self.bridges],
                 "beta": self.beta,
                 "role_events": list(self.role_events),
-                "timings_ms": dict(self.timings_ms)}
+                "timings_ms": dict(self.timings_ms),
+                "hits": [{"query": q["query"], "dense": [dict(h) for h in q["dense"]],
+                          "lexical": [dict(h) for h in q["lexical"]]}
+                         for q in self.hits]}
 
 
 @dataclass
@@ -409,6 +456,85 @@ class EviReform:
             vals = np.asarray(score, dtype=np.float64)
             vals = vals / vals.sum()
         return SparseSignal(ids, vals)
+
+    def _fuse(self, d_ids: Sequence[int], d_s: Sequence[float], l_ids: Sequence[int],
+              l_s: Sequence[float], h: np.ndarray, n: int) -> tuple[list[int], list[float]]:
+        """One query's dense hits (ids, u > 0, best first) and lexical hits (ids, BM25 > 0,
+        best first) as one list of at most ``n`` (ids, fused score > 0), best first, ties by
+        lower id (``lexical_fusion``: "mix" needs the dense score of a lexical-only hit,
+        computed from its row; "rrf" reads ranks only)."""
+        cfg = self.config
+        w = cfg.lexical_weight
+        fused: dict[int, float] = {}
+        if cfg.lexical_fusion == "rrf":
+            for rank, i in enumerate(d_ids):
+                fused[i] = (1.0 - w) / (RRF_K + rank + 1)
+            for rank, i in enumerate(l_ids):
+                fused[i] = fused.get(i, 0.0) + w / (RRF_K + rank + 1)
+        else:
+            u = dict(zip(d_ids, d_s))
+            top = l_s[0] if len(l_s) else 0.0
+            lex = {i: s / top for i, s in zip(l_ids, l_s)} if top > 0 else {}
+            missing = [i for i in lex if i not in u]
+            if missing:  # lexical-only hits: their dense score from their rows
+                emb = np.asarray(self.index.embeddings)
+                for i, v in zip(missing, (emb[missing] @ h).tolist()):
+                    u[i] = max(float(v), 0.0)
+            for i, v in u.items():
+                fused[i] = (1.0 - w) * v + w * lex.get(i, 0.0)
+            for i, v in lex.items():
+                if i not in fused:
+                    fused[i] = w * v
+        order = sorted((i for i, v in fused.items() if v > 0), key=lambda i: (-fused[i], i))
+        order = order[:n]
+        return order, [fused[i] for i in order]
+
+    def _hits(self, ids: Sequence[int], scores: Sequence[float]) -> list[dict[str, Any]]:
+        """A query's best :data:`TRACE_HITS` hits as trace records (passage ids looked up)."""
+        pairs = [(i, s) for i, s in zip(ids, scores) if i >= 0 and s > 0][:TRACE_HITS]
+        owner = self.index.owner
+        ps = self.index.passages_at([int(owner[i]) for i, _ in pairs])
+        return [{"passage": p.id, "proposition": int(i), "score": float(s)}
+                for (i, s), p in zip(pairs, ps)]
+
+    def _lexical_seed(self, b: SparseSignal, ids: Sequence[int], scores: Sequence[float]
+                      ) -> SparseSignal:
+        """The question's seed b joined with its top BM25 propositions (``lexical_fusion=
+        "seed"``): their scores normalised to sum 1, weighted ``w / (1 - w)`` against b's 1
+        (w = ``lexical_weight``), the whole normalised to mass 1."""
+        pairs = [(i, s) for i, s in zip(ids, scores) if i >= 0 and s > 0]
+        w = self.config.lexical_weight
+        if not pairs or w == 0.0:
+            return b
+        if w == 1.0:
+            g, b_mass = 1.0, 0.0
+        else:
+            g, b_mass = w / (1.0 - w), 1.0
+        tot = sum(s for _, s in pairs)
+        vals = np.concatenate([b.vals * b_mass, np.asarray([g * s / tot for _, s in pairs])])
+        return SparseSignal(np.concatenate([b.ids, np.asarray([i for i, _ in pairs], np.int64)]),
+                            vals / vals.sum())
+
+    def _passage_prior(self, b: SparseSignal, pids: Sequence[int], ps: Sequence[float]
+                       ) -> SparseSignal:
+        """The question's seed b joined with BM25's top passages (``lexical_passages``):
+        each passage's share ``bm25 / sum bm25`` spread evenly over its propositions, the
+        two weighted 1 : ``lexical_passage_weight`` and normalised to mass 1."""
+        g = self.config.lexical_passage_weight
+        pairs = [(j, s) for j, s in zip(pids, ps) if j >= 0 and s > 0]
+        tot = sum(s for _, s in pairs)
+        ids: list[int] = []
+        vals: list[float] = []
+        for j, s in pairs:
+            props = self.index.propositions_of(j)
+            if len(props):
+                ids.extend(props.tolist())
+                vals.extend([g * (s / tot) / len(props)] * len(props))
+        if not ids or g == 0.0:
+            return b
+        mass = float(b.vals.sum()) + sum(vals)
+        return SparseSignal(np.concatenate([b.ids, np.asarray(ids, np.int64)]),
+                            np.concatenate([b.vals, np.asarray(vals)]) / mass)
 
     def _observed(self, sel) -> list[int]:
         seen: list[int] = []
@@ -642,6 +768,14 @@ class EviReform:
             k = min(k, r.n_passages)
         cand_i, cand_s = self._search(H_q, cfg.n_candidates, r)
         sw.lap("search")
+        if cfg.lexical:  # the question's BM25 propositions (and passages)
+            n_lex = cfg.lexical_seed if cfg.lexical_fusion == "seed" else cfg.lexical_pool
+            lex_i, lex_s = lexical(engine, self.index, questions,
+                                   max(1, min(n_lex, self.index.n_props)), "props", r)
+            if cfg.lexical_passages:
+                lp_i, lp_s = lexical(engine, self.index, questions, cfg.lexical_passages,
+                                     "passages", r)
+            sw.lap("lexical")
         states = []
         for t, q in enumerate(questions):
             ids, us = cand_i[t], cand_s[t]
@@ -650,15 +784,32 @@ class EviReform:
                 keep = ids >= 0
                 ids, us = ids[keep], us[keep]
                 ids_l, us_l = ids.tolist(), us.tolist()
+            parts = None if not cfg.lexical else \
+                {"query": q, "dense": self._hits(ids_l, us_l),
+                 "lexical": self._hits(lex_i[t].tolist(), lex_s[t].tolist())}
+            if cfg.lexical and cfg.lexical_fusion != "seed":
+                li, ls = lex_i[t].tolist(), lex_s[t].tolist()
+                li, ls = [i for i in li if i >= 0], [s for i, s in zip(li, ls) if i >= 0]
+                ids_l, us_l = self._fuse(ids_l, us_l, li, ls, H_q[t], cfg.n_candidates)
+                ids, us = np.asarray(ids_l, np.int64), np.asarray(us_l, np.float64)
             st = _QuestionState(q, SparseSignal(ids, us))
+            if parts is not None:
+                st.trace.hits.append(parts)
             st.vector = H_q[t]
             st.trace.candidates = Pairs(ids_l, us_l)
             st.cand_lists = (ids_l, us_l)
             states.append(st)
         bs = self._map(lambda st: self._select(st.text, *st.cand_lists, st.trace), states)
-        for st, b in zip(states, bs):
+        for t, (st, b) in enumerate(zip(states, bs)):
             st.b = b
             st.observed = self._observed(st.trace.selected)
+            if cfg.lexical and cfg.lexical_fusion == "seed":
+                st.b = self._lexical_seed(st.b, lex_i[t].tolist(), lex_s[t].tolist())
+            if cfg.lexical and cfg.lexical_passages:
+                pids, ps = lp_i[t].tolist(), lp_s[t].tolist()
+                st.b = self._passage_prior(st.b, pids, ps)
+                st.observed += [j for j, s in zip(pids, ps)
+                                if j >= 0 and s > 0 and j not in st.observed]
         sw.lap("select")
         active = states
         for rnd in range(cfg.rounds):
@@ -672,10 +823,28 @@ class EviReform:
             if flat:
                 H_r = embed([q for _, q in flat])
                 sw.lap("encode_residual")
-                hi, hs = self._search(H_r, cfg.k_residual, r)
-                for (st, q), ids, sc in zip(flat, hi.tolist(), hs.tolist()):
-                    st.trace.residual_queries.append(q)  # a hit's empty slots are -1
-                    st.trace.residual_hits.append([(i, v) for i, v in zip(ids, sc) if i >= 0])
+                if cfg.lexical and cfg.lexical_residual:  # both kinds, fused to k_residual
+                    pool = max(cfg.k_residual, cfg.lexical_pool)
+                    hi, hs = self._search(H_r, pool, r)
+                    li, ls = lexical(engine, self.index, [q for _, q in flat],
+                                     max(1, min(pool, self.index.n_props)), "props", r)
+                    for n, ((st, q), ids, sc) in enumerate(zip(flat, hi.tolist(), hs.tolist())):
+                        d = [(i, v) for i, v in zip(ids, sc) if i >= 0 and v > 0]
+                        lx = [(i, v) for i, v in zip(li[n].tolist(), ls[n].tolist()) if i >= 0]
+                        f_i, f_s = self._fuse([i for i, _ in d], [v for _, v in d],
+                                              [i for i, _ in lx], [v for _, v in lx], H_r[n],
+                                              cfg.k_residual)
+                        st.trace.residual_queries.append(q)
+                        st.trace.residual_hits.append(list(zip(f_i, f_s)))
+                        st.trace.hits.append({
+                            "query": q, "dense": self._hits([i for i, _ in d], [v for _, v in d]),
+                            "lexical": self._hits([i for i, _ in lx], [v for _, v in lx])})
+                else:
+                    hi, hs = self._search(H_r, cfg.k_residual, r)
+                    for (st, q), ids, sc in zip(flat, hi.tolist(), hs.tolist()):
+                        st.trace.residual_queries.append(q)  # a hit's empty slots are -1
+                        st.trace.residual_hits.append([(i, v) for i, v in zip(ids, sc)
+                                                       if i >= 0])
                 sw.lap("search")
             for st in active:  # every round's hits so far (Eq. 10 over all valid queries)
                 st.seed = self._combine(st.b, self._residual_signal(st.trace.residual_hits),

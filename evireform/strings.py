@@ -108,6 +108,24 @@ class StringTable(_View):
         for a, b in zip(off, off[1:]):
             yield raw[a - base:b - base].decode("utf-8", "replace")
 
+    def pieces(self, i: int, size: int = 1 << 18) -> Iterator[str]:
+        """String ``i`` decoded in pieces of about ``size`` bytes, each cut after an ASCII
+        whitespace byte, so that no word spans two pieces (a piece grows past ``size``
+        while it holds no whitespace): what reads a long text in bounded memory, word by
+        word."""
+        a, b = int(self._off[self.lo + i]), int(self._off[self.lo + i + 1])
+        while a < b:
+            end = min(b, a + size)
+            while end < b:
+                chunk = bytes(self._mv[a:end])
+                cut = max(chunk.rfind(c) for c in (b" ", b"\n", b"\t", b"\r"))
+                if cut >= 0:
+                    end = a + cut + 1
+                    break
+                end = min(b, end + size)
+            yield bytes(self._mv[a:end]).decode("utf-8", "replace")
+            a = end
+
     def __repr__(self) -> str:
         return f"StringTable({self.n} strings)"
 

@@ -187,11 +187,17 @@ def lexical_tokens(text: str, stopwords: frozenset[str] = LEXICAL_STOPWORDS) -> 
 
     The same function tokenizes documents and queries."""
     out: list[str] = []
-    for m in _LEX_CHUNK.finditer(text):
-        w = m.group(0)
-        if _CJK.match(w):
+    for w in _LEX_CHUNK.findall(text):
+        if ord(w[0]) >= 0x3040 and _CJK.match(w):
             out.extend(g for g in _cjk_grams(w) if g not in stopwords)
             continue
+        if w.isalnum():  # letters and digits only: a plain word unless camelCase
+            rest = w[1:]
+            if rest == rest.lower():
+                whole = w.casefold()
+                if len(whole) > 1 and whole not in stopwords:
+                    out.append(whole)
+                continue
         parts = _LEX_PART.findall(w)
         camel = [] if len(parts) != 1 else _LEX_CAMEL.split(parts[0])
         whole = w.casefold()

@@ -38,20 +38,23 @@ class TermCounts:
 
     @classmethod
     def from_rows(cls, rows: Sequence[Sequence[int]]) -> "TermCounts":
-        """From each document's term ids (repeats count)."""
-        indptr = np.zeros(len(rows) + 1, np.int64)
-        terms_l, counts_l = [], []
-        for j, r in enumerate(rows):
-            if len(r):
-                t, c = np.unique(np.asarray(r, np.int64), return_counts=True)
-                terms_l.append(t)
-                counts_l.append(c)
-                indptr[j + 1] = len(t)
-        np.cumsum(indptr, out=indptr)
-        terms = np.concatenate(terms_l).astype(np.int32) if terms_l else np.zeros(0, np.int32)
-        counts = np.concatenate(counts_l).astype(np.float32) if counts_l \
-            else np.zeros(0, np.float32)
-        return cls(indptr, terms, counts)
+        """From each document's term ids (repeats count): one sort of all (document, term)
+        pairs, then the runs counted."""
+        n = len(rows)
+        lens = np.fromiter((len(r) for r in rows), np.int64, n)
+        flat = np.fromiter((t for r in rows for t in r), np.int64, int(lens.sum()))
+        doc = np.repeat(np.arange(n, dtype=np.int64), lens)
+        key = doc * (int(flat.max()) + 1 if len(flat) else 1) + flat
+        key.sort()
+        first = np.ones(len(key), bool)
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)
+        counts = np.diff(np.r_[starts, len(key)]).astype(np.float32)
+        width = int(flat.max()) + 1 if len(flat) else 1
+        d, terms = np.divmod(key[starts], width)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(d, minlength=n), out=indptr[1:])
+        return cls(indptr, terms.astype(np.int32), counts)
 
     def lengths(self) -> np.ndarray:
         """Each document's number of terms (float64)."""

@@ -184,9 +184,13 @@ def warm_up(batched: bool = True) -> None:
             getattr(holder, name).setflags(write=False)
     H.setflags(write=False)
     from . import (
-        cosine_topk, cosine_topk_batch, mentions_outside, propagate, propagate_batch,
-        rank_topk_batch, readout_topk, readout_topk_batch, score_parts)
+        cosine_topk, cosine_topk_batch, lexical_topk_batch, mentions_outside, propagate,
+        propagate_batch, rank_topk_batch, readout_topk, readout_topk_batch, score_parts)
+    from .lexical import TermCounts, bm25_weights
+    lex = bm25_weights(TermCounts.from_rows([[0, 1], [1], [2]]), 3)  # the lexical search's
     for b in ((1, int(config.SMALL_BATCH) + 1) if batched else (1,)):
+        lexical_topk_batch(lex, np.arange(b + 1, dtype=np.int64),
+                           np.arange(b, dtype=np.int64) % 3, np.ones(b), 2)
         Q = np.ones((b, 8), np.float32)
         cosine_topk_batch(H, Q, 2)
         ind = np.arange(b + 1, dtype=np.int64)

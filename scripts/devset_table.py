@@ -1,8 +1,10 @@
 """The real-documents development set (issue 52): Answer@5, R@5 and the two-hop questions'
-Chain@5 of dense, BM25, EviReform's question-only base filled by the question's dense order
-(``base_dense_fill``), EviReform and its variants, with the extractor ``--extractor auto``
+Chain@5 of dense, BM25, the hybrid (RRF of BM25 and dense), EviReform's question-only base
+filled by the question's dense order (``base_dense_fill``), EviReform (dense and lexical
+together, issue 67), its dense-only form as the paper has it (``evireform_dense``) and its
+variants, with the extractor ``--extractor auto``
 picks (the prose extractor) and with the heuristic one, and EviReform's paired bootstrap
-differences against dense and against ``base_dense_fill``.
+differences against BM25, the hybrid, dense, ``base_dense_fill`` and ``evireform_dense``.
 
 Usage: ``python scripts/devset_table.py [--dataset manpages]``; prints Markdown
 (docs/results.md, "Real documents", regenerated through scripts/update_readme.py).
@@ -25,8 +27,8 @@ from evireform.evaluation.metrics import per_question  # noqa: E402
 from evireform.evaluation.stats import BASE_SEED, paired_bootstrap, seed_offset  # noqa: E402
 from evireform.extract import make_extractor  # noqa: E402
 
-METHODS = ["dense", "bm25", "base_dense_fill", "evireform", "evireform_v1",
-           "evireform_evidence"]
+METHODS = ["dense", "bm25", "hybrid", "base_dense_fill", "evireform", "evireform_dense",
+           "evireform_v1", "evireform_evidence"]
 
 
 def main(argv=None) -> int:
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
             rows.append(f"| {label} | {m} | {v['answer@5']:.2f} | {v['recall@5']:.2f} | "
                         f"{v['chain@5']:.2f} | {c2:.2f} | "
                         + (f"{fired} |" if m == "evireform_evidence" else "– |"))
-        for other in ("dense", "base_dense_fill"):
+        for other in ("bm25", "hybrid", "dense", "base_dense_fill", "evireform_dense"):
             for metric, sel in (("answer@5", slice(None)), ("chain@5", two)):
                 r = paired_bootstrap(per["evireform"][metric][sel], per[other][metric][sel],
                                      seed=BASE_SEED + seed_offset(a.dataset, metric))

@@ -133,7 +133,10 @@ def test_query_cli(tmp_path, capsys):
     capsys.readouterr()
     assert main(["query", str(tmp_path / "ix"), "Where was Alice born?", "-k", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["passages"]) == 2 and out["passages"][0]["title"] == "Alice"
+    # the two passages share their one entity, so one propagation step gives both the same
+    # mass (z = s_A / 2 + s_P / 2 for each): both come back, in either order
+    assert len(out["passages"]) == 2 and {p["title"] for p in out["passages"]} == \
+        {"Alice", "Paris"}
     assert isinstance(out["trace"]["residual_queries"], list) and out["question"]
     assert main(["query", str(tmp_path / "ix"), "  "]) == 2
 

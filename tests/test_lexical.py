@@ -164,3 +164,69 @@ def test_filtered_search_equals_sub_index(rng, level):
     assert got == _search_all(sub, QUESTIONS, level)
     assert any(got)
     assert r.lexical  # the recounted weights are kept with the restriction
+
+
+# --------------------------------------------------------------------------- saved with the index
+def test_saved_and_loaded_with_the_index(tmp_path, rng):
+    import json
+    from evireform.store import IndexFormatError
+    ps = [p for p in _random_passages(rng, 25) if p.text]
+    idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
+    idx.save(tmp_path / "ix")
+    man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert "lexical_terms.json" in man["files"] and "lexical_props_terms.npy" in man["files"]
+    for verify in ("full", "fast"):
+        back = PropositionIndex.load(tmp_path / "ix", verify=verify)
+        assert back.search_state.lexical is not None  # read, not counted again
+        for level in ("props", "passages"):
+            assert _search_all(back, QUESTIONS, level) == _search_all(idx, QUESTIONS, level)
+    # an update of the loaded index carries the stored counts, and is saved again
+    new = [Passage("new", "New", "Alpha meets SSH_AUTH_SOCK.")]
+    grown = back.add(new, EMB)
+    grown.save(tmp_path / "ix2")
+    again = PropositionIndex.load(tmp_path / "ix2", verify="full")
+    rebuilt = PropositionIndex.build(ps + new, EMB, extractor="heuristic", show_progress=False)
+    for level in ("props", "passages"):
+        assert _search_all(again, QUESTIONS, level) == _search_all(rebuilt, QUESTIONS, level)
+    assert any(h[0] == "new" for h in _search_all(again, QUESTIONS, "passages")[1])
+
+
+def test_edited_lexical_files_are_refused(tmp_path, rng):
+    import json
+    from evireform.store import IndexFormatError, file_sha256
+    ps = [p for p in _random_passages(rng, 12) if p.text]
+    PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False).save(
+        tmp_path / "ix")
+    d = tmp_path / "ix"
+
+    def rewrite(name, arr):  # an edit with its checksum recomputed: only the values tell
+        np.save(d / name, arr, allow_pickle=False)
+        man = json.loads((d / "manifest.json").read_text())
+        man["files"][name] = {"sha256": file_sha256(d / name), "bytes": (d / name).stat().st_size}
+        (d / "manifest.json").write_text(json.dumps(man))
+
+    terms = np.load(d / "lexical_props_terms.npy")
+    good = terms.copy()
+    rewrite("lexical_props_terms.npy", np.full_like(terms, 10 ** 6))
+    with pytest.raises(IndexFormatError, match="lexical_props_terms.npy.*term id"):
+        PropositionIndex.load(d, verify="fast")
+    rewrite("lexical_props_terms.npy", good)
+    counts = np.load(d / "lexical_props_counts.npy")
+    counts[0] += 1  # a valid count, the wrong one: only a recount from the text tells
+    rewrite("lexical_props_counts.npy", counts)
+    PropositionIndex.load(d, verify="fast", stamp=False)
+    with pytest.raises(IndexFormatError, match="lexical_props_terms.npy.*row 0"):
+        PropositionIndex.load(d, verify="full")
+
+
+def test_string_pieces_never_cut_a_word():
+    from evireform.strings import StringTable
+    texts = ["alpha beta " * 50, "x" * 300 + " tail", "环境变量" * 200, "", "a\nb\tc d"]
+    blob = "".join(texts).encode()
+    off = np.r_[0, np.cumsum([len(t.encode()) for t in texts])].astype(np.int64)
+    table = StringTable(np.frombuffer(blob, np.uint8), off)
+    for i, t in enumerate(texts):
+        parts = list(table.pieces(i, size=64))
+        assert "".join(parts) == t
+        tokens = [x for p in parts for x in lexical_tokens(p)]
+        assert tokens == lexical_tokens(t)

@@ -145,6 +145,12 @@ def test_a_question_asked_in_the_browser_shows_passages_and_graph(browser, live)
         assert page.locator("#trace ul.residual li").all_inner_texts() == \
             want["trace"]["residual_queries"]
         expect(page.locator("#trace .timings")).to_contain_text("encode_question")
+        # dense and lexical together: each query's hits both ways, the question first
+        hits = page.locator("#trace ul.hits li")
+        assert hits.count() == len(want["trace"]["hits"]) >= 1
+        assert hits.nth(0).inner_text().startswith(QUESTIONS[0])
+        lex = want["trace"]["hits"][0]["lexical"]
+        assert lex and lex[0]["passage"] in hits.nth(0).locator(".lexical").inner_text()
         # the evidence graph, drawn: a node per passage, an edge per stated edge
         assert page.locator("#graph g.node").count() == len(want["graph"]["nodes"]) == 5
         assert page.locator("#graph g.edge").count() == len(

@@ -750,3 +750,92 @@ def case_limit(inp: Any, out: Any) -> None:
         "size": f"{nbytes / 2**20:.0f} MiB ({M:,} x 384 float32)", "ours_s": t_scan,
         "peer_s": t_copy, "peer": "np.copyto of the same bytes", "speedup": t_copy / t_scan,
         "agree": True, "scan_gb_s": nbytes / t_scan / 1e9, "copy_gb_s": nbytes / t_copy / 1e9}
+
+
+# --------------------------------------------------------------------------- lexical (BM25)
+_LEX_SIZES = {10_000: "10k", 100_000: "100k", 1_000_000: "1M"}
+
+
+def _lexical_corpus(inp: Any, M: int):
+    """``M`` proposition-sized texts (6 to 19 words of a Zipf-distributed vocabulary of
+    50,000 words) and 64 queries of 3 to 8 of their words, made once per run."""
+    key = ("lexical", M)
+    if key not in inp._real:
+        rng = np.random.default_rng(M + 67)
+        V = 50_000
+        p = 1.0 / np.arange(1, V + 1) ** 1.05
+        p /= p.sum()
+        vocab = np.array([f"w{i}" for i in range(V)])
+        lens = rng.integers(6, 20, size=M)
+        words = vocab[rng.choice(V, size=int(lens.sum()), p=p)]
+        cuts = np.cumsum(lens)[:-1]
+        docs = [" ".join(d) for d in np.split(words, cuts)]
+        queries = [" ".join(vocab[rng.choice(V, size=int(rng.integers(3, 9)), p=p ** 0.5
+                                                 / (p ** 0.5).sum())]) for _ in range(64)]
+        inp._real[key] = (docs, queries)
+    return inp._real[key]
+
+
+def _lexical_ours(docs: Sequence[str]):
+    """Our lexical index over ``docs`` (tokenized, counted, weighted): (terms, matrix)."""
+    from ..engine.lexical import LexicalIndex
+    from ..kernels.lexical import bm25_weights
+    terms: list[str] = []
+    ids: dict[str, int] = {}
+    counts = LexicalIndex._rows(docs, terms, ids)
+    return ids, bm25_weights(counts, len(terms))
+
+
+@case(*[f"lexical/{s} b{B} vs bm25s" for s in _LEX_SIZES.values() for B in (1, 64)],
+      *[f"lexical_build/{s} vs bm25s" for s in ("10k", "100k")])
+def case_lexical(inp: Any, out: Any) -> None:
+    """BM25 top-k over eager weights beside bm25s (its numba backend, the same corpus, the
+    same queries, tokenized on both sides beforehand), and the build of each index from
+    the texts (tokenizing, counting, weighting)."""
+    try:
+        import bm25s
+    except ImportError:
+        return
+    from ..text import lexical_tokens
+    sizes = (10_000,) if inp.quick else (10_000, 100_000, 1_000_000)
+    k = 100
+    for M in sizes:
+        docs, queries = _lexical_corpus(inp, M)
+        label = _LEX_SIZES[M]
+        if M <= 100_000:  # the build, from texts
+            def build_peer():
+                r = bm25s.BM25(backend="numba")
+                r.index(bm25s.tokenize(docs, stopwords="en", show_progress=False),
+                        show_progress=False)
+                return r
+            rep = 3 if inp.quick else 2
+            t_o, t_p = times([lambda: _lexical_ours(docs), build_peer], rep, min_s=inp.min_s)
+            out[f"lexical_build/{label} vs bm25s"] = {
+                "size": f"{M:,} texts", "ours_s": t_o, "peer_s": t_p,
+                "peer": "bm25s tokenize + index", "speedup": t_p / t_o, "agree": True}
+        ids, W = _lexical_ours(docs)
+        peer = bm25s.BM25(backend="numba")
+        peer.index(bm25s.tokenize(docs, stopwords="en", show_progress=False),
+                   show_progress=False)
+        q_tok = [[t for t in lexical_tokens(q)] for q in queries]
+        q_ids = [[ids[t] for t in dict.fromkeys(toks) if t in ids] for toks in q_tok]
+        for B in (1, 64):
+            qi = np.r_[0, np.cumsum([len(r) for r in q_ids[:B]])].astype(np.int64)
+            qt = np.asarray([t for r in q_ids[:B] for t in r], np.int64)
+            toks = q_tok[:B]
+            ours = lambda: K.lexical_topk_batch(W, qi, qt, None, k)  # noqa: E731
+            theirs = lambda: peer.retrieve(toks, k=k, show_progress=False)  # noqa: E731
+            rep = 3 if (inp.quick or M >= 1_000_000) else 10
+            t_o, t_p = times([ours, theirs], rep, min_s=inp.min_s,
+                             rounds=5 if M <= 100_000 else 1)
+            mine = ours()[0]
+            got = theirs()
+            ref = np.asarray(got[0] if isinstance(got, tuple) else got.documents)
+            sc = np.asarray(got[1] if isinstance(got, tuple) else got.scores)
+            # the same top k up to ties at the k-th score (float32 sums there, float64 here)
+            overlap = float(np.mean([len(set(a[a >= 0]) & set(b[s > 0])) / max(1, (s > 0).sum())
+                                     for a, b, s in zip(mine, ref, sc)]))
+            out[f"lexical/{label} b{B} vs bm25s"] = {
+                "size": f"{M:,} texts, batch {B}, k={k}", "ours_s": t_o, "peer_s": t_p,
+                "peer": "bm25s (numba backend)", "speedup": t_p / t_o,
+                "agree": overlap >= 0.98, "overlap": overlap}

@@ -80,6 +80,8 @@ def _cmd_eval(args: Any) -> int:
     if args.openie:
         regular_file(args.openie, "--openie")
     overrides = dict(parse_setting(item) for item in args.set or [])
+    if args.no_lexical:
+        overrides["lexical"] = False
     client = _llm_client(args)
     index, extra = None, {}
     if args.index is not None:  # a built index: its embedder unless one is named
@@ -286,6 +288,10 @@ def add_eval_parser(sub: Any) -> None:
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ev.add_argument("--plot", metavar="FILE.png",
                     help="also draw recall@K (K = 1..20) per method as a PNG (extra 'eval')")
+    ev.add_argument("--no-lexical", action="store_true",
+                    help="EviReform's methods score with the embeddings alone, as the paper "
+                         "(--set lexical=false; the evireform_dense method is the same in a "
+                         "run with the default)")
     ev.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override an EviReformConfig setting, e.g. --set beta=0.75 (repeatable)")
     ev.add_argument("--selector-n", type=_nonneg_int, default=4,

@@ -22,6 +22,7 @@ from ..application import METHODS, make_method
 from ..embed import encode_queries
 from ..engine import BACKENDS, PRECISIONS, make_engine, restrict
 from ..index import PropositionIndex
+from ..retriever import EviReformConfig
 from ..kernels import warm_up_in_background
 from ..service import RetrievalService, serve
 from .options import (
@@ -99,7 +100,7 @@ def _cmd_query(args: Any) -> int:
     emb = _index_embedder(args, idx)
     client = _llm_client(args)
     retriever = make_method(args.method, idx, emb, llm=client, engine=engine,
-                            max_workers=args.llm_workers or 1)
+                            max_workers=args.llm_workers or 1, config=_config(args))
     if args.questions is not None:
         return _batch_query(args, retriever, qs)
     res = retriever.retrieve(args.question, args.k, filter=flt)
@@ -266,7 +267,7 @@ def _cmd_serve(args: Any) -> int:
     svc = RetrievalService(args.index_dir, emb, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
                            max_queue=args.max_queue, backend=args.backend,
-                           precision=args.precision)
+                           precision=args.precision, config=_config(args))
     serve(svc, host=args.host, port=args.port, api_key=key,
           header_timeout=args.header_timeout, max_connections=args.max_connections,
           banner=f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
@@ -283,7 +284,8 @@ def _cmd_mcp(args: Any) -> int:
     make_engine(idx, args.backend, precision=args.precision)
     emb = _index_embedder(args, idx)
     svc = RetrievalService(args.index_dir, emb, llm=_llm_client(args), index=idx,
-                           backend=args.backend, precision=args.precision)
+                           backend=args.backend, precision=args.precision,
+                           config=_config(args))
     run(svc, transport=args.transport, host=args.host, port=args.port,
         banner=f"evireform mcp: {args.index_dir} on http://{args.host}:{args.port}/mcp")
     return 0
@@ -356,6 +358,14 @@ def _add_engine_args(p: Any) -> None:
                    help="the proposition scan: int8 codes on the CPU (the index needs them: "
                         "index --precision int8), fp16 on the GPU, both re-scored exactly; "
                         "auto: int8 when the index has codes, else float32")
+    p.add_argument("--no-lexical", action="store_true",
+                   help="EviReform scores with the embeddings alone, as the paper does (default: "
+                        "dense and lexical (BM25) together: EviReformConfig(lexical=False))")
+
+
+def _config(args: Any) -> Any:
+    """The EviReformConfig the engine arguments ask for (None: the defaults)."""
+    return EviReformConfig(lexical=False) if getattr(args, "no_lexical", False) else None
 
 
 def add_serve_parser(sub: Any) -> None:

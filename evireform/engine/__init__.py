@@ -12,7 +12,9 @@ The package, one subject per module:
 * :mod:`~evireform.engine.cpu` - :class:`CpuEngine` (the numba kernels);
 * :mod:`~evireform.engine.device` - :class:`DeviceEngine` and
   :func:`~evireform.engine.device.to_device` (the GPU);
-* :mod:`~evireform.engine.shards` - the index's propositions searched in shards.
+* :mod:`~evireform.engine.shards` - the index's propositions searched in shards;
+* :mod:`~evireform.engine.lexical` - the lexical index (term counts of every proposition
+  and passage) and its BM25 search, beside the dense structures.
 
 An engine answers two calls, host arrays in and out:
 
@@ -58,7 +60,7 @@ from .cpu import CpuEngine
 from .device import DeviceEngine, to_device
 from .structures import (
     CPU_PRECISIONS, DEVICE_PRECISIONS, PRECISION_BACKENDS, PRECISIONS, STORED_PRECISIONS,
-    SearchStructures, build_hnsw, quantize, scans_codes, search_index,
+    SearchStructures, build_hnsw, lexical_of, quantize, scans_codes, search_index,
     structures_of)
 
 if TYPE_CHECKING:  # annotations only
@@ -68,7 +70,8 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = ["Engine", "CpuEngine", "DeviceEngine", "BACKENDS", "PRECISIONS", "CPU_PRECISIONS",
            "DEVICE_PRECISIONS", "PRECISION_BACKENDS", "STORED_PRECISIONS",
-           "make_engine", "gpu_usable", "restrict", "search", "rank", "pack_seeds",
+           "make_engine", "gpu_usable", "restrict", "search", "rank", "pack_seeds", "lexical",
+           "lexical_of",
            "SearchStructures", "structures_of", "build_hnsw", "quantize", "scans_codes",
            "search_index",
            "to_device"]
@@ -112,6 +115,20 @@ def rank(engine: Engine, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: fl
     if split is not None and getattr(engine, "takes_split", False):
         kw["split"] = split
     return engine.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation, **kw)
+
+
+def lexical(engine: Engine, index: PropositionIndex, texts: Sequence[str], k: int,
+            level: str = "props", restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 top-``k`` propositions (``level="props"``) or passages (``"passages"``) of each
+    text: ``engine.lexical_batch`` where the engine has one (the CPU and device engines),
+    else the CPU kernel over ``index``'s lexical index (an engine object of your own)."""
+    fn = getattr(engine, "lexical_batch", None)
+    if fn is not None:
+        if restriction is None:
+            return fn(texts, k, level=level)
+        return fn(texts, k, level=level, restriction=restriction)
+    from .lexical import lexical_search
+    return lexical_search(lexical_of(index), texts, k, level, restriction, backend="cpu")
 
 
 def restrict(engine: Engine, flt: FilterSpec) -> Any:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, TYPE_CHECKING
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
 
 from .. import kernels as K
 from ..filters import RestrictionCache
-from .structures import scans_codes, search_index
+from .lexical import lexical_search
+from .structures import lexical_of, scans_codes, search_index
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
@@ -88,6 +89,15 @@ class CpuEngine:
             P, S = r.fill_batch(P, S, k)
         return (P, S) if split is None else \
             (P, S) + K.score_parts(idx.pmap, *seeds, split, alpha, P)
+
+
+    def lexical_batch(self, texts: Sequence[str], k: int, *, level: str = "props",
+                      restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` of ``level`` (``"props"`` or ``"passages"``) for each text over the
+        index's lexical index (:mod:`evireform.engine.lexical`), under ``restriction`` as
+        the sub-index would score them."""
+        return lexical_search(lexical_of(self.index), texts, k, level, restriction,
+                              backend="cpu")
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, TYPE_CHECKING
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -63,6 +63,8 @@ class DeviceEngine:
         self.device: Any = device
         self.restrictions: RestrictionCache = RestrictionCache(index)
         self._graphs: OrderedDict = OrderedDict()
+        #: the lexical weights on the device, by level: (host matrix, its arrays there)
+        self._lexical: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     @property
@@ -98,3 +100,25 @@ class DeviceEngine:
                                       graph=self._graph(r) if propagation else None,
                                       passage_mask=r.pmask)
         return r.fill_batch(P, S, k)
+
+    def lexical_batch(self, texts: Sequence[str], k: int, *, level: str = "props",
+                      restriction: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 top-``k`` of ``level`` (``"props"`` or ``"passages"``) for each text, by the
+        device's twin of the lexical kernel (:func:`evireform.kernels._gpu.bm25_topk_batch`)
+        over the index's weights (uploaded once per weight matrix)."""
+        from ..kernels import _gpu
+        from .structures import lexical_of
+        lex = lexical_of(self.index)
+        m = lex.weights(level, restriction)
+        ns = self.device.ns
+        with self._lock:
+            held = self._lexical.get(level)
+            if held is None or held[0] is not m:
+                held = self._lexical[level] = (m, ns.asarray(m.indptr), ns.asarray(m.docs),
+                                               ns.asarray(m.weights))
+        indptr, terms, w = lex.query(texts)
+        kk = max(1, min(int(k), m.n_docs))
+        ids, sc = _gpu.bm25_topk_batch(ns, *held[1:], m.n_docs, ns.asarray(indptr),
+                                       ns.asarray(terms), ns.asarray(w), kk)
+        return ns.to_host(ids), ns.to_host(sc)
+

@@ -2,6 +2,8 @@
 
 * :func:`bm25_rankings` - BM25 (``bm25s``, English stopwords) over ``title + newline + text``;
 * :func:`dense_rankings` - dense passage retrieval, same embedder, ``title + newline + text``;
+* ``hybrid`` - :func:`rrf_rankings` of the two above (reciprocal-rank fusion, k = 60, each
+  ranked to 100 passages): the hybrid search users pick (txtai, LlamaIndex, LightRAG);
 * :func:`dense_prop_rankings` - dense proposition retrieval read out to passages: passages in
   the order of their best proposition among the question's top 200 (then the dense passage
   order fills the tail);
@@ -81,6 +83,21 @@ def bm25_rankings(passage_texts: Sequence[str], questions: Sequence[str], k: int
                                                 show_progress=False), k=k, show_progress=False,
                                  n_threads=1)
     return [[int(j) for j in row] for row in docs]
+
+
+def rrf_rankings(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], k: int,
+                 c: int = 60) -> list[list[int]]:
+    """Reciprocal-rank fusion of two rankings per question (Cormack et al., 2009): a
+    passage's score is ``sum 1 / (c + rank)`` over the rankings that hold it (ranks from 1);
+    ties by the lower passage position."""
+    out = []
+    for ra, rb in zip(a, b):
+        score: dict[int, float] = {}
+        for ranking in (ra, rb):
+            for r, j in enumerate(ranking):
+                score[int(j)] = score.get(int(j), 0.0) + 1.0 / (c + r + 1)
+        out.append(sorted(score, key=lambda j: (-score[j], j))[:k])
+    return out
 
 
 def _fill(order: list[int], tail: Sequence[int], k: int) -> list[int]:
@@ -210,6 +227,12 @@ BASELINES: dict[str, Baseline] = {
                       lambda b: dense_rankings(b.P, b.Q, b.k)),
     "bm25": Baseline("BM25 (bm25s) over title + newline + text",
                      lambda b: bm25_rankings(passage_texts(b.idx.passages), b.questions, b.k)),
+    "hybrid": Baseline("reciprocal-rank fusion (k = 60) of bm25 and dense, each ranked to "
+                       "100 passages: the hybrid search users pick",
+                       lambda b: rrf_rankings(
+                           bm25_rankings(passage_texts(b.idx.passages), b.questions,
+                                         max(b.k, 100)),
+                           dense_rankings(b.P, b.Q, max(b.k, 100)), b.k)),
     "dense_prop": Baseline("dense proposition retrieval read out to passages",
                            lambda b: dense_prop_rankings(b.idx, b.Q,
                                                          dense_rankings(b.P, b.Q, b.k), b.k)),

@@ -76,6 +76,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("evireform_v1", "EviReform whose graph reformulator reads bridges as before issue "
            "52 (graph-bridge-v1: no placed-capital filter, no focus words)",
            reformulator="graph-v1"),
+    _variant("evireform_dense", "EviReform as the paper has it: dense scores only "
+             "(lexical=False)", lexical=False),
     _variant("evireform_evidence", "EviReform with the do-no-harm beta rule "
              "(beta_rule='evidence')", beta_rule="evidence"),
     # the strategies, from their one registry (evireform.strategies.STRATEGY_SETTINGS)
@@ -303,7 +305,7 @@ def bootstrap_vs_strongest(rankings: dict[str, Any], qs: Sequence[str], dataset:
                            texts: Sequence[str] | None = None) -> dict[str, Any]:
     """For every metric: EviReform minus the strongest other method on that metric, with a
     paired bootstrap 95% interval (10,000 resamples, base seed 202707).  "Other methods" are
-    the baselines (dense, bm25, dense_prop, hipporag_ppr) and the related strategies (bgr,
+    the baselines (dense, bm25, hybrid, dense_prop, hipporag_ppr) and the related strategies (bgr,
     hiq), not EviReform's own ablation cells, controls or variants, which `evireform analyze
     ablation` contrasts."""
     from .stats import BASE_SEED, paired_bootstrap, seed_offset

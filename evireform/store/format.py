@@ -64,6 +64,16 @@ HNSW_FILE = "hnsw.bin"
 HNSW_IDS_FILE = "hnsw_ids.npy"
 
 
+#: the lexical index (evireform.engine.lexical): its vocabulary, and the term counts of
+#: the propositions and of the passages as CSR rows
+LEXICAL_TERMS = "lexical_terms.json"
+LEXICAL_ARRAYS = {f"lexical_{level}_{part}.npy": (level, part, dtype)
+                  for level in ("props", "passages")
+                  for part, dtype in (("indptr", np.int64), ("terms", np.int32),
+                                      ("counts", np.float32))}
+LEXICAL_FILES = (LEXICAL_TERMS, *LEXICAL_ARRAYS)
+
+
 class IndexFormatError(ValueError):
     """A saved index directory is missing, truncated, edited, inconsistent or of another format
     version."""
@@ -96,10 +106,10 @@ SPECS = array_specs()
 
 FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
                          [STRINGS_FILE, OFFSETS_FILE, HNSW_FILE, HNSW_IDS_FILE, CODES_FILE,
-                          SCALE_FILE])
+                          SCALE_FILE, *LEXICAL_FILES])
 
 
-OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE])
+OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE, *LEXICAL_FILES])
 
 
 def _required_files(version: int) -> frozenset[Any]:
@@ -148,8 +158,13 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     with open(tmp / STRINGS_FILE, "wb") as fh:
         offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
     np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
-    from ..engine.structures import structures_of  # the engine's structures, saved with it
+    from ..engine.structures import lexical_of, structures_of  # the engine's, saved with it
     s = structures_of(idx)
+    lex = lexical_of(idx)  # counted now if it was not: a loaded index searches at once
+    _write_json(tmp / LEXICAL_TERMS, list(lex.terms))
+    for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
+        np.save(tmp / name, np.ascontiguousarray(getattr(lex.counts(level), part), dtype=dtype),
+                allow_pickle=False)
     if s.codes is not None:
         np.save(tmp / CODES_FILE, np.ascontiguousarray(s.codes, dtype=np.int8),
                 allow_pickle=False)

@@ -21,7 +21,7 @@ from ..types import Passage
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from .atomic import _dir_lock, _siblings, recover
-from .format import (CODES_FILE, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
+from .format import (CODES_FILE, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
                      HNSW_IDS_FILE, IndexFormatError, looks_like_index, MANIFEST, OFFSETS_FILE,
                      READ_VERSIONS, _required_files, SCALE_FILE, SPECS, stamp_matches,
                      STRINGS_FILE, TIERS, write_stamp)
@@ -48,6 +48,8 @@ class Loaded:
     hnsw_ids: np.ndarray | None = None
     codes: np.ndarray | None = None
     code_scale: np.ndarray | None = None
+    #: the lexical index (:class:`evireform.engine.lexical.LexicalIndex`), or None
+    lexical: Any = None
 
     @property
     def search(self) -> Any:
@@ -55,7 +57,7 @@ class Loaded:
         (:class:`evireform.engine.structures.SearchStructures`)."""
         from ..engine.structures import SearchStructures
         return SearchStructures(hnsw=self.hnsw, hnsw_ids=self.hnsw_ids, codes=self.codes,
-                                code_scale=self.code_scale)
+                                code_scale=self.code_scale, lexical=self.lexical)
 
 
 def _is_int(v) -> bool:
@@ -269,7 +271,7 @@ def _load_json(path: Path, name: str, n: int, item_ok, what: str) -> list[Any]:
         _fail(f, f"unreadable ({exc})")
     if not isinstance(obj, list):
         _fail(f, f"must be a JSON list; got {type(obj).__name__}")
-    if len(obj) != n:
+    if n >= 0 and len(obj) != n:  # n < 0: any length
         _fail(f, f"{len(obj)} entries, the manifest counts give {n}")
     if not item_ok(obj):  # a whole-list check at C speed; the slow scan only names the entry
         for i, x in enumerate(obj):
@@ -471,6 +473,7 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
         hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"],
                          arr["embeddings"] if full else None, hnsw_ids)
     codes, scale = _load_codes(path, files, sizes, mmap)
+    lexical = _load_lexical(path, files, sizes, mmap, full, passages, props)
     if full:  # one streamed pass: checksums, finite unit rows, codes within half a step
         emb = arr["embeddings"]
         sha = {n: files[n]["sha256"] for n in streamed if n in files}
@@ -483,7 +486,93 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
             write_stamp(path, files, "full")
     man = dict(man, verified=tier)
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids,
-                  codes, scale)
+                  codes, scale, lexical)
+
+
+def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool,
+                  full: bool, passages: Any, props: Any) -> Any:
+    """The lexical index, if the directory has one (all its files or none): dtypes,
+    shapes, row pointers, term ids within the vocabulary, positive finite counts, ascending
+    unique terms per row; the full tier also counts the texts' terms again and compares
+    (the counts are derived data).  None without the files (an index saved before them:
+    counted from its texts when first searched)."""
+    from ..engine.lexical import LexicalIndex
+    from ..kernels.graph import rows_sorted_unique
+    from ..kernels.lexical import TermCounts
+    have = [n for n in LEXICAL_FILES if n in files]
+    if not have:
+        return None
+    if len(have) != len(LEXICAL_FILES):
+        missing = [n for n in LEXICAL_FILES if n not in files][0]
+        _fail(path / missing, f"missing: the lexical index's {len(LEXICAL_FILES)} files "
+                              "come together")
+    terms = _load_json(path, LEXICAL_TERMS, -1, _strings_ok, "strings")
+    if len(set(terms)) != len(terms):
+        _fail(path / LEXICAL_TERMS, "repeats a term")
+    got: dict[str, dict[str, np.ndarray]] = {"props": {}, "passages": {}}
+    for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
+        f = path / name
+        try:
+            a = np.load(f, allow_pickle=False, mmap_mode="r" if mmap else None)
+        except Exception as exc:
+            _fail(f, f"unreadable ({exc})")
+        if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != 1:
+            _fail(f, f"must be a 1-d {np.dtype(dtype)} array")
+        got[level][part] = a
+    out = {}
+    for level, n in (("props", sizes["M"]), ("passages", sizes["N"])):
+        g = got[level]
+        f = path / f"lexical_{level}_indptr.npy"
+        if len(g["indptr"]) != n + 1:
+            _fail(f, f"{len(g['indptr'])} row pointers, the index has {n} rows (+1)")
+        if len(g["terms"]) != len(g["counts"]):
+            _fail(path / f"lexical_{level}_counts.npy", "not as long as its terms")
+        _check_ptr(f, g["indptr"], len(g["terms"]))
+        _check_range(path / f"lexical_{level}_terms.npy", g["terms"], len(terms), "term id")
+        c = g["counts"]
+        if len(c) and not (np.all(np.isfinite(c)) and float(c.min()) > 0):
+            _fail(path / f"lexical_{level}_counts.npy", "counts must be positive and finite")
+        if not rows_sorted_unique(g["indptr"], g["terms"]):
+            _fail(path / f"lexical_{level}_terms.npy", "a row's terms must ascend, each once")
+        out[level] = TermCounts(g["indptr"], g["terms"], g["counts"])
+    lex = LexicalIndex(list(terms), out["props"], out["passages"])
+    if full:
+        _check_lexical_counts(path, lex, passages, props)
+    return lex
+
+
+def _check_lexical_counts(path: Path, lex: Any, passages: Any, props: Any) -> None:
+    """The stored counts are the texts' (terms compared by their strings: an updated
+    index numbers its vocabulary otherwise than a rebuilt one).  Each text is counted in
+    pieces cut at whitespace (:meth:`evireform.strings.StringTable.pieces`; a term never
+    spans whitespace), so a long text is checked in bounded memory."""
+    from collections import Counter
+    from ..text import lexical_tokens
+
+    def pieces(table: Any, j: int):
+        if isinstance(table, StringTable):
+            yield from table.pieces(j)
+        else:
+            yield table[j]
+
+    if isinstance(passages, PassageTable):
+        columns = (passages.titles, passages.texts)
+    else:  # a version 1 or 2 index: Passage objects
+        columns = ([p.title for p in passages], [p.text for p in passages])
+    for level in ("props", "passages"):
+        stored = lex.counts(level)
+        for j in range(stored.n_docs):
+            got: Counter = Counter()
+            for table in ((props,) if level == "props" else columns):
+                for piece in pieces(table, j):
+                    got.update(lexical_tokens(piece))
+            lo, hi = int(stored.indptr[j]), int(stored.indptr[j + 1])
+            want = {lex.terms[int(t)]: float(c)
+                    for t, c in zip(stored.terms[lo:hi], stored.counts[lo:hi])}
+            if want != {k: float(v) for k, v in got.items()}:
+                _fail(path / f"lexical_{level}_terms.npy",
+                      f"row {j} does not hold the terms of its text (edited, or written by "
+                      "another tokenizer)")
 
 
 def _load_codes(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool):

@@ -164,6 +164,20 @@ function showTrace(trace) {
     for (const item of v) ul.append(el("li", null, Array.isArray(item) ? item.join(" → ") : item));
     box.append(ul);
   }
+  if (Array.isArray(trace.hits) && trace.hits.length) {
+    // dense and lexical together: what each query reached by its embedding and by BM25
+    box.append(el("h2", null, "What each query reached (dense · lexical)"));
+    const ul = el("ul", "hits");
+    const fmt = (hs) => hs.length
+      ? hs.map((h) => `${h.passage} (${Number(h.score).toFixed(3)})`).join(", ") : "nothing";
+    for (const h of trace.hits) {
+      const li = el("li", null, `${h.query}: `);
+      li.append(el("span", "dense", "dense " + fmt(h.dense)), " · ",
+                el("span", "lexical", "lexical " + fmt(h.lexical)));
+      ul.append(li);
+    }
+    box.append(ul);
+  }
   if (trace.score) box.append(el("p", "source", trace.score));
   const t = trace.timings_ms || {};
   if (Object.keys(t).length) {

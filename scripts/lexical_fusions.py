@@ -1,0 +1,84 @@
+"""Dense and lexical together (issue 67): how the lexical signal enters EviReform, each way
+measured on every set in one process, beside BM25, the hybrid (reciprocal-rank fusion of BM25
+and dense) and the paper's dense-only method.
+
+    python scripts/lexical_fusions.py [--sets manpages,hotpotqa,musique,musique-lc,hotpotqa-lc]
+
+Prints Markdown (docs/results.md, "Dense and lexical together", regenerated through
+scripts/update_readme.py): A@5 and the two-hop questions' Chain@5 on the real-documents set,
+R@5 / Chain@5 on the Wikipedia sets (``-lc``: their lower-cased copies).  The variants are
+``EviReformConfig`` settings (the default first).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from evireform import load_corpus  # noqa: E402
+from evireform.embed import get_embedder  # noqa: E402
+from evireform.evaluation import DATASETS, run_eval  # noqa: E402
+from evireform.evaluation.metrics import per_question  # noqa: E402
+from evireform.retriever import EviReformConfig  # noqa: E402
+
+#: (label, EviReformConfig overrides): the default, then one change at a time
+VARIANTS = [
+    ("seed (default)", {}),
+    ("dense only (the paper; `evireform_dense`)", {"lexical": False}),
+    ("seed, residual hits dense", {"lexical_residual": False}),
+    ("mix (candidates ranked by the mixed score)", {"lexical_fusion": "mix"}),
+    ("rrf (candidates by reciprocal-rank fusion)", {"lexical_fusion": "rrf"}),
+    ("seed + BM25's top 3 passages (weight 0.5)", {"lexical_passages": 3,
+                                                   "lexical_passage_weight": 0.5}),
+    ("seed, lexical_weight 0.3", {"lexical_weight": 0.3}),
+    ("seed, lexical_weight 0.6", {"lexical_weight": 0.6}),
+]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default="manpages,hotpotqa,musique,hotpotqa-lc,musique-lc")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    a = ap.parse_args(argv)
+    emb = get_embedder("minilm")
+    sets = a.sets.split(",")
+    cols: dict[str, dict[str, str]] = {}
+    for name in sets:
+        lc = name.endswith("-lc")
+        ds = name.removesuffix("-lc")
+        qf, cf = (Path(a.data) / x for x in DATASETS[ds])
+        docs = ds == "manpages"
+        texts = [p.title + "\n" + p.text for p in load_corpus(cf)] if docs else None
+        base = run_eval(qf, cf, ["bm25", "hybrid"], embedder=emb, dataset=ds, lowercase=lc,
+                        show_progress=False, answer_recall=docs)
+        two = [i for i, q in enumerate(base.questions) if q.type.startswith("bridge")]
+
+        def cell(rankings, m):
+            if not docs:
+                v = m
+                return f"{v['recall@5']:.2f} / {v['chain@5']:.2f}"
+            per = per_question(rankings, base.questions, (5,), texts)
+            return f"{m['answer@5']:.2f} / {100 * float(np.mean(per['chain@5'][two])):.2f}"
+        for b in ("bm25", "hybrid"):
+            cols.setdefault(b, {})[name] = cell(base.rankings[b], base.methods[b])
+        for label, over in VARIANTS:
+            rep = run_eval(qf, cf, ["evireform"], embedder=emb, dataset=ds, lowercase=lc,
+                           show_progress=False, answer_recall=docs,
+                           config=EviReformConfig(**over))
+            cols.setdefault(label, {})[name] = cell(rep.rankings["evireform"],
+                                                    rep.methods["evireform"])
+        print(f"done {name}", file=sys.stderr, flush=True)
+    heads = [("manpages: A@5 / two-hop C@5" if s == "manpages" else f"{s}: R@5 / C@5")
+             for s in sets]
+    print("| method | " + " | ".join(heads) + " |")
+    print("|---|" + "---:|" * len(sets))
+    for label, row in cols.items():
+        print(f"| {label} | " + " | ".join(row.get(s, "–") for s in sets) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
