@@ -14,20 +14,22 @@ EV = [sys.executable, "-m", "evireform"]
 BLOCKS = {
     "eval-hotpotqa": EV + ["eval", "--dataset", "hotpotqa", "--methods", "all", "--markdown", "--quiet"],
     "eval-musique": EV + ["eval", "--dataset", "musique", "--methods", "all", "--markdown", "--quiet"],
-    "ablation-hotpotqa": EV + ["analyze", "ablation", "--dataset", "hotpotqa", "--quiet"],
-    "ablation-musique": EV + ["analyze", "ablation", "--dataset", "musique", "--quiet"],
-    "coverage-hotpotqa": EV + ["analyze", "coverage", "--dataset", "hotpotqa", "--quiet"],
-    "coverage-musique": EV + ["analyze", "coverage", "--dataset", "musique", "--quiet"],
-    "types-hotpotqa": EV + ["analyze", "types", "--dataset", "hotpotqa", "--quiet"],
-    "types-musique": EV + ["analyze", "types", "--dataset", "musique", "--quiet"],
-    "sensitivity-hotpotqa": EV + ["analyze", "sensitivity", "--dataset", "hotpotqa", "--quiet"],
-    "sensitivity-musique": EV + ["analyze", "sensitivity", "--dataset", "musique", "--quiet"],
-    "growth": EV + ["analyze", "growth", "--png", "docs/index_growth.png", "--quiet"],
+    # the paper's analyses study its dense-only method (--no-lexical; issue 67)
+    "ablation-hotpotqa": EV + ["analyze", "ablation", "--dataset", "hotpotqa", "--no-lexical", "--quiet"],
+    "ablation-musique": EV + ["analyze", "ablation", "--dataset", "musique", "--no-lexical", "--quiet"],
+    "coverage-hotpotqa": EV + ["analyze", "coverage", "--dataset", "hotpotqa", "--no-lexical", "--quiet"],
+    "coverage-musique": EV + ["analyze", "coverage", "--dataset", "musique", "--no-lexical", "--quiet"],
+    "types-hotpotqa": EV + ["analyze", "types", "--dataset", "hotpotqa", "--no-lexical", "--quiet"],
+    "types-musique": EV + ["analyze", "types", "--dataset", "musique", "--no-lexical", "--quiet"],
+    "sensitivity-hotpotqa": EV + ["analyze", "sensitivity", "--dataset", "hotpotqa", "--no-lexical", "--quiet"],
+    "sensitivity-musique": EV + ["analyze", "sensitivity", "--dataset", "musique", "--no-lexical", "--quiet"],
+    "growth": EV + ["analyze", "growth", "--png", "docs/index_growth.png", "--no-lexical",
+                    "--quiet"],
 }
 # the full method with a strong LLM: its recorded replies replayed offline (shared/llm-replies)
 REPLAY_METHODS = ("dense,bm25,dense_prop,hipporag_ppr,evireform,reform_only,prop_only,base,"
                   "residual_only,repeat_question")
-BLOCKS["selector-study"] = EV + ["analyze", "selector", "--quiet"]
+BLOCKS["selector-study"] = EV + ["analyze", "selector", "--no-lexical", "--quiet"]
 # the seeds' two related systems beside EviReform, with the evidence-graph metrics
 BLOCKS["graphs-musique"] = EV + ["eval", "--dataset", "musique", "--methods",
                                  "dense,hipporag_ppr,evireform,bgr,bgr_union,hiq", "--graph-metrics",

@@ -132,25 +132,29 @@ def _cmd_analyze(args: Any) -> int:
     qpath, cpath = data / qrel, data / crel
     emb = _embedder(args)
     show = not args.quiet
+    # --no-lexical: the analyses of the paper's dense-only method
+    base = {"lexical": False} if args.no_lexical else {}
     if args.kind in ANALYSES:
         a = ANALYSES[args.kind]
         rep = run_eval(qpath, cpath, list(a.methods), embedder=emb, dataset=args.dataset,
-                       show_progress=show, n=args.n)
+                       show_progress=show, n=args.n, config=EviReformConfig(**base))
         idx, _, _ = cached_index(cpath, emb, show_progress=False)
         print(a.table(rep, idx))
     elif args.kind == "sensitivity":
 
         def one(**over):
             r = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
-                         show_progress=False, config=EviReformConfig(**over), n=args.n)
+                         show_progress=False, config=EviReformConfig(**base, **over),
+                         n=args.n)
             return r.methods["evireform"]
         print(sensitivity_table(one))
     elif args.kind == "selector":
         from ..evaluation.learn_selector import selector_study
-        print(selector_study(data, emb, Path(args.replies)))
+        print(selector_study(data, emb, Path(args.replies), config=EviReformConfig(**base)))
     elif args.kind == "growth":
         from ..evaluation.growth import index_growth
-        index_growth(data, emb, out_png=args.png, n_steps=args.steps, n=args.n, show=show)
+        index_growth(data, emb, out_png=args.png, n_steps=args.steps, n=args.n, show=show,
+                     config=EviReformConfig(**base))
     return 0
 
 
@@ -315,6 +319,9 @@ def add_analyze_parser(sub: Any) -> None:
                          "sensitivity: the paper's grids; growth: distractors added in steps; "
                          "selector: an LLM-free selector fitted to the recorded LLM selections "
                          "of one set, evaluated on the other")
+    an.add_argument("--no-lexical", action="store_true",
+                    help="analyse EviReform as the paper has it, with dense scores only "
+                         "(EviReformConfig(lexical=False); default: dense and lexical)")
     an.add_argument("--replies", default="../shared/llm-replies",
                     help="selector: the folder of recorded replies (hotpotqa.jsonl, musique.jsonl)")
     an.add_argument("--dataset", choices=("musique", "hotpotqa"), default="musique",

@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # annotations only
 
 
 def index_growth(data: Path, embedder: Embedder, *, out_png=None, n_steps: int = 4, n=None,
-                 show: bool = True, cache_dir: StrPath | None=None) -> list[dict]:
+                 show: bool = True, cache_dir: StrPath | None=None,
+                 config: EviReformConfig | None = None) -> list[dict]:
     """Build (or reuse) one index over MuSiQue + every 2Wiki passage, then evaluate on
     subsets holding MuSiQue plus the first s distractors for each step s.  Prints a Markdown
     table and writes a plot when ``out_png`` is given."""
@@ -44,7 +45,7 @@ def index_growth(data: Path, embedder: Embedder, *, out_png=None, n_steps: int =
     rows = []
     for s in growth_steps(len(wiki), n_steps):
         idx = subset_index(full, range(len(mus) + s)) if s < len(wiki) else full
-        res = EviReform(idx, EviReformConfig(), embedder=embedder).retrieve_many(
+        res = EviReform(idx, config or EviReformConfig(), embedder=embedder).retrieve_many(
             [q.question for q in qs], 20)
         m = metrics([[p.index for p in r.passages] for r in res], qs)
         rows.append({"distractors": s, "passages": idx.n_passages, **m})

@@ -71,15 +71,18 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, iters: int = 50)
     return w
 
 
-def _run(idx: PropositionIndex, qs: Sequence[str], embedder: Embedder, selector: Selector) -> dict[str, Any]:
+def _run(idx: PropositionIndex, qs: Sequence[str], embedder: Embedder, selector: Selector,
+         config: Any = None) -> dict[str, Any]:
     from ..retriever import EviReform
-    r = EviReform(idx, embedder=embedder, selector=selector)
+    r = EviReform(idx, config, embedder=embedder, selector=selector)
     res = r.retrieve_many([q.question for q in qs], 20)
     return metrics([[p.index for p in x.passages] for x in res], qs)
 
 
-def selector_study(data: Path, embedder: Embedder, replies_dir: Path) -> str:
-    """Both directions (fit on one set, evaluate on the other) as a Markdown table."""
+def selector_study(data: Path, embedder: Embedder, replies_dir: Path, config: Any = None) -> str:
+    """Both directions (fit on one set, evaluate on the other) as a Markdown table;
+    ``config``: the EviReformConfig the selectors are evaluated under (default: the
+    defaults)."""
     from ..llm import LLMClient, LLMConfig, LLMSelector
     from ..roles import SELECTOR_FEATURES, LearnedSelector, TopScoreSelector, selector_features
     sets = {d: _setup(data, d, embedder) for d in ("hotpotqa", "musique")}
@@ -97,15 +100,15 @@ def selector_study(data: Path, embedder: Embedder, replies_dir: Path) -> str:
         w = fit_logistic(np.concatenate(X), np.concatenate(y))
         picks = np.mean([len(c) for _, c in rows if c is not None])
         # the seed count, chosen on the training set
-        n = max(N_CHOICES, key=lambda k: (_run(idx, qs, embedder, LearnedSelector(w, k))
+        n = max(N_CHOICES, key=lambda k: (_run(idx, qs, embedder, LearnedSelector(w, k), config)
                                            ["recall@5"], -k))
         fitted[train] = (w, n, picks)
         tidx, tqs = sets[test]
-        learned = _run(tidx, tqs, embedder, LearnedSelector(w, n))
-        top4 = _run(tidx, tqs, embedder, TopScoreSelector(4))
+        learned = _run(tidx, tqs, embedder, LearnedSelector(w, n), config)
+        top4 = _run(tidx, tqs, embedder, TopScoreSelector(4), config)
         client = LLMClient(LLMConfig(model="strong-llm", offline=True,
                                      replay_paths=(str(replies_dir / f"{test}.jsonl"),)))
-        llm = _run(tidx, tqs, embedder, LLMSelector(client))
+        llm = _run(tidx, tqs, embedder, LLMSelector(client), config)
         label = f"{train} → {test}"
         for name, m in ((f"LearnedSelector(n={n})", learned), ("TopScoreSelector(n=4)", top4),
                         ("recorded LLM selection", llm)):
