@@ -230,3 +230,140 @@ def test_string_pieces_never_cut_a_word():
         assert "".join(parts) == t
         tokens = [x for p in parts for x in lexical_tokens(p)]
         assert tokens == lexical_tokens(t)
+
+
+# --------------------------------------------------------------------------- in the retriever
+from evireform import EviReform, EviReformConfig  # noqa: E402
+from evireform.engine import make_engine, to_device  # noqa: E402
+
+DOCS = [Passage("a", "Agent", "The agent keeps keys in memory. It listens on SSH_AUTH_SOCK."),
+        Passage("b", "Shell", "Use --shell to pick the login shell of a new account."),
+        Passage("c", "Config", "ProxyJump names a jump host in ssh_config."),
+        Passage("d", "Zeta", "Journal Zeta is published by the Orvel Society."),
+        Passage("e", "Orvel", "Alice Smith founded the Orvel Society in Paris.")]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return PropositionIndex.build(DOCS, EMB, extractor="heuristic", show_progress=False)
+
+
+def test_lexical_false_is_the_dense_only_method(small):
+    q = ["Which variable names the agent socket SSH_AUTH_SOCK?", "Who founded the publisher?"]
+    dense = EviReform(small, EviReformConfig(lexical=False), embedder=EMB).retrieve_many(q, 5)
+    assert all(r.trace.hits == [] and r.trace.to_dict()["hits"] == [] for r in dense)
+    both = EviReform(small, EviReformConfig(), embedder=EMB).retrieve_many(q, 5)
+    # the question first, then every residual query, each with both ways' hits
+    for r in both:
+        assert [h["query"] for h in r.trace.hits] == [r.question] + r.trace.residual_queries
+    hit = both[0].trace.hits[0]["lexical"][0]
+    assert hit["passage"] == "a" and hit["score"] > 0
+    assert "lexical" in both[0].trace.timings_ms
+
+
+class _Noise(HashingEmbedder):
+    """Each whole text to its own pseudo-random direction: dense scores that know no words."""
+
+    def _vec(self, text):
+        import hashlib
+        seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        return np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+
+
+def test_the_lexical_seed_reaches_what_the_embedding_misses():
+    """With dense scores that know no words, an identifier's parts or a rare word still
+    find their passage through the lexical seed, at the top; dense only misses some."""
+    emb = _Noise(32)
+    idx = PropositionIndex.build(DOCS, emb, extractor="heuristic", show_progress=False)
+    qs = {"auth sock": "a", "proxy jump host": "c", "login shell account": "b",
+          "Journal Zeta": "d"}
+    cfg = EviReformConfig(reformulation=False)
+    got = EviReform(idx, cfg, embedder=emb).retrieve_many(list(qs), 5)
+    assert [r.ids[0] for r in got] == list(qs.values())
+    assert all(r.passages[0].from_question > 0 for r in got)
+    dense = EviReform(idx, cfg.with_(lexical=False), embedder=emb).retrieve_many(list(qs), 5)
+    assert [r.ids[0] for r in dense] != list(qs.values())
+    # "seed": the selector is shown the dense candidates, as the paper has them
+    assert [r.trace.candidates for r in got] == [r.trace.candidates for r in dense]
+
+
+@pytest.mark.parametrize("fusion", ["mix", "rrf"])
+def test_fused_candidates(small, fusion):
+    r = EviReform(small, EviReformConfig(lexical_fusion=fusion, reformulation=False),
+                  embedder=EMB)
+    got = r.retrieve("SSH_AUTH_SOCK", 5)
+    ids = [i for i, _ in got.trace.candidates]
+    scores = [s for _, s in got.trace.candidates]
+    assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+    assert int(small.owner[ids[0]]) == 0  # passage "a": the one lexical match leads
+
+
+def test_fuse_mix_and_rrf_by_hand(small):
+    h = np.asarray(small.embeddings[0])
+    r = EviReform(small, EviReformConfig(lexical_fusion="mix", lexical_weight=0.5),
+                  embedder=EMB)
+    # dense: 1 (0.8), 2 (0.4); lexical: 2 (10), 0 (5) -> 0's dense score from its row
+    u0 = max(float(np.asarray(small.embeddings[0]) @ h), 0.0)
+    ids, sc = r._fuse([1, 2], [0.8, 0.4], [2, 0], [10.0, 5.0], h, 10)
+    want = {1: 0.4, 2: 0.2 + 0.5, 0: 0.5 * u0 + 0.25}
+    assert ids == sorted(want, key=lambda i: (-want[i], i))
+    np.testing.assert_allclose(sc, [want[i] for i in ids])
+    r = EviReform(small, EviReformConfig(lexical_fusion="rrf", lexical_weight=0.5),
+                  embedder=EMB)
+    ids, sc = r._fuse([1, 2], [0.8, 0.4], [2, 0], [10.0, 5.0], h, 2)
+    assert ids == [2, 1]  # 2 is in both lists; only the best n are kept
+    np.testing.assert_allclose(sc, [0.5 / 62 + 0.5 / 61, 0.5 / 61])
+
+
+@pytest.mark.parametrize("bad", [dict(lexical_fusion="sum"), dict(lexical_weight=1.5),
+                                 dict(lexical_seed=0), dict(lexical_pool=0),
+                                 dict(lexical="yes"), dict(lexical_passages=-1),
+                                 dict(lexical_passage_weight=-1.0),
+                                 dict(lexical_residual=1)])
+def test_lexical_settings_are_checked(bad):
+    with pytest.raises(ValueError):
+        EviReformConfig(**bad)
+
+
+def test_passage_prior_joins_observed_passages(small):
+    r = EviReform(small, EviReformConfig(lexical_passages=2, reformulation=False),
+                  embedder=EMB)
+    got = r.retrieve("SSH_AUTH_SOCK agent socket", 5)
+    assert 0 in got.trace.observed and got.ids[0] == "a"
+
+
+def test_the_device_engine_searches_lexically_as_the_cpu(small):
+    """The CuPy twin on the numpy namespace: the same lexical hits, and the same results
+    through the retriever, as the CPU engine (with and without a filter)."""
+    cpu = make_engine(small, "cpu")
+    dev = make_engine(small, to_device(small, "numpy"))
+    texts = ["SSH_AUTH_SOCK agent", "ProxyJump", "Orvel Society founder", "nothing here"]
+    for level in ("props", "passages"):
+        a, b = cpu.lexical_batch(texts, 3, level=level), dev.lexical_batch(texts, 3, level=level)
+        assert np.array_equal(a[0], b[0])
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-12)
+    q = ["Which variable names the agent socket?", "Who founded the Orvel Society?"]
+    for flt in (None, ["a", "d", "e"]):
+        x = EviReform(small, engine=cpu, embedder=EMB).retrieve_many(q, 3, filter=flt)
+        y = EviReform(small, engine=dev, embedder=EMB).retrieve_many(q, 3, filter=flt)
+        assert [r.ids for r in x] == [r.ids for r in y]
+
+
+def test_hybrid_baseline_is_reciprocal_rank_fusion():
+    from evireform.evaluation.baselines import rrf_rankings
+    got = rrf_rankings([[3, 1, 2]], [[1, 4]], 3)
+    # 1: 1/62 + 1/61, 3: 1/61, 4: 1/62 (ties by lower position), 2: 1/63
+    assert got == [[1, 3, 4]]
+
+
+def test_query_searches_both_ways_unless_told(tmp_path, capsys, small):
+    import json
+    from evireform.cli import main
+    small.save(tmp_path / "ix")
+    args = ["query", str(tmp_path / "ix"), "What does the agent keep in memory?",
+            "--embedder", "hashing-32", "--json"]
+    assert main(args) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert both["trace"]["hits"][0]["lexical"][0]["passage"] == "a"
+    assert main(args + ["--no-lexical"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace"]["hits"] == []

@@ -26,6 +26,11 @@ An engine answers two calls, host arrays in and out:
   ``takes_split = True`` also takes ``split=`` and then returns ``(P, S, FQ, FR)``, the
   score parts of each ranked passage (:func:`rank`).
 
+The CPU and device engines also answer ``lexical_batch(texts, k, *, level="props" |
+"passages", restriction=None) -> (ids, scores)``: BM25's top-``k`` propositions or passages
+of each text over the index's lexical index (:mod:`~evireform.engine.lexical`);
+:func:`lexical` calls it, or the CPU kernel for an engine object of your own.
+
 ``restriction`` (a :class:`~evireform.filters.Restriction`, what a filter compiles to) makes
 both calls answer as an index of the matching passages alone would: the search sees only the
 matching propositions, the propagation uses the entity degrees recounted over them and drops
