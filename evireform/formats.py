@@ -94,7 +94,7 @@ class _Sections:
         self.path: list[str] = []
 
     def heading(self, level: int, title: str) -> None:
-        title = _clean(title)
+        title = _clean(title).rstrip("¶§#").rstrip()  # a permalink's pilcrow is no title
         if not title:
             return
         self.path = self.path[:max(0, level - 1)] + [title]
@@ -223,6 +223,17 @@ _BLOCK_TAGS = {"p", "div", "li", "dt", "dd", "blockquote", "section", "article",
                "header", "footer", "nav", "aside", "figcaption", "caption", "table", "ul",
                "ol", "dl", "form", "br", "hr", "body", "address", "details", "summary"}
 _SKIP_TAGS = {"script", "style", "template", "noscript", "svg"}
+#: page chrome, not text: navigation, banners, footers, sidebars, search boxes and permalink
+#: anchors, known by their element, their ARIA role or their class (Sphinx's and the usual
+#: site generators' names); an element of these is skipped with everything inside it
+_CHROME_TAGS = {"nav", "header", "footer", "aside"}
+_CHROME_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
+_CHROME_CLASSES = {"sphinxsidebar", "sphinxsidebarwrapper", "related", "footer", "headerlink",
+                   "navigation", "navbar", "nav", "breadcrumb", "breadcrumbs", "sidebar",
+                   "toc", "skip-link", "site-header", "site-footer", "mobile-nav"}
+#: elements without an end tag (never pushed on the chrome stack)
+_VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+              "source", "track", "wbr"}
 
 
 class _HTMLText(HTMLParser):
@@ -238,6 +249,10 @@ class _HTMLText(HTMLParser):
         self.meta: dict[str, Any] = {}
         self.cells: list[str] | None = None
         self.h1: str | None = None
+        #: inside page chrome: (its tag, how many of that tag are open inside it + 1)
+        self.chrome: list[Any] = []
+        #: open main / article elements (an article's own header and footer are its text)
+        self.article: int = 0
 
     def flush(self):
         text = "".join(self.buf)
@@ -261,6 +276,15 @@ class _HTMLText(HTMLParser):
         if tag == "title":
             self.in_title = True
             return
+        if self.chrome:
+            if tag == self.chrome[-1][0]:
+                self.chrome[-1][1] += 1
+            return
+        if tag not in _VOID_TAGS and _is_chrome(tag, a, self.article):
+            self.chrome.append([tag, 1])
+            return
+        if tag in ("main", "article"):
+            self.article += 1
         if tag in _SKIP_TAGS:
             self.skip += 1
             return
@@ -286,6 +310,14 @@ class _HTMLText(HTMLParser):
         if tag == "title":
             self.in_title = False
             return
+        if self.chrome:
+            if tag == self.chrome[-1][0]:
+                self.chrome[-1][1] -= 1
+                if self.chrome[-1][1] == 0:
+                    self.chrome.pop()
+            return
+        if tag in ("main", "article"):
+            self.article = max(0, self.article - 1)
         if tag in _SKIP_TAGS:
             self.skip = max(0, self.skip - 1)
             return
@@ -315,8 +347,18 @@ class _HTMLText(HTMLParser):
         if self.in_title:
             self.title = _clean((self.title or "") + " " + data) or None
             return
-        if not self.skip:
+        if not self.skip and not self.chrome:
             self.buf.append(data)
+
+
+def _is_chrome(tag: str, attrs: dict[str, Any], in_article: int = 0) -> bool:
+    """Whether an element is page chrome (:data:`_CHROME_TAGS`, roles and classes); a
+    header or footer inside a main or article element is the article's own."""
+    if tag in _CHROME_TAGS and not (in_article and tag in ("header", "footer")):
+        return True
+    if (attrs.get("role") or "").lower() in _CHROME_ROLES:
+        return True
+    return bool(_CHROME_CLASSES & set((attrs.get("class") or "").lower().split()))
 
 
 def read_html_text(text: str) -> Document:

@@ -173,3 +173,43 @@ def test_a_folder_of_four_formats_indexes_and_an_edit_replaces_one_file(tmp_path
     assert changed and all(i.startswith("docs/notes.html#") for i in changed)
     assert {i for i in before if not i.startswith("docs/notes.html")} <= set(after)
     assert any("platform team" in t for t in after.values())
+
+
+def test_html_page_chrome_is_not_text():
+    """Issue 68: navigation, sidebars, footers and permalink pilcrows (a Sphinx page's
+    shape) are left out; the article's headings and text stay."""
+    from evireform.formats import read_html_text
+    page = """<html><head><title>shutil — High-level file operations</title></head><body>
+    <div class="related" role="navigation"><h3>Navigation</h3><ul><li><a href="x">index</a></li>
+      <li>next: <a href="y">linecache</a></li></ul></div>
+    <header><a href="/">Logo</a></header>
+    <div class="document"><div class="body" role="main">
+      <section id="m"><h1>shutil — High-level file operations<a class="headerlink" href="#m">¶</a></h1>
+      <p>The <code>shutil</code> module offers high-level operations on files.</p>
+      <section><h2>Directory operations<a class="headerlink" href="#d">¶</a></h2>
+      <div><div><p>copytree() copies a whole tree.</p></div></div></section></section>
+    </div></div>
+    <div class="sphinxsidebar" role="navigation"><div class="sphinxsidebarwrapper">
+      <h3>Table of Contents</h3><ul><li><div>copytree()</div></li></ul>
+      <h4>Previous topic</h4><p>linecache</p></div></div>
+    <div class="footer">© Copyright 2001-2023, Python Software Foundation.</div>
+    </body></html>"""
+    doc = read_html_text(page)
+    paths = [s.path for s in doc.sections]
+    text = " ".join(b.text for s in doc.sections for b in s.blocks)
+    assert paths == [("shutil — High-level file operations",),
+                     ("shutil — High-level file operations", "Directory operations")]
+    assert "copytree() copies a whole tree." in text and "offers high-level" in text
+    for chrome in ("¶", "Navigation", "Logo", "Previous topic", "Copyright", "Table of"):
+        assert chrome not in text and all(chrome not in " ".join(p) for p in paths)
+
+
+def test_an_articles_own_header_is_its_text():
+    from evireform.formats import read_html_text
+    doc = read_html_text("<body><header>Site name</header><article><header><h1>Post title"
+                         "</h1></header><p>Body text.</p><footer>Posted by Ann.</footer>"
+                         "</article><footer>Site footer</footer></body>")
+    text = " ".join(b.text for s in doc.sections for b in s.blocks)
+    assert doc.sections[-1].path == ("Post title",) and doc.title == "Post title"
+    assert "Body text." in text and "Posted by Ann." in text
+    assert "Site name" not in text and "Site footer" not in text
