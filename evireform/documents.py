@@ -220,6 +220,8 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
     files: dict[str, Any] = field(default_factory=dict)
     scopes: list[Any] = field(default_factory=list)
+    #: files a folder held that no reader takes (the default include only), by suffix
+    unread: dict[str, int] = field(default_factory=dict)
 
 
 def _name_ok(path: str) -> None:
@@ -248,7 +250,8 @@ def _source_of(root: str, rel: str) -> str:
     return f"{name}/{rel}" if name and rel else (rel or name)
 
 
-def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
+def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool,
+          default_include: bool = False):
     """Regular files under ``folder`` (real path), sorted: hidden entries and index
     directories skipped; FIFOs, devices, sockets and links that leave ``folder`` passed
     over with a warning; an entry that cannot be listed stops the walk unless
@@ -277,6 +280,9 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool):
             rel = full.relative_to(folder).as_posix()
             if include and not any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g)
                                    for g in include):
+                if default_include:  # a file no reader takes: named, never silently left
+                    suffix = Path(f).suffix.lower() or "(no suffix)"
+                    out.unread[suffix] = out.unread.get(suffix, 0) + 1
                 continue
             if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g) for g in exclude or ()):
                 continue
@@ -308,6 +314,7 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
     be read."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    default_include = not include
     include = list(include) if include else [f"*{s}" for s in TEXT_SUFFIXES + CORPUS_SUFFIXES]
     out = Loaded([])
     files: list[tuple[Path, str, str]] = []  # (path, root, path below the root)
@@ -321,7 +328,7 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
             root = _root_of(real, roots) or real
             scope = Path(os.path.relpath(real, root)).as_posix() if real != root else ""
             out.scopes.append((root, scope, True))
-            for f, rel in _walk(real, include, exclude, out, skip_errors):
+            for f, rel in _walk(real, include, exclude, out, skip_errors, default_include):
                 below = Path(scope, rel).as_posix() if scope not in ("", ".") else rel
                 files.append((f, root, below))
         elif p.is_file():
@@ -366,6 +373,8 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
             out.sources[src] = len(got)
             out.files[src] = {"root": root, "path": below}
         out.passages.extend(got)
+    if out.unread:
+        out.warnings.append(unread_summary(out.unread))
     ids = [p.id for p in out.passages]
     if len(set(ids)) != len(ids):
         from collections import Counter
@@ -375,6 +384,23 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
         raise ValueError("no passages found in " + ", ".join(map(str, paths))
                          + (f" ({len(out.errors)} files skipped)" if out.errors else ""))
     return out
+
+
+#: formats people keep beside their notes that no reader here takes yet
+NO_READER_YET = (".pptx", ".ppt", ".xlsx", ".xls", ".csv", ".tsv", ".epub", ".rst", ".odt",
+                 ".rtf")
+
+
+def unread_summary(unread: dict[str, int]) -> str:
+    """One line naming the files no reader takes, by suffix, most first: "skipped 3 files
+    no reader takes: 2 .pptx, 1 .bin"."""
+    n = sum(unread.values())
+    parts = [f"{c} {s}" for s, c in sorted(unread.items(), key=lambda x: (-x[1], x[0]))]
+    known = [s for s in unread if s in NO_READER_YET]
+    return (f"skipped {n} file{'s' if n != 1 else ''} no reader takes: " + ", ".join(parts)
+            + (f" ({', '.join(sorted(known))}: no reader yet; convert them to PDF, HTML or "
+               "text to index them)" if known else "")
+            + "; --include names files to read as text")
 
 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
