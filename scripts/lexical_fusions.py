@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 from evireform import load_corpus  # noqa: E402
 from evireform.embed import get_embedder  # noqa: E402
 from evireform.evaluation import DATASETS, run_eval  # noqa: E402
+from evireform.evaluation.data import ANSWER_RECALL_SETS  # noqa: E402
 from evireform.evaluation.metrics import per_question  # noqa: E402
 from evireform.retriever import EviReformConfig  # noqa: E402
 
@@ -40,7 +41,8 @@ VARIANTS = [
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", default="manpages,hotpotqa,musique,hotpotqa-lc,musique-lc")
+    ap.add_argument("--sets",
+                    default="manpages,pydoc,hotpotqa,musique,hotpotqa-lc,musique-lc")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     a = ap.parse_args(argv)
     emb = get_embedder("minilm")
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
         lc = name.endswith("-lc")
         ds = name.removesuffix("-lc")
         qf, cf = (Path(a.data) / x for x in DATASETS[ds])
-        docs = ds == "manpages"
+        docs = ds in ANSWER_RECALL_SETS
         texts = [p.title + "\n" + p.text for p in load_corpus(cf)] if docs else None
         base = run_eval(qf, cf, ["bm25", "hybrid"], embedder=emb, dataset=ds, lowercase=lc,
                         show_progress=False, answer_recall=docs)
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
             cols.setdefault(label, {})[name] = cell(rep.rankings["evireform"],
                                                     rep.methods["evireform"])
         print(f"done {name}", file=sys.stderr, flush=True)
-    heads = [("manpages: A@5 / two-hop C@5" if s == "manpages" else f"{s}: R@5 / C@5")
+    heads = [(f"{s}: A@5 / two-hop C@5" if s in ANSWER_RECALL_SETS else f"{s}: R@5 / C@5")
              for s in sets]
     print("| method | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * len(sets))

@@ -54,6 +54,29 @@ def test_the_manpages_development_set_is_consistent():
     assert len(zh) >= 4 and all("[zh_CN]" in corpus[j].title for q in zh for j in q.gold)
 
 
+def test_the_python_documentation_set_is_consistent():
+    """The second real-documents set (issue 67): 80 questions over the standard library's
+    HTML documentation, every gold title a passage, each answer string in the question's
+    last gold passage, about half two-hop with two distinct gold passages; the corpus holds
+    no page chrome (read by the package's HTML reader)."""
+    from evireform import load_corpus
+    from evireform.evaluation import DATASETS
+    qf, cf = DATASETS["pydoc"]
+    corpus = load_corpus(cf)
+    qs = load_questions(qf, corpus)
+    recs = {r["_id"]: r for r in json.loads(open(qf, encoding="utf-8").read())}
+    by_title = {p.title: p for p in corpus}
+    assert len(by_title) == len(corpus)
+    for q in qs:
+        last = by_title[recs[q.id]["supporting_facts"][-1][0]]
+        assert q.answer in last.text, q.id
+    two = [q for q in qs if q.type.startswith("bridge")]
+    assert len(qs) >= 80 and len(two) >= len(qs) // 2 - 1 and all(len(q.gold) == 2 for q in two)
+    for chrome in ("¶", "Previous topic", "Next topic", "Navigation", "Table of Contents",
+                   "Copyright", "Report a Bug"):
+        assert not any(chrome in p.text for p in corpus), chrome
+
+
 def _fixture_data(tmp_path):
     corpus = [{"title": "Alice", "text": "Alice was born in Paris."},
               {"title": "Paris", "text": "Paris is the capital of France."},
