@@ -364,8 +364,13 @@ def _is_chrome(tag: str, attrs: dict[str, Any], in_article: int = 0) -> bool:
 def read_html_text(text: str) -> Document:
     """HTML parsed with ``html.parser`` (see the module docstring)."""
     p = _HTMLText()
-    p.feed(text)
-    p.close()
+    try:
+        p.feed(text)
+        p.close()
+    except AssertionError as exc:  # html.parser asserts on some malformed markup
+        # ("<![ x", an unknown marked section): one line, never a traceback
+        raise ValueError(f"malformed HTML the parser cannot read ({exc or 'a marked section'})"
+                         ) from None
     p.flush()
     title = p.title or p.h1
     return Document(title, dict(p.meta), p.out.done())
@@ -399,9 +404,12 @@ def _read_pdf(path: Path) -> Document:
         reader = pypdf.PdfReader(str(path))
         if reader.is_encrypted:
             try:
-                reader.decrypt("")
+                opened = reader.decrypt("")  # PasswordType.NOT_DECRYPTED (0): a password
             except Exception:
-                raise ValueError(f"{path}: the PDF is encrypted") from None
+                opened = 0
+            if not opened:
+                raise ValueError(f"{path}: the PDF is encrypted (it needs a password); "
+                                 "decrypt it first, e.g. qpdf --decrypt")
         pages = [pg.extract_text() or "" for pg in reader.pages]
         info = reader.metadata or {}
         outline = _pdf_outline(reader)

@@ -18,12 +18,11 @@ Questions go through the same :class:`~evireform.service.RetrievalService` as ``
 serve`` (micro-batches, a new generation written by ``evireform update`` picked up), so an
 answer equals ``/query``'s for the same index.
 """
-from __future__ import annotations
-
 import asyncio
 import json
 from typing import Any
 
+from .service.models import MAX_QUESTION_CHARS
 from .service.resident import Overloaded, RetrievalService, Unavailable
 
 INDEX_URI = "evireform://index"
@@ -43,7 +42,10 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
     first request, in the server's event loop)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
+    from typing import Annotated, Literal
+    from pydantic import Field
     from .application import METHODS
+    METHOD_NAMES = tuple(METHODS)  # noqa: N806 - the Literal's values
     MCPServer = _sdk()
     from . import __version__
     server = MCPServer(name="evireform", version=__version__,
@@ -67,10 +69,23 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
         "index generation. filter: a where clause over passage metadata, e.g. "
         "{\"source\": \"notes/a.md\"} or {\"year\": {\"$gte\": 2000}}, or a list of passage "
         f"ids. method: one of {', '.join(METHODS)}."))
-    async def retrieve(question: str, k: int = 10,
-                       filter: dict[str, Any] | list[str] | None = None,
-                       method: str = "evireform",
-                       namespace: str | None = None) -> dict[str, Any]:
+    async def retrieve(
+            question: Annotated[str, Field(
+                strict=True, min_length=1, max_length=MAX_QUESTION_CHARS,
+                description="the question, in words (at most "
+                            f"{MAX_QUESTION_CHARS:,} characters)")],
+            k: Annotated[int, Field(strict=True, ge=1, le=max_k,
+                                    description="how many passages to return")] = 10,
+            filter: Annotated[dict[str, Any] | list[str] | None, Field(
+                description="a where clause over passage metadata ({\"source\": "
+                            "\"notes/a.md\"}, {\"year\": {\"$gte\": 2000}}) or a list "
+                            "of passage ids; null for the whole index")] = None,
+            method: Annotated[Literal[METHOD_NAMES], Field(  # type: ignore[valid-type]
+                description="the retrieval method (evireform: the default)")] = "evireform",
+            namespace: Annotated[str | None, Field(
+                strict=True, min_length=1, max_length=1000,
+                description="a tenant's namespace: only its passages are searched")] = None
+    ) -> dict[str, Any]:
         # a refusal reaches the caller as a tool error with its reason (what /query's 4xx
         # and 503 say); anything else stays a crash whose text stays on the server
         if not isinstance(question, str) or not question.strip():

@@ -175,3 +175,36 @@ def test_one_long_token_is_cut_and_front_matter_is_metadata(tmp_path):
     assert "secret_token" not in p.text and "abc123" not in p.text
     assert p.metadata["secret_token"] == "abc123" and p.metadata["tags"] == ["a", "b"]
     assert p.title == "Plans" and p.metadata["title"] == "Plans"
+
+
+def test_markup_the_parser_asserts_on_is_one_line_naming_the_file(tmp_path):
+    """Issue 69: html.parser raises AssertionError on a marked section ("<![ x"), in .html
+    files and in Markdown HTML blocks: one ValueError naming the file, a skip under
+    --skip-errors, never a traceback."""
+    import pytest
+    from evireform.documents import load_paths
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "bad.html").write_text("<html><body><p>fine</p><![ x</body></html>")
+    (d / "bad.md").write_text("# T\n\n<div>\n<![ x\n</div>\n")
+    (d / "good.md").write_text("# Good\n\nReadable text.")
+    for name in ("bad.html", "bad.md"):
+        with pytest.raises(ValueError, match=f"{name}: malformed HTML"):
+            load_paths(d / name)
+    got = load_paths(d, skip_errors=True)
+    assert [p.metadata["source"] for p in got.passages] == ["docs/good.md"]
+    assert sorted(f.rsplit("/", 1)[-1] for f, _ in got.errors) == ["bad.html", "bad.md"]
+
+
+def test_an_encrypted_pdf_says_so(tmp_path):
+    import pytest
+    pypdf = pytest.importorskip("pypdf")
+    from evireform.formats import read_document
+    w = pypdf.PdfWriter()
+    w.add_blank_page(width=200, height=200)
+    w.encrypt("secret")
+    f = tmp_path / "locked.pdf"
+    with open(f, "wb") as fh:
+        w.write(fh)
+    with pytest.raises(ValueError, match="locked.pdf: the PDF is encrypted"):
+        read_document(f)

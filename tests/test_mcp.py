@@ -56,6 +56,10 @@ async def _session_calls(session):
     answers["missing"] = await session.call_tool(
         "retrieve", {"question": QUESTIONS[0], "filter": {"no_such_key": 1}})
     answers["blank"] = await session.call_tool("retrieve", {"question": "  "})
+    # issue 69: the arguments are validated strictly, as /query validates them
+    answers["k-bool"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": True})
+    answers["k-str"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": "5"})
+    answers["long"] = await session.call_tool("retrieve", {"question": "x " * 2500})
     stats = await session.read_resource("evireform://index")
     return tools, answers, stats
 
@@ -72,8 +76,13 @@ def _check(tools, answers, stats, served):
         assert set(got["trace"]["timings_ms"]) == set(want["trace"]["timings_ms"])
         assert untimed(got) == untimed(want), key
         assert got["passages"] and all(p["text"] for p in got["passages"])
-    for key, words in (("missing", "no_such_key"), ("blank", "question")):
+    for key, words in (("missing", "no_such_key"), ("blank", "question"), ("k-bool", "k"),
+                       ("k-str", "k"), ("long", "question")):
         assert answers[key].is_error and words in answers[key].content[0].text, key
+    # every argument explains itself: described, bounded, the methods enumerated
+    assert all(p.get("description") for p in props.values())
+    assert props["k"]["minimum"] == 1 and props["k"]["maximum"] == 1000
+    assert "evireform" in props["method"]["enum"] and props["question"]["maxLength"] == 4000
     info = json.loads(stats.contents[0].text)
     assert info["status"] == "ok" and info["index"]["passages"] == 40
 

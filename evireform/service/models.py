@@ -7,6 +7,9 @@ from typing import Any, Annotated, Literal
 from ..application import METHODS
 from ..records import ResultRecord, TypedDict
 
+#: the longest question a request may ask (characters): /query, /query_batch, the MCP tool
+MAX_QUESTION_CHARS = 4000
+
 log = logging.getLogger("evireform.service")
 
 
@@ -112,7 +115,8 @@ def http_models(max_k: int, max_questions: int):
 
     #: a question holds something besides white space: a character outside every regex
     #: flavour's white space and Python's (str.strip, which the retriever applies)
-    Question = Annotated[StrictStr, Field(min_length=1, max_length=4000, pattern=NOT_BLANK)]
+    Question = Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
+                                          pattern=NOT_BLANK)]
 
     class QueryIn(Ask):
         question: Question
