@@ -421,11 +421,26 @@ def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, cou
     return _passages(read_document(f), f, src, chunk_tokens, chunk_overlap, count)
 
 
+#: file names that say what a file is, not what it is about: titled with their folder
+GENERIC_STEMS = frozenset({"readme", "index", "main", "intro", "introduction", "contents",
+                           "toc", "home", "notes", "doc", "docs", "documentation"})
+
+
+def file_title(f: Path) -> str:
+    """The title of a file that states none: its name without the suffix, after its
+    folder's name when the name is a generic one ("fastapi README", not "README")."""
+    stem = f.stem or f.name
+    parent = Path(f).parent.name
+    if stem.lower() in GENERIC_STEMS and parent:
+        return f"{parent} {stem}"
+    return stem
+
+
 def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, count: Any,
               block_sep: str = "\n") -> list[Passage]:
     front = doc.metadata
     title = str(front["title"]) if isinstance(front.get("title"), (str, int, float)) \
-        and str(front.get("title")).strip() else (doc.title or f.stem)
+        and str(front.get("title")).strip() else (doc.title or file_title(f))
     extra = {k: v for k, v in front.items()
              if k not in ("source", "chunk", "title", "section", "page")}
     out: list[Passage] = []

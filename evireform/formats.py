@@ -92,12 +92,19 @@ class _Sections:
     def __init__(self) -> None:
         self.sections: list[Section] = [Section(())]
         self.path: list[str] = []
+        self.levels: list[int] = []
 
     def heading(self, level: int, title: str) -> None:
+        """A heading of ``level`` closes the open headings of its level and below (a
+        document whose first heading is "## A" has "## B" as A's sibling, not its child)."""
         title = _clean(title).rstrip("¶§#").rstrip()  # a permalink's pilcrow is no title
         if not title:
             return
-        self.path = self.path[:max(0, level - 1)] + [title]
+        while self.levels and self.levels[-1] >= level:
+            self.levels.pop()
+            self.path.pop()
+        self.levels.append(level)
+        self.path.append(title)
         self.sections.append(Section(tuple(self.path)))
 
     def add(self, text: str, verbatim: bool = False) -> None:
@@ -151,10 +158,23 @@ def front_matter(text: str, where: str) -> tuple[dict, str]:
 
 
 # --------------------------------------------------------------------------- Markdown
+_URL = re.compile(r"^(?:https?://|mailto:)", re.I)
+#: link texts that name a place without saying where it is: the address is the information
+_PLACE_WORDS = frozenset("""here this link forum forums website site homepage page chat
+list mailing discord slack irc matrix gitter email e-mail contact tracker discussions
+discussion community mastodon""".split())
+
+
 def _inline_text(tok) -> str:
-    """An inline token's text without markup: text, code spans, image alt texts; soft
-    breaks as spaces, hard breaks as new lines; inline HTML dropped."""
+    """An inline token's text without markup: text and code spans; soft breaks as spaces,
+    hard breaks as new lines; images (badges, logos, figures) and inline HTML dropped.  A
+    link keeps its address after its text, in parentheses, where the address is the
+    information: a mail address, or a web address behind a text of at most three words that
+    names a place without saying where ("the [forum](https://discuss.example.org)",
+    "[here](...)", "[mailing list](...)")."""
     out = []
+    href: str | None = None
+    start = 0
     for c in tok.children or ():
         if c.type in ("text", "code_inline"):
             out.append(c.content)
@@ -162,8 +182,19 @@ def _inline_text(tok) -> str:
             out.append(" ")
         elif c.type == "hardbreak":
             out.append("\n")
-        elif c.type == "image":
-            out.append(_inline_text(c))
+        elif c.type == "link_open":
+            target = str(c.attrs.get("href") or "")
+            href, start = (target if _URL.match(target) else None), len(out)
+        elif c.type == "link_close":
+            shown = "".join(out[start:]).strip()
+            if href and shown:
+                bare = re.sub(r"^(?:https?://|mailto:)", "", href, flags=re.I).rstrip("/")
+                words = shown.lower().split()
+                placed = href.lower().startswith("mailto:") or (
+                    len(words) <= 3 and any(w.strip(".,:;!?") in _PLACE_WORDS for w in words))
+                if placed and bare.lower() not in shown.lower():
+                    out.append(f" ({bare})")
+            href = None
     return "".join(out)
 
 
@@ -178,6 +209,7 @@ def read_markdown_text(text: str) -> Document:
     toks = md.parse(text)
     out = _Sections()
     title = None
+    seen_heading = False
     level = 0
     row: list[str] | None = None
     for i, t in enumerate(toks):
@@ -185,8 +217,12 @@ def read_markdown_text(text: str) -> Document:
             level = int(t.tag[1])
         elif t.type == "inline" and i and toks[i - 1].type == "heading_open":
             h = _inline_text(t)
-            if title is None and _clean(h):
-                title = _clean(h)
+            if not seen_heading and _clean(h):
+                seen_heading = True
+                # the title: a level-1 heading that opens the document (nothing but
+                # images before it); a section's heading ("## Installation") is a section
+                if level == 1 and not out.sections[0].blocks:
+                    title = _clean(h).rstrip("¶§#").rstrip() or None
             out.heading(level, h)
         elif t.type == "tr_open":
             row = []

@@ -213,3 +213,33 @@ def test_an_articles_own_header_is_its_text():
     assert doc.sections[-1].path == ("Post title",) and doc.title == "Post title"
     assert "Body text." in text and "Posted by Ann." in text
     assert "Site name" not in text and "Site footer" not in text
+
+
+def test_markdown_titles_badges_and_addresses(tmp_path):
+    """Issue 68: a document's title is its front matter's, else a level-1 heading that opens
+    it, else its file name (a generic one with its folder's); a section heading is never
+    the title; badges and images are no text; a link whose address is the information
+    keeps it."""
+    from evireform.documents import load_paths
+    d = tmp_path / "fastapi"
+    d.mkdir()
+    (d / "README.md").write_text(
+        "[![Build](https://ci.example.org/badge.svg)](https://ci.example.org) ![logo](l.png)\n\n"
+        "## Installation\n\nRun pip install fastapi.\n\n## Sponsors\n\nAsk on the "
+        "[forum](https://discuss.example.org) or mail [the team](mailto:team@example.org); "
+        "see [Starlette](https://www.starlette.io/) for details.\n")
+    (d / "guide.md").write_text("![banner](b.png)\n\n# FastAPI guide\n\nText.\n\n## Part\n\nMore.")
+    (d / "late.md").write_text("Some intro text.\n\n# Not a title\n\nBody.")
+    ps = load_paths(d).passages
+    by = {}
+    for p in ps:
+        by.setdefault(p.metadata["source"], []).append(p)
+    assert {p.title for p in by["fastapi/README.md"]} == {"fastapi README"}
+    assert {p.title for p in by["fastapi/guide.md"]} == {"FastAPI guide"}
+    assert {p.title for p in by["fastapi/late.md"]} == {"late"}
+    text = " ".join(p.text for p in by["fastapi/README.md"])
+    assert "Build" not in text and "logo" not in text
+    assert "forum (discuss.example.org)" in text and "the team (team@example.org)" in text
+    assert "Starlette (" not in text  # a name is its own information
+    assert [p.metadata["section"] for p in by["fastapi/README.md"]] == ["Installation",
+                                                                         "Sponsors"]
