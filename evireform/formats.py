@@ -120,39 +120,73 @@ class _Sections:
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
 
 
+#: the front matter a document may carry: bytes of its block, values after aliases are
+#: expanded, nesting depth (a header, not a data file: beyond, one line naming the file)
+FRONT_MAX_BYTES = 64 << 10
+FRONT_MAX_VALUES = 10_000
+FRONT_MAX_DEPTH = 32
+
+
 def front_matter(text: str, where: str) -> tuple[dict, str]:
     """``(metadata, body)``: a leading YAML front matter block (``---`` ... ``---``) read as
-    metadata (YAML's safe loader; dates and other non-JSON values as strings) and removed
-    from the text, so it is neither embedded nor returned as passage text.  A block that is
-    not a mapping raises ``ValueError`` naming the file."""
+    metadata and removed from the text, so it is neither embedded nor returned as passage
+    text.  PyYAML's safe loader (a dependency: the same result on every install); dates and
+    other non-JSON values become strings.  Bounded: a block over :data:`FRONT_MAX_BYTES`,
+    more than :data:`FRONT_MAX_VALUES` values once aliases are expanded (a "billion laughs"
+    header), nesting deeper than :data:`FRONT_MAX_DEPTH`, an alias to itself, keys that
+    collide as text (``1`` and ``"1"``) or a block that is not a mapping raise
+    ``ValueError`` naming the file."""
     m = _FRONT.match(text)
     if not m:
         return {}, text
+    block = m.group(1)
+    if len(block.encode("utf-8", "surrogatepass")) > FRONT_MAX_BYTES:
+        raise ValueError(f"{where}: the front matter is larger than "
+                         f"{FRONT_MAX_BYTES >> 10} KiB; keep metadata short (a document's "
+                         "text goes below the closing ---)")
+    import yaml
     try:
-        import yaml
-        got = yaml.safe_load(m.group(1)) if m.group(1).strip() else {}
-    except ImportError:  # a minimal reader: "key: value" lines
-        got = {}
-        for line in m.group(1).splitlines():
-            k, sep, v = line.partition(":")
-            if sep and k.strip():
-                got[k.strip()] = v.strip().strip("'\"")
+        got = yaml.safe_load(block) if block.strip() else {}
     except Exception as exc:
-        raise ValueError(f"{where}: the front matter is not valid YAML ({exc})") from None
+        raise ValueError(f"{where}: the front matter is not valid YAML "
+                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                         ) from None
     if got is None:
         got = {}
     if not isinstance(got, dict):
         raise ValueError(f"{where}: the front matter must be a mapping of keys to values")
+    budget = [FRONT_MAX_VALUES]
+    open_: set[int] = set()
 
-    def plain(v):
-        if isinstance(v, dict):
-            return {str(a): plain(b) for a, b in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
+    def plain(v, depth):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ValueError(f"{where}: the front matter holds more than {FRONT_MAX_VALUES:,} "
+                             "values once its aliases are expanded")
+        if depth > FRONT_MAX_DEPTH:
+            raise ValueError(f"{where}: the front matter nests deeper than {FRONT_MAX_DEPTH}")
+        if isinstance(v, (dict, list, tuple)):
+            if id(v) in open_:
+                raise ValueError(f"{where}: the front matter holds an alias to itself")
+            open_.add(id(v))
+            try:
+                if isinstance(v, dict):
+                    out: dict[str, Any] = {}
+                    for a, b in v.items():
+                        key = str(a).lower() if isinstance(a, bool) else str(a)
+                        if key in out:
+                            raise ValueError(f"{where}: the front matter's keys {key!r} "
+                                             "collide (a number, a Boolean and a string "
+                                             "spelled alike are one key)")
+                        out[key] = plain(b, depth + 1)
+                    return out
+                return [plain(x, depth + 1) for x in v]
+            finally:
+                open_.discard(id(v))
         if v is None or isinstance(v, (bool, int, float, str)):
             return v
         return str(v)  # dates, times
-    md = plain(got)
+    md = plain(got, 0)
     check_json_value(md, f"{where} (front matter)")
     return md, text[m.end():]
 

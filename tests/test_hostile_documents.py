@@ -208,3 +208,27 @@ def test_an_encrypted_pdf_says_so(tmp_path):
         w.write(fh)
     with pytest.raises(ValueError, match="locked.pdf: the PDF is encrypted"):
         read_document(f)
+
+
+def test_front_matter_is_bounded_and_the_same_everywhere():
+    """Issues 68 and 69: YAML's safe loader, declared (a list is a list on every install);
+    a recursive alias, a billion-laughs header, colliding keys and an oversized block are
+    one ValueError naming the file, in bounded time and memory."""
+    import pytest
+    from evireform.formats import FRONT_MAX_BYTES, front_matter
+    md, body = front_matter("---\ntitle: Ops\ntags: [build, farm]\n---\nBody.", "n.md")
+    assert md == {"title": "Ops", "tags": ["build", "farm"]} and body == "Body."
+    laughs = "---\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi")) + "---\nBody."
+    assert len(laughs) < 1000
+    with pytest.raises(ValueError, match="n.md: .*more than .* values"):
+        front_matter(laughs, "n.md")
+    with pytest.raises(ValueError, match="n.md: .*alias to itself"):
+        front_matter("---\na: &a [1, *a]\n---\nBody.", "n.md")
+    with pytest.raises(ValueError, match="n.md: .*keys '1' collide"):
+        front_matter("---\n1: one\n'1': uno\n---\nBody.", "n.md")
+    with pytest.raises(ValueError, match="n.md: .*keys 'true' collide"):
+        front_matter("---\ntrue: yes\n'true': no\n---\nBody.", "n.md")
+    with pytest.raises(ValueError, match="n.md: the front matter is larger"):
+        front_matter("---\nx: " + "y" * FRONT_MAX_BYTES + "\n---\nBody.", "n.md")
