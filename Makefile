@@ -1,9 +1,10 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   - build (or reuse) an index over the data and show what it holds
 #   make test   - run the test suite
-# Both create .venv, install the CPU build of torch first (a plain `torch` requirement would
-# pull a multi-GB CUDA build), then this package with its extras (CuPy and NVRTC included:
-# they install without a GPU, and the tests compile the CUDA sources with NVRTC).
+# Both create .venv and install the CPU build of torch first (a plain `torch` requirement
+# would pull a multi-GB CUDA build); the demo then installs this package with the default
+# embedder only, the tests with every extra (CuPy and NVRTC included: they install without a
+# GPU, and the tests compile the CUDA sources with NVRTC).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,17 +17,25 @@ STAMP   = $(VENV)/.installed
 
 .PHONY: demo test bench bench-quick bench-pytest setup clean
 
-$(STAMP): pyproject.toml Makefile
+# the demo needs the core and the default embedder only; the tests add every extra
+DEMO_STAMP = $(VENV)/.installed-demo
+
+$(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed]'
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP)
 	$(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed,documents,eval,test,bench,gpu-cuda12]'
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m evireform.demo --data $(DATA)
+	@echo "the command line is installed in $(VENV): run $(VENV)/bin/evireform, or '. $(VENV)/bin/activate' first"
 
 test: $(STAMP)
 	$(PY) -m pytest -q
