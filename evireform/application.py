@@ -101,8 +101,9 @@ def update_extractor(index: PropositionIndex, extractor: Extractor | None=None):
         built, index.meta.get("extractor_choice"))
 
 
-def _matching_ids(index: PropositionIndex, flt: FilterSpec) -> list[str]:
-    """The ids of the passages filter ``flt`` matches (``KeyError`` when none does)."""
+def _matching_ids(index: PropositionIndex, flt: FilterSpec, every: bool = False) -> list[str]:
+    """The ids of the passages filter ``flt`` matches (``KeyError`` when none does;
+    ``ValueError`` when it matches every passage, unless ``every``)."""
     from .filters import FilterTargetMissing, restriction
     try:
         r = restriction(index, flt)
@@ -111,6 +112,10 @@ def _matching_ids(index: PropositionIndex, flt: FilterSpec) -> list[str]:
     ids = [] if r is None else [index.passages[int(j)].id for j in r.passages]
     if not ids:
         raise KeyError(f"no passage matches the filter {flt!r:.300}; nothing was deleted")
+    if len(ids) == index.n_passages and not every:
+        raise ValueError(f"the filter {flt!r:.300} matches every passage of the index "
+                         f"({len(ids):,}); nothing was deleted. To empty the index on purpose, "
+                         "say so: --all (CLI) or \"all\": true (/update)")
     return ids
 
 
@@ -139,7 +144,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                  embedder: Embedder | None=None, upsert: bool = False, extractor: Extractor | None=None,
                  show_progress: bool = False,
                  before_save: Callable[[Update], bool] | None = None,
-                 delete_where: FilterSpec = None) -> Update:
+                 delete_where: FilterSpec = None, delete_all: bool = False) -> Update:
     """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``
     (passages, records, or a :class:`~evireform.documents.Loaded` read from files and
     folders: the index is made to match those files) to the index saved at ``index_dir``,
@@ -153,7 +158,8 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     index as it was (``Update.saved`` False): the CLI's ``--strict-llm``.  ``delete_where``:
     a filter (:mod:`evireform.filters`, e.g. ``{"source": "notes/a.md"}`` to delete a
     document's passages) whose matching passages are deleted too; one that matches nothing
-    raises ``KeyError``."""
+    raises ``KeyError``, and one that matches every passage (``{}`` among them) is refused
+    unless ``delete_all`` (the CLI's ``--all``, ``/update``'s ``"all": true``)."""
     if not isinstance(add, Loaded) and not add:
         add = None  # an empty list adds nothing
     if add is None and not delete and delete_where is None:
@@ -166,7 +172,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
         idx = PropositionIndex.load(index_dir, verify="full", stamp=False)
         out = Update(idx, (idx.n_passages, idx.n_props))
         if delete_where is not None:
-            delete = list(delete or []) + _matching_ids(idx, delete_where)
+            delete = list(delete or []) + _matching_ids(idx, delete_where, delete_all)
         if delete:
             idx = idx.delete(list(delete))
             _merge(out.changes, idx.changes)

@@ -206,10 +206,20 @@ def test_delete_where_removes_a_documents_passages_cli_and_service(tmp_path, mon
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                 none = await c.post("/update", json={"delete_where": {"source": "gone.md"}})
                 ok = await c.post("/update", json={"delete_where": {"source": "notes/b.md"}})
-                return none, ok
+                # issue 69: a clause matching every passage deletes nothing unless told
+                every = await c.post("/update", json={"delete_where": {}})
+                blank = await c.post("/update", json={"add": [{"text": " \t\n "}]})
+                return none, ok, every, blank
         finally:
             await svc.stop()
-    none, ok = asyncio.run(run())
+    none, ok, every, blank = asyncio.run(run())
+    assert blank.status_code == 422  # a passage of spaces only is refused
     assert none.status_code == 404 and "no passage matches" in none.json()["error"]
     assert ok.status_code == 200 and ok.json()["changes"]["deleted"] >= 1
+    assert every.status_code == 400 and "matches every passage" in every.json()["error"]
     assert sources() == ["notes/c.txt"]
+    capsys.readouterr()
+    assert main(["update", "ix", "--delete-where", "{}", "--quiet"]) == 2
+    assert "matches every passage" in capsys.readouterr().err and sources() == ["notes/c.txt"]
+    assert main(["update", "ix", "--delete-where", "{}", "--all", "--quiet"]) == 0
+    assert sources() == []

@@ -205,7 +205,7 @@ def _cmd_update(args: Any) -> int:
         extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
     del peek
     up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
-                      delete_where=where,
+                      delete_where=where, delete_all=args.all,
                       upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
                       before_save=lambda u: not _fallbacks_refused(
                           args, "update", u.extractor, len(loaded.passages) if loaded else 0))
@@ -339,6 +339,9 @@ def add_update_parser(sub: Any) -> None:
                     help="passages to add: a corpus file, a text or Markdown file, or a folder "
                          "(chunked files replace exactly their earlier chunks)")
     up.add_argument("--delete", metavar="IDS_FILE", help="passage ids to delete, one per line")
+    up.add_argument("--all", action="store_true",
+                    help="--delete-where may match every passage (the index is emptied); "
+                         "without it such a filter is refused")
     up.add_argument("--delete-where", metavar="FILTER",
                     help="delete the passages this filter matches (JSON where clause, or "
                          "@file.json), e.g. '{\"source\": \"notes/a.md\"}' for one "

@@ -129,7 +129,8 @@ def http_models(max_k: int, max_questions: int):
         model_config = ConfigDict(extra="forbid")
         id: StrictStr | None = Field(None, min_length=1, max_length=1000)
         title: StrictStr = Field("", max_length=10_000)
-        text: StrictStr = Field(min_length=1, max_length=200_000)
+        text: StrictStr = Field(min_length=1, max_length=200_000, pattern=NOT_BLANK,
+                                description="the passage's text: words, not only spaces")
         metadata: Metadata | None = None
 
     class UpdateIn(BaseModel):
@@ -141,7 +142,11 @@ def http_models(max_k: int, max_questions: int):
         delete_where: Where | None = Field(
             None, description="a where clause over passage metadata (the query filter's "
             "language): the passages it matches are deleted, e.g. {\"source\": "
-            "\"notes/a.md\"} for one document's; 404 when it matches none")
+            "\"notes/a.md\"} for one document's; 404 when it matches none, 400 when it "
+            "matches every passage unless all is true")
+        all: StrictBool = Field(
+            False, description="delete_where may match every passage of the index (an "
+            "empty index stays): without it such a filter is refused")
 
     # --- what the responses are (the OpenAPI schema; the handlers send plain JSON): the
     # result record is evireform.records' (QueryOut, module level), not restated here
