@@ -187,7 +187,9 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                 rest = [p for p in add.passages if not chunk(p)]
                 if add.sources:  # chunked files: the index made to match them
                     idx = replace_sources(idx, Loaded(docs, add.sources, files=add.files,
-                                                      scopes=add.scopes), embedder, **kw)
+                                                      scopes=add.scopes, skipped=add.skipped,
+                                                      skipped_dirs=add.skipped_dirs),
+                                          embedder, **kw)
                     _merge(out.changes, idx.changes)
             else:
                 rest = list(add)

@@ -222,6 +222,11 @@ class Loaded:
     scopes: list[Any] = field(default_factory=list)
     #: files a folder held that no reader takes (the default include only), by suffix
     unread: dict[str, int] = field(default_factory=dict)
+    #: what ``skip_errors`` skipped: the sources of files that could not be read, and the
+    #: folders that could not be listed as ``(root, path below it)``; an update keeps what
+    #: the index holds of them (:func:`replace_sources`), never deletes it
+    skipped: set[str] = field(default_factory=set)
+    skipped_dirs: list[Any] = field(default_factory=list)
 
 
 def _name_ok(path: str) -> None:
@@ -262,6 +267,9 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool,
         if not skip_errors:
             raise ValueError(msg + " (--skip-errors skips unreadable entries)")
         out.errors.append((str(exc.filename or folder), msg))
+        # an entry that cannot be listed: what lies below it is not gone, only unread
+        where = os.path.realpath(exc.filename or folder)
+        out.skipped_dirs.append((folder, os.path.relpath(where, folder)))
     for root, dirs, files in os.walk(folder, onerror=failed, followlinks=False):
         r = Path(root)
         keep = []
@@ -328,9 +336,15 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
             root = _root_of(real, roots) or real
             scope = Path(os.path.relpath(real, root)).as_posix() if real != root else ""
             out.scopes.append((root, scope, True))
+            n_dirs = len(out.skipped_dirs)
             for f, rel in _walk(real, include, exclude, out, skip_errors, default_include):
                 below = Path(scope, rel).as_posix() if scope not in ("", ".") else rel
                 files.append((f, root, below))
+            for k in range(n_dirs, len(out.skipped_dirs)):  # as (root, path below the root)
+                rel = out.skipped_dirs[k][1]
+                rel = "" if rel == "." else rel
+                out.skipped_dirs[k] = (root, Path(scope, rel).as_posix()
+                                       if scope not in ("", ".") else rel)
         elif p.is_file():
             parent = os.path.realpath(p.parent)
             root = _root_of(parent, roots) or parent
@@ -368,6 +382,7 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
             if not skip_errors:
                 raise ValueError(msg + " (--skip-errors skips unreadable files)") from None
             out.errors.append((str(f), msg))
+            out.skipped.add(src)
             continue
         if f.suffix.lower() not in CORPUS_SUFFIXES:
             out.sources[src] = len(got)
@@ -523,6 +538,12 @@ def replace_sources(index: PropositionIndex, loaded: Loaded, embedder: Embedder,
                              "another folder name")
     stale_sources = [src for src, e in reg.items() if src not in loaded.sources
                      and any(_in_scope(src, e, sc) for sc in loaded.scopes)]
+    # a file skipped for this read (--skip-errors) keeps what the index holds of it: only a
+    # file that is gone from its folder loses its passages
+    kept = [src for src in stale_sources if src in loaded.skipped
+            or any(_in_scope(src, reg[src], (root, below, True))
+                   for root, below in loaded.skipped_dirs)]
+    stale_sources = [src for src in stale_sources if src not in kept]
     new_ids = {p.id for p in loaded.passages}
     stale = []
     for src in stale_sources + [s for s in loaded.sources if s in reg]:
@@ -541,5 +562,6 @@ def replace_sources(index: PropositionIndex, loaded: Loaded, embedder: Embedder,
         from dataclasses import replace as _replace
         out = _replace(index)
     out.meta = {**out.meta, DOCUMENTS: reg}
-    out.changes = {**(out.changes if loaded.passages else {}), "deleted": stale}
+    out.changes = {**(out.changes if loaded.passages else {}), "deleted": stale,
+                   **({"kept from the last read": kept} if kept else {})}
     return out

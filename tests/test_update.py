@@ -223,3 +223,26 @@ def test_delete_where_removes_a_documents_passages_cli_and_service(tmp_path, mon
     assert "matches every passage" in capsys.readouterr().err and sources() == ["notes/c.txt"]
     assert main(["update", "ix", "--delete-where", "{}", "--all", "--quiet"]) == 0
     assert sources() == []
+
+
+def test_a_skipped_file_keeps_its_passages(tmp_path, monkeypatch, capsys):
+    """Issue 69: ``update --add notes/ --skip-errors`` after a file became unreadable (here:
+    invalid UTF-8) skips it for this run and keeps what the index holds of it ("kept from
+    the last read"); only a file gone from the folder loses its passages."""
+    from evireform.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("# Alpha\n\nAlpha Quist lives in Tessaly.")
+    (tmp_path / "notes" / "b.md").write_text("# Beta\n\nBeta Orvel founded the Grey Sound.")
+    (tmp_path / "notes" / "c.md").write_text("# Gamma\n\nGamma Lind wrote about the Vell.")
+    assert main(["index", "notes", "ix", "--embedder", "hashing-32", "--quiet"]) == 0
+    ids = lambda: sorted(p.id for p in PropositionIndex.load("ix").passages)  # noqa: E731
+    before = ids()
+    (tmp_path / "notes" / "b.md").write_bytes(b"# Beta\n\n\xff\xfe not UTF-8")
+    (tmp_path / "notes" / "c.md").unlink()
+    capsys.readouterr()
+    assert main(["update", "ix", "--add", "notes", "--skip-errors"]) == 0
+    out = capsys.readouterr()
+    assert "b.md" in out.err and "kept from the last read 1" in out.out
+    assert ids() == [i for i in before if not i.startswith("notes/c.md")]
+    assert any(i.startswith("notes/b.md") for i in ids())
