@@ -49,7 +49,8 @@ from pathlib import Path
 
 from ._checks import check_text
 from .corpus import load_corpus
-from .formats import DOCUMENT_SUFFIXES, Block, Document, Section, front_matter, read_document
+from .formats import (
+    DOCUMENT_SUFFIXES, Block, Document, Section, front_matter, read_document, read_file_bytes)
 from .store import looks_like_index
 from .text import sentences
 from .types import Passage
@@ -301,6 +302,7 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool,
                         out.warnings.append(f"{full}: a link that points out of {folder}, "
                                             "not followed")
                         continue
+                    full = Path(target)  # read where it points, checked again at open
                 st = full.stat()
             except OSError as exc:
                 failed(exc)
@@ -421,7 +423,7 @@ def unread_summary(unread: dict[str, int]) -> str:
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
     """A plain-text file's passages: front matter as metadata, the rest chunked."""
     try:
-        text = f.read_text(encoding="utf-8")
+        text = read_file_bytes(f).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     front, text = front_matter(text, str(f))

@@ -32,7 +32,10 @@ from __future__ import annotations
 
 from typing import Any, TYPE_CHECKING
 
+import io
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -278,8 +281,8 @@ def read_markdown_text(text: str) -> Document:
     return Document(title, {}, out.done())
 
 
-def _read_markdown(path: Path) -> Document:
-    text = _read_utf8(path)
+def _read_markdown(path: Path, data: bytes) -> Document:
+    text = _utf8(path, data)
     meta, body = front_matter(text, str(path))
     doc = read_markdown_text(body)
     doc.metadata = meta
@@ -446,8 +449,8 @@ def read_html_text(text: str) -> Document:
     return Document(title, dict(p.meta), p.out.done())
 
 
-def _read_html(path: Path) -> Document:
-    raw = path.read_bytes()
+def _read_html(path: Path, data: bytes) -> Document:
+    raw = data
     m = re.search(rb"<meta[^>]+charset=[\"']?([A-Za-z0-9_\-]+)", raw[:4096], re.I)
     enc = m.group(1).decode("ascii", "replace") if m else "utf-8"
     try:
@@ -462,7 +465,7 @@ def _read_html(path: Path) -> Document:
 
 
 # --------------------------------------------------------------------------- PDF
-def _read_pdf(path: Path) -> Document:
+def _read_pdf(path: Path, data: bytes) -> Document:
     try:
         import pypdf
     except ImportError:
@@ -471,7 +474,7 @@ def _read_pdf(path: Path) -> Document:
     import logging
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # malformed-but-readable warnings
     try:
-        reader = pypdf.PdfReader(str(path))
+        reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             try:
                 opened = reader.decrypt("")  # PasswordType.NOT_DECRYPTED (0): a password
@@ -537,7 +540,7 @@ def _pdf_outline(reader) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- DOCX
-def _read_docx(path: Path) -> Document:
+def _read_docx(path: Path, data: bytes) -> Document:
     try:
         import docx
         from docx.table import Table
@@ -545,7 +548,7 @@ def _read_docx(path: Path) -> Document:
         raise MissingReader(f"{path}: reading DOCX needs the 'documents' extra: pip install "
                             "'evireform[documents]' (or exclude '*.docx')") from None
     try:
-        d = docx.Document(str(path))
+        d = docx.Document(io.BytesIO(data))
     except Exception as exc:
         raise ValueError(f"{path}: not a readable DOCX file ({type(exc).__name__}: {exc})") \
             from None
@@ -580,12 +583,55 @@ def _read_docx(path: Path) -> Document:
 
 
 # --------------------------------------------------------------------------- text
-def _read_utf8(path: Path) -> str:
+def _utf8(path: Path, data: bytes) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
             from None
+
+
+#: the largest file a reader reads (bytes): a document, not a disk image
+MAX_DOCUMENT_BYTES = 256 << 20
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
+    getattr(os, "O_CLOEXEC", 0)
+
+
+def read_file_bytes(path: StrPath, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of the regular file at ``path``, opened once: without following a link
+    at its last step, without blocking (a FIFO or device swapped in is refused, not waited
+    on), checked on the open descriptor (a regular file, at most ``limit`` bytes) and read
+    from it, so what is read is what was checked.  ``ValueError`` naming the file."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | _NOFOLLOW)
+    except OSError as exc:
+        import errno
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise ValueError(f"{path}: a symbolic link, not followed (the file was "
+                             "replaced by a link)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path}: not a regular file (a FIFO, device or socket)")
+        if st.st_size > limit:
+            raise ValueError(f"{path}: {st.st_size:,} bytes, more than the "
+                             f"{limit >> 20} MiB a document may have")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while True:
+            block = os.read(fd, 1 << 20)
+            if not block:
+                break
+            total += len(block)
+            if total > limit:  # the file grew while read
+                raise ValueError(f"{path}: more than the {limit >> 20} MiB a document may "
+                                 "have")
+            chunks.append(block)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 #: suffix -> reader of that format
@@ -603,4 +649,4 @@ def read_document(path: StrPath) -> Document:
     if reader is None:
         raise ValueError(f"{path}: no document reader for {path.suffix!r} "
                          f"(documents: {', '.join(DOCUMENT_SUFFIXES)})")
-    return reader(path)
+    return reader(path, read_file_bytes(path))

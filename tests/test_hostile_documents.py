@@ -232,3 +232,36 @@ def test_front_matter_is_bounded_and_the_same_everywhere():
         front_matter("---\ntrue: yes\n'true': no\n---\nBody.", "n.md")
     with pytest.raises(ValueError, match="n.md: the front matter is larger"):
         front_matter("---\nx: " + "y" * FRONT_MAX_BYTES + "\n---\nBody.", "n.md")
+
+
+@pytest.mark.parametrize("swap", ["link", "fifo"])
+def test_a_file_swapped_after_the_walk_is_not_read(tmp_path, monkeypatch, swap):
+    """Issue 69: a file is checked where it is opened, not only when the folder is walked:
+    b.md replaced by a link to a file outside the folder, or by a FIFO, between the walk
+    and the read is refused (named, skipped under --skip-errors) without reading outside
+    the folder or blocking."""
+    import os
+    from evireform import documents
+    from evireform.documents import load_paths
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "a.md").write_text("# A\n\nAlpha text.")
+    (d / "b.md").write_text("# B\n\nBeta text.")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:the secret outside")
+    walk = documents._walk
+
+    def walk_then_swap(*a, **kw):
+        yield from walk(*a, **kw)  # the walk checked b.md; now it changes
+        (d / "b.md").unlink()
+        if swap == "link":
+            (d / "b.md").symlink_to(secret)
+        else:
+            os.mkfifo(d / "b.md")
+    monkeypatch.setattr(documents, "_walk", walk_then_swap)
+    got = load_paths(d, skip_errors=True)
+    assert all("secret" not in p.text for p in got.passages)
+    assert [p.metadata["source"] for p in got.passages] == ["notes/a.md"]
+    assert got.skipped == {"notes/b.md"}
+    why = "symbolic link" if swap == "link" else "not a regular file"
+    assert any(why in msg for _, msg in got.errors)
