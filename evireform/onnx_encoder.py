@@ -279,11 +279,11 @@ class OnnxEncoder:
         batch_size = int(batch_size or self.batch_size)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = [None] * len(texts)
-        starts = range(0, len(texts), batch_size)
-        if show_progress:
+        bar = None
+        if show_progress:  # counts texts, whatever the batch size
             from tqdm.auto import tqdm
-            starts = tqdm(starts, desc="embed", unit="batch")
-        for lo in starts:
+            bar = tqdm(total=len(texts), desc="embed", unit="text")
+        for lo in range(0, len(texts), batch_size):
             idx = order[lo:lo + batch_size]
             enc = self._tok.encode_batch([texts[i] for i in idx])
             ids = np.asarray([e.ids for e in enc], np.int64)
@@ -294,6 +294,10 @@ class OnnxEncoder:
             X = self._sess.run(None, feed)[0]
             for r, i in enumerate(idx):
                 out[i] = X[r]
+            if bar is not None:
+                bar.update(len(idx))
+        if bar is not None:
+            bar.close()
         X = np.ascontiguousarray(np.stack(out), dtype=np.float32)
         if self.dim is None:
             self.dim = X.shape[1]
