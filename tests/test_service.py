@@ -509,3 +509,42 @@ def test_what_stock_schemathesis_asks_of_the_contract(index_dir, tmp_path):
     assert [p["id"] for p in ids.json()["passages"]] and \
         {p["id"] for p in ids.json()["passages"]} <= {"t1", "t3"}
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+
+
+def test_cors_is_off_unless_an_origin_is_named(index_dir):
+    """Issue 70: ``serve --cors-origin`` lets a front end on another origin call the
+    service (its preflight answered before the key check; the request itself still needs
+    the key); without it, no CORS headers and OPTIONS is not allowed."""
+    import asyncio
+    import httpx
+    from evireform.service import RetrievalService, create_app
+    pre = {"Origin": "https://app.example.org", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization,content-type"}
+
+    async def ask(origins):
+        svc = RetrievalService(index_dir, EMB)
+        app = create_app(svc, api_key="s3cret", cors_origins=origins)
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                opt = await c.options("/query", headers=pre)
+                bad = await c.options("/query", headers={**pre, "Origin": "https://evil.example"})
+                q = await c.post("/query", json={"question": QUESTIONS[0], "k": 2},
+                                 headers={"Origin": "https://app.example.org",
+                                          "Authorization": "Bearer s3cret"})
+                noauth = await c.post("/query", json={"question": QUESTIONS[0], "k": 2},
+                                      headers={"Origin": "https://app.example.org"})
+                return opt, bad, q, noauth
+        finally:
+            await svc.stop()
+    opt, bad, q, noauth = asyncio.run(ask(["https://app.example.org"]))
+    assert opt.status_code == 200
+    assert opt.headers["access-control-allow-origin"] == "https://app.example.org"
+    assert "access-control-allow-origin" not in bad.headers
+    assert q.status_code == 200 and q.headers["access-control-allow-origin"] == \
+        "https://app.example.org"
+    assert noauth.status_code == 401
+    opt, _, q, _ = asyncio.run(ask(()))
+    assert opt.status_code != 200 and "access-control-allow-origin" not in opt.headers
+    assert "access-control-allow-origin" not in q.headers

@@ -270,6 +270,7 @@ def _cmd_serve(args: Any) -> int:
                            precision=args.precision, config=_config(args))
     serve(svc, host=args.host, port=args.port, api_key=key,
           header_timeout=args.header_timeout, max_connections=args.max_connections,
+          cors_origins=args.cors_origin,
           banner=f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
                  "(docs at /docs)")
     return 0
@@ -381,6 +382,9 @@ def add_serve_parser(sub: Any) -> None:
                          "(default 10)")
     sv.add_argument("--max-connections", type=_positive_int, default=1000,
                     help="open connections at most; beyond, 503 (default 1000)")
+    sv.add_argument("--cors-origin", action="append", metavar="ORIGIN", default=[],
+                    help="a web origin (https://app.example.org) whose pages may call the "
+                         "service from a browser (CORS; repeatable; none by default)")
     sv.add_argument("--api-key-env", metavar="VAR",
                     help="require 'Authorization: Bearer $VAR' on the data endpoints (not on "
                          "/health, the search page, the docs or the schema)")

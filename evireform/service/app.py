@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Sequence
 
 from ..embed import EmbedderOutputError
 from ..filters import FilterTargetMissing, json_schemas
@@ -20,8 +20,12 @@ log = logging.getLogger("evireform.service")
 
 
 def create_app(service: RetrievalService, *, api_key: str | None = None,
-               max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256):
-    """The FastAPI application over ``service`` (see the module docstring)."""
+               max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256,
+               cors_origins: Sequence[str] = ()):
+    """The FastAPI application over ``service`` (see the module docstring).
+    ``cors_origins``: the web origins (``https://app.example.org``) whose pages may call the
+    service from a browser (CORS; none by default): their preflight requests are answered
+    before the key check, the requests themselves still need the key."""
     try:
         from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
@@ -197,7 +201,13 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     app.openapi = openapi
 
-    return _Guard(app, m, api_key, max_body)
+    guarded = _Guard(app, m, api_key, max_body)
+    if not cors_origins:
+        return guarded
+    from starlette.middleware.cors import CORSMiddleware
+    return CORSMiddleware(guarded, allow_origins=list(cors_origins),
+                          allow_methods=["GET", "POST"],
+                          allow_headers=["Authorization", "Content-Type"], max_age=600)
 
 
 #: the search page's security policy: its own files only, no inline script or style, no
@@ -310,7 +320,8 @@ def _protocol(header_timeout: float):
 def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, log_level: str = "warning",
           header_timeout: float = 10.0, keep_alive: float = 5.0,
-          max_connections: int = 1000, banner: str | None = None) -> None:
+          max_connections: int = 1000, banner: str | None = None,
+          cors_origins: Sequence[str] = ()) -> None:
     """Run the service with uvicorn until interrupted: request heads within
     ``header_timeout`` seconds, idle keep-alive connections closed after ``keep_alive``
     seconds, at most ``max_connections`` connections (beyond, 503).  The socket is bound
@@ -323,7 +334,7 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
     faulthandler.enable(sys.stderr)
-    app = create_app(service, api_key=api_key)
+    app = create_app(service, api_key=api_key, cors_origins=cors_origins)
     sock = _bound_socket(host, port)
     if banner:
         print(banner, file=sys.stderr, flush=True)
