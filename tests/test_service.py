@@ -548,3 +548,34 @@ def test_cors_is_off_unless_an_origin_is_named(index_dir):
     opt, _, q, _ = asyncio.run(ask(()))
     assert opt.status_code != 200 and "access-control-allow-origin" not in opt.headers
     assert "access-control-allow-origin" not in q.headers
+
+
+def test_a_loopback_service_refuses_other_host_names(index_dir):
+    """Issue 69 (DNS rebinding): a service bound to loopback answers requests addressed to
+    its loopback names only; a page whose name was rebound to 127.0.0.1 sends its own
+    name in Host and gets 421, key or no key."""
+    import asyncio
+    import httpx
+    from evireform.service import RetrievalService, create_app
+    from evireform.service.guard import LOOPBACK_HOSTS, _host_name
+    assert _host_name(b"[::1]:8000") == "::1" and _host_name(b"LocalHost:80") == "localhost"
+    svc = RetrievalService(index_dir, EMB)
+    app = create_app(svc, allowed_hosts=LOOPBACK_HOSTS)
+
+    async def ask():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://127.0.0.1:8000") as c:
+                ok = await c.post("/query", json={"question": QUESTIONS[0], "k": 2})
+                v6 = await c.get("/health", headers={"Host": "[::1]:8000"})
+                evil = await c.post("/query", json={"question": QUESTIONS[0], "k": 2},
+                                    headers={"Host": "evil.example:8000"})
+                evil_page = await c.get("/", headers={"Host": "evil.example"})
+                return ok, v6, evil, evil_page
+        finally:
+            await svc.stop()
+    ok, v6, evil, evil_page = asyncio.run(ask())
+    assert ok.status_code == 200 and v6.status_code == 200
+    assert evil.status_code == 421 and evil_page.status_code == 421
+    assert "127.0.0.1" in evil.json()["error"]

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from ..embed import EmbedderOutputError
 from ..filters import FilterTargetMissing, json_schemas
 from ..index import PassageConflict
-from .guard import _error_of, _Guard
+from .guard import LOOPBACK_HOSTS, _error_of, _Guard
 from .models import BatchOut, QueryOut, http_models, metadata_schemas
 from .resident import Overloaded, RetrievalService, Unavailable, _no_paths
 
@@ -21,11 +21,13 @@ log = logging.getLogger("evireform.service")
 
 def create_app(service: RetrievalService, *, api_key: str | None = None,
                max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256,
-               cors_origins: Sequence[str] = ()):
+               cors_origins: Sequence[str] = (), allowed_hosts: Sequence[str] | None = None):
     """The FastAPI application over ``service`` (see the module docstring).
     ``cors_origins``: the web origins (``https://app.example.org``) whose pages may call the
     service from a browser (CORS; none by default): their preflight requests are answered
-    before the key check, the requests themselves still need the key."""
+    before the key check, the requests themselves still need the key.  ``allowed_hosts``:
+    the names a request's ``Host`` may give, others answered 421 (None: any; :func:`serve`
+    bound to loopback passes its loopback names)."""
     try:
         from fastapi import FastAPI
         from fastapi.exceptions import RequestValidationError
@@ -201,7 +203,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     app.openapi = openapi
 
-    guarded = _Guard(app, m, api_key, max_body)
+    guarded = _Guard(app, m, api_key, max_body, allowed_hosts)
     if not cors_origins:
         return guarded
     from starlette.middleware.cors import CORSMiddleware
@@ -334,7 +336,10 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
         raise ImportError("the service needs the 'serve' extra: "
                           "pip install 'evireform[serve]'") from exc
     faulthandler.enable(sys.stderr)
-    app = create_app(service, api_key=api_key, cors_origins=cors_origins)
+    # bound to loopback: only its loopback names (DNS rebinding); bound wider, any name
+    loopback = host in LOOPBACK_HOSTS or host.startswith("127.")
+    app = create_app(service, api_key=api_key, cors_origins=cors_origins,
+                     allowed_hosts=(*LOOPBACK_HOSTS, host) if loopback else None)
     sock = _bound_socket(host, port)
     if banner:
         print(banner, file=sys.stderr, flush=True)

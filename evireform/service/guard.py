@@ -16,6 +16,18 @@ class _BodyTooLarge(Exception):
     """Raised by the guard's ``receive`` when a streamed body passes the cap."""
 
 
+def _host_name(header: bytes | None) -> str:
+    """The host name of a ``Host`` header, without its port ("[::1]:8000" -> "::1")."""
+    h = (header or b"").decode("latin-1").strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+#: a loopback service's own names
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 class _Guard:
     """Pure ASGI middleware (cheaper than Starlette's BaseHTTPMiddleware): bearer token,
     body-size limit, metrics per endpoint and status, and a JSON 500 for anything that
@@ -36,8 +48,13 @@ class _Guard:
     def public(cls, path: str) -> bool:
         return path in cls.PUBLIC or (path.startswith("/static/") and "/" not in path[8:])
 
-    def __init__(self, app, metrics: Metrics, api_key, max_body: int):
+    def __init__(self, app, metrics: Metrics, api_key, max_body: int, allowed_hosts=None):
         self.app, self.m, self.max_body = app, metrics, max_body
+        #: the names a request's Host header may give (None: any): a service bound to
+        #: loopback answers only its loopback names, so a page on another site whose name
+        #: was rebound to 127.0.0.1 (DNS rebinding) is refused
+        self.allowed_hosts = None if allowed_hosts is None else \
+            frozenset(h.lower() for h in allowed_hosts)
         if api_key is not None and (not api_key or api_key != api_key.strip()
                                     or any(c in api_key for c in " \t\r\n")):
             raise ValueError("the API key is empty or holds whitespace (a key read with its "
@@ -95,6 +112,12 @@ class _Guard:
             return msg
         try:
             headers = dict(scope.get("headers") or ())
+            if self.allowed_hosts is not None and \
+                    _host_name(headers.get(b"host")) not in self.allowed_hosts:
+                await self._send_json(counting_send, 421, "this service answers requests "
+                                      "addressed to " + ", ".join(sorted(self.allowed_hosts))
+                                      + " only")
+                return
             if not self.public(path) and not self._authorised(headers.get(b"authorization")):
                 await self._send_json(counting_send, 401, "missing or wrong bearer token",
                                       [(b"www-authenticate", b"Bearer")])
