@@ -111,10 +111,33 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
     return server
 
 
+def bearer_only(app: Any, api_key: str) -> Any:
+    """``app`` (ASGI) answering HTTP requests only with ``Authorization: Bearer
+    <api_key>`` (compared in constant time); others get 401 with a JSON error."""
+    import hmac
+    want = api_key.encode()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http":
+            header = dict(scope.get("headers") or ()).get(b"authorization") or b""
+            scheme, _, token = header.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), want):
+                body = b'{"error": "missing or wrong bearer token"}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+    return guarded
+
+
 def run(service: RetrievalService, *, transport: str = "stdio", host: str = "127.0.0.1",
-        port: int = 8765, banner: str | None = None) -> None:
+        port: int = 8765, banner: str | None = None, api_key: str | None = None) -> None:
     """Serve until interrupted: over stdio (the protocol on stdout, nothing else there), or
-    streamable HTTP on ``host:port`` at ``/mcp`` (``banner`` on stderr once bound)."""
+    streamable HTTP on ``host:port`` at ``/mcp`` (``banner`` on stderr once bound;
+    ``api_key``: every HTTP request must carry it as a bearer token)."""
     import sys
 
     server = create_server(service)
@@ -127,6 +150,8 @@ def run(service: RetrievalService, *, transport: str = "stdio", host: str = "127
 
     from .service.app import _bound_socket
     app = server.streamable_http_app(host=host)
+    if api_key:
+        app = bearer_only(app, api_key)
     sock = _bound_socket(host, port)
     if banner:
         print(banner, file=sys.stderr, flush=True)

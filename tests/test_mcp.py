@@ -138,3 +138,47 @@ def test_without_the_sdk_the_command_says_what_to_install(index_dir, tmp_path):
                        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
                        timeout=120, check=False)
     assert r.returncode != 0 and "evireform[mcp]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_http_transport_takes_a_key(index_dir):
+    """Issue 69: ``mcp --transport http --api-key-env VAR`` refuses requests without the
+    bearer token (401) and answers with it; bound beyond loopback without a key it warns."""
+    import os
+    import httpx
+    port = _port()
+    env = {**os.environ, "MCP_KEY": "k3y"}
+    proc = subprocess.Popen([*CMD, str(index_dir), "--embedder", "hashing-64", "--transport",
+                             "http", "--port", str(port), "--api-key-env", "MCP_KEY"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(proc.stderr.read().decode()) from None
+                assert time.monotonic() - t0 < 120, "evireform mcp did not start"
+                time.sleep(0.1)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}
+        hdr = {"Accept": "application/json, text/event-stream"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        no = httpx.post(url, json=init, headers=hdr, timeout=30)
+        yes = httpx.post(url, json=init, headers={**hdr, "Authorization": "Bearer k3y"},
+                         timeout=30)
+        assert no.status_code == 401 and "bearer" in no.json()["error"]
+        assert yes.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    with socket.socket() as busy:  # a port in use: the command warns, then cannot bind
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        out = subprocess.run([*CMD, str(index_dir), "--transport", "http", "--host", "0.0.0.0",
+                              "--port", str(busy.getsockname()[1]), "--embedder",
+                              "hashing-64"], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert out.returncode != 0 and "without --api-key-env" in out.stderr

@@ -245,9 +245,9 @@ def _batch_query(args: Any, retriever, qs: Sequence[str]) -> int:
     return _strict_status(args, qs, fell_back)
 
 
-def _cmd_serve(args: Any) -> int:
-    """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
-    HTTP (:mod:`evireform.service`)."""
+def _api_key(args: Any, what: str) -> str | None:
+    """The key ``--api-key-env`` names (refused when unset or empty), and a warning on
+    stderr for a service bound beyond loopback without one."""
     key = None
     if args.api_key_env:
         key = os.environ.get(args.api_key_env)
@@ -256,7 +256,14 @@ def _cmd_serve(args: Any) -> int:
                              "empty")
     if args.host not in ("127.0.0.1", "localhost", "::1") and key is None:
         print(f"warning: serving on {args.host} without --api-key-env: anyone who can reach "
-              "it can query and update the index", file=sys.stderr)
+              f"it can {what}", file=sys.stderr)
+    return key
+
+
+def _cmd_serve(args: Any) -> int:
+    """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
+    HTTP (:mod:`evireform.service`)."""
+    key = _api_key(args, "query and update the index")
     idx = PropositionIndex.load(args.index_dir)
     make_engine(idx, args.backend, precision=args.precision)  # refused before any model loads
     emb = _index_embedder(args, idx)
@@ -281,13 +288,14 @@ def _cmd_mcp(args: Any) -> int:
     stdio or streamable HTTP; its questions go through the same service as ``serve``."""
     from ..mcp_server import _sdk, run
     _sdk()  # the SDK's absence refused before any model loads
+    key = _api_key(args, "query the index") if args.transport == "http" else None
     idx = PropositionIndex.load(args.index_dir)
     make_engine(idx, args.backend, precision=args.precision)
     emb = _index_embedder(args, idx)
     svc = RetrievalService(args.index_dir, emb, llm=_llm_client(args), index=idx,
                            backend=args.backend, precision=args.precision,
                            config=_config(args))
-    run(svc, transport=args.transport, host=args.host, port=args.port,
+    run(svc, transport=args.transport, host=args.host, port=args.port, api_key=key,
         banner=f"evireform mcp: {args.index_dir} on http://{args.host}:{args.port}/mcp")
     return 0
 
@@ -302,6 +310,9 @@ def add_mcp_parser(sub: Any) -> None:
     mc.add_argument("--host", default="127.0.0.1", help="--transport http: address to bind")
     mc.add_argument("--port", type=_port_number, default=8765,
                     help="--transport http: TCP port (default 8765)")
+    mc.add_argument("--api-key-env", metavar="VAR",
+                    help="--transport http: require 'Authorization: Bearer $VAR' on every "
+                         "request (the key read from this environment variable)")
     mc.add_argument("--device", default=None, help="device for the index's embedder")
     _add_engine_args(mc)
     _add_index_embedder_args(mc)
