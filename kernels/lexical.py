@@ -76,10 +76,15 @@ class TermCounts:
         return TermCounts(indptr, self.terms[src], self.counts[src])
 
     @staticmethod
-    def concat(a: "TermCounts", b: "TermCounts") -> "TermCounts":
-        return TermCounts(np.concatenate([a.indptr, a.indptr[-1] + b.indptr[1:]]),
-                          np.concatenate([a.terms, b.terms]),
-                          np.concatenate([a.counts, b.counts]))
+    def concat(*parts: "TermCounts") -> "TermCounts":
+        """The rows of ``parts`` one after another (one copy of each)."""
+        if not parts:
+            return TermCounts.from_rows([])
+        offsets = np.cumsum([0] + [int(p.indptr[-1]) for p in parts[:-1]])
+        indptr = np.concatenate([parts[0].indptr[:1]]
+                                + [p.indptr[1:] + o for p, o in zip(parts, offsets)])
+        return TermCounts(indptr.astype(np.int64), np.concatenate([p.terms for p in parts]),
+                          np.concatenate([p.counts for p in parts]))
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,12 @@ class LexicalIndex:
 
     # ------------------------------------------------------------------ building
     @staticmethod
-    def _rows(texts: Sequence[str], terms: list[str], ids: dict[str, int]) -> TermCounts:
-        rows = []
+    def _rows(texts: Sequence[str], terms: list[str], ids: dict[str, int],
+              block: int = 8192) -> TermCounts:
+        """The term counts of ``texts``, new terms appended to ``terms`` / ``ids``; counted
+        ``block`` texts at a time (the Python lists of a block, not of the corpus)."""
+        parts: list[TermCounts] = []
+        rows: list[list[int]] = []
         for text in texts:
             row = []
             for t in lexical_tokens(text):
@@ -77,7 +81,12 @@ class LexicalIndex:
                     terms.append(t)
                 row.append(i)
             rows.append(row)
-        return TermCounts.from_rows(rows)
+            if len(rows) == block:
+                parts.append(TermCounts.from_rows(rows))
+                rows = []
+        if rows or not parts:
+            parts.append(TermCounts.from_rows(rows))
+        return TermCounts.concat(*parts)
 
     @classmethod
     def build(cls, index: PropositionIndex) -> "LexicalIndex":
