@@ -59,6 +59,7 @@ for _ds in ("hotpotqa", "musique"):
 BLOCKS["case-table"] = [sys.executable, "scripts/case_table.py"]
 # the real-documents development set (issue 52): both extractors, EviReform's variants
 BLOCKS["devset-manpages"] = [sys.executable, "scripts/devset_table.py"]
+BLOCKS["devset-pydoc"] = [sys.executable, "scripts/devset_table.py", "--dataset", "pydoc"]
 BLOCKS["lexical-fusions"] = [sys.executable, "scripts/lexical_fusions.py"]
 BLOCKS["devset-rule"] = [sys.executable, "scripts/devset_table.py", "--rule-only",
                          "--dataset", "hotpotqa"]
