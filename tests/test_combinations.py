@@ -285,7 +285,14 @@ def test_the_service_and_query_json_equal_the_reference(corpus, engine_kind, fil
         assert set(b) - set(rec) == {"generation", "took_ms"} and set(rec) <= set(b)
         assert set(rec) == {"question", "passages", "trace"}
         assert set(rec["trace"]) == {"method", "score", "residual_queries", "bridges",
-                                     "beta", "role_events", "timings_ms"}
+                                     "beta", "role_events", "timings_ms", "hits"}
+        # dense and lexical together: the question's hits each way, then each residual
+        # query's, every hit a passage the filter lets through
+        hits = rec["trace"]["hits"]
+        assert [h["query"] for h in hits] == [rec["question"]] + \
+            rec["trace"]["residual_queries"]
+        allowed = {p.id for p in ref.passages}
+        assert all(x["passage"] in allowed for h in hits for x in h["dense"] + h["lexical"])
         assert len(rec["trace"]["bridges"]) == len(rec["trace"]["residual_queries"])
         assert rec["trace"]["method"] == "evireform"
         assert set(b["trace"]["timings_ms"]) == set(rec["trace"]["timings_ms"])

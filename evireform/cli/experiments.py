@@ -362,7 +362,8 @@ def add_bench_parser(sub: Any) -> None:
     be.add_argument("--only", action="append", metavar="CASE",
                     help="run only these case groups (repeatable): "
                          "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
-                         "build, build_encoder (full runs), update, filter, limit; with "
+                         "build, build_encoder (full runs), update, filter, limit, "
+                         "lexical; with "
                          "--backend gpu: gpu_copy, "
                          "gpu_cosine, gpu_cosine_fp16, gpu_propagate, gpu_readout, "
                          "gpu_retrieve")
