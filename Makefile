@@ -13,6 +13,10 @@ DATA   ?= ../shared/data
 # build there); elsewhere https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 PY      = $(VENV)/bin/python
+# setuptools notes that an editable install of this layout (kernels/ shipped as
+# evireform.kernels) goes through an import hook: true, expected, and not worth a screen
+QUIET   = PYTHONWARNINGS='ignore:Editable installation'
+
 STAMP   = $(VENV)/.installed
 
 .PHONY: demo test bench bench-quick bench-pytest setup clean
@@ -24,11 +28,11 @@ $(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed]'
+	$(QUIET) $(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP)
-	$(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed,documents,eval,test,bench,gpu-cuda12]'
+	$(QUIET) $(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed,documents,eval,test,bench,gpu-cuda12]'
 	touch $(STAMP)
 
 setup: $(STAMP)
