@@ -103,22 +103,30 @@ def _port():
         return s.getsockname()[1]
 
 
-def test_the_tool_over_streamable_http_answers_like_query(index_dir, served):
+def _http_server(index_dir, *extra, env=None):
+    """``evireform mcp --transport http`` on a free port, once the port is bound:
+    (process, port)."""
     port = _port()
     proc = subprocess.Popen([*CMD, str(index_dir), "--embedder", "hashing-64", "--transport",
-                             "http", "--port", str(port)], cwd=REPO,
+                             "http", "--port", str(port), *extra], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    while True:  # the banner comes once the port is bound
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stderr.read().decode()) from None
+            if time.monotonic() - t0 > 120:
+                proc.kill()
+                raise AssertionError("evireform mcp did not start")
+            time.sleep(0.1)
+
+
+def test_the_tool_over_streamable_http_answers_like_query(index_dir, served):
+    proc, port = _http_server(index_dir)
     try:
-        t0 = time.monotonic()
-        while True:  # the banner comes once the port is bound
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(proc.stderr.read().decode()) from None
-                assert time.monotonic() - t0 < 120, "evireform mcp did not start"
-                time.sleep(0.1)
 
         async def run():
             async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (
@@ -145,22 +153,9 @@ def test_the_http_transport_takes_a_key(index_dir):
     bearer token (401) and answers with it; bound beyond loopback without a key it warns."""
     import os
     import httpx
-    port = _port()
-    env = {**os.environ, "MCP_KEY": "k3y"}
-    proc = subprocess.Popen([*CMD, str(index_dir), "--embedder", "hashing-64", "--transport",
-                             "http", "--port", str(port), "--api-key-env", "MCP_KEY"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc, port = _http_server(index_dir, "--api-key-env", "MCP_KEY",
+                              env={**os.environ, "MCP_KEY": "k3y"})
     try:
-        t0 = time.monotonic()
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(proc.stderr.read().decode()) from None
-                assert time.monotonic() - t0 < 120, "evireform mcp did not start"
-                time.sleep(0.1)
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
             "clientInfo": {"name": "t", "version": "1"}}}
