@@ -814,7 +814,10 @@ def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
     kern = _kernels()
     args = (matrix.indptr, matrix.docs, matrix.weights, int(matrix.n_docs), indptr, terms,
             weights, k)
-    if B <= config.SMALL_BATCH:
+    postings = int((matrix.indptr[terms + 1] - matrix.indptr[terms]).sum()) if len(terms) \
+        else 0
+    if B <= config.SMALL_BATCH or \
+            _on_caller(postings <= config.SERIAL_LEXICAL_POSTINGS):  # bitwise the same
         kern.bm25_topk_serial(*args, out_i, out_v)
     else:
         kern.bm25_topk_batch(*args, max(1, min(B, _n_threads())), out_i, out_v)

@@ -62,6 +62,11 @@ SERIAL_SCAN_BYTES = 4 << 20
 #: 37-85 us.
 SERIAL_READOUT_ENTRIES = 1024
 
+#: a batched BM25 search whose queries touch at most this many postings in all runs on the
+#: calling thread (issue 67): below it, threads cost more than they save (64 queries over
+#: 10k synthetic texts touch about 10^5 postings, 0.3 ms of work)
+SERIAL_LEXICAL_POSTINGS = 1 << 20
+
 #: When other work holds more than this share of the cores (the 1-minute load average, less
 #: what this process itself kept busy since the last check, per core it may use), every
 #: scan, batched readout and batched propagation runs on the calling thread whatever its

@@ -72,8 +72,13 @@ def test_bm25_weights_match_reference(rng, n_docs, n_terms):
         assert (got.data > 0).all()
 
 
+@pytest.mark.parametrize("threads", [False, True])
 @pytest.mark.parametrize("n_docs, n_terms", [(1, 1), (5, 3), (80, 30), (700, 150), (5000, 900)])
-def test_lexical_topk_matches_reference(rng, n_docs, n_terms):
+def test_lexical_topk_matches_reference(rng, n_docs, n_terms, threads, monkeypatch):
+    if threads:  # the threaded kernel, whatever the size and the machine's load
+        from evireform.kernels import runtime
+        monkeypatch.setattr(K.config, "SERIAL_LEXICAL_POSTINGS", -1)
+        monkeypatch.setattr(runtime, "machine_busy", lambda: False)
     m = bm25_weights(_random_counts(rng, n_docs, n_terms), n_terms)
     W = _scipy(m)
     ns = _gpu.cpu_namespace()
