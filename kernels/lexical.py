@@ -110,8 +110,9 @@ class LexicalMatrix:
 def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float = B,
                  docs: Any = None) -> LexicalMatrix:
     """The BM25 weight of every (term, document) pair of ``counts``:
-    ``idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with
-    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's, as bm25s uses), ``dl`` a
+    ``idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl))`` with
+    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's form, as bm25s's "lucene"
+    method: the classic ``(k1 + 1)`` factor, which ranks alike, left out), ``dl`` a
     document's number of terms and ``avgdl`` their mean.  ``docs`` (a boolean mask or
     positions): only those documents count, N, df and avgdl recounted over them, the others
     without weights (ids keep their place)."""
@@ -137,7 +138,7 @@ def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float =
     df = np.bincount(terms, minlength=n_terms).astype(np.float64)
     idf = np.log(1.0 + (N - df + 0.5) / (df + 0.5))
     norm = k1 * (1.0 - b + b * dl[rows] / avgdl)
-    w = (idf[terms] * tf * (k1 + 1.0) / (tf + norm)).astype(np.float32)
+    w = (idf[terms] * tf / (tf + norm)).astype(np.float32)
     order = np.lexsort((rows, terms))  # by term, then document
     indptr = np.zeros(n_terms + 1, np.int64)
     np.cumsum(np.bincount(terms, minlength=n_terms), out=indptr[1:])

@@ -148,8 +148,8 @@ def bm25_matrix(doc_indptr, doc_terms, doc_tf, n_terms: int, k1: float = 1.5,
                 b: float = 0.75, docs: Any = None) -> sp.csr_matrix:
     """The eager BM25 weights as a (terms x documents) CSR matrix, from term counts per
     document (CSR rows: ``doc_indptr``, ``doc_terms``, ``doc_tf``), written out from the
-    formula: ``idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with
-    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's, as bm25s uses), ``dl`` a
+    formula: ``idf(t) * tf / (tf + k1 * (1 - b + b * dl / avgdl))`` with
+    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's form, as bm25s uses), ``dl`` a
     document's term count.  ``docs``: only those documents count (N, df and avgdl over them;
     the others get no weights): a restriction's statistics."""
     n_docs = len(doc_indptr) - 1
@@ -170,7 +170,7 @@ def bm25_matrix(doc_indptr, doc_terms, doc_tf, n_terms: int, k1: float = 1.5,
             norm = k1 * (1.0 - b + b * dl[j] / max(avgdl, 1e-12))
             rows.append(t)
             cols.append(j)
-            vals.append(idf * tf * (k1 + 1.0) / (tf + norm))
+            vals.append(idf * tf / (tf + norm))
     return sp.csr_matrix((np.asarray(vals, np.float32), (rows, cols)),
                          shape=(n_terms, n_docs))
 
