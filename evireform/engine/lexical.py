@@ -146,10 +146,6 @@ class LexicalIndex:
             indptr[b + 1] = len(flat)
         return indptr, np.asarray(flat, np.int64), np.ones(len(flat), np.float64)
 
-    def nbytes(self) -> int:
-        return int(sum(a.nbytes for c in (self.props, self.passages)
-                       for a in (c.indptr, c.terms, c.counts)))
-
 
 def lexical_search(lex: LexicalIndex, texts: Sequence[str], k: int, level: str = "props",
                    restriction: Any = None, backend: str = "cpu"
