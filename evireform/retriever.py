@@ -110,6 +110,13 @@ class EviReformConfig:
     lexical_fusion: str = "seed"
     lexical_weight: float = 0.45
     lexical_seed: int = 8
+    #: whether those BM25 propositions also join a seed that an LLM selector chose (read
+    #: from the candidates' text; False: they join the LLM-free selector's seed, or a seed
+    #: whose LLM selection fell back to it, only).  Measured with the recorded replies
+    #: (``python scripts/lexical_fusions.py --llm``): an LLM's choice is already precise, and
+    #: diluting it costs R@5 on both sets; its lexical signal enters through the residual
+    #: queries' hits
+    lexical_seed_llm: bool = False
     #: how many of a query's dense and lexical hits the fusion ranks (at least
     #: ``k_residual`` for a residual query)
     lexical_pool: int = 20
@@ -145,7 +152,8 @@ class EviReformConfig:
         if self.lexical_fusion not in LEXICAL_FUSIONS:
             raise ValueError(f"lexical_fusion must be one of {LEXICAL_FUSIONS}; got "
                              f"{self.lexical_fusion!r}")
-        for name in ("reformulation", "propagation", "lexical", "lexical_residual"):
+        for name in ("reformulation", "propagation", "lexical", "lexical_residual",
+                     "lexical_seed_llm"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
@@ -410,9 +418,11 @@ class EviReform:
         """A positive integer, clipped to the number of passages (so a huge k costs nothing)."""
         return max(1, min(positive_int(k, "k"), self.index.n_passages))
 
-    def _select(self, question: str, ids: list[int], us: list[float], trace) -> SparseSignal:
-        """The selector's seed b (Eq. 7), validated (C.1); ``ids``, ``us``: the candidates
-        and their scores u > 0, best first."""
+    def _select(self, question: str, ids: list[int], us: list[float], trace
+                ) -> tuple[SparseSignal, bool]:
+        """The selector's seed b (Eq. 7), validated (C.1), and whether an LLM chose it (an
+        LLM role's answer, not its fallback's); ``ids``, ``us``: the candidates and their
+        scores u > 0, best first."""
         cfg, idx = self.config, self.index
         # made on access: a selector reading the top few builds a few; one that ranks by
         # score alone (reads_text False) is shown no text, so none is decoded per question
@@ -424,8 +434,10 @@ class EviReform:
         except Exception:  # a role never crashes retrieval: fall back (C.1)
             chosen = []
             trace.role_events.append("select:raised")
+        by_llm = False
         if isinstance(chosen, RoleResult):
             trace.role_events.extend(chosen.events())
+            by_llm = chosen.fallback is None
         sel: list[int] = []
         score: list[float] = []
         for i in chosen or []:  # a chosen id counts once, if it is a positive candidate
@@ -455,7 +467,7 @@ class EviReform:
         else:
             vals = np.asarray(score, dtype=np.float64)
             vals = vals / vals.sum()
-        return SparseSignal(ids, vals)
+        return SparseSignal(ids, vals), by_llm and not trace.selector_fallback
 
     def _fuse(self, d_ids: Sequence[int], d_s: Sequence[float], l_ids: Sequence[int],
               l_s: Sequence[float], h: np.ndarray, n: int) -> tuple[list[int], list[float]]:
@@ -800,10 +812,11 @@ class EviReform:
             st.cand_lists = (ids_l, us_l)
             states.append(st)
         bs = self._map(lambda st: self._select(st.text, *st.cand_lists, st.trace), states)
-        for t, (st, b) in enumerate(zip(states, bs)):
+        for t, (st, (b, by_llm)) in enumerate(zip(states, bs)):
             st.b = b
             st.observed = self._observed(st.trace.selected)
-            if cfg.lexical and cfg.lexical_fusion == "seed":
+            if cfg.lexical and cfg.lexical_fusion == "seed" and \
+                    (cfg.lexical_seed_llm or not by_llm):
                 st.b = self._lexical_seed(st.b, lex_i[t].tolist(), lex_s[t].tolist())
             if cfg.lexical and cfg.lexical_passages:
                 pids, ps = lp_i[t].tolist(), lp_s[t].tolist()

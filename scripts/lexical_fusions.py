@@ -3,11 +3,14 @@ measured on every set in one process, beside BM25, the hybrid (reciprocal-rank f
 and dense) and the paper's dense-only method.
 
     python scripts/lexical_fusions.py [--sets manpages,hotpotqa,musique,musique-lc,hotpotqa-lc]
+    python scripts/lexical_fusions.py --llm   # the LLM path, the recorded replies answering
 
 Prints Markdown (docs/results.md, "Dense and lexical together", regenerated through
 scripts/update_readme.py): A@5 and the two-hop questions' Chain@5 on the real-documents set,
 R@5 / Chain@5 on the Wikipedia sets (``-lc``: their lower-cased copies).  The variants are
-``EviReformConfig`` settings (the default first).
+``EviReformConfig`` settings (the default first).  ``--llm``: HotpotQA and MuSiQue with the
+LLM roles answered by the recorded replies (``../shared/llm-replies``), and the variants that
+concern them.
 """
 import argparse
 import sys
@@ -38,13 +41,35 @@ VARIANTS = [
     ("seed, lexical_weight 0.6", {"lexical_weight": 0.6}),
 ]
 
+#: the LLM path's variants (the recorded replies answer the roles)
+LLM_VARIANTS = [
+    ("seed (default: an LLM's selection is the seed)", {}),
+    ("dense only (the paper; `evireform_dense`)", {"lexical": False}),
+    ("seed, BM25 also joins an LLM's selection", {"lexical_seed_llm": True}),
+    ("seed, residual hits dense", {"lexical_residual": False}),
+]
+
+
+def _replay(ds: str, replies: Path):
+    from evireform.llm import LLMClient, LLMConfig
+    return LLMClient(LLMConfig.from_env(replay_paths=(str(replies / f"{ds}.jsonl"),),
+                                        offline=True, model=None))
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets",
                     default="manpages,pydoc,hotpotqa,musique,hotpotqa-lc,musique-lc")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--llm", action="store_true",
+                    help="HotpotQA and MuSiQue with the recorded LLM replies")
     a = ap.parse_args(argv)
+    replies = Path(a.data).parent / "llm-replies"
+    variants = VARIANTS
+    if a.llm:
+        variants = LLM_VARIANTS
+        if a.sets == ap.get_default("sets"):
+            a.sets = "hotpotqa,musique"
     emb = get_embedder("minilm")
     sets = a.sets.split(",")
     cols: dict[str, dict[str, str]] = {}
@@ -66,9 +91,10 @@ def main(argv=None) -> int:
             return f"{m['answer@5']:.2f} / {100 * float(np.mean(per['chain@5'][two])):.2f}"
         for b in ("bm25", "hybrid"):
             cols.setdefault(b, {})[name] = cell(base.rankings[b], base.methods[b])
-        for label, over in VARIANTS:
+        for label, over in variants:
             rep = run_eval(qf, cf, ["evireform"], embedder=emb, dataset=ds, lowercase=lc,
                            show_progress=False, answer_recall=docs,
+                           llm=_replay(ds, replies) if a.llm else None,
                            config=EviReformConfig(**over))
             cols.setdefault(label, {})[name] = cell(rep.rankings["evireform"],
                                                     rep.methods["evireform"])

@@ -61,6 +61,7 @@ BLOCKS["case-table"] = [sys.executable, "scripts/case_table.py"]
 BLOCKS["devset-manpages"] = [sys.executable, "scripts/devset_table.py"]
 BLOCKS["devset-pydoc"] = [sys.executable, "scripts/devset_table.py", "--dataset", "pydoc"]
 BLOCKS["lexical-fusions"] = [sys.executable, "scripts/lexical_fusions.py"]
+BLOCKS["lexical-fusions-llm"] = [sys.executable, "scripts/lexical_fusions.py", "--llm"]
 BLOCKS["devset-rule"] = [sys.executable, "scripts/devset_table.py", "--rule-only",
                          "--dataset", "hotpotqa"]
 BLOCKS["devset-rule-musique"] = [sys.executable, "scripts/devset_table.py", "--rule-only",

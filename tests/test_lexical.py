@@ -292,6 +292,37 @@ def test_the_lexical_seed_reaches_what_the_embedding_misses():
     assert [r.trace.candidates for r in got] == [r.trace.candidates for r in dense]
 
 
+class _Chooser:
+    """An LLM selector's shape: a RoleResult, answered by the LLM or by its fallback."""
+
+    def __init__(self, fallback=None):
+        self.fallback = fallback
+
+    def select(self, question, candidates, max_selected):
+        from evireform.roles import RoleResult
+        return RoleResult([candidates[0].id], role="select", fallback=self.fallback)
+
+
+def test_the_lexical_seed_joins_an_llm_selection_only_when_asked():
+    """An LLM's selection is the seed as it chose it (``lexical_seed_llm=False``); BM25's
+    propositions join it when asked, and join a selection its fallback made."""
+    emb = _Noise(32)
+    idx = PropositionIndex.build(DOCS, emb, extractor="heuristic", show_progress=False)
+    q = "login shell account"
+    cfg = EviReformConfig(reformulation=False)
+
+    def seeded(sel, **over):  # the passages the question's seed reaches directly
+        r = EviReform(idx, cfg.with_(**over), embedder=emb, selector=sel).retrieve(q, 5)
+        return {p.id for p in r.passages if p.from_question > 0}, r.trace.selected
+
+    chosen, selected = seeded(_Chooser())
+    assert chosen == {DOCS[int(idx.owner[i])].id for i in selected}  # the LLM's choice alone
+    joined, _ = seeded(_Chooser(), lexical_seed_llm=True)
+    assert chosen < joined and "b" in joined  # the passage of its words
+    assert seeded(_Chooser(fallback="APITimeoutError"))[0] == joined
+    assert seeded(_Chooser(), lexical=False)[0] == chosen
+
+
 @pytest.mark.parametrize("fusion", ["mix", "rrf"])
 def test_fused_candidates(small, fusion):
     r = EviReform(small, EviReformConfig(lexical_fusion=fusion, reformulation=False),
@@ -324,7 +355,8 @@ def test_fuse_mix_and_rrf_by_hand(small):
                                  dict(lexical_seed=0), dict(lexical_pool=0),
                                  dict(lexical="yes"), dict(lexical_passages=-1),
                                  dict(lexical_passage_weight=-1.0),
-                                 dict(lexical_residual=1)])
+                                 dict(lexical_residual=1),
+                                 dict(lexical_seed_llm="no")])
 def test_lexical_settings_are_checked(bad):
     with pytest.raises(ValueError):
         EviReformConfig(**bad)
