@@ -50,7 +50,8 @@ from pathlib import Path
 from ._checks import check_text
 from .corpus import load_corpus
 from .formats import (
-    DOCUMENT_SUFFIXES, Block, Document, Section, front_matter, read_document, read_file_bytes)
+    DOCUMENT_SUFFIXES, Block, Document, MissingReader, Section, front_matter, read_document,
+    read_file_bytes)
 from .store import looks_like_index
 from .text import sentences
 from .types import Passage
@@ -221,8 +222,11 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
     files: dict[str, Any] = field(default_factory=dict)
     scopes: list[Any] = field(default_factory=list)
-    #: files a folder held that no reader takes (the default include only), by suffix
+    #: files a folder held that no reader takes (the default include only), by suffix, and
+    #: files whose reader needs an extra that is not installed (by suffix, in ``unread``
+    #: too; their sources in ``skipped``: an update keeps what the index holds of them)
     unread: dict[str, int] = field(default_factory=dict)
+    needs_extra: dict[str, str] = field(default_factory=dict)
     #: what ``skip_errors`` skipped: the sources of files that could not be read, and the
     #: folders that could not be listed as ``(root, path below it)``; an update keeps what
     #: the index holds of them (:func:`replace_sources`), never deletes it
@@ -379,6 +383,12 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
             else:
                 raise ValueError(f"{f}: unsupported file type {f.suffix!r} (text: "
                                  f"{TEXT_SUFFIXES}, corpora: {CORPUS_SUFFIXES})")
+        except MissingReader as exc:  # a format this install cannot read: named, not fatal
+            suffix = f.suffix.lower()
+            out.unread[suffix] = out.unread.get(suffix, 0) + 1
+            out.needs_extra[suffix] = exc.extra
+            out.skipped.add(src)
+            continue
         except (OSError, ValueError) as exc:
             msg = str(exc) if str(f) in str(exc) else f"{f}: {exc}"
             if not skip_errors:
@@ -391,7 +401,7 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
             out.files[src] = {"root": root, "path": below}
         out.passages.extend(got)
     if out.unread:
-        out.warnings.append(unread_summary(out.unread))
+        out.warnings.append(unread_summary(out.unread, out.needs_extra))
     ids = [p.id for p in out.passages]
     if len(set(ids)) != len(ids):
         from collections import Counter
@@ -399,25 +409,34 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
         raise ValueError(f"passage id {dup!r:.80} occurs in more than one file")
     if not out.passages and not out.sources:
         raise ValueError("no passages found in " + ", ".join(map(str, paths))
-                         + (f" ({len(out.errors)} files skipped)" if out.errors else ""))
+                         + (f" ({len(out.errors)} files skipped)" if out.errors else "")
+                         + (f"; {unread_summary(out.unread, out.needs_extra)}"
+                            if out.unread else ""))
     return out
 
 
 #: formats people keep beside their notes that no reader here takes yet
-NO_READER_YET = (".pptx", ".ppt", ".xlsx", ".xls", ".csv", ".tsv", ".epub", ".rst", ".odt",
-                 ".rtf")
+NO_READER_YET = (".ppt", ".xls", ".odt", ".ods", ".odp", ".rtf", ".doc", ".pages", ".key",
+                 ".numbers")
 
 
-def unread_summary(unread: dict[str, int]) -> str:
-    """One line naming the files no reader takes, by suffix, most first: "skipped 3 files
-    no reader takes: 2 .pptx, 1 .bin"."""
+def unread_summary(unread: dict[str, int], needs_extra: dict[str, str] | None = None) -> str:
+    """One line naming the files left unread, by suffix, most first: "skipped 3 files: 2
+    .pptx (install 'evireform[documents]'), 1 .bin (no reader)"."""
+    needs_extra = needs_extra or {}
     n = sum(unread.values())
-    parts = [f"{c} {s}" for s, c in sorted(unread.items(), key=lambda x: (-x[1], x[0]))]
-    known = [s for s in unread if s in NO_READER_YET]
-    return (f"skipped {n} file{'s' if n != 1 else ''} no reader takes: " + ", ".join(parts)
-            + (f" ({', '.join(sorted(known))}: no reader yet; convert them to PDF, HTML or "
-               "text to index them)" if known else "")
-            + "; --include names files to read as text")
+
+    def why(s: str) -> str:
+        if s in needs_extra:
+            return f"install 'evireform[{needs_extra[s]}]'"
+        if s in NO_READER_YET:
+            return "no reader yet; convert to PDF, HTML or text"
+        return "no reader"
+    parts = [f"{c} {s} ({why(s)})"
+             for s, c in sorted(unread.items(), key=lambda x: (-x[1], x[0]))]
+    tail = "" if set(unread) <= set(needs_extra) else \
+        "; --include names files to read as text"
+    return f"skipped {n} file{'s' if n != 1 else ''}: " + ", ".join(parts) + tail
 
 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
@@ -459,7 +478,7 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
     title = str(front["title"]) if isinstance(front.get("title"), (str, int, float)) \
         and str(front.get("title")).strip() else (doc.title or file_title(f))
     extra = {k: v for k, v in front.items()
-             if k not in ("source", "chunk", "title", "section", "page")}
+             if k not in ("source", "chunk", "title", "section", "page", "row", "slide")}
     out: list[Passage] = []
     for sec in doc.sections:
         if not sec.blocks:
@@ -470,6 +489,7 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
             where["section"] = " > ".join(sec.path)
         if sec.page is not None:
             where["page"] = sec.page
+        where.update(sec.where)
         for c in chunk_blocks(blocks, chunk_tokens, chunk_overlap, count=count,
                               block_sep=block_sep):
             i = len(out)

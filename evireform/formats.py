@@ -1,5 +1,6 @@
-"""Documents read as documents: Markdown, HTML, PDF and DOCX files turned into plain-text
-sections (:func:`read_document`), which :mod:`evireform.documents` chunks into passages.
+"""Documents read as documents: Markdown, HTML, PDF, DOCX, PPTX, XLSX, CSV/TSV, EPUB and
+reStructuredText files turned into plain-text sections (:func:`read_document`), which
+:mod:`evireform.documents` chunks into passages.
 
 Each reader returns a :class:`Document`: its title (when the file states one), metadata the
 file carries (front matter, PDF and DOCX properties, HTML ``<meta>``), and its sections in
@@ -24,9 +25,27 @@ The parsers, and why these:
   ``Heading N`` and ``Title`` styles as sections, the core properties' title, author,
   subject and keywords.
 
+* PPTX: ``python-pptx`` (the ``documents`` extra): a section per slide (its title as the
+  section, ``slide`` in the metadata), text frames, tables and speaker notes.
+* XLSX: ``openpyxl`` (the ``documents`` extra; read-only, cached values): a section per row
+  below each sheet's header row, the sheet as the section, ``row`` in the metadata, each
+  cell written after its column's header ("part: M3 bolt; bin: A4").
+* CSV and TSV: the standard library's ``csv`` (the delimiter sniffed), rows as for XLSX.
+* EPUB: the standard library's ``zipfile`` and ElementTree for the package file (a few KB
+  of XML; entity declarations refused), then each chapter in the spine's reading order
+  through the HTML reader above: no EPUB library adds what those two do not.
+* reStructuredText: ``docutils`` (the reference parser; the ``documents`` extra) with file
+  inclusion and raw passthrough off: section titles as sections, the promoted document
+  title as the title; directives it does not know, comments, substitutions and link
+  targets are not text.
+
+Every archive format (DOCX, PPTX, XLSX, EPUB) has each member's unpacked size checked
+against :data:`MAX_PART_BYTES` before a parser reads it, and rows, slides and chapters are
+counted against :data:`MAX_ITEMS`: a refusal is one line naming the file.
+
 Heavier converters (markitdown, unstructured, textract) read more formats but pull in many
-dependencies and external programs; these four cover what users ask for with small,
-maintained, wheel-only packages.
+dependencies and external programs; these cover what users ask for with small, maintained,
+wheel-only packages.
 """
 from __future__ import annotations
 
@@ -65,6 +84,9 @@ class Section:
     path: tuple[str, ...]
     blocks: list[Block] = field(default_factory=list)
     page: int | None = None
+    #: where else the section is in its file, written to its passages' metadata: a
+    #: spreadsheet's ``{"row": 12}``, a presentation's ``{"slide": 3}``
+    where: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,7 +97,11 @@ class Document:
 
 
 class MissingReader(ValueError):
-    """A format whose parser is not installed (the ``documents`` extra)."""
+    """A format whose parser is not installed; ``extra``: the extra that installs it."""
+
+    def __init__(self, message: str, extra: str = "documents") -> None:
+        super().__init__(message)
+        self.extra: str = extra
 
 
 def _clean(text: str) -> str:
@@ -547,6 +573,7 @@ def _read_docx(path: Path, data: bytes) -> Document:
     except ImportError:
         raise MissingReader(f"{path}: reading DOCX needs the 'documents' extra: pip install "
                             "'evireform[documents]' (or exclude '*.docx')") from None
+    _zip(path, data, "DOCX")
     try:
         d = docx.Document(io.BytesIO(data))
     except Exception as exc:
@@ -580,6 +607,323 @@ def _read_docx(path: Path, data: bytes) -> Document:
                               ("subject", _meta_value(cp.subject)),
                               ("keywords", _meta_value(cp.keywords))) if v}
     return Document(_meta_value(cp.title) or title, meta, out.done())
+
+
+# --------------------------------------------------------------------------- archives
+#: the most bytes one member of a DOCX, PPTX, XLSX or EPUB archive may unpack to (its
+#: declared size: zipfile never unpacks past it): a document's part, not a bomb
+MAX_PART_BYTES = 256 << 20
+#: the most rows, slides or chapters one file may hold (each becomes a passage or more)
+MAX_ITEMS = 200_000
+
+
+def _zip(path: Path, data: bytes, what: str, limit: int | None = None):
+    """The archive of a DOCX/PPTX/XLSX/EPUB file, each member's unpacked size checked
+    against ``limit`` (:data:`MAX_PART_BYTES`) before any parser reads it."""
+    import zipfile
+    limit = MAX_PART_BYTES if limit is None else limit
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+        infos = z.infolist()
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable {what} file ({type(exc).__name__}: {exc})") \
+            from None
+    for info in infos:
+        if info.file_size > limit:
+            raise ValueError(f"{path}: its part {info.filename!r} unpacks to "
+                             f"{info.file_size:,} bytes, more than the {limit >> 20} MiB a "
+                             "document's part may have")
+    return z
+
+
+def _too_many(path: Path, n: int, what: str) -> None:
+    if n > MAX_ITEMS:
+        raise ValueError(f"{path}: more than {MAX_ITEMS:,} {what}; split the file")
+
+
+def _row_text(header: list[str], row: list[str]) -> str:
+    """One table row as "header: value; header: value" (empty cells left out; a column
+    without a header by its value alone)."""
+    parts = []
+    for n, v in enumerate(row):
+        v = _clean(v)
+        if not v:
+            continue
+        h = _clean(header[n]) if n < len(header) else ""
+        parts.append(f"{h}: {v}" if h and h != v else v)
+    return "; ".join(parts)
+
+
+def _rows_to_sections(path: Path, rows, where: tuple[str, ...] = ()) -> list[Section]:
+    """A table's rows (lists of cell strings) as one section per row below the first
+    non-empty row (the header), each row's number (1-based, the header's included) in
+    ``where``; a table of one row is that row."""
+    out: list[Section] = []
+    header: list[str] | None = None
+    for n, row in enumerate(rows, 1):
+        if not any(_clean(c) for c in row):
+            continue
+        if header is None:
+            header = list(row)
+            first = (n, row)
+            continue
+        _too_many(path, len(out), "rows")
+        text = _row_text(header, list(row))
+        if text:
+            out.append(Section(where, [Block(text)], where={"row": n}))
+    if header is not None and not out:  # one row only: itself, not a header
+        text = "; ".join(_clean(c) for c in first[1] if _clean(c))
+        out.append(Section(where, [Block(text)], where={"row": first[0]}))
+    return out
+
+
+# --------------------------------------------------------------------------- CSV
+def _read_csv(path: Path, data: bytes) -> Document:
+    """A CSV or TSV file: one section (so one passage, or more for a long row) per row,
+    each cell after its column's header (the first row)."""
+    import csv
+    text = _utf8(path, data).lstrip("\ufeff")
+    delim = "\t" if path.suffix.lower() == ".tsv" else None
+    if delim is None:
+        try:
+            delim = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
+        except csv.Error:
+            delim = ","
+    csv.field_size_limit(MAX_DOCUMENT_BYTES)
+    try:
+        rows = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+        sections = _rows_to_sections(path, rows)
+    except csv.Error as exc:
+        raise ValueError(f"{path}: not readable CSV ({exc})") from None
+    return Document(None, {}, sections)
+
+
+# --------------------------------------------------------------------------- XLSX
+def _read_xlsx(path: Path, data: bytes) -> Document:
+    """An Excel workbook (``openpyxl``, read-only, cached values rather than formulas): each
+    sheet's rows as :func:`_read_csv` reads a file's, the sheet's name as their section."""
+    try:
+        import openpyxl
+    except ImportError:
+        raise MissingReader(f"{path}: reading XLSX needs the 'documents' extra: pip install "
+                            "'evireform[documents]' (or exclude '*.xlsx')") from None
+    _zip(path, data, "XLSX")
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # openpyxl's notes on styles it does not know
+            wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        sections: list[Section] = []
+        try:
+            for ws in wb.worksheets:
+                rows = ([("" if v is None else str(v)) for v in r]
+                        for r in ws.iter_rows(values_only=True))
+                sections += _rows_to_sections(path, rows, (ws.title,))
+                _too_many(path, len(sections), "rows")
+            props = wb.properties
+        finally:
+            wb.close()
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable XLSX file ({type(exc).__name__}: {exc})") \
+            from None
+    meta = {k: v for k, v in (("author", _meta_value(props.creator)),
+                              ("subject", _meta_value(props.subject)),
+                              ("keywords", _meta_value(props.keywords))) if v}
+    return Document(_meta_value(props.title), meta, sections)
+
+
+# --------------------------------------------------------------------------- PPTX
+def _read_pptx(path: Path, data: bytes) -> Document:
+    """A PowerPoint deck (``python-pptx``): one section per slide, its title as the
+    section, its text frames, tables and speaker notes as blocks, ``slide`` in the
+    passages' metadata."""
+    try:
+        import pptx
+    except ImportError:
+        raise MissingReader(f"{path}: reading PPTX needs the 'documents' extra: pip install "
+                            "'evireform[documents]' (or exclude '*.pptx')") from None
+    _zip(path, data, "PPTX")
+    try:
+        deck = pptx.Presentation(io.BytesIO(data))
+        _too_many(path, len(deck.slides), "slides")
+        sections = []
+        for n, slide in enumerate(deck.slides, 1):
+            title_shape = slide.shapes.title
+            title = _clean(title_shape.text_frame.text) if title_shape is not None \
+                and title_shape.has_text_frame else ""
+            blocks: list[Block] = []
+
+            def shape_blocks(shapes):
+                for sh in shapes:
+                    if title_shape is not None and sh.shape_id == title_shape.shape_id:
+                        continue
+                    if getattr(sh, "shape_type", None) == 6:  # a group: its members
+                        shape_blocks(sh.shapes)
+                    elif getattr(sh, "has_table", False) and sh.has_table:
+                        rows = [[c.text for c in r.cells] for r in sh.table.rows]
+                        for sec in _rows_to_sections(path, rows):
+                            blocks.extend(sec.blocks)
+                    elif getattr(sh, "has_text_frame", False) and sh.has_text_frame:
+                        for para in sh.text_frame.paragraphs:
+                            t = _clean("".join(r.text for r in para.runs))
+                            if t:
+                                blocks.append(Block(t))
+            shape_blocks(slide.shapes)
+            if slide.has_notes_slide:
+                notes = _clean(slide.notes_slide.notes_text_frame.text
+                               if slide.notes_slide.notes_text_frame is not None else "")
+                if notes:
+                    blocks.append(Block(notes))
+            if blocks or title:
+                sections.append(Section((title,) if title else (), blocks or [Block(title)],
+                                        where={"slide": n}))
+        cp = deck.core_properties
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable PPTX file ({type(exc).__name__}: {exc})") \
+            from None
+    meta = {k: v for k, v in (("author", _meta_value(cp.author)),
+                              ("subject", _meta_value(cp.subject)),
+                              ("keywords", _meta_value(cp.keywords))) if v}
+    first = next((s.path[0] for s in sections if s.path), None)
+    return Document(_meta_value(cp.title) or first, meta, sections)
+
+
+# --------------------------------------------------------------------------- EPUB
+_XML_BUDGET = 4 << 20  # an EPUB's container and package files: small XML
+
+
+def _small_xml(path: Path, z, name: str):
+    import xml.etree.ElementTree as ET
+    info = z.getinfo(name)
+    if info.file_size > _XML_BUDGET:
+        raise ValueError(f"{path}: {name} is {info.file_size:,} bytes, too large for an "
+                         "EPUB package file")
+    raw = z.read(name)
+    if b"<!ENTITY" in raw or b"<!entity" in raw:  # no entity expansion, no external ones
+        raise ValueError(f"{path}: {name} declares XML entities; not read")
+    return ET.fromstring(raw)
+
+
+def _read_epub(path: Path, data: bytes) -> Document:
+    """An EPUB book (the standard library's ``zipfile`` and ElementTree for its package
+    file, this module's HTML reader for each chapter in reading order): chapters' headings
+    as sections, the package's title, creator and subject as title and metadata."""
+    import posixpath
+    z = _zip(path, data, "EPUB")
+    try:
+        container = _small_xml(path, z, "META-INF/container.xml")
+        root = next((e.get("full-path") for e in container.iter()
+                     if e.tag.endswith("rootfile") and e.get("full-path")), None)
+        if not root:
+            raise ValueError(f"{path}: an EPUB without a package file (no rootfile in "
+                             "META-INF/container.xml)")
+        opf = _small_xml(path, z, root)
+    except KeyError as exc:
+        raise ValueError(f"{path}: not a readable EPUB file (missing {exc})") from None
+    except ValueError:
+        raise
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable EPUB file ({type(exc).__name__}: {exc})") \
+            from None
+
+    def local(e):
+        return e.tag.rsplit("}", 1)[-1]
+    base = posixpath.dirname(root)
+    items = {e.get("id"): e.get("href") for e in opf.iter() if local(e) == "item"}
+    spine = [e.get("idref") for e in opf.iter() if local(e) == "itemref"]
+    _too_many(path, len(spine), "chapters")
+    dc: dict[str, str] = {}
+    for e in opf.iter():
+        if e.tag.startswith("{http://purl.org/dc/elements/1.1/}") and (e.text or "").strip():
+            dc.setdefault(local(e), _clean(e.text))
+    sections: list[Section] = []
+    from urllib.parse import unquote
+    for idref in spine:
+        href = items.get(idref)
+        if not href:
+            continue
+        name = posixpath.normpath(posixpath.join(base, unquote(href.split("#")[0])))
+        try:
+            raw = z.read(name)
+        except KeyError:
+            continue  # the spine names a file the book lacks: the rest is still read
+        try:
+            chapter = read_html_text(raw.decode("utf-8", "replace").lstrip("\ufeff"))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {name}: {exc}") from None
+        sections += chapter.sections
+    meta = {k: dc[n] for k, n in (("author", "creator"), ("subject", "subject"),
+                                  ("language", "language")) if n in dc}
+    return Document(dc.get("title"), meta, [s for s in sections if s.blocks])
+
+
+# --------------------------------------------------------------------------- reST
+def _read_rst(path: Path, data: bytes) -> Document:
+    """reStructuredText (``docutils``, the reference parser): section titles as sections,
+    paragraphs, list items, table rows and literal blocks as blocks; directives and roles
+    it does not know, comments, substitution definitions and link targets are not text.
+    File inclusion and raw passthrough are off (a document never reads another file)."""
+    try:
+        from docutils import nodes
+        from docutils.core import publish_doctree
+    except ImportError:
+        raise MissingReader(f"{path}: reading reStructuredText needs the 'documents' extra: "
+                            "pip install 'evireform[documents]' (or exclude '*.rst')") \
+            from None
+    text = _utf8(path, data).lstrip("\ufeff")
+    settings = {"report_level": 5, "halt_level": 5, "file_insertion_enabled": False,
+                "raw_enabled": False, "_disable_config": True, "warning_stream": False,
+                "input_encoding": "unicode", "syntax_highlight": "none",
+                "doctitle_xform": True, "sectsubtitle_xform": False, "docinfo_xform": True}
+    try:
+        tree = publish_doctree(text, source_path=str(path), settings_overrides=settings)
+    except Exception as exc:
+        raise ValueError(f"{path}: not readable reStructuredText ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
+    out = _Sections()
+    meta: dict[str, Any] = {}
+    skip = (nodes.comment, nodes.system_message, nodes.substitution_definition,
+            nodes.target, nodes.raw, nodes.pending, nodes.image, nodes.title)
+    leaf = (nodes.paragraph, nodes.term, nodes.line, nodes.attribution, nodes.caption,
+            nodes.rubric, nodes.field_name)
+
+    def walk(node, level: int) -> None:
+        for child in node.children:
+            if isinstance(child, nodes.section):
+                t = child.next_node(nodes.title)
+                out.heading(level, t.astext() if t is not None else "")
+                walk(child, level + 1)
+            elif isinstance(child, nodes.docinfo):
+                for f in child.children:
+                    name = f.tagname if not isinstance(f, nodes.field) else \
+                        f.children[0].astext().lower()
+                    v = _clean(f.astext() if not isinstance(f, nodes.field)
+                               else f.children[1].astext())
+                    if v and name in ("author", "authors", "version", "date", "status"):
+                        meta[name] = v
+            elif isinstance(child, skip) or (isinstance(child, nodes.topic)
+                                             and "contents" in child["classes"]):
+                continue  # not text; a table of contents repeats the headings
+            elif isinstance(child, (nodes.literal_block, nodes.doctest_block)):
+                out.add(child.astext(), verbatim=True)
+            elif isinstance(child, nodes.row):
+                cells = [_clean(e.astext()) for e in child.children]
+                out.add(" | ".join(c for c in cells if c))
+            elif isinstance(child, leaf):
+                out.add(child.astext())
+            elif isinstance(child, nodes.Text):
+                out.add(str(child))
+            else:
+                walk(child, level)
+    walk(tree, 1)
+    title = tree.get("title") or None
+    if title:
+        title = _clean(title)
+    return Document(title, meta, out.done())
 
 
 # --------------------------------------------------------------------------- text
@@ -636,7 +980,9 @@ def read_file_bytes(path: StrPath, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
 
 #: suffix -> reader of that format
 READERS = {".md": _read_markdown, ".markdown": _read_markdown, ".html": _read_html,
-           ".htm": _read_html, ".pdf": _read_pdf, ".docx": _read_docx}
+           ".htm": _read_html, ".xhtml": _read_html, ".pdf": _read_pdf, ".docx": _read_docx,
+           ".pptx": _read_pptx, ".xlsx": _read_xlsx, ".csv": _read_csv, ".tsv": _read_csv,
+           ".epub": _read_epub, ".rst": _read_rst}
 #: the formats read as documents (plain text, ``.txt``, is chunked as it is)
 DOCUMENT_SUFFIXES = tuple(READERS)
 

@@ -236,15 +236,14 @@ def test_a_folders_files_no_reader_takes_are_named(tmp_path):
     from evireform.documents import load_paths
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.md").write_text("# A\n\nAlpha text.")
-    (tmp_path / "notes" / "deck.pptx").write_bytes(b"PK\x03\x04")
-    (tmp_path / "notes" / "deck2.pptx").write_bytes(b"PK\x03\x04")
+    (tmp_path / "notes" / "deck.key").write_bytes(b"PK\x03\x04")
+    (tmp_path / "notes" / "deck2.key").write_bytes(b"PK\x03\x04")
     (tmp_path / "notes" / "blob.bin").write_bytes(b"\x00\x01")
     got = load_paths(tmp_path / "notes")
     assert [p.metadata["source"] for p in got.passages] == ["notes/a.md"]
-    assert got.unread == {".pptx": 2, ".bin": 1}
+    assert got.unread == {".key": 2, ".bin": 1}
     line = [w for w in got.warnings if w.startswith("skipped")]
-    assert line == ["skipped 3 files no reader takes: 2 .pptx, 1 .bin (.pptx: no reader "
-                    "yet; convert them to PDF, HTML or text to index them); --include names "
-                    "files to read as text"]
+    assert line == ["skipped 3 files: 2 .key (no reader yet; convert to PDF, HTML or text), "
+                    "1 .bin (no reader); --include names files to read as text"]
     # a pattern of the user's own says what to read: nothing else is reported
     assert load_paths(tmp_path / "notes", include=["*.md"]).unread == {}

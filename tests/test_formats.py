@@ -148,7 +148,9 @@ def test_code_blocks_cut_at_line_ends():
     assert "\n".join(chunks[1:]) == code
 
 
-def test_a_folder_of_four_formats_indexes_and_an_edit_replaces_one_file(tmp_path):
+def test_a_folder_of_every_format_indexes_and_an_edit_replaces_one_file(tmp_path):
+    """Issue 68: a folder of every known format and one unknown file indexes each known
+    one and names the unknown one; after an edit, only that file's passages change."""
     pytest.importorskip("pypdf")
     d = tmp_path / "docs"
     d.mkdir()
@@ -158,21 +160,34 @@ def test_a_folder_of_four_formats_indexes_and_an_edit_replaces_one_file(tmp_path
                                               title="Bridges"))
     _docx(d / "spec.docx", [("Heading 1", "Design"), ("Normal", "Written by Omar.")],
           title="Cache spec")
+    _pptx(d / "deck.pptx", [("Roadmap", ["Ship in May."], None, None)])
+    _xlsx(d / "stock.xlsx", {"Parts": [["part", "bin"], ["M3 bolt", "A4"]]})
+    (d / "people.csv").write_text("name,role\nAda,lead\n")
+    _epub(d / "guide.epub", [("Mosses", "Mosses hold water.")])
+    (d / "README.rst").write_text(RST)
+    (d / "blob.bin").write_bytes(b"\0\1")
     loaded = load_paths([d], chunk_tokens=60, chunk_overlap=0)
-    assert sorted(loaded.sources) == ["docs/notes.html", "docs/ops.md", "docs/paper.pdf",
-                                      "docs/spec.docx"]
+    assert sorted(loaded.sources) == [f"docs/{n}" for n in (
+        "README.rst", "deck.pptx", "guide.epub", "notes.html", "ops.md", "paper.pdf",
+        "people.csv", "spec.docx", "stock.xlsx")]
+    assert all(loaded.sources.values()) and loaded.unread == {".bin": 1}
+    assert any("1 .bin" in w for w in loaded.warnings)
     idx = PropositionIndex.build(loaded.passages, EMB, show_progress=False)
     idx.meta["documents"] = {s: {**loaded.files[s], "chunks": n}
                              for s, n in loaded.sources.items()}
     before = {p.id: p.text for p in idx.passages}
-    (d / "notes.html").write_text(HTML.replace("core team", "platform team"))
-    new = replace_sources(idx, load_paths([d], chunk_tokens=60, chunk_overlap=0), EMB,
-                          show_progress=False)
-    after = {p.id: p.text for p in new.passages}
-    changed = {i for i in after if before.get(i) != after[i]}
-    assert changed and all(i.startswith("docs/notes.html#") for i in changed)
-    assert {i for i in before if not i.startswith("docs/notes.html")} <= set(after)
-    assert any("platform team" in t for t in after.values())
+    for name, edit in (("notes.html", lambda: (d / "notes.html").write_text(
+            HTML.replace("core team", "platform team"))),
+            ("people.csv", lambda: (d / "people.csv").write_text("name,role\nAda,platform team\n"))):
+        edit()
+        new = replace_sources(idx, load_paths([d], chunk_tokens=60, chunk_overlap=0), EMB,
+                              show_progress=False)
+        after = {p.id: p.text for p in new.passages}
+        changed = {i for i in after if before.get(i) != after[i]}
+        assert changed and all(i.startswith(f"docs/{name}#") for i in changed)
+        assert {i for i in before if not i.startswith(f"docs/{name}")} <= set(after)
+        assert any("platform team" in t for t in after.values())
+        idx, before = new, after
 
 
 def test_html_page_chrome_is_not_text():
@@ -243,3 +258,211 @@ def test_markdown_titles_badges_and_addresses(tmp_path):
     assert "Starlette (" not in text  # a name is its own information
     assert [p.metadata["section"] for p in by["fastapi/README.md"]] == ["Installation",
                                                                          "Sponsors"]
+
+
+# ------------------------------------------------------------------ more formats (issue 68)
+def _pptx(path, slides, title=None):
+    pptx = pytest.importorskip("pptx")
+    from pptx.util import Inches
+    deck = pptx.Presentation()
+    if title:
+        deck.core_properties.title = title
+    for head, lines, table, notes in slides:
+        s = deck.slides.add_slide(deck.slide_layouts[1])
+        s.shapes.title.text = head
+        body = s.placeholders[1].text_frame
+        body.text = lines[0]
+        for ln in lines[1:]:
+            body.add_paragraph().text = ln
+        if table:
+            t = s.shapes.add_table(len(table), len(table[0]), Inches(1), Inches(4),
+                                   Inches(6), Inches(1)).table
+            for r, row in enumerate(table):
+                for c, v in enumerate(row):
+                    t.cell(r, c).text = v
+        if notes:
+            s.notes_slide.notes_text_frame.text = notes
+    deck.save(str(path))
+
+
+def _xlsx(path, sheets):
+    openpyxl = pytest.importorskip("openpyxl")
+    wb = openpyxl.Workbook()
+    wb.remove(wb.active)
+    for name, rows in sheets.items():
+        ws = wb.create_sheet(name)
+        for r in rows:
+            ws.append(r)
+    wb.properties.title = "Inventory"
+    wb.save(str(path))
+
+
+def _epub(path, chapters, title="A Field Guide", author="Rowan Ash"):
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("mimetype", "application/epub+zip")
+        z.writestr("META-INF/container.xml",
+                   '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:'
+                   'opendocument:xmlns:container"><rootfiles><rootfile full-path="OEBPS/'
+                   'content.opf" media-type="application/oebps-package+xml"/></rootfiles>'
+                   '</container>')
+        items = "".join(f'<item id="c{n}" href="text/c{n}.xhtml" media-type="application/'
+                        f'xhtml+xml"/>' for n in range(len(chapters)))
+        # the spine reads the chapters in reverse of their manifest order
+        spine = "".join(f'<itemref idref="c{n}"/>' for n in reversed(range(len(chapters))))
+        z.writestr("OEBPS/content.opf",
+                   '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" '
+                   'version="3.0"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
+                   f'<dc:title>{title}</dc:title><dc:creator>{author}</dc:creator>'
+                   f'</metadata><manifest>{items}</manifest><spine>{spine}</spine></package>')
+        for n, (head, text) in enumerate(chapters):
+            z.writestr(f"OEBPS/text/c{n}.xhtml",
+                       f'<html xmlns="http://www.w3.org/1999/xhtml"><head><title>{head}'
+                       f'</title></head><body><h1>{head}</h1><p>{text}</p></body></html>')
+
+
+RST = """\
+=====================
+ Async HTTP toolkit
+=====================
+
+:Author: Mira Kovacs
+
+.. image:: https://example.org/badge.svg
+   :target: https://example.org
+
+.. contents::
+
+Installation
+============
+
+Install it with pip::
+
+    pip install toolkit
+
+.. note:: Wheels exist for every platform.
+
+.. unknowndirective:: not text
+   neither is this
+
+Usage
+=====
+
+The client keeps one connection pool per host.
+
+* Retries back off exponentially.
+* Timeouts default to 30 seconds.
+
+..
+   a comment that is not text
+
+.. |sub| replace:: substituted
+
+.. _target: https://example.org/target
+"""
+
+
+def test_pptx_a_section_per_slide_with_tables_and_notes(tmp_path):
+    f = tmp_path / "deck.pptx"
+    _pptx(f, [("Roadmap", ["Ship the parser in May.", "Freeze the API in June."],
+               [["quarter", "owner"], ["Q3", "Lina"]], "Ask Lina about Q4."),
+              ("Risks", ["The vendor may slip."], None, None)], title="Planning 2027")
+    ps = load_paths([f], chunk_tokens=80, chunk_overlap=0).passages
+    assert {p.title for p in ps} == {"Planning 2027"}
+    by = {p.metadata["slide"]: p for p in ps}
+    assert sorted(by) == [1, 2]
+    assert by[1].metadata["section"] == "Roadmap" and by[2].metadata["section"] == "Risks"
+    assert "Ship the parser in May." in by[1].text and "quarter: Q3; owner: Lina" in by[1].text
+    assert "Ask Lina about Q4." in by[1].text and "slip" not in by[1].text
+
+
+def test_xlsx_and_csv_a_passage_per_row_headers_kept(tmp_path):
+    f = tmp_path / "stock.xlsx"
+    _xlsx(f, {"Parts": [["part", "bin", "count"], ["M3 bolt", "A4", 120], [None, None, None],
+                        ["M4 nut", "B1", 80]],
+              "Suppliers": [["name", "city"], ["Orvel Ltd", "Leeds"]]})
+    ps = load_paths([f], chunk_tokens=80, chunk_overlap=0).passages
+    assert [p.text for p in ps] == ["Parts\npart: M3 bolt; bin: A4; count: 120",
+                                    "Parts\npart: M4 nut; bin: B1; count: 80",
+                                    "Suppliers\nname: Orvel Ltd; city: Leeds"]
+    assert [p.metadata["row"] for p in ps] == [2, 4, 2]
+    assert ps[0].title == "Inventory" and ps[2].metadata["section"] == "Suppliers"
+    c = tmp_path / "people.csv"
+    c.write_text("\ufeffname;role;note\nAda;lead;\"writes, tests\"\nBo;;reviews\n")
+    ps = load_paths([c], chunk_tokens=80, chunk_overlap=0).passages
+    assert [p.text for p in ps] == ["name: Ada; role: lead; note: writes, tests",
+                                    "name: Bo; note: reviews"]
+    assert ps[0].title == "people" and [p.metadata["row"] for p in ps] == [2, 3]
+    t = tmp_path / "one.tsv"
+    t.write_text("only\trow\n")
+    assert [p.text for p in load_paths([t]).passages] == ["only; row"]
+
+
+def test_epub_chapters_in_reading_order(tmp_path):
+    f = tmp_path / "guide.epub"
+    _epub(f, [("Mosses", "Mosses hold water."), ("Ferns", "Ferns spread by spores.")])
+    ps = load_paths([f], chunk_tokens=80, chunk_overlap=0).passages
+    assert [p.metadata["section"] for p in ps] == ["Ferns", "Mosses"]  # the spine's order
+    assert ps[0].title == "A Field Guide" and ps[0].metadata["author"] == "Rowan Ash"
+    assert "spores" in ps[0].text
+    bad = tmp_path / "bad.epub"
+    import zipfile
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("META-INF/container.xml", '<!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>')
+    with pytest.raises(ValueError, match="bad.epub.*entities"):
+        read_document(bad)
+
+
+def test_rst_sections_without_directives_or_comments(tmp_path):
+    f = tmp_path / "README.rst"
+    f.write_text(RST)
+    doc = read_document(f)
+    assert doc.title == "Async HTTP toolkit" and doc.metadata == {"author": "Mira Kovacs"}
+    assert [s.path for s in doc.sections] == [("Installation",), ("Usage",)]
+    text = "\n".join(b.text for s in doc.sections for b in s.blocks)
+    assert "pip install toolkit" in text and "Wheels exist for every platform." in text
+    assert "Retries back off exponentially." in text
+    for junk in ("unknowndirective", "not text", "comment", "substituted", "badge", "..",
+                 "https://example.org/target", "Contents"):
+        assert junk not in text, junk
+    inc = tmp_path / "inc.rst"
+    inc.write_text(".. include:: /etc/passwd\n\n.. raw:: html\n\n   <b>raw</b>\n\nText.\n")
+    text = "\n".join(b.text for s in read_document(inc).sections for b in s.blocks)
+    assert "root" not in text and "raw" not in text and "Text." in text
+
+
+def test_a_bomb_part_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import evireform.formats as F
+    f = tmp_path / "big.xlsx"
+    _xlsx(f, {"S": [["a"], ["x" * 5000]]})
+    monkeypatch.setattr(F, "MAX_PART_BYTES", 2000)
+    with pytest.raises(ValueError, match=r"big.xlsx: its part .* unpacks to"):
+        read_document(f)
+    monkeypatch.setattr(F, "MAX_PART_BYTES", 256 << 20)
+    monkeypatch.setattr(F, "MAX_ITEMS", 2)
+    c = tmp_path / "rows.csv"
+    c.write_text("h\n1\n2\n3\n4\n")
+    with pytest.raises(ValueError, match=r"rows.csv: more than 2 rows"):
+        read_document(c)
+
+
+def test_a_format_whose_extra_is_missing_is_named_not_fatal(tmp_path, monkeypatch):
+    import evireform.formats as F
+    from evireform.documents import unread_summary
+
+    def missing(path, data):
+        raise MissingReader(f"{path}: reading PPTX needs the 'documents' extra")
+    monkeypatch.setitem(F.READERS, ".pptx", missing)
+    d = tmp_path / "n"
+    d.mkdir()
+    (d / "a.md").write_text("# A\n\nAlpha.")
+    (d / "x.pptx").write_bytes(b"PK")
+    (d / "y.pptx").write_bytes(b"PK")
+    (d / "z.bin").write_bytes(b"\0")
+    got = load_paths([d])
+    assert got.unread == {".pptx": 2, ".bin": 1} and got.skipped == {"n/x.pptx", "n/y.pptx"}
+    assert unread_summary(got.unread, got.needs_extra) in got.warnings
+    assert got.warnings[-1] == ("skipped 3 files: 2 .pptx (install 'evireform[documents]'), "
+                                "1 .bin (no reader); --include names files to read as text")
+    with pytest.raises(ValueError, match=r"no passages found .*install 'evireform\[documents\]'"):
+        load_paths([d / "x.pptx"])
