@@ -483,7 +483,8 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
     for sec in doc.sections:
         if not sec.blocks:
             continue
-        blocks = ([Block(sec.path[-1])] if sec.path else []) + list(sec.blocks)
+        blocks = ([Block(sec.path[-1])] if sec.path and not sec.continued else []) \
+            + list(sec.blocks)
         where = {}
         if sec.path:
             where["section"] = " > ".join(sec.path)

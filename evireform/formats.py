@@ -18,9 +18,11 @@ The parsers, and why these:
   text too; only ``script``, ``style``, ``template``, ``noscript`` and ``svg`` are dropped),
   ``h1``-``h6`` as sections, ``pre`` as code, ``<title>`` as the title and ``<meta name=...
   content=...>`` (description, author, keywords) as metadata.
-* PDF: ``pypdf`` (the ``documents`` extra; pure Python): text page by page (a section per
-  page, ``page`` in its metadata, the outline's titles as its section path when the file
-  has an outline), the document information's title, author and subject.
+* PDF: ``pypdf`` (the ``documents`` extra; pure Python): text page by page (``page`` in
+  the metadata), running headers, footers and page numbers dropped (lines that recur at
+  the top or bottom of half the pages, digits aside); an outline entry's section starts at
+  its heading's line on its page, so text before it stays in the previous section; the
+  document information's title, author and subject.
 * DOCX: ``python-docx`` (the ``documents`` extra): paragraphs and tables in body order,
   ``Heading N`` and ``Title`` styles as sections, the core properties' title, author,
   subject and keywords.
@@ -87,6 +89,9 @@ class Section:
     #: where else the section is in its file, written to its passages' metadata: a
     #: spreadsheet's ``{"row": 12}``, a presentation's ``{"slide": 3}``
     where: dict[str, int] = field(default_factory=dict)
+    #: the previous section's text running on (a PDF section across a page break): its
+    #: heading is not written again
+    continued: bool = False
 
 
 @dataclass
@@ -524,15 +529,90 @@ def _read_pdf(path: Path, data: bytes) -> Document:
         if v:
             meta[name] = v
     title = _meta_value(info.get("/Title")) if hasattr(info, "get") else None
-    sections = []
-    path_now: tuple[str, ...] = ()
-    for n, text in enumerate(pages, 1):
-        path_now = outline.get(n, path_now)
-        blocks = [Block(_clean(b)) for b in re.split(r"\n\s*\n", _unhyphenate(text))
-                  if _clean(b)]
-        if blocks:
-            sections.append(Section(path_now, blocks, page=n))
-    return Document(title, meta, sections)
+    return Document(title, meta, _pdf_sections(pages, outline))
+
+
+_PAGE_NUMBER = re.compile(r"[-–—\s]*(?:page\s+)?(?:\d{1,5}(?:\s*(?:/|of)\s*\d{1,5})?|"
+                          r"(?=[ivxlc])x{0,3}(?:ix|iv|v?i{0,3})|(?=[ivxlc])(?:xc|xl|l?x{0,3}))"
+                          r"[-–—\s]*", re.I)
+
+
+def _edge_key(line: str) -> str:
+    """A line as a running header or footer repeats it: digits (page numbers, dates) and
+    case aside."""
+    return re.sub(r"\d+", "#", " ".join(line.split()).casefold())
+
+
+def _strip_running_lines(pages: list[list[str]], edge: int = 2) -> list[list[str]]:
+    """Each page's lines without its running header and footer: a line among a page's
+    first or last ``edge`` lines that recurs (digits aside) at the edge of at least half the
+    pages (all of them for a two-page file), and a bare page number ("10", "Page 3 of 9",
+    "iv") at either end."""
+    n = sum(1 for p in pages if p)
+    seen: dict[str, int] = {}
+    for p in pages:
+        for key in {_edge_key(x) for x in p[:edge] + p[-edge:]}:
+            seen[key] = seen.get(key, 0) + 1
+    need = n if n <= 2 else -(-n // 2)
+    running = {k for k, c in seen.items() if n >= 2 and c >= need}
+
+    def drop(line: str) -> bool:
+        return _edge_key(line) in running or bool(_PAGE_NUMBER.fullmatch(line.strip()))
+    out = []
+    for p in pages:
+        lo, hi = 0, len(p)
+        while lo < min(edge, hi) and drop(p[lo]):
+            lo += 1
+        while hi > max(lo, len(p) - edge) and drop(p[hi - 1]):
+            hi -= 1
+        out.append(p[lo:hi])
+    return out
+
+
+def _same_heading(line: str, title: str) -> bool:
+    a, b = _edge_key(line), _edge_key(title)
+    return bool(b) and (a == b or (a.startswith(b) and len(a) <= len(b) + 3))
+
+
+def _pdf_sections(pages: list[str], outline: dict[int, list[tuple[str, ...]]]
+                  ) -> list[Section]:
+    """A PDF's pages as sections: running headers, footers and page numbers dropped; each
+    outline entry starts its section at its heading's line on its page (the line itself
+    is the section, not text), or at the page's start when the line is not found; a
+    section that runs on to the next page continues there under the same path."""
+    lines = _strip_running_lines([[x.strip() for x in t.splitlines() if x.strip()]
+                                  for t in pages])
+    sections: list[Section] = []
+    path: tuple[str, ...] = ()
+    for n, page in enumerate(lines, 1):
+        cuts: list[tuple[int, tuple[str, ...]]] = []  # (line index, path from there)
+        at = 0
+        pending: tuple[str, ...] | None = None  # an entry whose line was not found
+        for entry in outline.get(n, []):
+            hit = next((i for i in range(at, len(page)) if _same_heading(page[i], entry[-1])),
+                       None)
+            if hit is None:
+                pending = entry
+            else:  # a found heading: the entries not found before it (its parents, often)
+                cuts.append((hit, entry))  # are passed over
+                at, pending = hit + 1, None
+        if pending is not None and not cuts:
+            cuts.append((0, pending))  # no heading found on the page: from its start
+        bounds = [(0, path, False)] + [(i, e, True) for i, e in cuts]
+        for k, (start, p_here, is_heading) in enumerate(bounds):
+            end = bounds[k + 1][0] if k + 1 < len(bounds) else len(page)
+            first = start + 1 if is_heading and start < len(page) and \
+                _same_heading(page[start], p_here[-1]) else start
+            text = _unhyphenate("\n".join(page[first:end]))
+            blocks = [Block(_clean(b)) for b in re.split(r"\n\s*\n", text) if _clean(b)]
+            if blocks:
+                sections.append(Section(p_here, blocks, page=n,
+                                        continued=bool(sections) and
+                                        sections[-1].path == p_here and not is_heading))
+            path = p_here
+        if pending is not None and cuts and cuts[-1][1] != pending:
+            path = pending  # found after the page's last heading: from the next page on
+    return sections
 
 
 def _unhyphenate(text: str) -> str:
@@ -540,11 +620,12 @@ def _unhyphenate(text: str) -> str:
     return re.sub(r"(\w)-\n(\w)", r"\1\2", text)
 
 
-def _pdf_outline(reader) -> dict[str, Any]:
-    """page number -> the outline's title path of the last entry starting on that page."""
-    out: dict[str, Any] = {}
+def _pdf_outline(reader) -> dict[int, list[tuple[str, ...]]]:
+    """page number -> the title paths of the outline's entries on that page, in the
+    outline's order."""
+    out: dict[int, list[tuple[str, ...]]] = {}
 
-    def walk(items: Any, path: StrPath) -> None:
+    def walk(items: Any, path: tuple[str, ...]) -> None:
         last = None
         for it in items:
             if isinstance(it, list):
@@ -557,7 +638,8 @@ def _pdf_outline(reader) -> dict[str, Any]:
             except Exception:
                 continue
             last = path + (title,)
-            out.setdefault(page, last)
+            if title:
+                out.setdefault(page, []).append(last)
     try:
         walk(reader.outline, ())
     except Exception:

@@ -79,9 +79,10 @@ def as_old_format(ix, version):
     (ix / "manifest.json").write_text(json.dumps(man))
 
 
-def minimal_pdf(pages, title=None) -> bytes:
+def minimal_pdf(pages, title=None, outline=()) -> bytes:
     """A small valid PDF (Helvetica text, one line a string) with ``pages`` (each a list of
-    lines), written by hand so that tests need no PDF writer."""
+    lines), written by hand so that tests need no PDF writer; ``outline``: ``(title, page
+    index, children)`` entries (children the same shape), the document's bookmarks."""
     objs = ["<< /Type /Catalog /Pages 2 0 R >>", None,
             "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
     kids = []
@@ -98,6 +99,31 @@ def minimal_pdf(pages, title=None) -> bytes:
                     f"<< /Font << /F1 3 0 R >> >> /Contents {len(objs)} 0 R >>")
         kids.append(f"{len(objs)} 0 R")
     objs[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+    if outline:
+        objs.append(None)
+        root = len(objs)
+
+        def add(entries, parent):  # object numbers of the entries, filled in afterwards
+            nums = []
+            for _ in entries:
+                objs.append(None)
+                nums.append(len(objs))
+            for n, (num, (t, page, children)) in enumerate(zip(nums, entries)):
+                links = f" /Parent {parent} 0 R"
+                if n:
+                    links += f" /Prev {nums[n - 1]} 0 R"
+                if n + 1 < len(nums):
+                    links += f" /Next {nums[n + 1]} 0 R"
+                sub = add(children, num) if children else []
+                if sub:
+                    links += f" /First {sub[0]} 0 R /Last {sub[-1]} 0 R /Count {len(sub)}"
+                objs[num - 1] = (f"<< /Title ({t}){links} /Dest [{kids[page]} /XYZ 0 792 0] "
+                                 ">>")
+            return nums
+        top = add(list(outline), root)
+        objs[root - 1] = (f"<< /Type /Outlines /First {top[0]} 0 R /Last {top[-1]} 0 R "
+                          f"/Count {len(top)} >>")
+        objs[0] = f"<< /Type /Catalog /Pages 2 0 R /Outlines {root} 0 R >>"
     info = None
     if title:
         objs.append(f"<< /Title ({title}) /Author (Test Author) >>")

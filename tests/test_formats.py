@@ -466,3 +466,34 @@ def test_a_format_whose_extra_is_missing_is_named_not_fatal(tmp_path, monkeypatc
                                 "1 .bin (no reader); --include names files to read as text")
     with pytest.raises(ValueError, match=r"no passages found .*install 'evireform\[documents\]'"):
         load_paths([d / "x.pptx"])
+
+
+def test_pdf_sections_follow_the_headings_and_running_lines_go(tmp_path):
+    """Issue 68: each chunk's section is the outline entry whose heading precedes its text
+    (not the first entry on its page); running headers, footers and page numbers are not
+    text; a section running on to the next page keeps its path without its heading again."""
+    pytest.importorskip("pypdf")
+    head = "Shared MIME-info Database"
+    pages = [[head, "1. Introduction", "This spec says how MIME types", "are stored on disk.",
+              "- 1 -"],
+             [head, "Text before the next heading ends the introduction.",
+              "2.1 Directory layout", "Files live under", "share/mime in a fash-",
+              "ion.", "Page 2 of 3"],
+             [head, "More on the layout.", "Page 3 of 3"]]
+    f = tmp_path / "mime.pdf"
+    f.write_bytes(minimal_pdf(pages, title="Shared MIME-info", outline=[
+        ("1. Introduction", 0, []), ("2. Layout", 1, [("2.1 Directory layout", 1, [])])]))
+    ps = load_paths([f], chunk_tokens=200, chunk_overlap=0).passages
+    got = [(p.metadata["section"], p.metadata["page"], p.text) for p in ps]
+    assert got == [
+        ("1. Introduction", 1, "1. Introduction\nThis spec says how MIME types are stored "
+                               "on disk."),
+        ("1. Introduction", 2, "Text before the next heading ends the introduction."),
+        ("2. Layout > 2.1 Directory layout", 2,
+         "2.1 Directory layout\nFiles live under share/mime in a fashion."),
+        ("2. Layout > 2.1 Directory layout", 3, "More on the layout.")]
+    assert all(p.title == "Shared MIME-info" for p in ps)
+    # without an outline: the running lines still go, one section per page
+    g = tmp_path / "plain.pdf"
+    g.write_bytes(minimal_pdf([[head, "Alpha text.", "7"], [head, "Beta text.", "8"]]))
+    assert [p.text for p in load_paths([g]).passages] == ["Alpha text.", "Beta text."]
