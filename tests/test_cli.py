@@ -205,10 +205,31 @@ def test_query_prints_each_passage_with_its_source_and_text(tmp_path, capsys):
     assert main(["query", str(tmp_path / "n.idx"), "who runs the build farm?", "-k", "2"]) == 0
     out = capsys.readouterr().out
     assert "notes/ops.md #0 · section Operations > Build farm" in out
-    assert '{"owner": "infra"}' in out
+    assert "owner" not in out  # other metadata only with --metadata (issue 68)
     assert "The build farm is run by Dana Ruiz." in out and "**" not in out
     assert "…" in out  # the long passage trimmed around the question's words
     assert main(["query", str(tmp_path / "n.idx"), "who runs the build farm?", "-k", "2",
+                 "--metadata"]) == 0
+    assert '{"owner": "infra"}' in capsys.readouterr().out
+    assert main(["query", str(tmp_path / "n.idx"), "who runs the build farm?", "-k", "2",
                  "--no-text"]) == 0
     compact = capsys.readouterr().out
-    assert "is run by" not in compact and "\"source\": \"notes/ops.md\"" in compact
+    assert "is run by" not in compact and "notes/ops.md #0 · section Operations" in compact
+    assert "owner" not in compact
+
+
+def test_an_excerpt_holds_the_sentences_of_the_residual_query_that_reached_it():
+    """Issue 68: a passage reached by a residual query shows the sentences that match it,
+    whole, not only those that match the question."""
+    from types import SimpleNamespace
+    from evireform.cli.querying import format_passage
+    text = ("The farm builds every branch nightly. " + "Filler words about other things "
+            "entirely. " * 12 + "Contact Ted Ts'o about the e2fsprogs mailing list. "
+            + "More filler words go here. " * 12)
+    p = SimpleNamespace(score=0.5, title="e2fsprogs README", id="r#0", index=0,
+                        metadata={"source": "e2fsprogs/README", "chunk": 0})
+    p.text = text
+    q = "who maintains the farm builds?"
+    assert "Ted Ts'o" not in format_passage(1, p, q)
+    got = format_passage(1, p, q, queries=["e2fsprogs mailing list contact"])
+    assert "Contact Ted Ts'o about the e2fsprogs mailing list." in " ".join(got.split())

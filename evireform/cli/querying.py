@@ -117,8 +117,10 @@ def _cmd_query(args: Any) -> int:
         print(res.trace.format(idx.passages))
     if not res.passages:
         print("   (no passage matches the filter)")
+    reached = reached_by(res, idx)
     for r, p in enumerate(res.passages, 1):
-        print(format_passage(r, p, args.question, text=not args.no_text))
+        print(format_passage(r, p, args.question, text=not args.no_text,
+                             queries=reached.get(p.index, ()), metadata=args.metadata))
     if args.graph:
         print("evidence graph (how each passage was reached):")
         print(res.evidence_graph().format())
@@ -129,16 +131,18 @@ def _cmd_query(args: Any) -> int:
     return _strict_status(args, [res])
 
 
-def format_passage(rank: int, p, question: str, *, text: bool = True,
-                   width: int = 320) -> str:
-    """One ranked passage for the terminal: rank, score, title and id; then (``text``) its
-    source and other metadata on one line and its text trimmed around the question's words
-    (:func:`evireform.text.snippet`).  ``text=False``: the compact one-line form."""
+#: the metadata keys that say where a passage is in its file: the location line's
+LOCATION_KEYS = ("section", "page", "slide", "row")
+
+
+def format_passage(rank: int, p, question: str, *, text: bool = True, width: int = 320,
+                   queries: Sequence[str] = (), metadata: bool = False) -> str:
+    """One ranked passage for the terminal: rank, score, title and id; then (``text``) where
+    it is (source and chunk, section, page, slide, row) on one line, its other metadata on
+    another only with ``metadata``, and its text as the whole sentences that best match the
+    question and the residual ``queries`` that reached it (:func:`evireform.text.snippet`).
+    ``text=False``: the compact one-line form (rank, score, title, id, where)."""
     md = dict(p.metadata or {})
-    if not text:
-        extra = f"  {json.dumps(md, ensure_ascii=False):.120}" if md else ""
-        return f"{rank:>3}. {p.score:.4f}  {p.title}  [{p.id}]{extra}"
-    lines = [f"{rank:>3}. {p.score:.4f}  {p.title}  [{p.id}]"]
     where = []
     src = md.pop("source", None)
     if src is not None:
@@ -146,20 +150,40 @@ def format_passage(rank: int, p, question: str, *, text: bool = True,
     md.pop("chunk", None)
     if md.get("title") == p.title:
         md.pop("title")
-    for key in ("section", "page"):
+    for key in LOCATION_KEYS:
         if key in md:
             where.append(f"{key} {md.pop(key)}")
-    if md:
-        where.append(f"{json.dumps(md, ensure_ascii=False):.160}")
+    head = f"{rank:>3}. {p.score:.4f}  {p.title}  [{p.id}]"
+    rest = f"{json.dumps(md, ensure_ascii=False, default=str)}" if md and metadata else ""
+    if not text:
+        return head + "".join(f"  {x}" for x in (" · ".join(where), rest) if x)
+    lines = [head]
     if where:
         lines.append("     " + " · ".join(where))
+    if rest:
+        lines.append("     " + rest)
     from ..text import snippet
-    body = snippet(p.text, question, width)
+    body = snippet(p.text, " ".join([question, *queries]), width)
     if body:
         import textwrap
         lines.extend(textwrap.wrap(body, 96, initial_indent="     ", subsequent_indent="     ",
                                    break_on_hyphens=False) or [])
     return "\n".join(lines)
+
+
+def reached_by(result, index) -> dict[int, list[str]]:
+    """Passage position -> the residual queries whose hits include one of its
+    propositions (the words a passage's excerpt is chosen by, beside the question's)."""
+    out: dict[int, list[str]] = {}
+    trace = result.trace
+    owner = index.owner
+    for q, hits in zip(getattr(trace, "residual_queries", []) or [],
+                       getattr(trace, "residual_hits", []) or []):
+        for i, _ in hits:
+            qs = out.setdefault(int(owner[int(i)]), [])
+            if q not in qs:
+                qs.append(q)
+    return out
 
 
 def _run_name(value: str) -> str:
@@ -329,8 +353,11 @@ def add_query_parser(sub: Any) -> None:
     qu.add_argument("--json", action="store_true",
                     help="print the result record as JSON (the service's /query shape)")
     qu.add_argument("--no-text", action="store_true",
-                    help="one line a passage (rank, score, title, id, metadata) instead of "
-                         "its source, metadata and text trimmed around the question's words")
+                    help="one line a passage (rank, score, title, id, where it is) instead "
+                         "of where it is and its sentences that best match the question")
+    qu.add_argument("--metadata", action="store_true",
+                    help="also print each passage's other metadata (front matter, author, "
+                         "...) as JSON")
     qu.add_argument("--graph", action="store_true",
                     help="print the evidence graph: how each passage was reached (with --json "
                          "or --questions: a 'graph' field of nodes and edges)")
