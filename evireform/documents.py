@@ -442,7 +442,7 @@ def unread_summary(unread: dict[str, int], needs_extra: dict[str, str] | None = 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
     """A plain-text file's passages: front matter as metadata, the rest chunked."""
     try:
-        text = read_file_bytes(f).decode("utf-8")
+        text = read_file_bytes(f).decode("utf-8").lstrip("\ufeff")  # a byte-order mark
     except UnicodeDecodeError as exc:
         raise ValueError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     front, text = front_matter(text, str(f))

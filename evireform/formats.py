@@ -266,6 +266,11 @@ def _inline_text(tok) -> str:
     return "".join(out)
 
 
+#: how deep markdown-it nests blocks (lists in lists, quotes in quotes) before it stops;
+#: what lies deeper is read flat
+MARKDOWN_NESTING = 64
+
+
 def read_markdown_text(text: str) -> Document:
     """Markdown (front matter already removed) parsed with markdown-it-py."""
     try:
@@ -273,8 +278,15 @@ def read_markdown_text(text: str) -> Document:
     except ImportError:  # pragma: no cover - a core dependency
         raise MissingReader("reading Markdown needs markdown-it-py: pip install "
                             "markdown-it-py") from None
-    md = MarkdownIt("commonmark").enable("table")
+    md = MarkdownIt("commonmark", {"maxNesting": MARKDOWN_NESTING}).enable("table")
     toks = md.parse(text)
+    # markdown-it stops at its nesting limit and drops the rest of the file: what it did
+    # not reach is read again flat (each line's indentation removed), never lost
+    end = max((t.map[1] for t in toks if t.map and (t.nesting != 1 or t.type in (
+        "heading_open", "paragraph_open", "tr_open"))), default=0)  # leaves, not containers
+    lines = text.splitlines()
+    if any(ln.strip() for ln in lines[end:]):
+        toks += md.parse("\n".join(ln.strip() for ln in lines[end:]))
     out = _Sections()
     title = None
     seen_heading = False
@@ -313,7 +325,7 @@ def read_markdown_text(text: str) -> Document:
 
 
 def _read_markdown(path: Path, data: bytes) -> Document:
-    text = _utf8(path, data)
+    text = _utf8(path, data).lstrip("\ufeff")
     meta, body = front_matter(text, str(path))
     doc = read_markdown_text(body)
     doc.metadata = meta
@@ -469,7 +481,7 @@ def read_html_text(text: str) -> Document:
     """HTML parsed with ``html.parser`` (see the module docstring)."""
     p = _HTMLText()
     try:
-        p.feed(text)
+        p.feed(_drop_open_comment(text.lstrip("\ufeff")))
         p.close()
     except AssertionError as exc:  # html.parser asserts on some malformed markup
         # ("<![ x", an unknown marked section): one line, never a traceback
@@ -480,15 +492,50 @@ def read_html_text(text: str) -> Document:
     return Document(title, dict(p.meta), p.out.done())
 
 
-def _read_html(path: Path, data: bytes) -> Document:
-    raw = data
+def _html_encoding(raw: bytes) -> str:
+    """The encoding an HTML file is read in, as a browser picks it: a byte-order mark, else
+    a ``<meta charset>`` in the first 4 KiB naming an encoding that keeps ASCII as ASCII
+    (the markup must read as markup: UTF-16, UTF-32 or EBCDIC named there mean UTF-8, as
+    the HTML standard has it), else UTF-8."""
+    import codecs
+    for bom, enc in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+                     (codecs.BOM_UTF16_BE, "utf-16")):
+        if raw.startswith(bom):
+            return enc
     m = re.search(rb"<meta[^>]+charset=[\"']?([A-Za-z0-9_\-]+)", raw[:4096], re.I)
-    enc = m.group(1).decode("ascii", "replace") if m else "utf-8"
+    if not m:
+        return "utf-8"
+    enc = m.group(1).decode("ascii", "replace")
+    probe = "<meta charset=x>azAZ09"
     try:
-        text = raw.decode(enc)
-    except (LookupError, UnicodeDecodeError):
+        if probe.encode(enc) != probe.encode("ascii"):
+            return "utf-8"
+    except (LookupError, UnicodeError):
+        return "utf-8"
+    return enc
+
+
+def _drop_open_comment(text: str) -> str:
+    """HTML whose ``<!--`` is never closed: the rest is a comment (as a browser reads it),
+    not text."""
+    at = 0
+    while True:
+        start = text.find("<!--", at)
+        if start < 0:
+            return text
+        end = text.find("-->", start + 4)
+        if end < 0:
+            return text[:start]
+        at = end + 3
+
+
+def _read_html(path: Path, data: bytes) -> Document:
+    enc = _html_encoding(data)
+    try:
+        text = data.decode(enc)
+    except UnicodeDecodeError:
         try:
-            text = raw.decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not UTF-8 text and no usable charset declared "
                              f"({exc.reason} at byte {exc.start})") from None
@@ -514,7 +561,9 @@ def _read_pdf(path: Path, data: bytes) -> Document:
             if not opened:
                 raise ValueError(f"{path}: the PDF is encrypted (it needs a password); "
                                  "decrypt it first, e.g. qpdf --decrypt")
-        pages = [pg.extract_text() or "" for pg in reader.pages]
+        # a font's ToUnicode map may yield a lone surrogate: that character becomes U+FFFD,
+        # the page is kept
+        pages = [_SURROGATE.sub("\ufffd", pg.extract_text() or "") for pg in reader.pages]
         info = reader.metadata or {}
         outline = _pdf_outline(reader)
     except ValueError:
@@ -532,6 +581,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     return Document(title, meta, _pdf_sections(pages, outline))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _PAGE_NUMBER = re.compile(r"[-–—\s]*(?:page\s+)?(?:\d{1,5}(?:\s*(?:/|of)\s*\d{1,5})?|"
                           r"(?=[ivxlc])x{0,3}(?:ix|iv|v?i{0,3})|(?=[ivxlc])(?:xc|xl|l?x{0,3}))"
                           r"[-–—\s]*", re.I)

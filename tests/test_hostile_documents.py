@@ -265,3 +265,52 @@ def test_a_file_swapped_after_the_walk_is_not_read(tmp_path, monkeypatch, swap):
     assert got.skipped == {"notes/b.md"}
     why = "symbolic link" if swap == "link" else "not a regular file"
     assert any(why in msg for _, msg in got.errors)
+
+
+# ------------------------------------------------------------ round 6: what readers read
+def test_a_pdf_glyph_mapped_to_a_lone_surrogate_is_one_replaced_character(tmp_path,
+                                                                          monkeypatch):
+    pypdf = pytest.importorskip("pypdf")
+    from helpers import minimal_pdf
+    from evireform.documents import load_paths
+    f = tmp_path / "s.pdf"
+    f.write_bytes(minimal_pdf([["placeholder"]]))
+    monkeypatch.setattr(pypdf.PageObject, "extract_text",
+                        lambda self, *a, **k: "Ligatures \ud835 break here.")
+    (p,) = load_paths([f]).passages
+    assert p.text == "Ligatures \ufffd break here."
+
+
+def test_html_comments_byte_order_marks_and_charsets_read_as_a_browser_reads_them(tmp_path):
+    from evireform.formats import read_document
+
+    def text(name, data):
+        f = tmp_path / name
+        f.write_bytes(data)
+        return [b.text for s in read_document(f).sections for b in s.blocks]
+    # an unterminated comment runs to the end: not text
+    assert text("c.html", b"<p>Kept.</p><!-- x x x" + b" x" * 5000) == ["Kept."]
+    assert text("c2.html", b"<p>A</p><!-- closed --><p>B</p><!-- open") == ["A", "B"]
+    # a byte-order mark is not the text's first character
+    assert text("bom.html", "\ufeff<p>Caf\u00e9</p>".encode("utf-8")) == ["Caf\u00e9"]
+    assert text("bom16.html", "<p>Caf\u00e9</p>".encode("utf-16")) == ["Caf\u00e9"]
+    # a charset that does not keep ASCII as ASCII is not how the file is read
+    for enc in ("cp037", "utf-16", "UTF-32"):
+        assert text(f"{enc}.html", f'<meta charset="{enc}"><p>Plain words.</p>'.encode()) \
+            == ["Plain words."], enc
+    assert text("latin.html", '<meta charset="latin-1"><p>Caf\u00e9</p>'.encode("latin-1")) \
+        == ["Caf\u00e9"]
+    f = tmp_path / "bom.md"
+    f.write_bytes("\ufeff---\ntitle: Kept\n---\nBody.".encode())
+    assert read_document(f).title == "Kept"
+
+
+def test_markdown_nested_past_the_parsers_limit_is_read_flat_not_dropped(tmp_path):
+    from evireform.formats import read_document
+    f = tmp_path / "deep.md"
+    f.write_text("".join("  " * i + f"- level {i}\n" for i in range(120))
+                 + "\n# Later\n\nLater text survives.\n")
+    doc = read_document(f)
+    text = [b.text for s in doc.sections for b in s.blocks]
+    assert text[:120] == [f"level {i}" for i in range(120)]
+    assert doc.sections[-1].path == ("Later",) and text[-1] == "Later text survives."
