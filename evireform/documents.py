@@ -472,12 +472,36 @@ def file_title(f: Path) -> str:
     return stem
 
 
+#: what a document's title, a heading in a section path and a metadata string may hold
+#: (characters): a 2 MB heading or ``<meta description>`` is the file's text, not a label
+#: copied into each of its chunks
+MAX_TITLE_CHARS = 300
+MAX_HEADING_CHARS = 200
+MAX_META_CHARS = 2000
+
+
+def _cap(text: str, n: int) -> str:
+    text = " ".join(text.split()) if len(text) <= 4 * n else " ".join(text[:4 * n].split())
+    return text if len(text) <= n else text[:n - 1].rstrip() + "…"
+
+
+def _capped(v: Any) -> Any:
+    if isinstance(v, str):
+        return v if len(v) <= MAX_META_CHARS else _cap(v, MAX_META_CHARS)
+    if isinstance(v, list):
+        return [_capped(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _capped(x) for k, x in v.items()}
+    return v
+
+
 def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, count: Any,
               block_sep: str = "\n") -> list[Passage]:
     front = doc.metadata
     title = str(front["title"]) if isinstance(front.get("title"), (str, int, float)) \
         and str(front.get("title")).strip() else (doc.title or file_title(f))
-    extra = {k: v for k, v in front.items()
+    title = _cap(title, MAX_TITLE_CHARS)
+    extra = {k: _capped(v) for k, v in front.items()
              if k not in ("source", "chunk", "title", "section", "page", "row", "slide")}
     out: list[Passage] = []
     for sec in doc.sections:
@@ -487,7 +511,7 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
             + list(sec.blocks)
         where = {}
         if sec.path:
-            where["section"] = " > ".join(sec.path)
+            where["section"] = " > ".join(_cap(h, MAX_HEADING_CHARS) for h in sec.path)
         if sec.page is not None:
             where["page"] = sec.page
         where.update(sec.where)

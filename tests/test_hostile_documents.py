@@ -314,3 +314,20 @@ def test_markdown_nested_past_the_parsers_limit_is_read_flat_not_dropped(tmp_pat
     text = [b.text for s in doc.sections for b in s.blocks]
     assert text[:120] == [f"level {i}" for i in range(120)]
     assert doc.sections[-1].path == ("Later",) and text[-1] == "Later text survives."
+
+
+def test_a_huge_heading_or_meta_value_is_not_copied_into_every_chunk(tmp_path):
+    """Titles, sections and metadata strings are capped: a 200 KB heading or meta
+    description stays the file's text once, not a label on each of its chunks."""
+    from evireform.documents import MAX_HEADING_CHARS, MAX_META_CHARS, load_paths
+    big = "word " * 40_000
+    (tmp_path / "h.md").write_text(f"## {big}\n\n" + "Body sentence here. " * 500)
+    (tmp_path / "m.html").write_text(f'<meta name="description" content="{big}">'
+                                     + "<p>Body sentence here.</p>" * 500)
+    ps = load_paths([tmp_path], chunk_tokens=100, chunk_overlap=0).passages
+    assert len(ps) > 20
+    for p in ps:
+        md = json.dumps(p.metadata)
+        assert len(md) < MAX_META_CHARS + 2 * MAX_HEADING_CHARS + 1000, len(md)
+        assert len(p.title) <= 300
+    assert sum(len(p.text) for p in ps if p.metadata["source"].endswith("h.md")) >= len(big) - 10
