@@ -561,9 +561,14 @@ def _read_pdf(path: Path, data: bytes) -> Document:
             if not opened:
                 raise ValueError(f"{path}: the PDF is encrypted (it needs a password); "
                                  "decrypt it first, e.g. qpdf --decrypt")
-        # a font's ToUnicode map may yield a lone surrogate: that character becomes U+FFFD,
-        # the page is kept
-        pages = [_SURROGATE.sub("\ufffd", pg.extract_text() or "") for pg in reader.pages]
+        _too_many(path, len(reader.pages), "pages")
+        budget = [MAX_PDF_CONTENT_BYTES, {}]
+        pages = []
+        for pg in reader.pages:
+            _pdf_content_budget(path, pg, budget)
+            # a font's ToUnicode map may yield a lone surrogate: that character becomes
+            # U+FFFD, the page is kept
+            pages.append(_SURROGATE.sub("\ufffd", pg.extract_text() or ""))
         info = reader.metadata or {}
         outline = _pdf_outline(reader)
     except ValueError:
@@ -579,6 +584,40 @@ def _read_pdf(path: Path, data: bytes) -> Document:
             meta[name] = v
     title = _meta_value(info.get("/Title")) if hasattr(info, "get") else None
     return Document(title, meta, _pdf_sections(pages, outline))
+
+
+#: the most bytes of drawing instructions (page contents and the forms they draw, decoded,
+#: counted each time a page draws them) a PDF's text is extracted from: text extraction
+#: parses every instruction, so a small file drawing one huge stream on each page is
+#: refused instead of parsed for minutes
+MAX_PDF_CONTENT_BYTES = 64 << 20
+
+
+def _pdf_content_budget(path: Path, page, budget: list) -> None:
+    """Charge a page's decoded contents and Form XObjects to ``budget`` ([bytes left,
+    sizes of forms already decoded]); ``ValueError`` naming the file when it runs out."""
+    n = 0
+    c = page.get_contents()
+    if c is not None:
+        n += len(c.get_data())
+    res = page.get("/Resources")
+    res = res.get_object() if res is not None else None
+    xo = res.get("/XObject") if hasattr(res, "get") else None
+    xo = xo.get_object() if xo is not None else None
+    for ref in (xo.values() if hasattr(xo, "values") else ()):
+        key = getattr(ref, "idnum", None)
+        if key is None or key not in budget[1]:
+            obj = ref.get_object()
+            size = len(obj.get_data()) if obj.get("/Subtype") == "/Form" else 0
+            if key is not None:
+                budget[1][key] = size
+        else:
+            size = budget[1][key]
+        n += size
+    budget[0] -= n
+    if budget[0] < 0:
+        raise ValueError(f"{path}: its pages draw more than {MAX_PDF_CONTENT_BYTES >> 20} MiB "
+                         "of instructions (decoded); not read")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -698,34 +737,91 @@ def _pdf_outline(reader) -> dict[int, list[tuple[str, ...]]]:
 
 
 # --------------------------------------------------------------------------- DOCX
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+
+
+def _docx_text(el) -> str:
+    """The text of a DOCX element: its runs' text, tabs and breaks, in document order
+    (deleted text, ``w:delText``, is not text)."""
+    out = []
+    for e in el.iter(_W + "t", _W + "tab", _W + "br", _W + "cr"):
+        if e.tag == _W + "t":
+            out.append(e.text or "")
+        else:
+            out.append("\t" if e.tag == _W + "tab" else "\n")
+    return "".join(out)
+
+
+def _docx_children(el):
+    """An element's children, content controls (``w:sdt``) and custom XML opened: what
+    they wrap is the document's content too."""
+    for child in el:
+        if child.tag == _W + "sdt":
+            content = child.find(_W + "sdtContent")
+            if content is not None:
+                yield from _docx_children(content)
+        elif child.tag in (_W + "customXml", _W + "smartTag"):
+            yield from _docx_children(child)
+        else:
+            yield child
+
+
 def _read_docx(path: Path, data: bytes) -> Document:
+    """A DOCX body read from its XML in one pass (python-docx opens the package and its
+    styles): paragraphs, tables (a row a block, nested tables' text in their cell) and
+    content controls in body order; a paragraph's style found by its id in a table made
+    once (python-docx's per-paragraph lookup costs about a millisecond)."""
     try:
         import docx
-        from docx.table import Table
     except ImportError:
         raise MissingReader(f"{path}: reading DOCX needs the 'documents' extra: pip install "
                             "'evireform[documents]' (or exclude '*.docx')") from None
     _zip(path, data, "DOCX")
     try:
         d = docx.Document(io.BytesIO(data))
+        names = {}
+        default = ""
+        for st in d.styles:
+            sid = getattr(st, "style_id", None)
+            if sid:
+                names[sid] = st.name or ""
+        try:
+            default = d.styles.default(docx.enum.style.WD_STYLE_TYPE.PARAGRAPH).name or ""
+        except Exception:
+            default = ""
+        body = d.element.body
     except Exception as exc:
         raise ValueError(f"{path}: not a readable DOCX file ({type(exc).__name__}: {exc})") \
             from None
     out = _Sections()
     title = None
-    for item in d.iter_inner_content():
-        if isinstance(item, Table):
-            for r in item.rows:
-                cells = []
-                for c in r.cells:
-                    t = _clean(c.text)
+    count = 0
+
+    def rows(tbl):
+        for child in _docx_children(tbl):
+            if child.tag == _W + "tr":
+                yield child
+
+    for item in _docx_children(body):
+        count += 1
+        _too_many(path, count, "paragraphs and tables")
+        if item.tag == _W + "tbl":
+            for r in rows(item):
+                cells: list[str] = []
+                for c in _docx_children(r):
+                    if c.tag != _W + "tc":
+                        continue
+                    t = _clean(_docx_text(c))
                     if t and (not cells or cells[-1] != t):  # merged cells repeat
                         cells.append(t)
                 out.add(" | ".join(cells))
             continue
-        style = (item.style.name if item.style is not None else "") or ""
-        text = item.text
-        m = re.fullmatch(r"Heading (\d)", style)
+        if item.tag != _W + "p":
+            continue
+        ps = item.find(_W + "pPr/" + _W + "pStyle")
+        style = names.get(ps.get(_W + "val"), "") if ps is not None else default
+        text = _docx_text(item)
+        m = re.fullmatch(r"Heading (\d)", style or "")
         if style == "Title":
             if _clean(text):
                 title = title or _clean(text)
@@ -744,7 +840,7 @@ def _read_docx(path: Path, data: bytes) -> Document:
 # --------------------------------------------------------------------------- archives
 #: the most bytes one member of a DOCX, PPTX, XLSX or EPUB archive may unpack to (its
 #: declared size: zipfile never unpacks past it): a document's part, not a bomb
-MAX_PART_BYTES = 256 << 20
+MAX_PART_BYTES = 64 << 20
 #: the most rows, slides or chapters one file may hold (each becomes a passage or more)
 MAX_ITEMS = 200_000
 

@@ -331,3 +331,51 @@ def test_a_huge_heading_or_meta_value_is_not_copied_into_every_chunk(tmp_path):
         assert len(md) < MAX_META_CHARS + 2 * MAX_HEADING_CHARS + 1000, len(md)
         assert len(p.title) <= 300
     assert sum(len(p.text) for p in ps if p.metadata["source"].endswith("h.md")) >= len(big) - 10
+
+
+def test_docx_content_in_nested_tables_and_content_controls_is_read(tmp_path):
+    docx = pytest.importorskip("docx")
+    from docx.oxml import parse_xml
+    from evireform.formats import read_document
+    d = docx.Document()
+    d.add_heading("Inventory", level=1)
+    t = d.add_table(rows=1, cols=2)
+    t.cell(0, 0).text = "outer cell"
+    inner = t.cell(0, 1).add_table(rows=1, cols=1)
+    inner.cell(0, 0).text = "nested cell text"
+    W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    d.element.body.insert(len(d.element.body) - 1, parse_xml(
+        f'<w:sdt {W}><w:sdtPr/><w:sdtContent><w:p><w:r><w:t>Inside a content control.'
+        '</w:t></w:r></w:p></w:sdtContent></w:sdt>'))
+    f = tmp_path / "c.docx"
+    d.save(str(f))
+    doc = read_document(f)
+    text = [b.text for s in doc.sections for b in s.blocks]
+    assert any("outer cell" in x and "nested cell text" in x for x in text), text
+    assert "Inside a content control." in text
+    assert doc.sections[-1].path == ("Inventory",)
+
+
+def test_docx_paragraph_count_is_capped(tmp_path, monkeypatch):
+    docx = pytest.importorskip("docx")
+    import evireform.formats as F
+    d = docx.Document()
+    for i in range(30):
+        d.add_paragraph(f"p{i}")
+    f = tmp_path / "many.docx"
+    d.save(str(f))
+    monkeypatch.setattr(F, "MAX_ITEMS", 10)
+    with pytest.raises(ValueError, match=r"many.docx: more than 10 paragraphs"):
+        F.read_document(f)
+
+
+def test_a_pdf_drawing_more_than_its_budget_is_refused(tmp_path, monkeypatch):
+    pytest.importorskip("pypdf")
+    import evireform.formats as F
+    from helpers import minimal_pdf
+    f = tmp_path / "heavy.pdf"
+    f.write_bytes(minimal_pdf([[f"line {i}" for i in range(40)]] * 3))
+    assert len(F.read_document(f).sections) == 3
+    monkeypatch.setattr(F, "MAX_PDF_CONTENT_BYTES", 1200)  # one page's worth, not three
+    with pytest.raises(ValueError, match=r"heavy.pdf: its pages draw more than"):
+        F.read_document(f)
