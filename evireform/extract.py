@@ -79,7 +79,7 @@ def split_sentences(text: str) -> list[str]:
         return []
     pieces, start = [], 0
     for m in _SPLIT.finditer(text):
-        head = text[start:m.start()].rstrip()
+        head = text[max(start, m.start() - 64):m.start()].rstrip()  # bounded: linear
         last = head.rsplit(" ", 1)[-1].rstrip(".!?").lower()
         if last in _ABBREV or (len(last) == 1 and last.isalpha()):
             continue
@@ -125,8 +125,10 @@ def name_spans(sentence: str) -> list[str]:
     def flush() -> None:
         while cur and cur[-1].lower() in _CONNECT:
             cur.pop()
-        while cur and cur[0].lower() in _STOP:
-            cur.pop(0)
+        lead = 0  # leading stopwords dropped at once (pop(0) each would be quadratic)
+        while lead < len(cur) and cur[lead].lower() in _STOP:
+            lead += 1
+        del cur[:lead]
         if cur and not (len(cur) == 1 and cur[0].lower() in _MONTH_SET):
             spans.append(" ".join(cur))
         cur.clear()

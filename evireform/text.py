@@ -65,7 +65,9 @@ def is_cjk(ch: str) -> bool:
 def _split_latin(text: str) -> list[str]:
     pieces, start = [], 0
     for m in _LATIN_END.finditer(text):
-        head = text[start:m.start()].rstrip()
+        # the end of the piece so far, not all of it: a run of initials ("A. A. A. ...")
+        # keeps the piece open, and reading it whole at each match would be quadratic
+        head = text[max(start, m.start() - 64):m.start()].rstrip()
         last = head.rsplit(" ", 1)[-1].rstrip(".!?\"”’')]»").lower()
         if head.endswith(".") and (last in ABBREVIATIONS or
                                    (len(last) == 1 and last.isalpha())):

@@ -189,3 +189,35 @@ def test_focus_is_kept_on_prose_indexes_only():
     assert all("variable" in x.split() for x in keep)
     assert GraphBridgeReformulator(prose=False).name == "graph-bridge-v1"
     assert keep != drop or not drop
+
+
+_SHAPES = {  # 1 MB inputs that once took minutes (issue 69): each shape's cost linear
+    "capitalised words": lambda n: " ".join(f"Name{i % 5000}" for i in range(n // 8)),
+    "no sentence end": lambda n: " ".join(f"word{i % 5000}" for i in range(n // 9)),
+    "initials": lambda n: "A. " * (n // 3),
+    "one word": lambda n: "Alpha " * (n // 6),
+}
+
+
+@pytest.mark.parametrize("name", ["heuristic", "phrases", "prose"])
+def test_extractors_are_linear_in_their_input(name):
+    """Ten times the text costs about ten times the CPU time, not a hundred: a ratio within
+    one run (process time, best of two), never an absolute time."""
+    import time
+    from evireform import Passage
+    from evireform.extract import EXTRACTORS
+
+    def cost(text):
+        best = float("inf")
+        for _ in range(2):
+            ex = EXTRACTORS[name]()
+            p = Passage("p", "T", text)
+            t = time.process_time()
+            if hasattr(ex, "fit"):
+                ex.fit([p])
+            ex.extract(p)
+            best = min(best, time.process_time() - t)
+        return best
+    for shape, make in _SHAPES.items():
+        small, large = cost(make(50_000)), cost(make(500_000))
+        assert large <= 25 * max(small, 0.005), (shape, small, large)
