@@ -45,6 +45,43 @@ def test_a_short_write_is_named_as_a_full_disk_or_a_file_size_limit(tmp_path, mo
     assert not (tmp_path / "ix").exists()
 
 
+def test_a_full_disk_is_named_though_removing_the_partial_files_frees_it(tmp_path,
+                                                                         monkeypatch):
+    """Issue 69: the disk is full while the new generation's files are on it and free again
+    once they are removed; the short write is named from the disk as it was (ENOSPC, the
+    service's 507), on the path `update` and `/update` save through."""
+    import errno
+    import os
+    from evireform.service import _error_of
+    real = os.statvfs
+
+    def statvfs(p):  # full while a temporary generation exists beside the index
+        if any(n.startswith(".ix.tmp-") for n in os.listdir(tmp_path)):
+            return type("S", (), {"f_bavail": 1, "f_frsize": 4096})()
+        return real(p)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+    def write(tmp):
+        (tmp / "part.npy").write_bytes(b"x" * 1000)
+        raise OSError("76700 requested and 25568 written")
+    with pytest.raises(OSError) as got:
+        atomic.write_dir_atomically(tmp_path / "ix", write, looks_like=lambda p: True)
+    assert got.value.errno == errno.ENOSPC and "no space left" in str(got.value)
+    assert _error_of(got.value)[0] == 507
+    assert not any(n.startswith(".ix.tmp-") for n in os.listdir(tmp_path))
+
+
+def test_verify_names_why_no_stamp_was_written(tmp_path, monkeypatch):
+    import os
+    from evireform.cli.indexing import _why_unwritten
+    assert _why_unwritten(tmp_path) == "the stamp file could not be written"
+    monkeypatch.setattr(os, "statvfs",
+                        lambda p: type("S", (), {"f_bavail": 1, "f_frsize": 4096})())
+    assert _why_unwritten(tmp_path).startswith("no space left on the disk holding")
+    monkeypatch.setattr(os, "access", lambda p, m: False)
+    assert _why_unwritten(tmp_path) == "the directory is not writable"
+
+
 def test_an_embedder_with_the_wrong_rows_at_question_time_is_named(tmp_path):
     """A custom embedder that returns one row for three texts: a clear error naming it (no
     IndexError), and the service's 500 carries that message."""

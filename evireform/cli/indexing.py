@@ -237,6 +237,27 @@ def _check_update_target(args: Any) -> None:
                          "format 'evireform-index')")
 
 
+def _why_unwritten(folder: Path) -> str:
+    """Why a small file could not be written in ``folder``: not writable, no space left on
+    its disk, or a file-size limit of this process."""
+    if not os.access(folder, os.W_OK):
+        return "the directory is not writable"
+    try:
+        st = os.statvfs(folder)
+        if st.f_bavail * st.f_frsize < 1 << 16:
+            return f"no space left on the disk holding {folder}"
+    except (OSError, AttributeError):
+        pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY and soft < 1 << 16:
+            return f"this process's file-size limit (ulimit -f: {soft:,} bytes)"
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    return "the stamp file could not be written"
+
+
 def _cmd_verify(args: Any) -> int:
     """The full verification tier (evireform.store), then a new stamp: what to run after
     copying or downloading an index (a load would run it once anyway).  Says whether the
@@ -257,7 +278,7 @@ def _cmd_verify(args: Any) -> int:
     PropositionIndex.load(args.index_dir)
     fast = time.perf_counter() - t1
     tail = (f"stamped: later loads take the fast tier ({fast:.2f} s)" if wrote else
-            "no stamp written (the directory is not writable); a later load took "
+            f"no stamp written ({_why_unwritten(Path(args.index_dir))}); a later load took "
             f"{fast:.2f} s")
     print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
           f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "

@@ -168,9 +168,11 @@ def write_dir_atomically(path: StrPath, write: Any, *, looks_like: Any, check=No
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         except OSError as exc:
+            # named while the partial files still hold the disk: once they are removed the
+            # disk has room again and a short write would look unexplained
+            named = named_write_error(exc, path.parent)
             shutil.rmtree(tmp, ignore_errors=True)
             recover(path, looks_like)
-            named = named_write_error(exc, path.parent)
             if named is exc:
                 raise
             raise named from exc
