@@ -1,25 +1,31 @@
 """A saved index as an MCP server (``evireform mcp IDX``; extra ``mcp``: the official MCP
 Python SDK, 2.x).
 
-One tool and one resource, over stdio (what desktop assistants launch) or streamable HTTP
-(``--transport http``, at ``/mcp``):
+One tool, one prompt and one resource, over stdio (what desktop assistants launch) or
+streamable HTTP (``--transport http``, at ``/mcp``):
 
-- ``retrieve(question, k=10, filter=None, method="evireform", namespace=None)``: the
-  passages for a question, as the result record :mod:`evireform.records` defines (what
-  ``query --json`` prints and ``POST /query`` answers: passages with their text, metadata
-  and score parts, and the method's trace) with the index generation that answered it;
+- ``retrieve(question, k=10, filter=None, method="evireform", namespace=None,
+  include_trace=False)`` (read-only): the passages for a question.  Its text content is a
+  compact numbered rendering (rank, title, id, where the passage is, score, then its text)
+  for the model to read; its structured content, typed by the tool's output schema, is the
+  passages as the result record :mod:`evireform.records` defines them (what ``query
+  --json`` prints and ``POST /query`` answers) with the index generation that answered,
+  and the method's trace only with ``include_trace``.  The question is not echoed.
   ``filter`` is a where clause over metadata or a list of passage ids
   (:mod:`evireform.filters`).  A refused request (a malformed filter, a key the index
-  lacks) is a tool error carrying the reason.
+  lacks, a blank or overlong question) is a tool error carrying the reason.
+- the ``answer_from_index`` prompt: a question to answer from the index's passages, citing
+  them by id.
 - ``evireform://index``: the index's stats (passages, propositions, embedder, generation),
   as ``GET /health`` reports them.
 
 Questions go through the same :class:`~evireform.service.RetrievalService` as ``evireform
 serve`` (micro-batches, a new generation written by ``evireform update`` picked up), so an
-answer equals ``/query``'s for the same index.
+answer's passages equal ``/query``'s for the same index.
 """
 import asyncio
 import json
+import re
 from typing import Any
 
 from .service.models import MAX_QUESTION_CHARS
@@ -62,13 +68,44 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
                 started.append(True)
         return service
 
+    from mcp_types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import BaseModel
+
+    class PassageOut(BaseModel):
+        """One ranked passage (:meth:`evireform.retriever.RankedPassage.to_dict`)."""
+
+        id: str = Field(description="the passage's id (a document's: SOURCE#CHUNK)")
+        title: str = Field(description="its document's title")
+        text: str = Field(description="the passage's text")
+        metadata: dict[str, Any] = Field(description="source, chunk, section, page and the "
+                                                     "document's own metadata")
+        score: float = Field(description="the method's score (EviReform: the seed's mass "
+                                         "reaching the passage)")
+        from_question: float = Field(description="the part of the score from the question")
+        from_residual: float = Field(description="the part from the residual queries")
+        from_propagation: float = Field(description="the part spread through shared "
+                                                    "entities")
+
+    class RetrieveOut(BaseModel):
+        """What ``retrieve`` answers, structured."""
+
+        passages: list[PassageOut] = Field(description="the passages, best first")
+        generation: int = Field(description="the index generation that answered")
+        trace: dict[str, Any] | None = Field(
+            default=None, description="the method's trace (residual queries, candidates, "
+                                      "timings), with include_trace only")
+
     @server.tool(description=(
         "Retrieve the passages that answer a question, multi-hop (EviReform: the first "
-        "passages' bridge entities become residual queries). Returns the ranked passages "
-        "with their text, metadata (source) and score parts, the method's trace, and the "
-        "index generation. filter: a where clause over passage metadata, e.g. "
-        "{\"source\": \"notes/a.md\"} or {\"year\": {\"$gte\": 2000}}, or a list of passage "
-        f"ids. method: one of {', '.join(METHODS)}."))
+        "passages' bridge entities become residual queries). Returns the ranked passages, "
+        "numbered, each with its title, id, source and section, score and text (structured: "
+        "the passages and the index generation; the method's trace with include_trace). "
+        "filter: a where clause over passage metadata, e.g. {\"source\": \"notes/a.md\"} "
+        "or {\"year\": {\"$gte\": 2000}}, or a list of passage ids. method: one of "
+        f"{', '.join(METHODS)}."),
+        annotations=ToolAnnotations(title="Retrieve passages", readOnlyHint=True,
+                                    destructiveHint=False, idempotentHint=True,
+                                    openWorldHint=False))
     async def retrieve(
             question: Annotated[str, Field(
                 strict=True, min_length=1, max_length=MAX_QUESTION_CHARS,
@@ -84,12 +121,20 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
                 description="the retrieval method (evireform: the default)")] = "evireform",
             namespace: Annotated[str | None, Field(
                 strict=True, min_length=1, max_length=1000,
-                description="a tenant's namespace: only its passages are searched")] = None
-    ) -> dict[str, Any]:
+                description="a tenant's namespace (the metadata value the index is "
+                            "partitioned by): only its passages are searched; null for "
+                            "all")] = None,
+            include_trace: Annotated[bool, Field(
+                strict=True, description="also return the method's trace (residual "
+                                         "queries, candidates, timings)")] = False,
+    ) -> Annotated[CallToolResult, RetrieveOut]:
         # a refusal reaches the caller as a tool error with its reason (what /query's 4xx
         # and 503 say); anything else stays a crash whose text stays on the server
         if not isinstance(question, str) or not question.strip():
             raise ToolError("question: give a non-blank question")
+        if any("\ud800" <= c <= "\udfff" for c in question):  # not echoed: it cannot be
+            raise ToolError("question: a lone surrogate (\\ud800-\\udfff) is not text; "
+                            "send valid Unicode")  # encoded, and a reply must be
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_k:
             raise ToolError(f"k: an integer from 1 to {max_k}")
         if method not in METHODS:
@@ -99,8 +144,26 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
             res, gen = await svc.query(question, k, method,
                                        svc.request_filter(filter, namespace))
         except (Overloaded, Unavailable, ValueError) as exc:  # FilterTargetMissing too
-            raise ToolError(str(exc)) from None
-        return {**res.to_dict(), "generation": gen}
+            # a reason quoting the request's text stays encodable (a reply for every call)
+            raise ToolError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
+        rec = res.to_dict()
+        out: dict[str, Any] = {"passages": rec["passages"], "generation": gen}
+        if include_trace:
+            out["trace"] = rec["trace"]
+        text = render_passages(rec["passages"], out.get("trace"))
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=out)
+
+    @server.prompt(name="answer_from_index", description=(
+        "Answer a question from this index's passages: retrieve them, answer from them "
+        "alone and cite each passage used by its id."))
+    def answer_from_index(question: str) -> str:
+        return ("Answer the question below using only passages from the evireform index. "
+                "Call the retrieve tool with the question (and again with a narrower "
+                "question if the passages name something the answer depends on), answer "
+                "from the passages alone, cite each passage you use by its id in square "
+                "brackets, and say so when the passages do not answer it.\n\nQuestion: "
+                + question)
 
     @server.resource(INDEX_URI, name="index", mime_type="application/json",
                      description="the index served: passages, propositions, embedder, "
@@ -109,6 +172,66 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
         return json.dumps(service.health())
 
     return server
+
+
+#: a JSON escape of a lone surrogate (a high one not followed by a low one, a low one not
+#: after a high one), after an even number of backslashes (so an escape, not a literal)
+_LONE_ESCAPE = re.compile(
+    r"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
+def clean_json_line(line: bytes) -> bytes:
+    """A JSON-RPC line with each escaped lone surrogate as ``\ufffd``: the SDK's reader
+    refuses such a line without a reply (it cannot know the request's id), so it becomes
+    the replacement character, as bytes that are not UTF-8 already do."""
+    if b"\\u" not in line:
+        return line
+    text = line.decode("utf-8", "surrogateescape")
+    return _LONE_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text).encode(
+        "utf-8", "surrogateescape")
+
+
+def _clean_stdin() -> None:
+    """Put a pipe in front of fd 0 that passes each line through :func:`clean_json_line`
+    (a thread copies the real stdin into it), so the SDK's stdio transport, which claims
+    fd 0 as usual, answers every request."""
+    import os
+    import threading
+    real = os.dup(0)
+    r, w = os.pipe()
+    os.dup2(r, 0)
+    os.close(r)
+
+    def pump() -> None:
+        with os.fdopen(real, "rb", buffering=0) as src, os.fdopen(w, "wb") as dst:
+            for line in iter(src.readline, b""):
+                try:
+                    dst.write(clean_json_line(line))
+                    dst.flush()
+                except BrokenPipeError:
+                    return
+    threading.Thread(target=pump, name="mcp-stdin", daemon=True).start()
+
+
+def render_passages(passages: list[dict[str, Any]], trace: dict[str, Any] | None = None
+                    ) -> str:
+    """Passages as numbered text for a model to read: rank, title, id, where the passage
+    is and its score on one line, its text below; the residual queries first when the
+    trace is given."""
+    lines = []
+    if trace and trace.get("residual_queries"):
+        lines.append("residual queries: " + "; ".join(trace["residual_queries"]))
+    for n, p in enumerate(passages, 1):
+        md = p.get("metadata") or {}
+        where = [str(md["source"])] if md.get("source") is not None else []
+        where += [f"{key} {md[key]}" for key in ("section", "page", "slide", "row")
+                  if md.get(key) is not None]
+        lines.append(f"[{n}] {p['title']} [{p['id']}]" + (f" ({' · '.join(where)})"
+                                                          if where else "")
+                     + f" score {p['score']:.4f}")
+        lines.append(" ".join(str(p["text"]).split()))
+    return "\n".join(lines) if lines else "no passage matches"
 
 
 def bearer_only(app: Any, api_key: str) -> Any:
@@ -142,6 +265,7 @@ def run(service: RetrievalService, *, transport: str = "stdio", host: str = "127
 
     server = create_server(service)
     if transport == "stdio":
+        _clean_stdin()
         server.run("stdio")
         return
     if transport != "http":

@@ -60,6 +60,12 @@ async def _session_calls(session):
     answers["k-bool"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": True})
     answers["k-str"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": "5"})
     answers["long"] = await session.call_tool("retrieve", {"question": "x " * 2500})
+    # issue 70: the trace only when asked for
+    answers["traced"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": 5,
+                                                             "include_trace": True})
+    answers["prompts"] = (await session.list_prompts()).prompts
+    answers["prompt"] = await session.get_prompt("answer_from_index",
+                                                 {"question": QUESTIONS[0]})
     stats = await session.read_resource("evireform://index")
     return tools, answers, stats
 
@@ -67,18 +73,35 @@ async def _session_calls(session):
 def _check(tools, answers, stats, served):
     assert set(tools) == {"retrieve"}
     props = tools["retrieve"].input_schema["properties"]
-    assert {"question", "k", "filter", "method", "namespace"} <= set(props)
+    assert {"question", "k", "filter", "method", "namespace", "include_trace"} <= set(props)
     for key, want in served.items():
         r = answers[key]
         assert not r.is_error, r.content
-        got = json.loads(r.content[0].text)
-        # the same record as /query's (minus when it ran and how long its stages took)
-        assert set(got["trace"]["timings_ms"]) == set(want["trace"]["timings_ms"])
-        assert untimed(got) == untimed(want), key
+        got = r.structured_content
+        # /query's passages, the generation, no trace unless asked for, no question echoed
+        assert set(got) == {"passages", "generation"}, key
+        assert got["passages"] == want["passages"] and got["generation"] == want["generation"]
         assert got["passages"] and all(p["text"] for p in got["passages"])
+        # the text the model reads: the passages numbered, each with its id and text
+        text = r.content[0].text
+        for n, p in enumerate(got["passages"], 1):
+            assert f"[{n}] {p['title']} [{p['id']}]" in text
+            assert " ".join(p["text"].split()) in text
+        assert "trace" not in text and len(text) < len(json.dumps(got))
+    traced = answers["traced"].structured_content
+    want = served[QUESTIONS[0]]
+    assert untimed({"trace": traced["trace"]}) == untimed({"trace": want["trace"]})
+    assert traced["passages"] == want["passages"]
     for key, words in (("missing", "no_such_key"), ("blank", "question"), ("k-bool", "k"),
                        ("k-str", "k"), ("long", "question")):
         assert answers[key].is_error and words in answers[key].content[0].text, key
+    # read-only, typed output, and a real prompt behind the prompts capability
+    tool = tools["retrieve"]
+    assert tool.annotations.read_only_hint is True
+    out = tool.output_schema
+    assert {"passages", "generation", "trace"} <= set(out["properties"])
+    assert [p.name for p in answers["prompts"]] == ["answer_from_index"]
+    assert QUESTIONS[0] in answers["prompt"].messages[0].content.text
     # every argument explains itself: described, bounded, the methods enumerated
     assert all(p.get("description") for p in props.values())
     assert props["k"]["minimum"] == 1 and props["k"]["maximum"] == 1000
@@ -177,3 +200,46 @@ def test_the_http_transport_takes_a_key(index_dir):
                               "hashing-64"], cwd=REPO, capture_output=True, text=True,
                              timeout=120)
     assert out.returncode != 0 and "without --api-key-env" in out.stderr
+
+
+def test_a_reply_for_every_request_malformed_unicode_included(index_dir):
+    """Issue 69: JSON-RPC lines written by hand over stdio, with a lone surrogate escaped in
+    the question, in a filter key, and bytes that are not UTF-8, each get a reply (the bad
+    text read as U+FFFD, as the SDK reads bytes that are not UTF-8), in order."""
+    import queue
+    import threading
+    from evireform.mcp_server import clean_json_line
+    assert clean_json_line(b'"a \\ud800 b \\ud83d\\ude00 \\\\ud800"') == \
+        b'"a \\ufffd b \\ud83d\\ude00 \\\\ud800"'
+    proc = subprocess.Popen([*CMD, str(index_dir), "--embedder", "hashing-64"], cwd=REPO,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, b"")],
+                     daemon=True).start()
+
+    def send(raw: bytes):
+        proc.stdin.write(raw + b"\n")
+        proc.stdin.flush()
+
+    def reply():
+        return json.loads(lines.get(timeout=120))
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}).encode())
+        assert reply()["id"] == 1
+        send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        call = '{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": ' \
+               '"retrieve", "arguments": %s}}'
+        send((call % (2, '{"question": "cut \\ud800 here"}')).encode())
+        send((call % (3, '{"question": "ok", "filter": {"k\\udc00": 1}}')).encode())
+        send((call % (4, '{"question": "caf\xe9"}')).encode("latin-1"))  # not UTF-8
+        send((call % (5, json.dumps({"question": QUESTIONS[0]}))).encode())
+        got = {r["id"]: r for r in (reply() for _ in range(4))}
+        assert set(got) == {2, 3, 4, 5}
+        assert not got[2]["result"]["isError"] and not got[5]["result"]["isError"]
+        assert got[3]["result"]["isError"] and "\ufffd" in got[3]["result"]["content"][0]["text"]
+    finally:
+        proc.kill()
+        proc.wait(20)
