@@ -419,16 +419,27 @@ def json_schemas(ref: str = "#/components/schemas/") -> dict[str, Any]:
             "description": "operators on one metadata key (" + ", ".join(OPERATORS) + ")",
             "type": "object", "minProperties": 1, "additionalProperties": False,
             "properties": {
-                "$eq": value, "$ne": value, "$gt": ordered, "$gte": ordered, "$lt": ordered,
-                "$lte": ordered, "$in": {"type": "array", "items": value},
-                "$nin": {"type": "array", "items": value}, "$exists": {"type": "boolean"}}},
+                "$eq": {**value, "description": "equal to"},
+                "$ne": {**value, "description": "not equal to (or the key absent)"},
+                "$gt": {**ordered, "description": "greater than"},
+                "$gte": {**ordered, "description": "greater than or equal to"},
+                "$lt": {**ordered, "description": "less than"},
+                "$lte": {**ordered, "description": "less than or equal to"},
+                "$in": {"type": "array", "items": value, "description": "one of"},
+                "$nin": {"type": "array", "items": value,
+                         "description": "none of (or the key absent)"},
+                "$exists": {"type": "boolean",
+                            "description": "the key present (true) or absent (false)"}}},
         "WhereClause": {
             "description": "a where clause over passage metadata: each metadata key maps to "
                            "a value (equality) or to operators; $and / $or combine clauses",
             "type": "object",
             "propertyNames": {"anyOf": [{"enum": list(LOGICAL)}, not_operator]},
             "properties": {op: {"type": "array", "minItems": 1,
-                                "items": {"$ref": ref + "WhereClause"}} for op in LOGICAL},
+                                "items": {"$ref": ref + "WhereClause"},
+                                "description": ("every clause matches" if op == "$and" else
+                                                "at least one clause matches")}
+                           for op in LOGICAL},
             "additionalProperties": {"anyOf": [
                 scalar, {"type": "array", "items": scalar}, plain_object,
                 {"$ref": ref + "FilterOperators"}]}},

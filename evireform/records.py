@@ -44,19 +44,28 @@ SCORE_MEANING: dict[str, str] = {
 class PassageRecord(TypedDict):
     """One ranked passage."""
 
+    #: the passage's id (a document's chunks: ``SOURCE#CHUNK``)
     id: str
+    #: its document's title
     title: str
+    #: the passage's text
     text: str
+    #: its metadata: source, chunk, section, page, and the document's own
     metadata: dict[str, Any]
+    #: the method's score (the trace's ``score`` says what it means)
     score: float
+    #: the part of EviReform's score that came from the question's seed (0 for others)
     from_question: float
+    #: the part that came from the residual queries' hits
     from_residual: float
+    #: the part spread one step through propositions sharing an entity
     from_propagation: float
 
 
 class BridgeRecord(TypedDict):
     """One residual query of the LLM-free reformulator and the bridge it carries."""
 
+    #: the residual query
     query: str
     #: the bridge as the observed passage spells it
     bridge: str
@@ -69,8 +78,11 @@ class BridgeRecord(TypedDict):
 class HitRecord(TypedDict):
     """One proposition a query reached: its passage's id, its position and its score."""
 
+    #: the id of the proposition's passage
     passage: str
+    #: the proposition's position in the index
     proposition: int
+    #: its score: cosine (dense) or BM25 (lexical)
     score: float
 
 
@@ -79,19 +91,28 @@ class QueryHitsRecord(TypedDict):
     propositions by the embeddings (cosine) and by BM25 (dense and lexical together,
     issue 67), best first."""
 
+    #: the query: the question, or a residual query
     query: str
+    #: its best propositions by the embeddings (cosine)
     dense: list[HitRecord]
+    #: its best propositions by BM25
     lexical: list[HitRecord]
 
 
 class EviReformTraceRecord(TypedDict):
+    """How EviReform reached its ranking."""
+
+    #: the method that answered
     method: Literal["evireform"]
+    #: what the passages' scores mean
     score: str
+    #: the queries written from the observed passages (the bridges they reveal)
     residual_queries: list[str]
     #: the LLM-free reformulator's bridges (empty for LLM roles)
     bridges: list[BridgeRecord]
     #: the question's share of the seed mass it got (Eq. 11's beta)
     beta: float | None
+    #: LLM roles' repairs and fallbacks, e.g. "select:fallback:APITimeoutError"
     role_events: list[str]
     #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
     timings_ms: dict[str, float]
@@ -101,7 +122,11 @@ class EviReformTraceRecord(TypedDict):
 
 
 class BGRTraceRecord(TypedDict):
+    """How BGR (bidirectional graph retrieval) reached its ranking."""
+
+    #: the method that answered
     method: Literal["bgr"]
+    #: what the passages' scores mean
     score: str
     #: the forward chain (from the question's best passage), passage ids in chain order
     forward: list[str]
@@ -111,29 +136,44 @@ class BGRTraceRecord(TypedDict):
     intersection: list[list[str]]
     #: the query that took each forward step
     queries: list[str]
+    #: how the two chains were merged
     merge: Literal["intersection", "union"]
+    #: LLM roles' repairs and fallbacks
     role_events: list[str]
     #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
     timings_ms: dict[str, float]
 
 
 class HiQNodeRecord(TypedDict):
+    """One node of Hi-Q's question tree."""
+
+    #: the node's (sub)question
     query: str
+    #: its depth in the tree (the question: 0)
     depth: int
+    #: whether it was resolved
     status: str
+    #: its answer, when resolved
     answer: str | None
     #: the node's own top passages, ids best first
     passages: list[str]
+    #: its subquestions
     children: list["HiQNodeRecord"]
 
 
 class HiQTraceRecord(TypedDict):
+    """How Hi-Q reached its ranking."""
+
+    #: the method that answered
     method: Literal["hiq"]
+    #: what the passages' scores mean
     score: str
+    #: the question tree
     tree: HiQNodeRecord
     #: how the ranking was read off the tree: ``"interleave"`` (rank by rank, the leaves in
     #: dependency order) or ``"resolved_first"`` (resolved leaves' passages, then the others')
     ranking: Literal["interleave", "resolved_first"]
+    #: LLM roles' repairs and fallbacks
     role_events: list[str]
     #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
     timings_ms: dict[str, float]
@@ -143,33 +183,81 @@ TraceRecord = Union[EviReformTraceRecord, BGRTraceRecord, HiQTraceRecord]
 
 
 class GraphNodeRecord(TypedDict):
+    """A passage of the evidence graph."""
+
+    #: its position in the index
     index: int
+    #: its id
     id: str
+    #: its title
     title: str
 
 
 class GraphEdgeRecord(TypedDict):
+    """How one passage led to another."""
+
+    #: the id of the passage it came from
     src: str
+    #: the id of the passage it reached
     dst: str
+    #: how: a residual query, a shared entity, ...
     kind: str
+    #: what carried it: the query or the entity
     via: str
 
 
 class GraphRecord(TypedDict):
     """The evidence graph (:meth:`evireform.explain.EvidenceGraph.to_json`)."""
 
+    #: the passages, in rank order
     nodes: list[GraphNodeRecord]
+    #: how each was reached
     edges: list[GraphEdgeRecord]
 
 
 class _ResultFields(TypedDict):
+    #: the question asked
     question: str
+    #: the passages, best first
     passages: list[PassageRecord]
+    #: how the method reached them
     trace: TraceRecord
 
 
 class ResultRecord(_ResultFields, total=False):
     """One question's result: ``id`` when the question had one, ``graph`` when asked for."""
 
+    #: the question's id, when it had one
     id: str
+    #: the evidence graph, when asked for
     graph: GraphRecord
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The ``#:`` comments above a record class's fields (its own and its bases'), by field:
+    the descriptions the HTTP API's schema publishes."""
+    import inspect
+    out: dict[str, str] = {}
+    chain, todo = [], [cls]
+    while todo:  # a TypedDict's bases are in __orig_bases__, not its __mro__
+        k = todo.pop()
+        if isinstance(k, type) and k.__module__ in (__name__, cls.__module__) and \
+                k not in chain:
+            chain.append(k)
+            todo.extend(getattr(k, "__orig_bases__", ()))
+    for klass in reversed(chain):
+        try:
+            lines = inspect.getsource(klass).splitlines()
+        except (OSError, TypeError):
+            continue
+        doc: list[str] = []
+        for line in lines:
+            t = line.strip()
+            if t.startswith("#:"):
+                doc.append(t[2:].strip())
+            elif doc and ":" in t and not t.startswith(("#", '"')):
+                out[t.split(":", 1)[0].strip()] = " ".join(doc)
+                doc = []
+            elif not t.startswith("#"):
+                doc = []
+    return out

@@ -52,9 +52,12 @@ def _calls_generated(url, tmp_path):
     sys.path.insert(0, str(tmp_path))
     try:
         from evireform_api import AuthenticatedClient, Client
-        from evireform_api.api.default import (health_health_get, metrics_metrics_get,
-                                               query_batch_query_batch_post,
-                                               query_query_post, update_update_post)
+        # grouped by tag, named by operation id (issue 70: no FastAPI defaults)
+        from evireform_api.api.index import update as update_update_post
+        from evireform_api.api.retrieval import query as query_query_post
+        from evireform_api.api.retrieval import query_batch as query_batch_query_batch_post
+        from evireform_api.api.service import health as health_health_get
+        from evireform_api.api.service import metrics as metrics_metrics_get
         from evireform_api.models import (BatchIn, BatchOut, ErrorOut, HealthOut,
                                           PassageIn, QueryIn, QueryOut, UpdateIn, UpdateOut)
         c = AuthenticatedClient(base_url=url, token=KEY)

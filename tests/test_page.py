@@ -199,3 +199,24 @@ def test_passage_text_is_shown_as_text_never_as_markup(browser, tmp_path):
     finally:
         ctx.close()
         s.close()
+
+
+def test_the_api_docs_fetch_nothing_from_outside(browser, live):
+    """Issue 70: /redoc and /docs render in Chromium from the service's own files; ReDoc's
+    logo (a CDN image) is never requested: their pages' security policy allows the service
+    alone."""
+    for path, ready in (("/redoc", "h1"), ("/docs", ".opblock")):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        outside = []
+        page.on("request", lambda r: None if r.url.startswith(live.url + "/") or
+                r.url.startswith(("data:", "blob:")) else outside.append(r.url))
+        try:
+            resp = page.goto(live.url + path)
+            assert "default-src 'self'" in resp.headers["content-security-policy"]
+            page.wait_for_selector(ready, timeout=30_000)
+            page.wait_for_timeout(500)
+            assert outside == [], (path, outside)
+            assert "evireform" in page.content()
+        finally:
+            ctx.close()

@@ -110,7 +110,11 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         # the result record every door prints (RetrievalResult.to_dict), and when it ran
         return {**res.to_dict(graph=graph), "generation": gen, "took_ms": round(took * 1e3, 3)}
 
-    @app.get("/health", response_model=HealthOut,
+    @app.get("/health", response_model=HealthOut, operation_id="health", tags=["service"],
+             summary="Whether the service can answer",
+             description="200 with the index served (passages, propositions, embedder, "
+                         "generation) when questions are answered; 503 when the index files "
+                         "cannot be served. Needs no API key.",
              responses={503: {"model": HealthOut, "description": "the index files cannot be "
                               "served"}, 500: errors(500)[500]})
     async def health():
@@ -129,7 +133,13 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             return error(500, str(exc))
         return error(404 if isinstance(exc, FilterTargetMissing) else 400, str(exc))
 
-    @app.post("/query", response_model=QueryOut,
+    @app.post("/query", response_model=QueryOut, operation_id="query", tags=["retrieval"],
+              summary="The passages that answer a question",
+              description="One question's ranked passages and the method's trace (the "
+                          "record `evireform query --json` prints), with the index "
+                          "generation that answered. A filter or namespace restricts the "
+                          "search exactly; 404 when a filter names a key or id the index "
+                          "lacks, 503 with Retry-After when the queue is full.",
               responses=errors(400, 401, 404, 413, 422, 500, 503))
     async def query(body: QueryIn):
         t0 = time.perf_counter()
@@ -141,7 +151,10 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
         return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
 
-    @app.post("/query_batch", response_model=BatchOut,
+    @app.post("/query_batch", response_model=BatchOut, operation_id="query_batch",
+              tags=["retrieval"], summary="The passages for many questions at once",
+              description="Every question's result record, in the order asked, answered in "
+                          "one batched pass (the same rankings as one /query each).",
               responses=errors(400, 401, 404, 413, 422, 500, 503))
     async def query_batch(body: BatchIn):
         t0 = time.perf_counter()
@@ -155,7 +168,12 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         return JSONResponse({"results": [answer(r, gen, body.graph, took) for r in results],
                              "generation": gen, "took_ms": round(took * 1e3, 3)})
 
-    @app.post("/update", response_model=UpdateOut,
+    @app.post("/update", response_model=UpdateOut, operation_id="update", tags=["index"],
+              summary="Add, replace or delete passages",
+              description="Adds passages (upsert: an id the index holds is replaced, else "
+                          "409), deletes by id (404 for an unknown one) or by a where clause "
+                          "(matching every passage only with all: true), and serves the new "
+                          "generation once it is written (507 when the disk is full).",
               responses=errors(400, 401, 404, 409, 413, 422, 500, 507))
     async def update(body: UpdateIn):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
@@ -169,7 +187,10 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))
 
-    @app.get("/metrics", response_class=PrometheusText,
+    @app.get("/metrics", response_class=PrometheusText, operation_id="metrics",
+             tags=["service"], summary="Prometheus metrics",
+             description="Requests, latencies, batch sizes, queue depth and updates in "
+                         "Prometheus's text format.",
              responses={200: {"description": "Prometheus text exposition",
                               "content": {PrometheusText.media_type: {
                                   "schema": {"type": "string"}}}},
@@ -191,6 +212,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             # the filter language, which the request models reference
             doc.setdefault("components", {}).setdefault("schemas", {}).update(
                 {**json_schemas(), **metadata_schemas()})
+            describe_fields(doc)
             if api_key is not None:
                 doc.setdefault("components", {})["securitySchemes"] = {
                     "bearer": {"type": "http", "scheme": "bearer"}}
@@ -212,10 +234,37 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                           allow_headers=["Authorization", "Content-Type"], max_age=600)
 
 
+def describe_fields(doc: dict[str, Any]) -> None:
+    """Every property of the schema's result records described from the ``#:`` comments
+    of their classes (:func:`evireform.records.field_docs`; the response models of
+    :mod:`evireform.service.models` too): one source for the code's and the API's docs."""
+    from .. import records
+    from . import models
+    classes = {n: c for mod in (records, models) for n, c in vars(mod).items()
+               if isinstance(c, type) and hasattr(c, "__annotations__")
+               and c.__module__ == mod.__name__}
+    for name, schema in doc.get("components", {}).get("schemas", {}).items():
+        cls = classes.get(name)
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if cls is None or not props:
+            continue
+        docs = records.field_docs(cls)
+        for field, prop in props.items():
+            if not prop.get("description") and docs.get(field):
+                prop["description"] = docs[field]
+
+
 #: the search page's security policy: its own files only, no inline script or style, no
 #: framing (the page sets every value from the service as text)
 PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
             "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+            "frame-ancestors 'none'")
+
+#: the API docs pages' policy: the bundles from the service only (their inline start-up
+#: script and injected styles allowed), so nothing is fetched from a CDN (ReDoc's logo)
+DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' "
+            "'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; worker-src 'self' "
+            "blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
             "frame-ancestors 'none'")
 
 #: the files served under /static/: the search page's (evireform/service/static) and the
@@ -233,9 +282,18 @@ def _asset(name: str) -> bytes | None:
     from importlib.resources import files
     package, _ = _ASSETS[name]
     try:
-        return (files(package) / "static" / name).read_bytes()
+        body = (files(package) / "static" / name).read_bytes()
     except (ModuleNotFoundError, FileNotFoundError):
         return None
+    for cdn, own in _OWN_COPIES.get(name, ()):  # the bundle's one CDN image: our own icon
+        body = body.replace(cdn, own)
+    return body
+
+
+#: URLs a bundle would fetch from elsewhere, and what it fetches instead (the page's
+#: relative paths): ReDoc's "API docs by Redocly" logo
+_OWN_COPIES = {"redoc.standalone.js": [(b"https://cdn.redoc.ly/redoc/logo-mini.svg",
+                                        b"static/favicon.png")]}
 
 
 def _pages(app, error) -> None:
@@ -268,20 +326,26 @@ def _pages(app, error) -> None:
         return Response(body, media_type=_ASSETS[name][1],
                         headers={"Cache-Control": "public, max-age=3600", **nosniff})
 
+    def own(resp):  # the bundles' own requests stay on the service (ReDoc's CDN logo)
+        resp.headers["Content-Security-Policy"] = DOCS_CSP
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        return resp
+
     @app.get("/docs", include_in_schema=False)
     async def docs():
-        return get_swagger_ui_html(openapi_url="openapi.json", title="evireform API",
-                                   swagger_js_url="static/swagger-ui-bundle.js",
-                                   swagger_css_url="static/swagger-ui.css",
-                                   swagger_favicon_url="static/favicon.png",
-                                   oauth2_redirect_url=None,
-                                   swagger_ui_parameters={"validatorUrl": None})
+        return own(get_swagger_ui_html(openapi_url="openapi.json", title="evireform API",
+                                       swagger_js_url="static/swagger-ui-bundle.js",
+                                       swagger_css_url="static/swagger-ui.css",
+                                       swagger_favicon_url="static/favicon.png",
+                                       oauth2_redirect_url=None,
+                                       swagger_ui_parameters={"validatorUrl": None}))
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc():
-        return get_redoc_html(openapi_url="openapi.json", title="evireform API",
-                              redoc_js_url="static/redoc.standalone.js",
-                              redoc_favicon_url="static/favicon.png", with_google_fonts=False)
+        return own(get_redoc_html(openapi_url="openapi.json", title="evireform API",
+                                  redoc_js_url="static/redoc.standalone.js",
+                                  redoc_favicon_url="static/favicon.png",
+                                  with_google_fonts=False))
 
 
 def _protocol(header_timeout: float):

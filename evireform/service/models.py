@@ -17,13 +17,20 @@ class QueryOut(ResultRecord):
     """The result record (:mod:`evireform.records`: what ``query --json`` prints) and when
     it ran; ``graph`` only when asked for."""
 
+    #: the index generation that answered (it grows with each update)
     generation: int
+    #: how long the request took in the service, in milliseconds
     took_ms: float
 
 
 class BatchOut(TypedDict):
+    """Every question's result, in the order asked."""
+
+    #: one result record per question
     results: list[QueryOut]
+    #: the index generation that answered them all
     generation: int
+    #: how long the request took in the service, in milliseconds
     took_ms: float
 
 
@@ -106,11 +113,16 @@ def http_models(max_k: int, max_questions: int):
 
     class Ask(BaseModel):  # what every query request sets besides its question(s)
         model_config = ConfigDict(extra="forbid")
-        k: Integer = Field(10, ge=1, le=max_k)
-        method: Method = "evireform"
-        graph: StrictBool = False
-        filter: Where | list[StrictStr] | None = None
-        namespace: StrictStr | None = Field(None, min_length=1, max_length=1000)
+        k: Integer = Field(10, ge=1, le=max_k, description="how many passages to return")
+        method: Method = Field("evireform", description="the retrieval method")
+        graph: StrictBool = Field(False, description="add the evidence graph: how each "
+                                                     "passage was reached")
+        filter: Where | list[StrictStr] | None = Field(
+            None, description="a where clause over passage metadata, or a list of passage "
+                              "ids: only those passages are searched")
+        namespace: StrictStr | None = Field(None, min_length=1, max_length=1000,
+                                            description="a tenant's namespace: only its "
+                                                        "passages are searched")
 
 
     #: a question holds something besides white space: a character outside every regex
@@ -119,26 +131,32 @@ def http_models(max_k: int, max_questions: int):
                                           pattern=NOT_BLANK)]
 
     class QueryIn(Ask):
-        question: Question
+        question: Question = Field(description="the question, in words")
 
     class BatchIn(Ask):
         questions: list[Question] = Field(
-            min_length=1, max_length=max_questions)
+            min_length=1, max_length=max_questions,
+            description="the questions, answered in one batched pass")
 
     class PassageIn(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        id: StrictStr | None = Field(None, min_length=1, max_length=1000)
-        title: StrictStr = Field("", max_length=10_000)
+        id: StrictStr | None = Field(None, min_length=1, max_length=1000,
+                                     description="the passage's id (default: one made "
+                                                 "from its content)")
+        title: StrictStr = Field("", max_length=10_000, description="its title")
         text: StrictStr = Field(min_length=1, max_length=200_000, pattern=NOT_BLANK,
                                 description="the passage's text: words, not only spaces")
-        metadata: Metadata | None = None
+        metadata: Metadata | None = Field(None, description="its metadata (what filters "
+                                                           "match on)")
 
     class UpdateIn(BaseModel):
         model_config = ConfigDict(extra="forbid")
         # the lists are bounded by the body cap (413), not by an item count
-        add: list[PassageIn] = Field(default_factory=list)
-        upsert: StrictBool = False
-        delete: list[StrictStr] = Field(default_factory=list)
+        add: list[PassageIn] = Field(default_factory=list, description="passages to add")
+        upsert: StrictBool = Field(False, description="an added passage whose id the index "
+                                                      "holds replaces it (else: 409)")
+        delete: list[StrictStr] = Field(default_factory=list,
+                                        description="ids of passages to delete")
         delete_where: Where | None = Field(
             None, description="a where clause over passage metadata (the query filter's "
             "language): the passages it matches are deleted, e.g. {\"source\": "
@@ -152,26 +170,29 @@ def http_models(max_k: int, max_questions: int):
     # result record is evireform.records' (QueryOut, module level), not restated here
 
     class UpdateOut(BaseModel):
-        generation: int
-        passages: int
-        propositions: int
+        generation: int = Field(description="the new index generation")
+        passages: int = Field(description="passages in the index now")
+        propositions: int = Field(description="propositions in the index now")
         changes: dict[str, int] = Field(description="passages per kind of change (added, "
                                                     "deleted, replaced, duplicates)")
 
     class IndexOut(BaseModel):
-        passages: int
-        propositions: int
-        embedder: str
-        generation: int
+        """The index served."""
+        passages: int = Field(description="passages in the index")
+        propositions: int = Field(description="propositions in the index")
+        embedder: str = Field(description="the embedder the index was built with")
+        generation: int = Field(description="the index generation served")
 
     class HealthOut(BaseModel):
-        status: Literal["ok", "unavailable"]
-        index: IndexOut | None = None
-        error: str | None = None
+        """Whether the service can answer."""
+        status: Literal["ok", "unavailable"] = Field(description="ok: questions are "
+                                                                 "answered")
+        index: IndexOut | None = Field(None, description="the index served, when ok")
+        error: str | None = Field(None, description="why not, when unavailable")
 
     class ErrorOut(BaseModel):
         """Every error, whatever its status."""
-        error: str
+        error: str = Field(description="what went wrong, in one line")
 
     return SimpleNamespace(QueryIn=QueryIn, BatchIn=BatchIn, UpdateIn=UpdateIn,
                            UpdateOut=UpdateOut, HealthOut=HealthOut, ErrorOut=ErrorOut,
