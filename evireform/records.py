@@ -19,7 +19,13 @@ and where its time went: ``timings_ms``, wall time per stage (:mod:`evireform.ti
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, TYPE_CHECKING
+from urllib.parse import quote
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 try:  # pydantic (the service's models) reads typing_extensions' TypedDict before 3.12
     from typing_extensions import TypedDict
@@ -260,4 +266,30 @@ def field_docs(cls: type) -> dict[str, str]:
                 doc = []
             elif not t.startswith("#"):
                 doc = []
+    return out
+
+
+# --------------------------------------------------------------------------- TREC runs
+def trec_docid(pid: str) -> str:
+    """A passage id as a TREC docid: whitespace, control characters and ``%`` are
+    percent-encoded, so the docid is one token and distinct ids stay distinct."""
+    return quote(pid, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
+
+
+def trec_scores(scores: ArrayLike) -> list[float]:
+    """Scores for a TREC run, strictly decreasing down the ranking both as written (float64)
+    and as float32, so that trec_eval-family tools keep evireform's order: they re-sort by
+    score, ties by docid, and pytrec_eval (ir_measures' default) compares scores in float32.
+    A score whose float32 value stays below the one above it is written in full float64
+    precision; one that does not (the zero-score fill, equal sums, scores closer than
+    float32 resolves) is written as the next float32 value below the one above it."""
+    out: list[float] = []
+    above = None  # the float32 value of the score above
+    for s in map(float, scores):
+        s32 = np.float32(s)
+        if above is not None and not s32 < above:
+            s32 = np.nextafter(above, np.float32(-np.inf))
+            s = float(s32)
+        out.append(s)
+        above = s32
     return out

@@ -1,5 +1,6 @@
 """Loaders, the paper's metrics (checked by hand), and the eval / query / demo commands."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -370,3 +371,37 @@ def test_hipporag2_gets_the_same_llm_as_evireform(tmp_path, monkeypatch, capsys)
         def _count(self, role, **kw):
             pass
     assert list(LLMFactFilter(Fixed()).filter("q", [("a", "r", "b"), ("c", "r", "d")])) == [1]
+
+
+def test_eval_writes_runs_that_ir_measures_reads(tmp_path, monkeypatch, capsys):
+    """Issue 70: `eval --run-out DIR` writes each method's TREC run and per-question JSONL;
+    ir_measures' recall over the TREC run equals eval's own, and the JSONL holds each
+    question's ranking, residual queries and metrics."""
+    ir_measures = pytest.importorskip("ir_measures")
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data / "hotpotqa").exists():
+        pytest.skip("../shared/data is not beside the repository")
+    out = tmp_path / "runs"
+    assert main(["eval", "--dataset", "hotpotqa", "--data", str(data), "-n", "12",
+                 "--embedder", "hashing-64", "--methods", "bm25,evireform", "--json",
+                 str(tmp_path / "rep.json"), "--run-out", str(out), "--quiet"]) == 0
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == ["bm25.jsonl", "bm25.trec",
+                                                     "evireform.jsonl", "evireform.trec"]
+    from evireform import load_corpus
+    from evireform.evaluation import DATASETS
+    corpus = load_corpus(data / DATASETS["hotpotqa"][1])
+    ids = [p.id for p in corpus]
+    qs = load_questions(data / DATASETS["hotpotqa"][0], corpus)[:12]
+    from evireform.records import trec_docid  # ids with spaces are percent-encoded there
+    qrels = [ir_measures.Qrel(trec_docid(q.id), trec_docid(ids[j]), 1) for q in qs
+             for j in q.gold]
+    for m in ("bm25", "evireform"):
+        run = list(ir_measures.read_trec_run(str(out / f"{m}.trec")))
+        got = ir_measures.calc_aggregate([ir_measures.R @ 5], qrels, run)[ir_measures.R @ 5]
+        assert round(100 * got, 2) == rep["methods"][m]["recall@5"], m
+        lines = [json.loads(x) for x in (out / f"{m}.jsonl").read_text().splitlines()]
+        assert [x["id"] for x in lines] == [q.id for q in qs]
+        assert all(len(x["passages"]) >= 5 and "recall@5" in x["metrics"] for x in lines)
+        assert ("residual_queries" in lines[0]) == (m == "evireform")

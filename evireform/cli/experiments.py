@@ -117,6 +117,10 @@ def _cmd_eval(args: Any) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {args.json}")
+    if args.run_out:
+        from ..evaluation.runner import write_runs
+        files = write_runs(report, args.run_out)
+        print(f"wrote {len(files)} run files to {args.run_out} (METHOD.trec, METHOD.jsonl)")
     if args.plot:
         from ..evaluation.plots import recall_curve
         print(f"wrote {recall_curve(report, args.plot)}")
@@ -290,6 +294,10 @@ def add_eval_parser(sub: Any) -> None:
                     help="run on lower-cased copies of the corpus and questions (written once "
                          "under the cache directory)")
     ev.add_argument("--json", help="write the report as JSON to this file")
+    ev.add_argument("--run-out", metavar="DIR",
+                    help="write each method's run to DIR: METHOD.trec (a TREC run that "
+                         "ir_measures and trec_eval read) and METHOD.jsonl (per question: "
+                         "the ranked passage ids, the residual queries, its metrics)")
     ev.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ev.add_argument("--plot", metavar="FILE.png",
                     help="also draw recall@K (K = 1..20) per method as a PNG (extra 'eval')")

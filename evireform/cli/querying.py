@@ -10,9 +10,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import numpy as np
+
+from ..records import trec_docid, trec_scores  # noqa: F401 - re-exported
 from tqdm.auto import tqdm
 
 from .._checks import check_text
@@ -31,7 +32,6 @@ from .options import (
     _positive_int, _replay_summary, _strict_status)
 
 if TYPE_CHECKING:  # annotations only
-    from numpy.typing import ArrayLike
     from ..types import StrPath
 
 
@@ -194,31 +194,6 @@ def _run_name(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{value!r:.60} is not one token; a TREC run name "
                                          "has no spaces (each line's sixth field)")
     return value
-
-
-def trec_docid(pid: str) -> str:
-    """A passage id as a TREC docid: whitespace, control characters and ``%`` are
-    percent-encoded, so the docid is one token and distinct ids stay distinct."""
-    return quote(pid, safe="".join(chr(c) for c in range(33, 127) if chr(c) != "%"))
-
-
-def trec_scores(scores: ArrayLike) -> list[float]:
-    """Scores for a TREC run, strictly decreasing down the ranking both as written (float64)
-    and as float32, so that trec_eval-family tools keep evireform's order: they re-sort by
-    score, ties by docid, and pytrec_eval (ir_measures' default) compares scores in float32.
-    A score whose float32 value stays below the one above it is written in full float64
-    precision; one that does not (the zero-score fill, equal sums, scores closer than
-    float32 resolves) is written as the next float32 value below the one above it."""
-    out: list[float] = []
-    above = None  # the float32 value of the score above
-    for s in map(float, scores):
-        s32 = np.float32(s)
-        if above is not None and not s32 < above:
-            s32 = np.nextafter(above, np.float32(-np.inf))
-            s = float(s32)
-        out.append(s)
-        above = s32
-    return out
 
 
 def _batch_query(args: Any, retriever, qs: Sequence[str]) -> int:

@@ -114,6 +114,10 @@ class EvalReport:
     traces: dict[str, list[Any]]
     bootstrap: dict[str, Any] | None = None
     llm_usage: dict[str, Any] | None = None
+    #: the passages' ids by corpus position (what a run file names them by)
+    passage_ids: list[str] = field(default_factory=list)
+    #: each passage's title and text by position, when answers are scored by string
+    answer_texts: list[str] | None = None
 
     _SUMMARY = ("dataset", "n_questions", "n_passages", "n_propositions", "embedder",
                 "extractor", "config", "selector_n", "methods", "llm_usage", "bootstrap")
@@ -122,6 +126,43 @@ class EvalReport:
         """The summary (``llm_usage`` and ``bootstrap`` only when present)."""
         return {k: getattr(self, k) for k in self._SUMMARY
                 if getattr(self, k) is not None or k not in ("llm_usage", "bootstrap")}
+
+
+def write_runs(report: EvalReport, out_dir: StrPath, ks: Sequence[int] = KS) -> list[Path]:
+    """Each method's run in ``out_dir``: ``METHOD.trec`` (a TREC run: ``qid Q0 docid rank
+    score METHOD``, what ``ir_measures`` and ``trec_eval`` read; the method's own scores
+    where it has them, else decreasing by rank) and ``METHOD.jsonl`` (one line a question:
+    its id, the question, the ranked passage ids, the residual queries the trace holds and
+    the question's own metrics at each K), so two runs compare question by question."""
+    import json
+    from ..records import trec_docid, trec_scores
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ids = report.passage_ids
+    written = []
+    for m, ranking in report.rankings.items():
+        per = per_question(ranking, report.questions, ks, report.answer_texts)
+        results = report.traces.get(m)
+        with open(out / f"{m}.trec", "w", encoding="utf-8") as trec, \
+                open(out / f"{m}.jsonl", "w", encoding="utf-8") as lines:
+            for n, (q, ranked) in enumerate(zip(report.questions, ranking)):
+                res = results[n] if results is not None else None
+                if res is not None and len(res.passages) == len(ranked):
+                    raw = [p.score for p in res.passages]
+                else:
+                    raw = [float(len(ranked) - r) for r in range(len(ranked))]
+                for r, (j, sc) in enumerate(zip(ranked, trec_scores(raw)), 1):
+                    trec.write(f"{trec_docid(q.id)} Q0 {trec_docid(ids[int(j)])} {r} {sc!r} "
+                               f"{m}\n")
+                rec: dict[str, Any] = {"id": q.id, "question": q.question,
+                                       "passages": [ids[int(j)] for j in ranked]}
+                rq = getattr(getattr(res, "trace", None), "residual_queries", None)
+                if rq is not None:
+                    rec["residual_queries"] = list(rq)
+                rec["metrics"] = {k: float(v[n]) for k, v in per.items()}
+                lines.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        written += [out / f"{m}.trec", out / f"{m}.jsonl"]
+    return written
 
 
 def check_same_corpus(index: PropositionIndex, corpus_path: StrPath) -> None:
@@ -273,7 +314,8 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
         config={k: getattr(base_cfg, k) for k in base_cfg.__dataclass_fields__},
         selector_n=selector_n or None,
         methods={m: metrics(rankings[m], qs, texts=answer_texts) for m in methods},
-        rankings=rankings, questions=qs, traces=traces)
+        rankings=rankings, questions=qs, traces=traces,
+        passage_ids=[p.id for p in idx.passages], answer_texts=answer_texts)
     if graph_metrics:
         from .graph_metrics import graph_metrics as _gm
         for m in methods:
