@@ -233,3 +233,22 @@ def test_an_excerpt_holds_the_sentences_of_the_residual_query_that_reached_it():
     assert "Ted Ts'o" not in format_passage(1, p, q)
     got = format_passage(1, p, q, queries=["e2fsprogs mailing list contact"])
     assert "Contact Ted Ts'o about the e2fsprogs mailing list." in " ".join(got.split())
+
+
+def test_update_and_verify_report_as_json(tmp_path, capsys):
+    """Issue 70: --json on every command that reports: update and verify too."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nAlpha met Beta in Paris.\n")
+    ix = str(tmp_path / "n.idx")
+    assert main(["index", str(notes), ix, "--embedder", "hashing-64", "--quiet"]) == 0
+    (notes / "b.md").write_text("# B\n\nBeta founded Gamma in Rome.\n")
+    (notes / "c.key").write_bytes(b"PK")
+    capsys.readouterr()
+    assert main(["update", ix, "--add", str(notes), "--json", "--quiet"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["passages"] == {"before": 1, "after": 2} and got["changes"]["added"] == 1
+    assert any("1 .key" in w for w in got["warnings"])
+    assert main(["verify", ix, "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["verified"] == "full" and v["passages"] == 2 and v["stamped"] is True

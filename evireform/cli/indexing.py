@@ -212,9 +212,19 @@ def _cmd_update(args: Any) -> int:
     if not up.saved:
         return 3
     idx, before, changes = up.index, up.before, up.changes
+    took = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"index": str(args.index_dir),
+                          "passages": {"before": before[0], "after": idx.n_passages},
+                          "propositions": {"before": before[1], "after": idx.n_props},
+                          "changes": {k: len(v) for k, v in changes.items()},
+                          "skipped": sorted(loaded.skipped) if loaded else [],
+                          "warnings": list(loaded.warnings) if loaded else [],
+                          "seconds": round(took, 2)}, indent=1))
+        return 0
     parts = [f"{k} {len(v):,}" for k, v in changes.items() if v]
     print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
-          f"{before[1]:,} -> {idx.n_props:,} in {time.perf_counter() - t0:.2f} s"
+          f"{before[1]:,} -> {idx.n_props:,} in {took:.2f} s"
           + (f" ({', '.join(parts)})" if parts else ""))
     dups = changes.get("duplicates")
     if dups:
@@ -277,6 +287,15 @@ def _cmd_verify(args: Any) -> int:
     t1 = time.perf_counter()
     PropositionIndex.load(args.index_dir)
     fast = time.perf_counter() - t1
+    if args.json:
+        print(json.dumps({"index": str(args.index_dir), "verified": "full",
+                          "passages": idx.n_passages, "propositions": idx.n_props,
+                          "entities": idx.n_entities, "seconds": round(took, 2),
+                          "stamped": wrote,
+                          "not_stamped_because": None if wrote else
+                          _why_unwritten(Path(args.index_dir)),
+                          "fast_load_seconds": round(fast, 2)}, indent=1))
+        return 0
     tail = (f"stamped: later loads take the fast tier ({fast:.2f} s)" if wrote else
             f"no stamp written ({_why_unwritten(Path(args.index_dir))}); a later load took "
             f"{fast:.2f} s")
@@ -372,6 +391,9 @@ def add_update_parser(sub: Any) -> None:
     up.add_argument("--device", default=None, help="device for the index's embedder")
     up.add_argument("--extractor", choices=(*EXTRACTORS, "llm"), default=None,
                     help="the extractor for --add (default: the one the index was built with)")
+    up.add_argument("--json", action="store_true",
+                    help="print what changed as JSON (passages and propositions before and "
+                         "after, changes by kind, files skipped, warnings)")
     _add_quiet(up)
     _add_document_args(up)
     _add_index_embedder_args(up)
@@ -383,4 +405,5 @@ def add_verify_parser(sub: Any) -> None:
     ve = sub.add_parser("verify", help="verify every file of an index in full and stamp it "
                                        "(after a copy or download)")
     _add_index_dir(ve)
+    ve.add_argument("--json", action="store_true", help="print the result as JSON")
     ve.set_defaults(func=_cmd_verify)
