@@ -199,11 +199,16 @@ def test_schemathesis_finds_no_contract_mismatch(fuzzed_server, mode):
     schema = schemathesis.openapi.from_url(fuzzed_server.url + "/openapi.json", headers=auth)
     ops = [r.ok() for r in schema.get_all_operations()]
     assert {o.path for o in ops} == {"/health", "/query", "/query_batch", "/update",
-                                     "/metrics"}
+                                     "/metrics", "/documents", "/sources",
+                                     "/passages/{passage_id}"}
     seen = []
     for op in ops:
-        if mode == "negative" and op.method.upper() == "GET":
+        if mode == "negative" and op.method.upper() == "GET" and "{" not in op.path:
             continue  # no parameters and no body: nothing to make invalid
+        if mode == "negative" and op.path == "/documents":
+            # a file part is bytes on the wire: "an integer instead of a binary string" is
+            # the same bytes as a valid file's ("486"), which is read as text
+            continue
 
         @given(case=op.as_strategy(generation_mode=GenerationMode(mode)))
         @settings(max_examples=15, deadline=None, database=None,
@@ -212,4 +217,4 @@ def test_schemathesis_finds_no_contract_mismatch(fuzzed_server, mode):
             r = case.call_and_validate(headers=auth)
             seen.append((op.path, r.status_code))
         run()
-    assert len({p for p, _ in seen}) == (5 if mode == "positive" else 3)
+    assert len({p for p, _ in seen}) == (8 if mode == "positive" else 4)

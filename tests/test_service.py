@@ -620,3 +620,71 @@ def test_a_loopback_service_refuses_other_host_names(index_dir):
     assert ok.status_code == 200 and v6.status_code == 200
     assert evil.status_code == 421 and evil_page.status_code == 421
     assert "127.0.0.1" in evil.json()["error"]
+
+
+# --------------------------------------------------------------------------- documents in
+def test_files_come_in_through_the_service(tmp_path):
+    """Issue 70: POST /documents reads uploaded files as `evireform index` does (each
+    file's result: indexed with its passages, or skipped with the reason), the new
+    generation answers from them, GET /sources lists them, GET /passages/{id} shows one,
+    an upload of the same name replaces its passages, and /update's delete_where removes
+    a source; names with folders are refused, the upload cap is its own."""
+    from helpers import minimal_pdf
+    from evireform.service import RetrievalService, create_app
+    ix = PropositionIndex.build(_records(8), EMB, show_progress=False).save(tmp_path / "ix")
+    svc = RetrievalService(ix, EMB)
+    app = create_app(svc, max_body=4096, max_upload=1 << 20)
+    pdf = minimal_pdf([["The Orvel archive moved to Quito in 1998."]], title="Archive note")
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                out = {}
+                out["up"] = await c.post("/documents", files=[
+                    ("files", ("note.md", b"# Dana\n\nDana Ruiz runs the build farm.\n")),
+                    ("files", ("archive.pdf", pdf)),
+                    ("files", ("blob.bin", b"\0\1")),
+                    ("files", ("../evil.md", b"# x\n\ny\n"))])
+                out["q"] = await c.post("/query", json={"question": "Where did the Orvel "
+                                                                    "archive move?", "k": 3})
+                out["sources"] = await c.get("/sources")
+                out["one"] = await c.get("/passages/uploads/archive.pdf%230")
+                out["none"] = await c.get("/passages/no-such%23id")
+                out["again"] = await c.post("/documents", files=[
+                    ("files", ("note.md", b"# Dana\n\nDana Ruiz left; Kim runs it now.\n"))])
+                out["after"] = await c.get("/sources")
+                out["del"] = await c.post("/update", json={
+                    "delete_where": {"source": "uploads/archive.pdf"}})
+                out["gone"] = await c.get("/sources")
+                out["big"] = await c.post("/documents", files=[
+                    ("files", ("big.md", b"x " * (1 << 20)))])
+                out["empty"] = await c.post("/documents", files=[])
+                return out
+        finally:
+            await svc.stop()
+    o = asyncio.run(run())
+    up = o["up"].json()
+    assert o["up"].status_code == 200, up
+    res = {f["file"]: f for f in up["files"]}
+    assert res["note.md"]["status"] == "indexed" and res["note.md"]["passages"] == 1
+    assert {k: res["archive.pdf"].get(k) for k in ("status", "source", "passages")} == \
+        {"status": "indexed", "source": "uploads/archive.pdf", "passages": 1}
+    assert res["blob.bin"]["status"] == "skipped" and res["blob.bin"]["reason"]
+    assert res["../evil.md"]["status"] == "skipped" and "folders" in res["../evil.md"]["reason"]
+    assert up["generation"] == 1 and up["passages"] == 10
+    assert o["q"].json()["passages"][0]["id"] == "uploads/archive.pdf#0"
+    srcs = {s["source"]: s for s in o["sources"].json()["sources"]}
+    assert srcs["uploads/archive.pdf"] == {"source": "uploads/archive.pdf", "passages": 1,
+                                           "title": "Archive note"}
+    assert o["one"].json()["text"].startswith("The Orvel archive moved")
+    assert o["none"].status_code == 404
+    assert o["again"].json()["generation"] == 2
+    assert o["again"].json()["passages"] == 10  # replaced, not added
+    assert o["del"].status_code == 200
+    assert "uploads/archive.pdf" not in {s["source"] for s in o["gone"].json()["sources"]}
+    assert "uploads/note.md" in {s["source"] for s in o["gone"].json()["sources"]}
+    assert o["big"].status_code == 413 and o["empty"].status_code in (400, 422)
+    assert not (svc.uploads_dir / "blob.bin").exists()
+    assert (svc.uploads_dir / "note.md").read_bytes().startswith(b"# Dana\n\nDana Ruiz left")

@@ -21,15 +21,17 @@ log = logging.getLogger("evireform.service")
 
 def create_app(service: RetrievalService, *, api_key: str | None = None,
                max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256,
-               cors_origins: Sequence[str] = (), allowed_hosts: Sequence[str] | None = None):
+               cors_origins: Sequence[str] = (), allowed_hosts: Sequence[str] | None = None,
+               max_upload: int = 64 << 20):
     """The FastAPI application over ``service`` (see the module docstring).
     ``cors_origins``: the web origins (``https://app.example.org``) whose pages may call the
     service from a browser (CORS; none by default): their preflight requests are answered
     before the key check, the requests themselves still need the key.  ``allowed_hosts``:
     the names a request's ``Host`` may give, others answered 421 (None: any; :func:`serve`
-    bound to loopback passes its loopback names)."""
+    bound to loopback passes its loopback names).  ``max_upload``: the largest body
+    ``POST /documents`` takes (files, bytes)."""
     try:
-        from fastapi import FastAPI
+        from fastapi import FastAPI, File, UploadFile
         from fastapi.exceptions import RequestValidationError
         from fastapi.openapi.utils import get_openapi
         from fastapi.responses import JSONResponse, Response
@@ -41,6 +43,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     M = http_models(max_k, max_questions)
     QueryIn, BatchIn, UpdateIn = M.QueryIn, M.BatchIn, M.UpdateIn
     UpdateOut, HealthOut, ErrorOut = M.UpdateOut, M.HealthOut, M.ErrorOut
+    DocumentsOut, SourcesOut, PassageOut = M.DocumentsOut, M.SourcesOut, M.PassageOut
 
     class PrometheusText(Response):
         media_type = "text/plain; version=0.0.4; charset=utf-8"  # prometheus_client's
@@ -50,7 +53,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
            404: "a passage id or metadata key the index does not have (a filter's, one to "
                 "delete), or a delete_where no passage matches",
            409: "a passage id the index holds with other content (upsert replaces it)",
-           413: f"request body over {max_body} bytes",
+           413: f"request body over {max_body} bytes ({max_upload} for /documents)",
            422: "a body that is not valid JSON or does not match the schema",
            500: "internal error (never a traceback)",
            503: "the queue is full (Retry-After) or the index files cannot be served",
@@ -187,6 +190,46 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))
 
+    @app.post("/documents", response_model=DocumentsOut, operation_id="add_documents",
+              tags=["index"], summary="Index uploaded files",
+              description="Files (multipart form field 'files', at most "
+                          f"{service.MAX_UPLOAD_FILES} an upload, {max_upload:,} bytes in "
+                          "all) read as `evireform index` reads them (Markdown, HTML, PDF, "
+                          "DOCX, PPTX, XLSX, CSV, EPUB, reStructuredText, text): each file's "
+                          "result, indexed with its passage count or skipped with the reason, "
+                          "then the new generation. A file of a name uploaded before replaces "
+                          "its passages; its source reads uploads/NAME.",
+              responses=errors(400, 401, 413, 422, 500, 507))
+    async def add_documents(files: list[UploadFile] = File(
+            ..., description="the files to index", min_length=1,
+            max_length=service.MAX_UPLOAD_FILES)):
+        got = [(f.filename or "", await f.read()) for f in files]
+        try:
+            return JSONResponse(await service.add_documents(got))
+        except (ValueError, TypeError) as exc:
+            return error(400, _no_paths(str(exc), service.index_dir))
+
+    @app.get("/sources", response_model=SourcesOut, operation_id="sources", tags=["index"],
+             summary="The documents the index holds",
+             description="Each source (a file's path below its folder, uploads/NAME for an "
+                         "upload) with its passage count and title; delete one with /update "
+                         "and delete_where {\"source\": ...}.",
+             responses=errors(401, 500))
+    async def sources():
+        return JSONResponse({"sources": service.sources(),
+                             "generation": service.current().number})
+
+    @app.get("/passages/{passage_id:path}", response_model=PassageOut,
+             operation_id="passage", tags=["index"], summary="One passage by id",
+             description="The passage's title, text and metadata (its id URL-encoded: "
+                         "'#' as %23).",
+             responses=errors(401, 404, 422, 500))
+    async def passage(passage_id: str):
+        try:
+            return JSONResponse(service.passage(passage_id))
+        except KeyError as exc:
+            return error(404, str(exc.args[0] if exc.args else exc))
+
     @app.get("/metrics", response_class=PrometheusText, operation_id="metrics",
              tags=["service"], summary="Prometheus metrics",
              description="Requests, latencies, batch sizes, queue depth and updates in "
@@ -225,7 +268,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     app.openapi = openapi
 
-    guarded = _Guard(app, m, api_key, max_body, allowed_hosts)
+    guarded = _Guard(app, m, api_key, max_body, allowed_hosts, max_upload)
     if not cors_origins:
         return guarded
     from starlette.middleware.cors import CORSMiddleware

@@ -38,7 +38,10 @@ class _Guard:
     scheme is matched case-insensitively (RFC 7235) and the key compared in constant time;
     one response per request whatever fails after it started."""
 
-    ENDPOINTS = ("/health", "/query", "/query_batch", "/update", "/metrics")
+    ENDPOINTS = ("/health", "/query", "/query_batch", "/update", "/metrics", "/documents",
+                 "/sources")
+    #: the paths whose bodies are files (multipart uploads): capped at ``max_upload``
+    UPLOADS = ("/documents",)
     #: answered without the key: the health probe, and what a browser or a client generator
     #: opens first (the search page and its files, the API docs, the schema), none of which
     #: holds index data
@@ -48,8 +51,10 @@ class _Guard:
     def public(cls, path: str) -> bool:
         return path in cls.PUBLIC or (path.startswith("/static/") and "/" not in path[8:])
 
-    def __init__(self, app, metrics: Metrics, api_key, max_body: int, allowed_hosts=None):
+    def __init__(self, app, metrics: Metrics, api_key, max_body: int, allowed_hosts=None,
+                 max_upload: int | None = None):
         self.app, self.m, self.max_body = app, metrics, max_body
+        self.max_upload = max_body if max_upload is None else max_upload
         #: the names a request's Host header may give (None: any): a service bound to
         #: loopback answers only its loopback names, so a page on another site whose name
         #: was rebound to 127.0.0.1 (DNS rebinding) is refused
@@ -80,7 +85,9 @@ class _Guard:
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
         path = scope.get("path", "")
-        endpoint = path if path in self.ENDPOINTS else "other"
+        endpoint = path if path in self.ENDPOINTS else \
+            "/passages" if path.startswith("/passages/") else "other"
+        cap = self.max_upload if path in self.UPLOADS else self.max_body
         status = [500]
         started = [False]
         seen = [0]
@@ -94,7 +101,7 @@ class _Guard:
                 if over[0]:  # the body passed the cap: 413, whatever the framework said
                     started[0] = True
                     status[0] = 413
-                    await self._send_json(send, 413, f"request body over {self.max_body} bytes")
+                    await self._send_json(send, 413, f"request body over {cap} bytes")
                     return
                 started[0] = True
                 status[0] = msg["status"]
@@ -106,7 +113,7 @@ class _Guard:
             msg = await receive()
             if msg.get("type") == "http.request":
                 seen[0] += len(msg.get("body") or b"")
-                if seen[0] > self.max_body:
+                if seen[0] > cap:
                     over[0] = True
                     raise _BodyTooLarge()
             return msg
@@ -123,16 +130,14 @@ class _Guard:
                                       [(b"www-authenticate", b"Bearer")])
                 return
             size = headers.get(b"content-length")
-            if size is not None and (not size.isdigit() or int(size) > self.max_body):
-                await self._send_json(counting_send, 413,
-                                      f"request body over {self.max_body} bytes")
+            if size is not None and (not size.isdigit() or int(size) > cap):
+                await self._send_json(counting_send, 413, f"request body over {cap} bytes")
                 return
             try:
                 await self.app(scope, capped_receive, counting_send)
             except _BodyTooLarge:
                 if not started[0]:
-                    await self._send_json(counting_send, 413,
-                                          f"request body over {self.max_body} bytes")
+                    await self._send_json(counting_send, 413, f"request body over {cap} bytes")
             except Exception as exc:
                 if not started[0]:
                     code, msg = _error_of(exc)

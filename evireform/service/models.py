@@ -190,10 +190,44 @@ def http_models(max_k: int, max_questions: int):
         index: IndexOut | None = Field(None, description="the index served, when ok")
         error: str | None = Field(None, description="why not, when unavailable")
 
+    class FileResult(BaseModel):
+        """What became of one uploaded file."""
+        file: str = Field(description="the file's name as uploaded")
+        status: Literal["indexed", "skipped"] = Field(description="indexed, or skipped "
+                                                                  "(not kept)")
+        source: str | None = Field(None, description="its source in the index "
+                                                     "(uploads/NAME), when indexed")
+        passages: int | None = Field(None, description="its passages, when indexed")
+        reason: str | None = Field(None, description="why it was skipped")
+
+    class DocumentsOut(UpdateOut):
+        """Each file's result and the new generation."""
+        files: list[FileResult] = Field(description="one result per uploaded file")
+
+    class SourceOut(BaseModel):
+        """One document the index holds."""
+        source: str = Field(description="its path below its folder (uploads/NAME for an "
+                                        "upload)")
+        passages: int = Field(description="its passages in the index")
+        title: str = Field(description="its title")
+
+    class SourcesOut(BaseModel):
+        """The documents the index holds."""
+        sources: list[SourceOut] = Field(description="in name order")
+        generation: int = Field(description="the index generation read")
+
+    class PassageOut(BaseModel):
+        """One passage."""
+        id: str = Field(description="its id")
+        title: str = Field(description="its title")
+        text: str = Field(description="its text")
+        metadata: dict[str, Any] = Field(description="its metadata")
+
     class ErrorOut(BaseModel):
         """Every error, whatever its status."""
         error: str = Field(description="what went wrong, in one line")
 
-    return SimpleNamespace(QueryIn=QueryIn, BatchIn=BatchIn, UpdateIn=UpdateIn,
+    return SimpleNamespace(DocumentsOut=DocumentsOut, SourcesOut=SourcesOut,
+                           PassageOut=PassageOut, QueryIn=QueryIn, BatchIn=BatchIn, UpdateIn=UpdateIn,
                            UpdateOut=UpdateOut, HealthOut=HealthOut, ErrorOut=ErrorOut,
                            QueryOut=QueryOut, BatchOut=BatchOut)

@@ -337,6 +337,109 @@ class RetrievalService:
                 "propositions": new.index.n_props, "changes": up.counts()}
 
 
+    # ------------------------------------------------------------------ documents
+    #: the most files one upload may hold
+    MAX_UPLOAD_FILES = 100
+
+    @property
+    def uploads_dir(self) -> Path:
+        """Where uploaded files are kept (beside the index, hidden; their sources read
+        ``uploads/NAME``): a later upload of the same name replaces that file's passages."""
+        return self.index_dir.parent / f".{self.index_dir.name}.uploads" / "uploads"
+
+    async def add_documents(self, files: list[tuple[str, bytes]]) -> dict[str, Any]:
+        """Index uploaded ``(file name, bytes)`` with the readers and limits ``evireform
+        index`` uses: each file's result (indexed with its passages, or skipped with the
+        reason), then the new generation (a file read before replaces its passages)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._upd, self._add_documents_sync, files)
+
+    def _add_documents_sync(self, files: list[tuple[str, bytes]]) -> dict[str, Any]:
+        from ..documents import load_paths, document_roots
+        from ..formats import MAX_DOCUMENT_BYTES
+        if not files:
+            raise ValueError("no files: send one or more as multipart form field 'files'")
+        if len(files) > self.MAX_UPLOAD_FILES:
+            raise ValueError(f"{len(files)} files; at most {self.MAX_UPLOAD_FILES} an upload")
+        up = self.uploads_dir
+        up.mkdir(parents=True, exist_ok=True)
+        results: list[dict[str, Any]] = []
+        paths = []
+        for name, data in files:
+            why = upload_name_problem(name)
+            if why is None and len(data) > MAX_DOCUMENT_BYTES:
+                why = f"{len(data):,} bytes, more than a document may have"
+            if why:
+                results.append({"file": str(name)[:200], "status": "skipped", "reason": why})
+                continue
+            target = up / name
+            tmp = up / f".{name}.part"
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+            paths.append((name, target))
+        loaded = None
+        if paths:
+            loaded = load_paths([t for _, t in paths], embedder=self.embedder,
+                                skip_errors=True, roots=[str(up.resolve())] + document_roots(
+                                    self.current().index))
+            failed = dict(loaded.errors)
+            for name, target in paths:
+                src = f"uploads/{name}"
+                if src in loaded.sources:
+                    results.append({"file": name, "status": "indexed", "source": src,
+                                    "passages": loaded.sources[src]})
+                else:  # unreadable, or a format with no reader: not kept on the server
+                    reason = failed.get(str(target)) or next(
+                        (w for w in loaded.warnings if "skipped" in w), "no reader takes it")
+                    results.append({"file": name, "status": "skipped",
+                                    "reason": _no_paths(reason.replace(str(target), name),
+                                                        self.index_dir)})
+                    target.unlink(missing_ok=True)
+                    loaded.skipped.discard(src)
+        if loaded is None or not loaded.sources:
+            g = self.current()
+            return {"files": results, "generation": g.number,
+                    "passages": g.index.n_passages, "propositions": g.index.n_props,
+                    "changes": {}}
+        done = self._update_sync(loaded, False, None)
+        return {"files": results, **done}
+
+    def sources(self) -> list[dict[str, Any]]:
+        """The documents the index holds passages of: ``{"source", "passages", "title"}``
+        per metadata ``source``, in name order."""
+        idx = self.current().index
+        out: dict[str, dict[str, Any]] = {}
+        for p in idx.passages:
+            src = p.metadata.get("source")
+            if isinstance(src, str):
+                e = out.setdefault(src, {"source": src, "passages": 0, "title": p.title})
+                e["passages"] += 1
+        return [out[k] for k in sorted(out)]
+
+    def passage(self, pid: str) -> dict[str, Any]:
+        """One passage by id (``KeyError`` when the index has none)."""
+        idx = self.current().index
+        try:
+            j = idx.passage_index(pid)
+        except KeyError:
+            raise KeyError(f"no passage with id {pid!r:.200}") from None
+        p = idx.passage(j)
+        return {"id": p.id, "title": p.title, "text": p.text, "metadata": dict(p.metadata)}
+
+
+def upload_name_problem(name: Any) -> str | None:
+    """Why an uploaded file's name cannot be stored (None when it can): a plain file name,
+    no folder, not hidden, valid text, at most 255 bytes."""
+    if not isinstance(name, str) or not name:
+        return "no file name"
+    if "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+        return "a file name without folders that does not start with '.'"
+    if any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in name):
+        return "a file name of printable text"
+    if len(name.encode("utf-8")) > 255:
+        return "a file name of at most 255 bytes"
+    return None
+
 
 def _no_paths(message: str, index_dir) -> str:
     """``message`` without the server's absolute paths (the index directory's own path
