@@ -220,3 +220,66 @@ def test_the_api_docs_fetch_nothing_from_outside(browser, live):
             assert "evireform" in page.content()
         finally:
             ctx.close()
+
+
+@pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)])
+def test_files_uploaded_through_the_page_answer_first_and_can_be_deleted(
+        browser, tmp_path, width, height):
+    """Issue 70: a PDF and a Markdown file added through the page's documents panel, a
+    question whose answer is in the PDF: its passage first, the answer's words highlighted
+    within the first screen, the score bars drawn against the top score, the graph as a
+    list on a phone; then the PDF's source deleted from the sources list."""
+    from playwright.sync_api import expect
+    from helpers import minimal_pdf
+    ix = PropositionIndex.build(_records(30), EMB, show_progress=False).save(tmp_path / "ix")
+    pdf = tmp_path / "archive.pdf"
+    pdf.write_bytes(minimal_pdf([["The Orvel archive moved to Quito in 1998."]],
+                                title="Archive note"))
+    md = tmp_path / "team.md"
+    md.write_text("# Team\n\nDana Ruiz runs the build farm.\n")
+    s = Server(ix)
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    page = ctx.new_page()
+    outside = []
+    page.on("request", lambda r: None if r.url.startswith(s.url + "/") else
+            outside.append(r.url))
+    try:
+        page.goto(s.url + "/")
+        expect(page.locator("#stats")).to_contain_text("30 passages")
+        page.click("#library summary")
+        page.set_input_files("#files", [str(pdf), str(md)])
+        page.click("#upload")
+        expect(page.locator("#upstatus")).to_contain_text("2 of 2 indexed")
+        expect(page.locator("#uploads li.indexed")).to_have_count(2)
+        expect(page.locator("#sources li[data-source='uploads/archive.pdf']")).to_contain_text(
+            "1 passage")
+        expect(page.locator("#stats")).to_contain_text("32 passages")
+        page.click("#library summary")  # closed again: the answer is what the screen shows
+        page.fill("#question", "Where did the Orvel archive move?")
+        page.click("#go")
+        first = page.locator("#passages li").first
+        expect(first).to_have_attribute("data-id", "uploads/archive.pdf#0")
+        expect(first.locator(".source")).to_contain_text("uploads/archive.pdf")
+        mark = first.locator(".text mark", has_text="archive").first
+        box = mark.bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= height, box
+        # score bars against the top score: the first is full, a weaker one shorter
+        bars = page.locator("#passages li .parts")
+        w = [bars.nth(i).bounding_box()["width"] for i in range(bars.count())]
+        assert w[0] == max(w) and min(w) < w[0]
+        graph = page.locator("#graph")
+        assert graph.is_visible() == (width > 600)
+        # the sources list deletes the PDF's passages
+        page.click("#library summary")
+        page.locator("#sources li[data-source='uploads/archive.pdf'] .del").click()
+        expect(page.locator("#upstatus")).to_contain_text("Deleted uploads/archive.pdf")
+        expect(page.locator("#sources li[data-source='uploads/archive.pdf']")).to_have_count(0)
+        expect(page.locator("#stats")).to_contain_text("31 passages")
+        # a passage opened by its id
+        page.fill("#pid", "uploads/team.md#0")
+        page.click("#open")
+        expect(page.locator("#passage .text")).to_contain_text("Dana Ruiz runs the build farm")
+    finally:
+        ctx.close()
+        s.close()
+    assert outside == []

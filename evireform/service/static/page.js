@@ -34,11 +34,59 @@ function setStatus(text, isError) {
   s.classList.toggle("error", !!isError);
 }
 
-function headers() {
-  const h = { "Content-Type": "application/json" };
+function auth() {
   const key = $("key").value.trim();
-  if (key) h.Authorization = "Bearer " + key;
-  return h;
+  return key ? { Authorization: "Bearer " + key } : {};
+}
+
+function headers() {
+  return { "Content-Type": "application/json", ...auth() };
+}
+
+// the words a passage is highlighted by: the question's and the residual queries' that
+// reached it, without the function words every text has
+const STOP = new Set(("a an the of in on at to for from by with and or but is are was were be " +
+  "been who whom whose what which when where why how does did do this that these those it " +
+  "its as into than then there their they he she his her him we you your our i me my not " +
+  "no can could will would should may might must has have had if so any all also").split(" "));
+const WORD = /[\p{L}\p{N}_][\p{L}\p{N}_'’.-]*[\p{L}\p{N}_]|[\p{L}\p{N}_]/gu;
+
+function termsOf(texts) {
+  const out = new Set();
+  for (const t of texts) {
+    for (const m of String(t || "").matchAll(WORD)) {
+      const w = m[0].toLowerCase();
+      if (!STOP.has(w) && w.length > 1) out.add(w);
+    }
+  }
+  return out;
+}
+
+function highlighted(cls, text, terms) {
+  // the text as text nodes, each word of ``terms`` in a <mark>: never parsed as markup
+  const box = el("div", cls);
+  let last = 0;
+  for (const m of String(text).matchAll(WORD)) {
+    if (!terms.has(m[0].toLowerCase())) continue;
+    if (m.index > last) box.append(document.createTextNode(text.slice(last, m.index)));
+    box.append(el("mark", null, m[0]));
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) box.append(document.createTextNode(text.slice(last)));
+  return box;
+}
+
+function reachedBy(trace) {
+  // passage id -> the residual queries whose hits (dense or lexical) include it
+  const out = new Map();
+  (trace.hits || []).slice(1).forEach((h) => {
+    for (const hit of [...(h.dense || []), ...(h.lexical || [])]) {
+      const qs = out.get(hit.passage) || [];
+      if (!qs.includes(h.query)) qs.push(h.query);
+      out.set(hit.passage, qs);
+    }
+  });
+  return out;
 }
 
 async function readJSON(resp) {
@@ -138,10 +186,13 @@ function show(res) {
   const n = res.passages.length;
   $("summary").textContent = `${n} passage${n === 1 ? "" : "s"} for “${res.question}” · ` +
     `${res.trace.method} · ${res.took_ms} ms · generation ${res.generation}`;
+  const top = Math.max(...res.passages.map((p) => p.score), 0);
+  const reached = reachedBy(res.trace);
+  const list = $("passages");
+  list.replaceChildren(...res.passages.map((p, i) => passageItem(
+    p, i, top, termsOf([res.question, ...(reached.get(p.id) || [])]))));
   showTrace(res.trace);
   drawGraph(res.graph || { nodes: [], edges: [] });
-  const list = $("passages");
-  list.replaceChildren(...res.passages.map(passageItem));
 }
 
 function showTrace(trace) {
@@ -190,7 +241,7 @@ function showTrace(trace) {
   box.append(d);
 }
 
-function passageItem(p, i) {
+function passageItem(p, i, top, terms) {
   const li = el("li");
   li.dataset.id = p.id;
   const head = el("div", "head");
@@ -198,20 +249,29 @@ function passageItem(p, i) {
               el("span", "score", `score ${p.score.toFixed(4)}`));
   li.append(head);
   const md = p.metadata || {};
-  if (md.source !== undefined) li.append(el("div", "source", `source: ${md.source}`));
-  const rest = Object.fromEntries(Object.entries(md).filter(([k]) => k !== "source"));
+  const where = [];
+  if (md.source !== undefined) where.push(String(md.source));
+  for (const k of ["section", "page", "slide", "row"]) {
+    if (md[k] !== undefined && md[k] !== null) where.push(`${k} ${md[k]}`);
+  }
+  if (where.length) li.append(el("div", "source", where.join(" · ")));
+  li.append(highlighted("text", p.text, terms || new Set()));
+  const rest = Object.fromEntries(Object.entries(md).filter(([k]) =>
+    !["source", "chunk", "title", "section", "page", "slide", "row"].includes(k)));
   if (Object.keys(rest).length) {
-    const m = el("div", "meta", "metadata: ");
-    m.append(el("code", null, clip(JSON.stringify(rest), 300)));
+    const m = el("details", "meta");
+    m.append(el("summary", null, "metadata"), el("code", null, clip(JSON.stringify(rest), 600)));
     li.append(m);
   }
-  li.append(el("div", "text", p.text));
   const parts = [["q", "question", p.from_question], ["r", "residual", p.from_residual],
                  ["p", "propagation", p.from_propagation]];
   const total = parts.reduce((s, x) => s + Math.max(0, x[2] || 0), 0);
   if (total > 0) {
+    // the bar's length is the score against the top score; its parts split that length
     const bar = el("div", "parts");
-    bar.title = "score parts: from the question, the residual queries, propagation";
+    bar.title = "score against the top score; parts: from the question, the residual " +
+                "queries, propagation";
+    bar.style.width = (100 * Math.max(0, p.score) / (top || p.score || 1)).toFixed(2) + "%";
     for (const [cls, , v] of parts) {
       const seg = el("span", cls);
       seg.style.width = (100 * Math.max(0, v || 0) / total).toFixed(2) + "%";
@@ -245,6 +305,8 @@ function drawGraph(g) {
   });
   const r = 15;
   const kinds = new Set();
+  const edgeList = $("edgelist");
+  edgeList.replaceChildren();
   for (const e of g.edges) {
     const s = pos.get(e.src), t = pos.get(e.dst);
     if (!s || !t || s === t) continue;
@@ -260,10 +322,12 @@ function drawGraph(g) {
     grp.append(svg("path", { d: `M${x1},${y1} Q${mx},${my} ${x2},${y2}`,
                              stroke: KIND_COLOR[kind] || "#6b7580",
                              "marker-end": `url(#arrow-${kind})` }));
-    // the label at the curve's midpoint
-    grp.append(svg("text", { x: (x1 + 2 * mx + x2) / 4, y: (y1 + 2 * my + y2) / 4 - 3,
-                             "text-anchor": "middle" }, clip(e.via, 28)));
     root.append(grp);
+    // what carried each edge, as a list (labels on the curves collided): the only view
+    // on a narrow screen, where the drawing hides
+    const item = el("li", null, `#${s.rank} → #${t.rank} `);
+    item.append(el("span", "kind-" + kind, e.kind), document.createTextNode(": " + e.via));
+    edgeList.append(item);
   }
   for (const p of pos.values()) {
     const grp = svg("g", { class: "node", "data-id": p.n.id });
@@ -296,7 +360,123 @@ function drawGraph(g) {
   }
 }
 
+// ---------------------------------------------------------------- documents
+function collect(list) {
+  return Array.from(list || []).filter((f) => f && f.size !== undefined);
+}
+
+let dropped = [];
+
+async function upload() {
+  const files = dropped.length ? dropped : collect($("files").files);
+  if (!files.length) { $("upstatus").textContent = "Choose or drop files first."; return; }
+  const fd = new FormData();
+  let bytes = 0;
+  for (const f of files) { fd.append("files", f, f.name); bytes += f.size; }
+  $("upload").disabled = true;
+  $("upstatus").textContent = `Reading ${files.length} file${files.length === 1 ? "" : "s"} ` +
+    `(${Math.ceil(bytes / 1024).toLocaleString()} KB) into the index…`;
+  try {
+    const r = await fetch("documents", { method: "POST", headers: auth(), body: fd });
+    const out = await readJSON(r);
+    if (!r.ok) {
+      $("upstatus").textContent = `Error ${r.status}: ${(out && out.error) || r.statusText}`;
+      return;
+    }
+    const ok = out.files.filter((f) => f.status === "indexed").length;
+    $("upstatus").textContent = `${ok} of ${out.files.length} indexed · generation ` +
+      `${out.generation} · ${out.passages.toLocaleString()} passages`;
+    $("uploads").replaceChildren(...out.files.map((f) => el("li", f.status,
+      f.status === "indexed" ? `${f.file}: indexed, ${f.passages} passage` +
+        `${f.passages === 1 ? "" : "s"} (${f.source})` : `${f.file}: skipped: ${f.reason}`)));
+    dropped = [];
+    $("files").value = "";
+    loadStats();
+    loadSources();
+  } catch (e) {
+    $("upstatus").textContent = "The service did not answer: " + e.message;
+  } finally {
+    $("upload").disabled = false;
+  }
+}
+
+async function loadSources() {
+  const box = $("sources");
+  try {
+    const r = await fetch("sources", { headers: auth() });
+    const out = await readJSON(r);
+    if (!r.ok) {
+      box.replaceChildren(el("li", "none", r.status === 401 ? "enter the API key under " +
+        "Options to list the sources" : `Error ${r.status}: ${(out && out.error) || ""}`));
+      return;
+    }
+    if (!out.sources.length) {
+      box.replaceChildren(el("li", "none", "no sources: the index holds passages without " +
+                                           "a source"));
+      return;
+    }
+    box.replaceChildren(...out.sources.map((s) => {
+      const li = el("li");
+      li.dataset.source = s.source;
+      const del = el("button", "del", "Delete");
+      del.type = "button";
+      del.addEventListener("click", () => removeSource(s.source));
+      li.append(el("span", "src", s.source), el("span", "n",
+        ` ${s.passages} passage${s.passages === 1 ? "" : "s"} · ${s.title}`), del);
+      return li;
+    }));
+  } catch (e) {
+    box.replaceChildren(el("li", "none", "The service did not answer: " + e.message));
+  }
+}
+
+async function removeSource(src) {
+  $("upstatus").textContent = `Deleting ${src}…`;
+  const r = await fetch("update", { method: "POST", headers: headers(),
+    body: JSON.stringify({ delete_where: { source: src } }) });
+  const out = await readJSON(r);
+  $("upstatus").textContent = r.ok ? `Deleted ${src}: generation ${out.generation}, ` +
+    `${out.passages.toLocaleString()} passages` : `Error ${r.status}: ${(out && out.error) || ""}`;
+  loadStats();
+  loadSources();
+}
+
+async function openPassage(ev) {
+  if (ev) ev.preventDefault();
+  const id = $("pid").value.trim();
+  const box = $("passage");
+  if (!id) return;
+  const r = await fetch("passages/" + encodeURIComponent(id).replace(/%2F/g, "/"),
+                        { headers: auth() });
+  const p = await readJSON(r);
+  if (!r.ok) {
+    box.replaceChildren(el("p", "error", `Error ${r.status}: ${(p && p.error) || ""}`));
+    return;
+  }
+  const md = p.metadata || {};
+  box.replaceChildren(el("h3", null, p.title || p.id), el("div", "source", p.id +
+    (md.section ? " · section " + md.section : "") + (md.page ? " · page " + md.page : "")),
+    el("div", "text", p.text));
+}
+
+function initLibrary() {
+  const drop = $("drop");
+  drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (e) => {
+    e.preventDefault();
+    drop.classList.remove("over");
+    dropped = collect(e.dataTransfer.files);
+    $("upstatus").textContent = `${dropped.length} file${dropped.length === 1 ? "" : "s"} ` +
+      "ready: Add to the index";
+  });
+  $("upload").addEventListener("click", upload);
+  $("openform").addEventListener("submit", openPassage);
+  $("library").addEventListener("toggle", () => { if ($("library").open) loadSources(); });
+}
+
 function init() {
+  initLibrary();
   const stored = sessionStorage.getItem(KEY);
   if (stored) $("key").value = stored;
   $("key").addEventListener("change", () => {
