@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence, TYPE_CHECKING
 from .documents import Loaded, replace_sources
 from .embed import embedder_from_spec, get_embedder
 from .extract import extractor_recorded, make_extractor
-from .index import PropositionIndex
+from .index import PassageConflict, PropositionIndex
+from .types import Passage
 from .llm import LLMController, LLMReformulator, LLMSelector
 from .retriever import EviReform
 from .store import index_lock
@@ -119,6 +120,48 @@ def _matching_ids(index: PropositionIndex, flt: FilterSpec, every: bool = False)
     return ids
 
 
+def _matching_ids_or_none(index: PropositionIndex, flt: FilterSpec) -> list[str] | None:
+    try:
+        return _matching_ids(index, flt, True)
+    except KeyError:
+        return None
+
+
+def _in_namespace(add: Any, namespace: str) -> Any:
+    """``add`` with every passage in ``namespace`` (its metadata's ``namespace`` set; a
+    passage naming another one refused)."""
+    if add is None:
+        return None
+    from .corpus import as_passages
+
+    def one(p: Passage) -> Passage:
+        have = p.metadata.get("namespace")
+        if have is not None and have != namespace:
+            raise ValueError(f"passage {p.id!r:.100}: its metadata names namespace "
+                             f"{have!r:.100}, not this update's {namespace!r:.100}")
+        return Passage(p.id, p.title, p.text, {**p.metadata, "namespace": namespace})
+    if isinstance(add, Loaded):
+        add.passages = [one(p) for p in add.passages]
+        return add
+    return [one(p) for p in as_passages(add)]
+
+
+def _check_tenant_ids(index: PropositionIndex, namespace: str, delete: Any, add: Any) -> None:
+    """A tenant's ids judged inside its namespace: an id to delete that is not its own is
+    unknown (as if the index had no such passage); an id to add that another namespace
+    holds is taken (409), without saying whose."""
+    pos = index._pos
+    for pid in delete or ():
+        j = pos.get(pid)
+        if j is None or index.passage(j).metadata.get("namespace") != namespace:
+            raise KeyError(f"unknown passage id {pid!r:.200}")
+    passages = add.passages if isinstance(add, Loaded) else (add or ())
+    for p in passages:
+        j = pos.get(p.id)
+        if j is not None and index.passage(j).metadata.get("namespace") != namespace:
+            raise PassageConflict(f"passage id {p.id!r:.200} is taken; choose another id")
+
+
 @dataclass
 class Update:
     """What :func:`apply_update` did: the new ``index`` (saved unless ``saved`` is False),
@@ -144,7 +187,8 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                  embedder: Embedder | None=None, upsert: bool = False, extractor: Extractor | None=None,
                  show_progress: bool = False,
                  before_save: Callable[[Update], bool] | None = None,
-                 delete_where: FilterSpec = None, delete_all: bool = False) -> Update:
+                 delete_where: FilterSpec = None, delete_all: bool = False,
+                 namespace: str | None = None) -> Update:
     """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``
     (passages, records, or a :class:`~evireform.documents.Loaded` read from files and
     folders: the index is made to match those files) to the index saved at ``index_dir``,
@@ -159,7 +203,11 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     a filter (:mod:`evireform.filters`, e.g. ``{"source": "notes/a.md"}`` to delete a
     document's passages) whose matching passages are deleted too; one that matches nothing
     raises ``KeyError``, and one that matches every passage (``{}`` among them) is refused
-    unless ``delete_all`` (the CLI's ``--all``, ``/update``'s ``"all": true``)."""
+    unless ``delete_all`` (the CLI's ``--all``, ``/update``'s ``"all": true``).
+    ``namespace``: a tenant's update, confined to its passages: added passages get it as
+    their ``namespace`` metadata (another one is refused), ids to delete or replace are
+    judged inside it (another tenant's id is unknown here, or taken), and ``delete_where``
+    is and-ed with it ("every passage" then means every passage of the namespace)."""
     if not isinstance(add, Loaded) and not add:
         add = None  # an empty list adds nothing
     if add is None and not delete and delete_where is None:
@@ -167,12 +215,30 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     if delete_where is not None:
         from .filters import compile_filter
         compile_filter(delete_where)  # a malformed filter is refused before the lock
+    if namespace is not None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("namespace: a non-empty string")
+        add = _in_namespace(add, namespace)
+        if delete_where is not None:
+            delete_where = {"$and": [{"namespace": namespace}, delete_where]}
     with index_lock(index_dir):
         # no stamp written: an update refused below leaves the directory as it was
         idx = PropositionIndex.load(index_dir, verify="full", stamp=False)
         out = Update(idx, (idx.n_passages, idx.n_props))
+        if namespace is not None:
+            _check_tenant_ids(idx, namespace, delete, add)
         if delete_where is not None:
-            delete = list(delete or []) + _matching_ids(idx, delete_where, delete_all)
+            every = delete_all
+            if namespace is not None and not delete_all:  # every passage of the namespace
+                mine = _matching_ids_or_none(idx, {"namespace": namespace})
+                got = _matching_ids(idx, delete_where, True)
+                if mine is not None and len(got) == len(mine):
+                    raise ValueError(f"the filter matches every passage of namespace "
+                                     f"{namespace!r:.100} ({len(got):,}); nothing was deleted. "
+                                     "To empty it on purpose, say so: --all (CLI) or "
+                                     "\"all\": true (/update)")
+                every = True
+            delete = list(delete or []) + _matching_ids(idx, delete_where, every)
         if delete:
             idx = idx.delete(list(delete))
             _merge(out.changes, idx.changes)

@@ -68,3 +68,53 @@ def test_an_add_learns_only_the_namespaces_it_touches(tmp_path):
     assert make_extractor("phrases", "phrases-v1").group_by is None
     assert extractor_recorded("phrases-v2").group_by == "namespace"
     assert out.n_passages == 60
+
+
+def test_a_tenants_update_touches_its_own_passages_only(tmp_path):
+    """Issue 69: /update (and `update`) with a namespace: added passages get it, another
+    tenant's ids are unknown to delete and taken to replace (without saying whose),
+    delete_where is and-ed with the namespace, and "every passage" means the namespace's."""
+    import asyncio
+    import httpx
+    import pytest
+    pytest.importorskip("fastapi")
+    from evireform.cli import main
+    from evireform.service import RetrievalService, create_app
+    ix = PropositionIndex.build(_tenants("a grey cat {i} sat on the mat."), EMB,
+                                show_progress=False).save(tmp_path / "ix")
+    svc = RetrievalService(ix, EMB)
+    app = create_app(svc)
+
+    async def run():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as c:
+            post = lambda body: c.post("/update", json=body)  # noqa: E731
+            return {
+                "add": await post({"namespace": "t2", "add": [
+                    {"id": "b-new", "text": "the grey cat slept.", "metadata": {"k": 1}}]}),
+                "other": await post({"namespace": "t2", "add": [
+                    {"id": "x", "text": "y z.", "metadata": {"namespace": "t1"}}]}),
+                "del": await post({"namespace": "t2", "delete": ["a1"]}),
+                "steal": await post({"namespace": "t2", "upsert": True, "add": [
+                    {"id": "a2", "text": "overwritten by t2."}]}),
+                "where": await post({"namespace": "t2", "delete_where": {"k": 1}}),
+                "all": await post({"namespace": "t2", "delete_where": {
+                    "namespace": {"$exists": True}}}),
+                "fine": await post({"namespace": "t2", "delete": ["b3"]})}
+    got = asyncio.run(run())
+    assert got["add"].status_code == 200, got["add"].json()
+    assert got["other"].status_code == 400
+    assert got["del"].status_code == 404 and "a1" in got["del"].json()["error"]
+    assert got["steal"].status_code == 409 and "t1" not in got["steal"].json()["error"]
+    assert got["where"].status_code == 200 and got["where"].json()["changes"]["deleted"] == 1
+    assert got["all"].status_code == 400 and "namespace" in got["all"].json()["error"]
+    assert got["fine"].status_code == 200
+    idx = PropositionIndex.load(ix)
+    ids = {p.id: p for p in idx.passages}
+    assert "a1" in ids and ids["a2"].text.startswith("the red fox")  # t1 untouched
+    assert "b3" not in ids and all(f"a{i}" in ids for i in range(30))
+    # the CLI takes the namespace too
+    (tmp_path / "del.txt").write_text("a5\n")
+    assert main(["update", str(ix), "--delete", str(tmp_path / "del.txt"), "--namespace",
+                 "t2", "--embedder", "hashing-16", "--quiet"]) == 2
+    assert "a5" in {p.id for p in PropositionIndex.load(ix).passages}

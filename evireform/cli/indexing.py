@@ -205,7 +205,7 @@ def _cmd_update(args: Any) -> int:
         extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
     del peek
     up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
-                      delete_where=where, delete_all=args.all,
+                      delete_where=where, delete_all=args.all, namespace=args.namespace,
                       upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
                       before_save=lambda u: not _fallbacks_refused(
                           args, "update", u.extractor, len(loaded.passages) if loaded else 0))
@@ -386,6 +386,9 @@ def add_update_parser(sub: Any) -> None:
                     help="delete the passages this filter matches (JSON where clause, or "
                          "@file.json), e.g. '{\"source\": \"notes/a.md\"}' for one "
                          "document's passages")
+    up.add_argument("--namespace", default=None,
+                    help="a tenant's update: added passages get this namespace, --delete "
+                         "ids and --delete-where are judged inside it")
     up.add_argument("--upsert", action="store_true",
                     help="--add replaces passages whose ids exist instead of refusing them")
     up.add_argument("--device", default=None, help="device for the index's embedder")

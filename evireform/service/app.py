@@ -182,7 +182,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
         try:
             return JSONResponse(await service.update(add, body.upsert, body.delete,
-                                                     body.delete_where, body.all))
+                                                     body.delete_where, body.all,
+                                                     body.namespace))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
         except PassageConflict as exc:

@@ -165,6 +165,11 @@ def http_models(max_k: int, max_questions: int):
         all: StrictBool = Field(
             False, description="delete_where may match every passage of the index (an "
             "empty index stays): without it such a filter is refused")
+        namespace: StrictStr | None = Field(
+            None, min_length=1, max_length=1000,
+            description="a tenant's update, confined to its passages: added passages get "
+                        "this namespace, ids to delete or replace are judged inside it, and "
+                        "delete_where is and-ed with it")
 
     # --- what the responses are (the OpenAPI schema; the handlers send plain JSON): the
     # result record is evireform.records' (QueryOut, module level), not restated here

@@ -311,14 +311,18 @@ class RetrievalService:
 
     # ------------------------------------------------------------------ updates
     async def update(self, add=None, upsert: bool = False, delete=None,
-                     delete_where=None, delete_all: bool = False) -> dict[str, Any]:
+                     delete_where=None, delete_all: bool = False,
+                     namespace: str | None = None) -> dict[str, Any]:
         """Apply deletions then additions to the saved index under its lock, save the new
-        generation atomically and swap it in; serialised."""
+        generation atomically and swap it in; serialised.  ``namespace``: a tenant's update,
+        confined to its passages (:func:`~evireform.application.apply_update`)."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._upd, self._update_sync, add, upsert, delete, delete_where, delete_all)
+            self._upd, self._update_sync, add, upsert, delete, delete_where, delete_all,
+            namespace)
 
     def _update_sync(self, add, upsert, delete, delete_where=None,
-                     delete_all: bool = False) -> dict[str, Any]:
+                     delete_all: bool = False, namespace: str | None = None
+                     ) -> dict[str, Any]:
         if not add and not delete and delete_where is None:  # nothing to do: no new generation
             g = self.current()
             return {"generation": g.number, "passages": g.index.n_passages,
@@ -326,7 +330,7 @@ class RetrievalService:
         with self._update_lock:
             up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
                               delete_where=delete_where, delete_all=delete_all,
-                              upsert=upsert)
+                              upsert=upsert, namespace=namespace)
             # what was just saved, memory-mapped as a start loads it (the fast tier: the
             # save stamped the files it wrote from a fully verified load)
             new = self._generation(PropositionIndex.load(self.index_dir),
