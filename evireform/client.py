@@ -28,7 +28,8 @@ from .service.models import BatchOut as BatchAnswer, QueryOut as Answer
 
 __all__ = ["Client", "AsyncClient", "ServiceError", "BadRequest", "Unauthorized",
            "NotFound", "Conflict", "PayloadTooLarge", "InvalidRequest", "ServerError",
-           "ServiceUnavailable", "InsufficientStorage", "Answer", "BatchAnswer",
+           "ServiceUnavailable", "InsufficientStorage", "DeadlineExceeded", "ResponseTooLarge",
+           "UnexpectedResponse", "Answer", "BatchAnswer",
            "UpdateAnswer", "Health"]
 
 
@@ -110,6 +111,20 @@ class InsufficientStorage(ServiceError):
     status = 507
 
 
+class DeadlineExceeded(ServiceError):
+    """The call (connecting, sending, every retry and wait, reading the answer) passed the
+    client's ``timeout``: status 0, no answer."""
+
+
+class ResponseTooLarge(ServiceError):
+    """The answer grew past the client's ``max_response_bytes`` (decoded): status 0."""
+
+
+class UnexpectedResponse(ServiceError):
+    """An answer that is not the service's: a redirect (the address is not the service's
+    own) or a success that is not JSON (a proxy's page); ``status`` is its status."""
+
+
 _BY_STATUS = {c.status: c for c in (BadRequest, Unauthorized, NotFound, Conflict,
                                     PayloadTooLarge, InvalidRequest, ServerError,
                                     ServiceUnavailable, InsufficientStorage)}
@@ -130,8 +145,35 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+class _Reply:
+    """A whole answer, read within the deadline and the size cap."""
+
+    def __init__(self, status_code: int, headers: Any, content: bytes, reason: str):
+        self.status_code, self.headers, self.content = status_code, headers, content
+        self.reason_phrase = reason
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        import json
+        try:
+            return json.loads(self.content)
+        except ValueError:
+            kind = self.headers.get("content-type", "no content type")
+            raise UnexpectedResponse(self.status_code, f"the answer is not JSON ({kind}: "
+                                     f"{self.text.strip()[:120]!r}); is this the service's "
+                                     "address?") from None
+
+
 def _raise_for(r) -> None:
-    """Nothing for a 2xx response; else the :class:`ServiceError` of its status."""
+    """Nothing for a 2xx response; else the :class:`ServiceError` of its status (a
+    redirect: :class:`UnexpectedResponse`)."""
+    if 300 <= r.status_code < 400:
+        raise UnexpectedResponse(r.status_code, "redirected to "
+                                 f"{r.headers.get('location', '?')!s:.200}; give the "
+                                 "service's own address (redirects are not followed)")
     if r.status_code < 400:
         return
     try:
@@ -162,17 +204,38 @@ def _update_body(add, upsert, delete, delete_where) -> dict[str, Any]:
     return body
 
 
+#: the largest answer a client reads (decoded bytes)
+MAX_RESPONSE_BYTES = 256 << 20
+
+
 class _Base:
     def __init__(self, base_url: str, api_key: str | None, timeout: float, retries: int,
-                 max_wait: float, headers: dict[str, str] | None, transport: Any, httpx_cls):
+                 max_wait: float, headers: dict[str, str] | None, transport: Any, httpx_cls,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES):
         if retries < 0 or max_wait < 0:
             raise ValueError("retries and max_wait must be at least 0")
+        if not timeout > 0 or max_response_bytes < 1:
+            raise ValueError("timeout must be positive and max_response_bytes at least 1")
         h = dict(headers or {})
         if api_key is not None:
             h["Authorization"] = f"Bearer {api_key}"
-        self.retries, self.max_wait = retries, max_wait
+        self.retries, self.max_wait, self.timeout = retries, max_wait, float(timeout)
+        self.max_response_bytes = max_response_bytes
         self._http = httpx_cls(base_url=base_url.rstrip("/"), headers=h, timeout=timeout,
-                               transport=transport)
+                               transport=transport, follow_redirects=False)
+
+    def _left(self, end: float) -> float:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(0, f"no answer within the client's timeout "
+                                      f"({self.timeout:g} s)")
+        return left
+
+    def _take(self, got: int, end: float) -> None:
+        """After each piece of an answer: the deadline and the size cap."""
+        if got > self.max_response_bytes:
+            raise ResponseTooLarge(0, f"the answer passed {self.max_response_bytes:,} bytes")
+        self._left(end)
 
     def _wait(self, attempt: int, r) -> float | None:
         """Seconds to wait before retrying ``attempt`` (0-based), or None: give up.  ``r`` is
@@ -199,25 +262,49 @@ def _httpx():
 class Client(_Base):
     """A blocking client of ``evireform serve`` at ``base_url``.
 
-    ``api_key`` is sent as ``Authorization: Bearer``; ``timeout`` (seconds) bounds each
-    request; a 503 with ``Retry-After`` (a full queue) and a refused connection are retried
-    up to ``retries`` times, each wait at most ``max_wait`` seconds; ``transport`` is an
-    httpx transport (tests, an ASGI app).  Use it as a context manager or call
+    ``api_key`` is sent as ``Authorization: Bearer``; ``timeout`` (seconds) is one deadline
+    per call: connecting, every retry and its wait, and reading the whole answer
+    (:class:`DeadlineExceeded` past it, however slowly the bytes come); a 503 with
+    ``Retry-After`` (a full queue) and a refused connection are retried up to ``retries``
+    times, each wait at most ``max_wait`` seconds; an answer is read up to
+    ``max_response_bytes`` (decoded; :class:`ResponseTooLarge` past it); a redirect or a
+    success that is not JSON is :class:`UnexpectedResponse`; ``transport`` is an httpx
+    transport (tests, an ASGI app).  Use it as a context manager or call
     :meth:`close`."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", *, api_key: str | None = None,
                  timeout: float = 60.0, retries: int = 3, max_wait: float = 30.0,
-                 headers: dict[str, str] | None = None, transport: Any = None):
-        httpx = _httpx()
+                 headers: dict[str, str] | None = None, transport: Any = None,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES):
+        httpx = self._httpx = _httpx()
         self._errors = (httpx.ConnectError,)
         super().__init__(base_url, api_key, timeout, retries, max_wait, headers, transport,
-                         httpx.Client)
+                         httpx.Client, max_response_bytes)
 
-    def _call(self, method: str, path: str, body: Any = None):
+    def _fetch(self, method: str, path: str, body: Any, end: float) -> _Reply:
+        httpx = self._httpx
+        try:
+            with self._http.stream(method, path, json=body,
+                                   timeout=httpx.Timeout(self._left(end))) as r:
+                parts, got = [], 0
+                for piece in r.iter_bytes():
+                    got += len(piece)
+                    self._take(got, end)
+                    parts.append(piece)
+                return _Reply(r.status_code, r.headers, b"".join(parts), r.reason_phrase)
+        except httpx.TimeoutException:
+            self._left(end)  # past the deadline: DeadlineExceeded
+            raise DeadlineExceeded(0, f"no answer within the client's timeout "
+                                      f"({self.timeout:g} s)") from None
+
+    def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True):
+        """One request within one deadline (``timeout``: connecting, retries and their
+        waits, reading the whole answer), its answer read whole up to the size cap."""
+        end = time.monotonic() + self.timeout
         attempt = 0
         while True:
             try:
-                r = self._http.request(method, path, json=body)
+                r = self._fetch(method, path, body, end)
             except self._errors:
                 wait = self._wait(attempt, None)
                 if wait is None:
@@ -225,15 +312,16 @@ class Client(_Base):
             else:
                 wait = self._wait(attempt, r) if r.status_code == 503 else None
                 if wait is None:
-                    _raise_for(r)
+                    if raise_for:
+                        _raise_for(r)
                     return r
-            time.sleep(wait)
+            time.sleep(min(wait, self._left(end)))
             attempt += 1
 
     def health(self) -> Health:
         """The index the service holds (never needs the key)."""
-        r = self._http.get("/health")  # 503 here is an answer (the files are unavailable)
-        if r.status_code not in (200, 503):
+        r = self._call("GET", "/health", raise_for=False)
+        if r.status_code not in (200, 503):  # 503 here is an answer (files unavailable)
             _raise_for(r)
         return r.json()
 
@@ -286,17 +374,40 @@ class AsyncClient(_Base):
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", *, api_key: str | None = None,
                  timeout: float = 60.0, retries: int = 3, max_wait: float = 30.0,
-                 headers: dict[str, str] | None = None, transport: Any = None):
-        httpx = _httpx()
+                 headers: dict[str, str] | None = None, transport: Any = None,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES):
+        httpx = self._httpx = _httpx()
         self._errors = (httpx.ConnectError,)
         super().__init__(base_url, api_key, timeout, retries, max_wait, headers, transport,
-                         httpx.AsyncClient)
+                         httpx.AsyncClient, max_response_bytes)
 
-    async def _call(self, method: str, path: str, body: Any = None):
+    async def _fetch(self, method: str, path: str, body: Any, end: float) -> _Reply:
+        httpx = self._httpx
+        try:
+            async with self._http.stream(method, path, json=body,
+                                         timeout=httpx.Timeout(self._left(end))) as r:
+                parts, got = [], 0
+                async for piece in r.aiter_bytes():
+                    got += len(piece)
+                    self._take(got, end)
+                    parts.append(piece)
+                return _Reply(r.status_code, r.headers, b"".join(parts), r.reason_phrase)
+        except httpx.TimeoutException:
+            self._left(end)
+            raise DeadlineExceeded(0, f"no answer within the client's timeout "
+                                      f"({self.timeout:g} s)") from None
+
+    async def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True):
+        end = time.monotonic() + self.timeout
         attempt = 0
         while True:
             try:
-                r = await self._http.request(method, path, json=body)
+                # the deadline holds even where a read blocks between pieces
+                r = await asyncio.wait_for(self._fetch(method, path, body, end),
+                                           self._left(end))
+            except asyncio.TimeoutError:
+                raise DeadlineExceeded(0, f"no answer within the client's timeout "
+                                          f"({self.timeout:g} s)") from None
             except self._errors:
                 wait = self._wait(attempt, None)
                 if wait is None:
@@ -304,13 +415,14 @@ class AsyncClient(_Base):
             else:
                 wait = self._wait(attempt, r) if r.status_code == 503 else None
                 if wait is None:
-                    _raise_for(r)
+                    if raise_for:
+                        _raise_for(r)
                     return r
-            await asyncio.sleep(wait)
+            await asyncio.sleep(min(wait, self._left(end)))
             attempt += 1
 
     async def health(self) -> Health:
-        r = await self._http.get("/health")
+        r = await self._call("GET", "/health", raise_for=False)
         if r.status_code not in (200, 503):
             _raise_for(r)
         return r.json()

@@ -132,3 +132,76 @@ def test_the_async_client_retries_and_raises_alike():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         Client(retries=-1)
+
+
+# ------------------------------------------------------------------ round 6 (issue 69)
+def _trickler():
+    """A server that sends a 200's head and then one byte every 0.2 s, forever: (port,
+    stop)."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100000\r\n\r\n")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    break
+                time.sleep(0.2)
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1], lambda: (stop.set(), srv.close())
+
+
+def test_one_deadline_per_call_however_slowly_the_answer_comes():
+    """The timeout bounds the whole call (every byte trickled within httpx's per-read
+    timeout): the call ends within a second of it, sync and async."""
+    from evireform.client import DeadlineExceeded
+    port, stop = _trickler()
+    try:
+        c = Client(f"http://127.0.0.1:{port}", timeout=1.0, retries=0)
+        t = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            c.query("q")
+        assert time.monotonic() - t < 2.0
+
+        async def run():
+            async with AsyncClient(f"http://127.0.0.1:{port}", timeout=1.0, retries=0) as a:
+                await a.query("q")
+        t = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            asyncio.run(run())
+        assert time.monotonic() - t < 2.0
+    finally:
+        stop()
+
+
+def test_an_answer_past_the_size_cap_a_redirect_and_a_page_are_typed_errors():
+    from evireform.client import ResponseTooLarge, UnexpectedResponse
+    big = Client("http://svc", max_response_bytes=1000, transport=_transport(
+        [(200, {}, {"passages": ["x" * 5000]})], []))
+    with pytest.raises(ResponseTooLarge):
+        big.query("q")
+    moved = Client("http://svc", transport=_transport(
+        [(302, {"Location": "http://login.example/"}, "")], []))
+    with pytest.raises(UnexpectedResponse, match="redirected to http://login.example/"):
+        moved.query("q")
+    page = Client("http://svc", transport=_transport(
+        [(200, {"Content-Type": "text/html"}, "<html>proxy</html>")], []))
+    with pytest.raises(UnexpectedResponse, match="not JSON"):
+        page.query("q")
+    with pytest.raises(ValueError):
+        Client("http://svc", timeout=0)
