@@ -109,6 +109,26 @@ class MissingReader(ValueError):
         self.extra: str = extra
 
 
+def _parser(path: Path, module: str, fmt: str) -> Any:
+    """The parser module a format needs (an extra's), or :class:`MissingReader` naming the
+    file, the extra and how to leave such files out."""
+    try:
+        return __import__(module, fromlist=["_"])  # the module itself, also when dotted
+    except ImportError:
+        raise MissingReader(f"{path}: reading {fmt} needs the 'documents' extra: pip install "
+                            f"'evireform[documents]' (or exclude '*{path.suffix.lower()}')"
+                            ) from None
+
+
+def _core_meta(props: Any, author: str = "author") -> dict[str, Any]:
+    """A package's core properties (DOCX, PPTX, XLSX) as metadata: author, subject,
+    keywords, those that are set."""
+    return {k: v for k, v in (("author", _meta_value(getattr(props, author, None))),
+                              ("subject", _meta_value(getattr(props, "subject", None))),
+                              ("keywords", _meta_value(getattr(props, "keywords", None))))
+            if v}
+
+
 def _clean(text: str) -> str:
     return " ".join(text.split())
 
@@ -544,11 +564,7 @@ def _read_html(path: Path, data: bytes) -> Document:
 
 # --------------------------------------------------------------------------- PDF
 def _read_pdf(path: Path, data: bytes) -> Document:
-    try:
-        import pypdf
-    except ImportError:
-        raise MissingReader(f"{path}: reading PDF needs the 'documents' extra: pip install "
-                            "'evireform[documents]' (or exclude '*.pdf')") from None
+    pypdf = _parser(path, "pypdf", "PDF")
     import logging
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # malformed-but-readable warnings
     try:
@@ -771,11 +787,7 @@ def _read_docx(path: Path, data: bytes) -> Document:
     styles): paragraphs, tables (a row a block, nested tables' text in their cell) and
     content controls in body order; a paragraph's style found by its id in a table made
     once (python-docx's per-paragraph lookup costs about a millisecond)."""
-    try:
-        import docx
-    except ImportError:
-        raise MissingReader(f"{path}: reading DOCX needs the 'documents' extra: pip install "
-                            "'evireform[documents]' (or exclude '*.docx')") from None
+    docx = _parser(path, "docx", "DOCX")
     _zip(path, data, "DOCX")
     try:
         d = docx.Document(io.BytesIO(data))
@@ -786,7 +798,8 @@ def _read_docx(path: Path, data: bytes) -> Document:
             if sid:
                 names[sid] = st.name or ""
         try:
-            default = d.styles.default(docx.enum.style.WD_STYLE_TYPE.PARAGRAPH).name or ""
+            from docx.enum.style import WD_STYLE_TYPE
+            default = d.styles.default(WD_STYLE_TYPE.PARAGRAPH).name or ""
         except Exception:
             default = ""
         body = d.element.body
@@ -831,10 +844,7 @@ def _read_docx(path: Path, data: bytes) -> Document:
         else:
             out.add(text)
     cp = d.core_properties
-    meta = {k: v for k, v in (("author", _meta_value(cp.author)),
-                              ("subject", _meta_value(cp.subject)),
-                              ("keywords", _meta_value(cp.keywords))) if v}
-    return Document(_meta_value(cp.title) or title, meta, out.done())
+    return Document(_meta_value(cp.title) or title, _core_meta(cp), out.done())
 
 
 # --------------------------------------------------------------------------- archives
@@ -930,11 +940,7 @@ def _read_csv(path: Path, data: bytes) -> Document:
 def _read_xlsx(path: Path, data: bytes) -> Document:
     """An Excel workbook (``openpyxl``, read-only, cached values rather than formulas): each
     sheet's rows as :func:`_read_csv` reads a file's, the sheet's name as their section."""
-    try:
-        import openpyxl
-    except ImportError:
-        raise MissingReader(f"{path}: reading XLSX needs the 'documents' extra: pip install "
-                            "'evireform[documents]' (or exclude '*.xlsx')") from None
+    openpyxl = _parser(path, "openpyxl", "XLSX")
     _zip(path, data, "XLSX")
     import warnings
     try:
@@ -956,10 +962,7 @@ def _read_xlsx(path: Path, data: bytes) -> Document:
     except Exception as exc:
         raise ValueError(f"{path}: not a readable XLSX file ({type(exc).__name__}: {exc})") \
             from None
-    meta = {k: v for k, v in (("author", _meta_value(props.creator)),
-                              ("subject", _meta_value(props.subject)),
-                              ("keywords", _meta_value(props.keywords))) if v}
-    return Document(_meta_value(props.title), meta, sections)
+    return Document(_meta_value(props.title), _core_meta(props, "creator"), sections)
 
 
 # --------------------------------------------------------------------------- PPTX
@@ -967,11 +970,7 @@ def _read_pptx(path: Path, data: bytes) -> Document:
     """A PowerPoint deck (``python-pptx``): one section per slide, its title as the
     section, its text frames, tables and speaker notes as blocks, ``slide`` in the
     passages' metadata."""
-    try:
-        import pptx
-    except ImportError:
-        raise MissingReader(f"{path}: reading PPTX needs the 'documents' extra: pip install "
-                            "'evireform[documents]' (or exclude '*.pptx')") from None
+    pptx = _parser(path, "pptx", "PPTX")
     _zip(path, data, "PPTX")
     try:
         deck = pptx.Presentation(io.BytesIO(data))
@@ -1013,11 +1012,8 @@ def _read_pptx(path: Path, data: bytes) -> Document:
     except Exception as exc:
         raise ValueError(f"{path}: not a readable PPTX file ({type(exc).__name__}: {exc})") \
             from None
-    meta = {k: v for k, v in (("author", _meta_value(cp.author)),
-                              ("subject", _meta_value(cp.subject)),
-                              ("keywords", _meta_value(cp.keywords))) if v}
     first = next((s.path[0] for s in sections if s.path), None)
-    return Document(_meta_value(cp.title) or first, meta, sections)
+    return Document(_meta_value(cp.title) or first, _core_meta(cp), sections)
 
 
 # --------------------------------------------------------------------------- EPUB
@@ -1095,13 +1091,9 @@ def _read_rst(path: Path, data: bytes) -> Document:
     paragraphs, list items, table rows and literal blocks as blocks; directives and roles
     it does not know, comments, substitution definitions and link targets are not text.
     File inclusion and raw passthrough are off (a document never reads another file)."""
-    try:
-        from docutils import nodes
-        from docutils.core import publish_doctree
-    except ImportError:
-        raise MissingReader(f"{path}: reading reStructuredText needs the 'documents' extra: "
-                            "pip install 'evireform[documents]' (or exclude '*.rst')") \
-            from None
+    _parser(path, "docutils", "reStructuredText")
+    from docutils import nodes
+    from docutils.core import publish_doctree
     text = _utf8(path, data).lstrip("\ufeff")
     settings = {"report_level": 5, "halt_level": 5, "file_insertion_enabled": False,
                 "raw_enabled": False, "_disable_config": True, "warning_stream": False,

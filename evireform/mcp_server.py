@@ -71,25 +71,14 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import BaseModel
 
-    class PassageOut(BaseModel):
-        """One ranked passage (:meth:`evireform.retriever.RankedPassage.to_dict`)."""
-
-        id: str = Field(description="the passage's id (a document's: SOURCE#CHUNK)")
-        title: str = Field(description="its document's title")
-        text: str = Field(description="the passage's text")
-        metadata: dict[str, Any] = Field(description="source, chunk, section, page and the "
-                                                     "document's own metadata")
-        score: float = Field(description="the method's score (EviReform: the seed's mass "
-                                         "reaching the passage)")
-        from_question: float = Field(description="the part of the score from the question")
-        from_residual: float = Field(description="the part from the residual queries")
-        from_propagation: float = Field(description="the part spread through shared "
-                                                    "entities")
+    from .records import PassageRecord
 
     class RetrieveOut(BaseModel):
         """What ``retrieve`` answers, structured."""
 
-        passages: list[PassageOut] = Field(description="the passages, best first")
+        passages: list[PassageRecord] = Field(
+            description="the passages, best first: id, title, text, metadata (source, "
+                        "section, page, ...), score and its parts")
         generation: int = Field(description="the index generation that answered")
         trace: dict[str, Any] | None = Field(
             default=None, description="the method's trace (residual queries, candidates, "
