@@ -99,3 +99,16 @@ def test_the_first_index_and_query_commands_run_as_written(tmp_path, monkeypatch
     assert "The build farm is run by Dana Ruiz." in r.stdout
     assert "notes/ops.md #0 · section Operations > Build farm" in r.stdout
     assert "Warning" not in r.stderr and "Loading weights" not in r.stderr
+
+
+def test_a_package_docstring_is_rendered_too():
+    """Issue 71: the roles of a package's own docstring (kernels/__init__.py, shipped as
+    evireform.kernels) were left raw in the built site; the hook converts the whole
+    package once loaded."""
+    griffe = pytest.importorskip("griffe")
+    hook = _hook()
+    plain = griffe.load("kernels", search_paths=[str(ROOT)])
+    assert ":mod:`" in plain.docstring.value  # the source holds roles
+    ext = griffe.load_extensions(hook.SphinxRoles())
+    pkg = griffe.load("kernels", search_paths=[str(ROOT)], extensions=ext)
+    assert ":mod:`" not in pkg.docstring.value and "`._cpu`" in pkg.docstring.value

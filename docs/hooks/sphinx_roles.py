@@ -29,3 +29,19 @@ class SphinxRoles(griffe.Extension):
             doc = o.docstring
             if doc is not None:
                 doc.value = convert(doc.value)
+
+    def on_package(self, *, pkg, **kwargs) -> None:
+        """The whole package once loaded, its own docstring included: a package whose
+        module docstring ``on_object`` never sees (``kernels``, shipped as
+        ``evireform.kernels``) is converted too."""
+        seen = set()
+        todo = [pkg]
+        while todo:
+            o = todo.pop()
+            if id(o) in seen or getattr(o, "is_alias", False):
+                continue
+            seen.add(id(o))
+            doc = o.docstring
+            if doc is not None:
+                doc.value = convert(doc.value)
+            todo.extend(getattr(o, "members", {}).values())
