@@ -150,15 +150,23 @@ def _check_tenant_ids(index: PropositionIndex, namespace: str, delete: Any, add:
     """A tenant's ids judged inside its namespace: an id to delete that is not its own is
     unknown (as if the index had no such passage); an id to add that another namespace
     holds is taken (409), without saying whose."""
-    pos = index._pos
+    def owner_of(pid: str) -> Any:  # the namespace holding the id; KeyError: no passage
+        return index.passage(index.passage_index(pid)).metadata.get("namespace", KeyError)
+
     for pid in delete or ():
-        j = pos.get(pid)
-        if j is None or index.passage(j).metadata.get("namespace") != namespace:
+        try:
+            mine = owner_of(pid) == namespace
+        except KeyError:
+            mine = False
+        if not mine:
             raise KeyError(f"unknown passage id {pid!r:.200}")
     passages = add.passages if isinstance(add, Loaded) else (add or ())
     for p in passages:
-        j = pos.get(p.id)
-        if j is not None and index.passage(j).metadata.get("namespace") != namespace:
+        try:
+            theirs = owner_of(p.id) != namespace
+        except KeyError:
+            theirs = False
+        if theirs:
             raise PassageConflict(f"passage id {p.id!r:.200} is taken; choose another id")
 
 
