@@ -595,7 +595,7 @@ def replace_sources(index: PropositionIndex, loaded: Loaded, embedder: Embedder,
     stale = []
     for src in stale_sources + [s for s in loaded.sources if s in reg]:
         stale += [f"{src}#{i}" for i in range(int(reg[src].get("chunks", 0)))
-                  if f"{src}#{i}" not in new_ids and f"{src}#{i}" in index._pos]
+                  if f"{src}#{i}" not in new_ids and index.has_passage(f"{src}#{i}")]
     base = index.delete(stale) if stale else index
     out = base.upsert(loaded.passages, embedder, **kw) if loaded.passages else base
     for src in stale_sources:

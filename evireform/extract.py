@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 from ._checks import loads as _json_loads
-from .filters import _canonical
+from .filters import canonical_value
 from .strings import Take, column, metadata_of
 from .text import ENGLISH_STOPWORDS, STOPWORDS, is_cjk, sentences, tokens
 from .types import Passage, Proposition
@@ -605,7 +605,7 @@ def _namespace_of(metadata: dict[str, Any], group_by: str | None):
     if group_by is None or group_by not in metadata:
         return None
     try:
-        return ("key", _canonical(metadata[group_by]))
+        return ("key", canonical_value(metadata[group_by]))
     except TypeError:  # unhashable (never from JSON): its own spelling
         return ("repr", repr(metadata[group_by]))
 
@@ -617,7 +617,7 @@ def _namespace_label(g) -> str:
 
 
 def _plain(c):
-    """A canonical JSON value (:func:`evireform.filters._canonical`) as plain JSON data, equal
+    """A canonical JSON value (:func:`evireform.filters.canonical_value`) as plain JSON data, equal
     values spelt alike (``1`` and ``1.0`` both ``1``)."""
     kind, v = c
     if kind == "l":

@@ -187,11 +187,11 @@ class Filter:
         n = index.n_passages
         if self.ids is not None:
             mask = np.zeros(n, dtype=bool)
-            unknown = [i for i in self.ids if i not in index._pos]
+            unknown = [i for i in self.ids if not index.has_passage(i)]
             if unknown:
                 raise FilterTargetMissing(f"filter: unknown passage ids {unknown[:5]!r:.300}"
                                  + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
-            mask[[index._pos[i] for i in self.ids]] = True
+            mask[[index.passage_index(i) for i in self.ids]] = True
             return mask
         cols = columns if columns is not None else _Columns(index)
         if self.keys:  # a key no passage has is a mistake (the columns are needed anyway)
@@ -365,21 +365,21 @@ def _in_mask(cols, key, values):
         out |= kind == _KIND_CODE["null"]
     for k in ("list", "object"):  # compared whole, with JSON equality
         if k in by:
-            canon = {_canonical(x) for x in by[k]}
+            canon = {canonical_value(x) for x in by[k]}
             rows = np.flatnonzero(kind == _KIND_CODE[k])
             if len(rows):
-                out[rows] = [_canonical(x) in canon for x in obj[rows]]
+                out[rows] = [canonical_value(x) in canon for x in obj[rows]]
     return out
 
 
-def _canonical(v):
+def canonical_value(v):
     """A hashable form of a JSON value under JSON equality (``1 == 1.0``; ``true`` is not
     ``1``; object key order ignored)."""
     k = _kind(v)
     if k == "list":
-        return ("l", tuple(_canonical(x) for x in v))
+        return ("l", tuple(canonical_value(x) for x in v))
     if k == "object":
-        return ("o", tuple(sorted((str(a), _canonical(b)) for a, b in v.items())))
+        return ("o", tuple(sorted((str(a), canonical_value(b)) for a, b in v.items())))
     if k == "number":
         return ("n", v)  # hash(1) == hash(1.0) and they compare equal
     return (k, v)

@@ -129,6 +129,10 @@ class PropositionIndex:
             pos = self._derived["pos"] = {pid: i for i, pid in enumerate(ids)}
         return pos
 
+    def has_passage(self, passage_id: str) -> bool:
+        """Whether the index holds a passage with this id."""
+        return passage_id in self._pos
+
     def passage_index(self, passage_id: str) -> int:
         """Position of a passage id; ``KeyError`` if unknown."""
         try:

@@ -34,7 +34,7 @@ from .service.resident import Overloaded, RetrievalService, Unavailable
 INDEX_URI = "evireform://index"
 
 
-def _sdk():
+def sdk():
     try:
         from mcp.server.mcpserver import MCPServer
     except ImportError as exc:
@@ -52,7 +52,7 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
     from pydantic import Field
     from .application import METHODS
     METHOD_NAMES = tuple(METHODS)  # noqa: N806 - the Literal's values
-    MCPServer = _sdk()
+    MCPServer = sdk()
     from . import __version__
     server = MCPServer(name="evireform", version=__version__,
                        instructions="Multi-hop passage retrieval over one document index: "
@@ -261,11 +261,11 @@ def run(service: RetrievalService, *, transport: str = "stdio", host: str = "127
         raise ValueError(f"transport: stdio or http, not {transport!r}")
     import uvicorn
 
-    from .service.app import _bound_socket
+    from .service.app import bound_socket
     app = server.streamable_http_app(host=host)
     if api_key:
         app = bearer_only(app, api_key)
-    sock = _bound_socket(host, port)
+    sock = bound_socket(host, port)
     if banner:
         print(banner, file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")

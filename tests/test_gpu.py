@@ -217,7 +217,7 @@ def _real_index(data_dir, n_passages=400):
     return PropositionIndex.build(passages, emb, show_progress=False, hnsw=False), emb
 
 
-def _canonical(hits):
+def canonical_value(hits):
     """Ids in score order with each run of near-tied scores (1e-6 relative, the float32
     rounding of GEMM against the numba loops) in id order."""
     out, run, last = [], [], None
@@ -231,8 +231,8 @@ def _canonical(hits):
 
 
 def _decisions(r):
-    return (_canonical(r.trace.candidates[:13]),
-            [_canonical(h) for h in r.trace.residual_hits])
+    return (canonical_value(r.trace.candidates[:13]),
+            [canonical_value(h) for h in r.trace.residual_hits])
 
 
 @pytest.mark.parametrize("ns_name", IDS)

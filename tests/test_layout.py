@@ -194,3 +194,53 @@ def test_every_package_directory_ships():
     found = {".".join(("evireform",) + f.parent.relative_to(root / "evireform").parts)
              for f in (root / "evireform").rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
+
+
+def _private_imports(graph_root=None) -> list[str]:
+    """``from M import _name`` where ``M`` lies outside the importer's own subpackage (a
+    top-level module of evireform is a unit of its own): "importer: M._name"."""
+    import ast
+    root = Path(__file__).resolve().parents[1] if graph_root is None else graph_root
+    out = []
+    mods = set()
+    for base, pkg in ((root / "evireform", "evireform"), (root / "kernels", "evireform.kernels")):
+        for f in base.rglob("*.py"):
+            parts = [p for p in f.relative_to(base).with_suffix("").parts if p != "__init__"]
+            mods.add(".".join([pkg, *parts]))
+    for base, pkg in ((root / "evireform", "evireform"), (root / "kernels", "evireform.kernels")):
+        for f in base.rglob("*.py"):
+            parts = [p for p in f.relative_to(base).with_suffix("").parts if p != "__init__"]
+            mod = ".".join([pkg, *parts])
+            here = mod.split(".") if f.name == "__init__.py" else mod.split(".")[:-1]
+            unit = ".".join(here) if len(here) > 1 else mod
+            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                b = here[:len(here) - node.level + 1] if node.level else []
+                name = ".".join(b + ([node.module] if node.module else []))
+                if not name.startswith("evireform"):
+                    continue  # another package's business
+                for a in node.names:
+                    if f"{name}.{a.name}" in mods:
+                        continue  # a module (a backend such as kernels._gpu), not a name
+                    if a.name.startswith("_") and not a.name.startswith("__") and \
+                            not (name == unit or name.startswith(unit + ".")):
+                        out.append(f"{mod}: {name}.{a.name}")
+    return sorted(out)
+
+
+def test_no_module_imports_a_private_name_from_outside_its_subpackage(tmp_path):
+    """Issue 71: a private name stays inside its subpackage (the four that crossed:
+    filters._canonical, service.app._bound_socket, mcp_server._sdk,
+    evaluation.plots._pyplot, now public); the scan finds a planted one."""
+    assert _private_imports() == []
+    import shutil
+    root = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "repo"
+    shutil.copytree(root / "evireform", fake / "evireform",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "kernels", fake / "kernels",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(fake / "evireform" / "extract.py", "a", encoding="utf-8") as fh:
+        fh.write("\nfrom .filters import _planted  # noqa\n")
+    assert _private_imports(fake) == ["evireform.extract: evireform.filters._planted"]

@@ -15,8 +15,8 @@ def ratio_chart(report: dict[str, Any], path: StrPath) -> Path:
     """One horizontal bar per case of ``report`` (what :func:`evireform.bench.run` returns):
     the peer's time over ours (log scale; right of 1 is faster than the peer), cases that
     disagree with their peer marked; written as a PNG to ``path``."""
-    from ..evaluation.plots import _pyplot
-    plt = _pyplot()
+    from ..evaluation.plots import pyplot
+    plt = pyplot()
     rows = [(name, c["speedup"], c["agree"]) for name, c in report["cases"].items()
             if c.get("speedup")]
     fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1.2), dpi=120)

@@ -285,8 +285,8 @@ def _cmd_serve(args: Any) -> int:
 def _cmd_mcp(args: Any) -> int:
     """``evireform mcp``: the index as an MCP server (:mod:`evireform.mcp_server`), over
     stdio or streamable HTTP; its questions go through the same service as ``serve``."""
-    from ..mcp_server import _sdk, run
-    _sdk()  # the SDK's absence refused before any model loads
+    from ..mcp_server import sdk, run
+    sdk()  # the SDK's absence refused before any model loads
     key = _api_key(args, "query the index") if args.transport == "http" else None
     idx = PropositionIndex.load(args.index_dir)
     make_engine(idx, args.backend, precision=args.precision)

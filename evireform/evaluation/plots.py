@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only
 __all__ = ["recall_curve"]
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")  # files only: no display needed
@@ -32,7 +32,7 @@ def recall_curve(report: dict[str, Any], path: StrPath, ks: Sequence[int]=tuple(
     ``path``; the values are the report's own rankings scored by
     :func:`~evireform.evaluation.metrics.per_question` (the table's R@5 and R@10 lie on the
     lines)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for name, ranked in report.rankings.items():
         rec = per_question(ranked, report.questions, ks=ks)

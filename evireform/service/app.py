@@ -448,7 +448,7 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
     loopback = host in LOOPBACK_HOSTS or host.startswith("127.")
     app = create_app(service, api_key=api_key, cors_origins=cors_origins,
                      allowed_hosts=(*LOOPBACK_HOSTS, host) if loopback else None)
-    sock = _bound_socket(host, port)
+    sock = bound_socket(host, port)
     if banner:
         print(banner, file=sys.stderr, flush=True)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
@@ -460,7 +460,7 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
         sock.close()
 
 
-def _bound_socket(host: str, port: int):
+def bound_socket(host: str, port: int):
     """A listening TCP socket on ``host:port`` (IPv6 for an address with a colon), or
     ``OSError`` saying the address is in use or cannot be bound."""
     import socket

@@ -171,7 +171,8 @@ class RetrievalService:
             idx = gen.index
             keep = []
             for pid in flt:
-                j = idx._pos.get(pid) if isinstance(pid, str) else None
+                j = idx.passage_index(pid) if isinstance(pid, str) and \
+                    idx.has_passage(pid) else None
                 if j is None or idx.passage(j).metadata.get("namespace") == namespace:
                     keep.append(pid)
             return keep
