@@ -108,3 +108,40 @@ def check_passage(p, where: str):
     if p.metadata:
         check_json_value(p.metadata, f"{where} (its metadata)")
     return p
+
+
+# --------------------------------------------------------------------------- JSON values
+def json_kind(v):
+    """The comparison class of a JSON value: bool, number, string, null, list, object."""
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "list"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def canonical_value(v):
+    """A hashable form of a JSON value under JSON equality (``1 == 1.0``; ``true`` is not
+    ``1``; object key order ignored)."""
+    k = json_kind(v)
+    if k == "list":
+        return ("l", tuple(canonical_value(x) for x in v))
+    if k == "object":
+        return ("o", tuple(sorted((str(a), canonical_value(b)) for a, b in v.items())))
+    if k == "number":
+        return ("n", v)  # hash(1) == hash(1.0) and they compare equal
+    return (k, v)
+
+
+def metadata_json(md: dict[str, Any]) -> str:
+    """A passage's metadata as the batch column (and the index's string table) hold it:
+    compact JSON, ``""`` for none."""
+    return json.dumps(md, ensure_ascii=False, separators=(",", ":")) if md else ""

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Sequence, TYPE_CHECKING
 
 import numpy as np
 
+from ._checks import metadata_json
 from .types import Passage, Proposition
 
 if TYPE_CHECKING:  # annotations only
@@ -53,12 +54,6 @@ def passage_batch(passages: Sequence[Passage], start: int = 0) -> dict[str, Any]
             "id": [p.id for p in passages], "title": [p.title for p in passages],
             "text": [p.text for p in passages],
             "metadata": [metadata_json(p.metadata) for p in passages]}
-
-
-def metadata_json(md: dict[str, Any]) -> str:
-    """A passage's metadata as the batch column (and the index's string table) hold it:
-    compact JSON, ``""`` for none."""
-    return json.dumps(md, ensure_ascii=False, separators=(",", ":")) if md else ""
 
 
 def _check(batch: dict[str, Any], cols: Sequence[str], step: str) -> int:

@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from ._checks import positive_int
-from .build import embed_batch, extract_batch, metadata_json
+from ._checks import metadata_json
+from .build import embed_batch, extract_batch
 from .corpus import as_passages, load_corpus
 from .embed import embedder_from_spec, spec_of
 from .extract import make_extractor

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 
 from ._checks import loads as _json_loads
-from .filters import canonical_value
+from ._checks import canonical_value
 from .strings import Take, column, metadata_of
 from .text import ENGLISH_STOPWORDS, STOPWORDS, is_cjk, sentences, tokens
 from .types import Passage, Proposition
@@ -617,7 +617,7 @@ def _namespace_label(g) -> str:
 
 
 def _plain(c):
-    """A canonical JSON value (:func:`evireform.filters.canonical_value`) as plain JSON data, equal
+    """A canonical JSON value (:func:`evireform._checks.canonical_value`) as plain JSON data, equal
     values spelt alike (``1`` and ``1.0`` both ``1``)."""
     kind, v = c
     if kind == "l":

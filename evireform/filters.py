@@ -78,7 +78,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import check_json_value
+from ._checks import canonical_value, check_json_value
+from ._checks import json_kind as _kind
 from .kernels import config as kconfig
 from .strings import metadata_of
 
@@ -100,23 +101,6 @@ CACHE_SIZE = 16
 CACHE_BYTES = 256 << 20
 
 _MISSING = object()
-
-
-def _kind(v):
-    """The comparison class of a JSON value: bool, number, string, null, list, object."""
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if v is None:
-        return "null"
-    if isinstance(v, (list, tuple)):
-        return "list"
-    if isinstance(v, dict):
-        return "object"
-    return type(v).__name__
 
 
 def _json_equal(a, b) -> bool:
@@ -370,19 +354,6 @@ def _in_mask(cols, key, values):
             if len(rows):
                 out[rows] = [canonical_value(x) in canon for x in obj[rows]]
     return out
-
-
-def canonical_value(v):
-    """A hashable form of a JSON value under JSON equality (``1 == 1.0``; ``true`` is not
-    ``1``; object key order ignored)."""
-    k = _kind(v)
-    if k == "list":
-        return ("l", tuple(canonical_value(x) for x in v))
-    if k == "object":
-        return ("o", tuple(sorted((str(a), canonical_value(b)) for a, b in v.items())))
-    if k == "number":
-        return ("n", v)  # hash(1) == hash(1.0) and they compare equal
-    return (k, v)
 
 
 def _all(nodes):

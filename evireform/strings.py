@@ -30,7 +30,7 @@ from itertools import chain
 
 import numpy as np
 
-from .build import metadata_json
+from ._checks import metadata_json
 from .types import Passage
 
 __all__ = ["StringTable", "PassageTable", "Concat", "Take", "column", "metadata_of", "pack",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import Any, Protocol, Sequence, Union
 
 #: a file or folder path as the library takes it
 StrPath = Union[str, "os.PathLike[str]"]
@@ -34,3 +34,31 @@ class Proposition:
     text: str
     passage: str
     entities: tuple[str, ...] = field(default_factory=tuple)
+
+
+class IndexData(Protocol):
+    """What the store and the search data read of an index
+    (:class:`~evireform.index.PropositionIndex` is one): annotations through this protocol,
+    so that modules below the index never import it (no circle, even for annotations)."""
+
+    passages: Any
+    prop_texts: Any
+    entity_names: Any
+    graph: Any
+    pmap: Any
+    embeddings: Any
+    embedder_name: str
+    meta: dict[str, Any]
+    search_state: Any
+
+    @property
+    def n_passages(self) -> int: ...
+
+    @property
+    def n_props(self) -> int: ...
+
+    @property
+    def n_entities(self) -> int: ...
+
+    @property
+    def dim(self) -> int: ...

@@ -25,13 +25,14 @@ directory); the index itself never reads that slot.  They are made on first use:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
 from ..kernels import (
     config as kconfig, cosine_topk_batch, quantize_int8, quantized_topk_batch)
+from ..search_data import SearchStructures
+from ..store.format import provide_structures
 from .hnsw import build_hnsw as _build_graph, copy_hnsw, hnsw_topk_batch, search_rows, uses_hnsw
 
 if TYPE_CHECKING:  # annotations only
@@ -58,30 +59,6 @@ DEVICE_PRECISIONS = tuple(p for p, on in PRECISION_BACKENDS.items()
 STORED_PRECISIONS = ("float32", "int8")
 
 _LOCK = threading.RLock()
-
-
-@dataclass(eq=False)
-class SearchStructures:
-    """What the engines search besides the float32 rows (see the module docstring)."""
-
-    #: the hnswlib graph, or None (exact search)
-    hnsw: Any = None
-    #: HNSW label -> proposition id (-1: deleted), once deletions renumbered the
-    #: propositions; None while labels are proposition ids
-    hnsw_ids: np.ndarray | None = None
-    #: int8 codes of the embeddings and their per-dimension scale, or None
-    codes: np.ndarray | None = None
-    code_scale: np.ndarray | None = None
-    #: device copies (:func:`evireform.engine.device.to_device`), by their settings
-    devices: dict[Any, Any] = field(default_factory=dict, repr=False)
-    #: the lexical index (:class:`evireform.engine.lexical.LexicalIndex`: term counts of
-    #: every proposition and passage), or None until :func:`lexical_of` makes it
-    lexical: Any = None
-
-    @property
-    def kind(self) -> str:
-        """``"hnsw"`` or ``"exact"``: how an unfiltered CPU search runs."""
-        return "hnsw" if self.hnsw is not None else "exact"
 
 
 def structures_of(index: PropositionIndex) -> SearchStructures:
@@ -115,7 +92,7 @@ def lexical_of(index: PropositionIndex) -> Any:
     if s.lexical is None:
         with _LOCK:
             if s.lexical is None:
-                from .lexical import LexicalIndex
+                from ..search_data import LexicalIndex
                 s.lexical = LexicalIndex.build(index)
     return s.lexical
 
@@ -243,3 +220,14 @@ def search_index(index: PropositionIndex, Q: ArrayLike, k: int, *, rows: Any = N
             return quantized_topk_batch(s.codes, s.code_scale, index.embeddings, Q, k)
         return cosine_topk_batch(index.embeddings, Q, k)
     return hnsw_topk_batch(s.hnsw, index.embeddings, Q, k, s.hnsw_ids)
+
+
+def _saved(index: Any) -> SearchStructures:
+    """What the store writes with an index: its structures, the lexical index counted."""
+    s = structures_of(index)
+    lexical_of(index)
+    return s
+
+
+# the store saves what the engine made, without importing the engine: it is handed them
+provide_structures(_saved)

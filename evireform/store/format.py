@@ -20,11 +20,12 @@ from ..strings import pack
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from ..kernels.graph import array_fields
+from ..search_data import SearchStructures
 from .atomic import UnsafeTargetError, _fsync, write_dir_atomically
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike
-    from ..index import PropositionIndex
+    from ..types import IndexData as PropositionIndex  # a protocol: no circle
     from ..types import StrPath
 
 
@@ -137,6 +138,19 @@ def _write_json(path: Path, obj, indent=None) -> None:
         json.dump(obj, fh, ensure_ascii=False, indent=indent)
 
 
+#: how the store gets an index's search structures to save (the engine's
+#: :func:`~evireform.engine.structures.structures_of` with its lexical index counted):
+#: handed over by :func:`provide_structures` when the engine is imported
+_PROVIDER: list[Any] = []
+
+
+def provide_structures(fn: Any) -> None:
+    """Tell the store how to get an index's search structures (a function of the index
+    returning a :class:`~evireform.search_data.SearchStructures`): the engine does, so the
+    store saves them without importing it."""
+    _PROVIDER[:] = [fn]
+
+
 def save_index(idx: PropositionIndex, path: StrPath, *, overwrite: bool = False) -> Path:
     """Write ``idx`` (a :class:`~evireform.index.PropositionIndex`) as a directory at ``path``
     (:func:`write_dir_atomically`).  See the module docstring for what is refused.  Returns
@@ -158,13 +172,18 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     with open(tmp / STRINGS_FILE, "wb") as fh:
         offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
     np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
-    from ..engine.structures import lexical_of, structures_of  # the engine's, saved with it
-    s = structures_of(idx)
-    lex = lexical_of(idx)  # counted now if it was not: a loaded index searches at once
-    _write_json(tmp / LEXICAL_TERMS, list(lex.terms))
-    for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
-        np.save(tmp / name, np.ascontiguousarray(getattr(lex.counts(level), part), dtype=dtype),
-                allow_pickle=False)
+    # the engine's structures, handed to the store (the engine registers how to make them:
+    # the store never imports it); an index nobody searched gets them made now, its
+    # lexical index counted, so that a loaded index searches at once
+    s = _PROVIDER[0](idx) if _PROVIDER else idx.search_state
+    lex = getattr(s, "lexical", None)
+    if lex is not None:
+        _write_json(tmp / LEXICAL_TERMS, list(lex.terms))
+        for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
+            np.save(tmp / name, np.ascontiguousarray(getattr(lex.counts(level), part),
+                                                     dtype=dtype), allow_pickle=False)
+    if s is None:
+        s = SearchStructures()
     if s.codes is not None:
         np.save(tmp / CODES_FILE, np.ascontiguousarray(s.codes, dtype=np.int8),
                 allow_pickle=False)

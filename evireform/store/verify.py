@@ -48,14 +48,14 @@ class Loaded:
     hnsw_ids: np.ndarray | None = None
     codes: np.ndarray | None = None
     code_scale: np.ndarray | None = None
-    #: the lexical index (:class:`evireform.engine.lexical.LexicalIndex`), or None
+    #: the lexical index (:class:`evireform.search_data.LexicalIndex`), or None
     lexical: Any = None
 
     @property
     def search(self) -> Any:
         """The search structures the directory holds, as the engine keeps them
         (:class:`evireform.engine.structures.SearchStructures`)."""
-        from ..engine.structures import SearchStructures
+        from ..search_data import SearchStructures
         return SearchStructures(hnsw=self.hnsw, hnsw_ids=self.hnsw_ids, codes=self.codes,
                                 code_scale=self.code_scale, lexical=self.lexical)
 
@@ -496,7 +496,7 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
     unique terms per row; the full tier also counts the texts' terms again and compares
     (the counts are derived data).  None without the files (an index saved before them:
     counted from its texts when first searched)."""
-    from ..engine.lexical import LexicalIndex
+    from ..search_data import LexicalIndex
     from ..kernels.graph import rows_sorted_unique
     from ..kernels.lexical import TermCounts
     have = [n for n in LEXICAL_FILES if n in files]
