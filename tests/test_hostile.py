@@ -56,7 +56,7 @@ def _run(*args, **kw):
 
 
 # =========================================================================== 1-5 lost data
-def test_1_update_add_of_id_less_records_never_overwrites(tmp_path, capsys):
+def test_update_add_of_id_less_records_never_overwrites(tmp_path, capsys):
     ix = _cli_index(tmp_path, _records(3))
     before = {p.id: p.text for p in PropositionIndex.load(ix).passages}
     assert sorted(before) == sorted(content_id(r["title"], r["text"]) for r in _records(3))
@@ -73,14 +73,14 @@ def test_1_update_add_of_id_less_records_never_overwrites(tmp_path, capsys):
                                       for k, v in before.items())
 
 
-def test_1_repeated_records_in_one_file_get_distinct_ids(tmp_path):
+def test_repeated_records_in_one_file_get_distinct_ids(tmp_path):
     f = _write(tmp_path / "c.json", [{"title": "T", "text": "same"}] * 3)
     ids = [p.id for p in load_corpus(f)]
     base = content_id("T", "same")
     assert ids == [base, f"{base}-2", f"{base}-3"]
 
 
-def test_1_old_indexes_with_position_ids_keep_loading(tmp_path):
+def test_old_indexes_with_position_ids_keep_loading(tmp_path):
     idx = PropositionIndex.build([Passage("0", "A", "Alpha met Beta."),
                                   Passage("1", "B", "Beta met Gamma.")], EMB,
                                  show_progress=False)
@@ -98,7 +98,7 @@ sys.exit(main(["update", sys.argv[1], "--add", sys.argv[2], "--quiet"]))
 """
 
 
-def test_2_concurrent_updates_lose_nothing(tmp_path):
+def test_concurrent_updates_lose_nothing(tmp_path):
     ix = _cli_index(tmp_path, _records(3))
     files = [_write(tmp_path / f"add{n}.json", _records(4, start=100 * (n + 1), word=f"W{n}"))
              for n in range(3)]
@@ -110,7 +110,7 @@ def test_2_concurrent_updates_lose_nothing(tmp_path):
     assert PropositionIndex.load(ix).n_passages == 3 + 3 * 4
 
 
-def test_2_a_swap_is_seen_even_when_the_directory_inode_comes_back(tmp_path):
+def test_a_swap_is_seen_even_when_the_directory_inode_comes_back(tmp_path):
     """A read overlapping two saves must still see that the index changed: the directory's
     inode is reused at once by the next save's temporary directory (ext4 gives it back
     almost every time), so the reader's identity also covers the manifest; a CI run under
@@ -126,7 +126,7 @@ def test_2_a_swap_is_seen_even_when_the_directory_inode_comes_back(tmp_path):
     assert verify._identity(tmp_path / "missing") is None
 
 
-def test_2_a_reader_sees_one_version_while_saves_swap(tmp_path):
+def test_a_reader_sees_one_version_while_saves_swap(tmp_path):
     small, big = small_index(n=20), small_index(n=40, seed=1)
     target = tmp_path / "ix"
     small.save(target)
@@ -155,7 +155,7 @@ def test_2_a_reader_sees_one_version_while_saves_swap(tmp_path):
     assert not errors, errors[:3]
 
 
-def test_3_bare_strings_are_refused():
+def test_bare_strings_are_refused():
     idx = small_index()
     with pytest.raises(TypeError, match="must be a list"):
         idx.delete("p1")
@@ -178,7 +178,7 @@ class _TooMany:
         return EMB.encode(list(texts) + ["extra row"])
 
 
-def test_4_an_embedder_with_extra_rows_is_refused_before_anything_is_kept(tmp_path):
+def test_an_embedder_with_extra_rows_is_refused_before_anything_is_kept(tmp_path):
     idx = PropositionIndex.build([Passage("a", "A", "Alpha met Beta.")], EMB,
                                  show_progress=False)
     idx.save(tmp_path / "ix")
@@ -189,7 +189,7 @@ def test_4_an_embedder_with_extra_rows_is_refused_before_anything_is_kept(tmp_pa
     assert PropositionIndex.load(tmp_path / "ix").n_passages == 1
 
 
-def test_5_llm_cache_export_never_overwrites_an_input(tmp_path, capsys):
+def test_llm_cache_export_never_overwrites_an_input(tmp_path, capsys):
     from evireform.llm import ReplyCache
     cache = tmp_path / "c.sqlite"
     rc = ReplyCache(str(cache))
@@ -210,7 +210,7 @@ def test_5_llm_cache_export_never_overwrites_an_input(tmp_path, capsys):
     assert "no such reply cache" in capsys.readouterr().err
 
 
-def test_5_query_outputs_never_overwrite_inputs_or_each_other(tmp_path, capsys):
+def test_query_outputs_never_overwrite_inputs_or_each_other(tmp_path, capsys):
     ix = _cli_index(tmp_path, _records(4))
     q = tmp_path / "q.txt"
     q.write_text("Who met Gamma Ray?\nWhen did Alpha 1 meet?\n")
@@ -231,7 +231,7 @@ def test_5_query_outputs_never_overwrite_inputs_or_each_other(tmp_path, capsys):
 
 
 # =========================================================================== 6 network
-def test_6_an_index_cannot_send_the_key_to_a_host_it_names(tmp_path, monkeypatch):
+def test_an_index_cannot_send_the_key_to_a_host_it_names(tmp_path, monkeypatch):
     pytest.importorskip("openai")
     from scripted_server import Script, serve
     script = Script()
@@ -299,7 +299,7 @@ def _crafts(ix):
 
 @pytest.mark.parametrize("case", ["labels zeroed", "labels shuffled", "half deleted",
                                   "all deleted", "vectors zeroed", "level-0 links cleared"])
-def test_7_crafted_hnsw_graphs_are_refused(tmp_path, case):
+def test_crafted_hnsw_graphs_are_refused(tmp_path, case):
     small_index(n=60, hnsw=True).save(tmp_path / "ix")
     ix = tmp_path / "ix"
     raw, msg = _crafts(ix)[case]
@@ -309,7 +309,7 @@ def test_7_crafted_hnsw_graphs_are_refused(tmp_path, case):
         PropositionIndex.load(ix)
 
 
-def test_7_a_reversed_label_map_is_refused(tmp_path):
+def test_a_reversed_label_map_is_refused(tmp_path):
     idx = small_index(n=60, hnsw=True).delete(["p0"])
     assert structures_of(idx).hnsw_ids is not None
     idx.save(tmp_path / "ix")
@@ -321,7 +321,7 @@ def test_7_a_reversed_label_map_is_refused(tmp_path):
         PropositionIndex.load(ix)
 
 
-def test_7_a_shard_graph_swapped_for_another_shards_is_refused(tmp_path):
+def test_a_shard_graph_swapped_for_another_shards_is_refused(tmp_path):
     from evireform.engine.shards import ShardedSearcher
     idx = small_index(n=80)
     ShardedSearcher.from_index(idx, 2, hnsw=True).save(tmp_path / "sh")
@@ -339,7 +339,7 @@ def test_7_a_shard_graph_swapped_for_another_shards_is_refused(tmp_path):
         ShardedSearcher.load(tmp_path / "sh", idx)
 
 
-def test_8_a_scaled_embedding_row_is_refused(tmp_path):
+def test_a_scaled_embedding_row_is_refused(tmp_path):
     small_index().save(tmp_path / "ix")
     ix = tmp_path / "ix"
     e = np.load(ix / "embeddings.npy")
@@ -360,7 +360,7 @@ def _dead_url():
     return f"http://127.0.0.1:{port}/v1"
 
 
-def test_9_llm_extraction_fallbacks_are_counted_and_strict_fails(tmp_path, capsys):
+def test_llm_extraction_fallbacks_are_counted_and_strict_fails(tmp_path, capsys):
     pytest.importorskip("openai")
     c = _write(tmp_path / "c.json", _records(3))
     args = ["index", str(c), str(tmp_path / "ix"), "--embedder", "hashing-16", "--quiet",
@@ -373,7 +373,7 @@ def test_9_llm_extraction_fallbacks_are_counted_and_strict_fails(tmp_path, capsy
     assert PropositionIndex.load(tmp_path / "ix").meta["extraction_fallbacks"] == 3
 
 
-def test_10_a_cache_that_cannot_be_written_keeps_the_paid_reply(server, tmp_path, capsys):
+def test_a_cache_that_cannot_be_written_keeps_the_paid_reply(server, tmp_path, capsys):
     from evireform.llm import LLMClient, LLMConfig, LLMSelector
     from evireform.roles import Candidate
     script, url = server
@@ -399,7 +399,7 @@ def test_10_a_cache_that_cannot_be_written_keeps_the_paid_reply(server, tmp_path
 @pytest.mark.parametrize("kind,msg", [("schema", "columns"), ("corrupt", "not a usable SQLite"),
                                       ("dir", "is a directory"),
                                       ("nodir", "does not exist")])
-def test_10_bad_caches_are_named(tmp_path, kind, msg):
+def test_bad_caches_are_named(tmp_path, kind, msg):
     from evireform.llm import ReplyCache
     p = tmp_path / "c.sqlite"
     if kind == "schema":
@@ -415,7 +415,7 @@ def test_10_bad_caches_are_named(tmp_path, kind, msg):
     assert str(p) in str(err.value)
 
 
-def test_11_bgr_and_hiq_clean_llm_queries(server):
+def test_bgr_and_hiq_clean_llm_queries(server):
     from evireform.llm import LLMClient, LLMReformulator
     from evireform.strategies import BGR
     from evireform.llm import LLMConfig
@@ -437,7 +437,7 @@ def test_11_bgr_and_hiq_clean_llm_queries(server):
     assert any(e.startswith("reformulate:dropped") for e in res.trace.role_events)
 
 
-def test_12_trec_docids_are_single_distinct_tokens():
+def test_trec_docids_are_single_distinct_tokens():
     from evireform.cli import trec_docid
     ids = ["a b", "a_b", "a\nb", "a%20b", "plain"]
     docs = [trec_docid(i) for i in ids]
@@ -446,7 +446,7 @@ def test_12_trec_docids_are_single_distinct_tokens():
     assert [unquote(d) for d in docs] == ids
 
 
-def test_13_integrations_refuse_non_integral_k():
+def test_integrations_refuse_non_integral_k():
     pytest.importorskip("llama_index.core")
     pytest.importorskip("langchain_core")
     from evireform.integrations.langchain import EviReformRetriever as LC
@@ -460,7 +460,7 @@ def test_13_integrations_refuse_non_integral_k():
 
 
 # =========================================================================== 14-20 hangs, leaks
-def test_14_a_dead_endpoint_trips_the_circuit_breaker():
+def test_a_dead_endpoint_trips_the_circuit_breaker():
     pytest.importorskip("openai")
     from evireform.llm import LLMClient, LLMConfig, LLMSelector
     from evireform.roles import Candidate
@@ -474,7 +474,7 @@ def test_14_a_dead_endpoint_trips_the_circuit_breaker():
     assert client.usage["select"].breaker_skips == 5
 
 
-def test_15_a_hung_embedding_endpoint_meets_its_deadline(server):
+def test_a_hung_embedding_endpoint_meets_its_deadline(server):
     from evireform.embed import EmbedderUnavailable, OpenAIEmbedder
     script, url = server
     script.embed = lambda t: EMB.encode([t])[0].tolist()
@@ -494,7 +494,7 @@ def _fds():
     return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
 
 
-def test_16_timed_out_calls_leave_no_thread_or_socket(server):
+def test_timed_out_calls_leave_no_thread_or_socket(server):
     from evireform.llm import LLMClient, LLMConfig, LLMSelector
     from evireform.roles import Candidate
     script, url = server
@@ -516,13 +516,13 @@ def test_16_timed_out_calls_leave_no_thread_or_socket(server):
     assert _fds() <= fds + 2
 
 
-def test_17_hashing_dimension_is_bounded():
+def test_hashing_dimension_is_bounded():
     for spec in ("hashing-100000000", "hashing-0"):
         with pytest.raises(ValueError, match="hashing-DIM|dimension"):
             get_embedder(spec)
 
 
-def test_18_import_is_one_transaction_in_wal_mode(tmp_path):
+def test_import_is_one_transaction_in_wal_mode(tmp_path):
     from evireform.llm import ReplyCache
     f = tmp_path / "r.jsonl"
     f.write_text("".join(json.dumps({"key": f"k{i}", "reply": {"i": i}}) + "\n"
