@@ -509,8 +509,10 @@ def test_a_refused_update_changes_nothing_on_disk_and_keeps_the_generation(index
 
 def test_what_stock_schemathesis_asks_of_the_contract(index_dir, tmp_path):
     """A fresh tenant's namespace (no passage has one yet) answers an empty result, not 400;
-    a namespace with an id list keeps the ids in the namespace; an empty /update is a no-op
-    (200, the same generation, nothing written); an over-cap body is 413 in the schema."""
+    a namespace judges ids and keys inside itself (issue 69: another tenant's id is as
+    unknown as a missing one, a key only another tenant's passages have is unknown, and the
+    error lists this namespace's keys only); an empty /update is a no-op (200, the same
+    generation, nothing written); an over-cap body is 413 in the schema."""
     import httpx
     from evireform.service import create_app
     svc = _service(index_dir)
@@ -520,7 +522,8 @@ def test_what_stock_schemathesis_asks_of_the_contract(index_dir, tmp_path):
         assert "413" in spec["paths"][path]["post"]["responses"], path
     pid = PropositionIndex.load(index_dir).passages[0].id
     tenants = [{"id": f"t{i}", "text": f"Alpha {i} met Beta in {1900 + i}.",
-                "metadata": {"namespace": "a" if i % 2 else "b"}} for i in range(6)]
+                "metadata": {"namespace": "a" if i % 2 else "b",
+                             **({} if i % 2 else {"secret_key": i})}} for i in range(6)]
 
     async def run():
         await svc.start()
@@ -535,13 +538,17 @@ def test_what_stock_schemathesis_asks_of_the_contract(index_dir, tmp_path):
                 await c.post("/update", json={"add": tenants})
                 ids = await c.post("/query", json={"question": "Alpha", "k": 10,
                                                    "namespace": "a",
-                                                   "filter": ["t0", "t1", "t3", pid]})
+                                                   "filter": ["t1", "t3"]})
                 unknown = await c.post("/query", json={"question": "Alpha", "namespace": "a",
                                                        "filter": ["nope"]})
-                return fresh, batch, noop, gen0, ids, unknown
+                others = await c.post("/query", json={"question": "Alpha", "namespace": "a",
+                                                      "filter": ["t0", "t1", pid]})
+                key = await c.post("/query", json={"question": "Alpha", "namespace": "a",
+                                                   "filter": {"secret_key": 2}})
+                return fresh, batch, noop, gen0, ids, unknown, others, key
         finally:
             await svc.stop()
-    fresh, batch, noop, gen0, ids, unknown = asyncio.run(run())
+    fresh, batch, noop, gen0, ids, unknown, others, key = asyncio.run(run())
     assert fresh.status_code == 200 and fresh.json()["passages"] == []
     assert batch.status_code == 200 and batch.json()["results"][0]["passages"] == []
     assert noop.status_code == 200 and noop.json()["generation"] == gen0 == 0
@@ -550,6 +557,11 @@ def test_what_stock_schemathesis_asks_of_the_contract(index_dir, tmp_path):
     assert [p["id"] for p in ids.json()["passages"]] and \
         {p["id"] for p in ids.json()["passages"]} <= {"t1", "t3"}
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]
+    # another tenant's ids and keys: unknown here, and nothing of theirs named
+    assert others.status_code == 404 and "'t0'" in others.json()["error"]
+    assert "'t1'" not in others.json()["error"]
+    assert key.status_code == 404 and "secret_key" in key.json()["error"]
+    assert "the keys present are ['namespace']" in key.json()["error"]
 
 
 def test_cors_is_off_unless_an_origin_is_named(index_dir):

@@ -42,6 +42,8 @@ class Generation:
     strategies: dict[str, Any] = field(default_factory=dict)
     #: the engine every method of this generation runs on (:func:`evireform.engine.make_engine`)
     engine: object = None
+    #: namespace -> the metadata keys its passages have (filters are judged inside it)
+    namespace_keys: dict[str, set[Any]] = field(default_factory=dict)
 
 
 class RetrievalService:
@@ -167,17 +169,43 @@ class RetrievalService:
         columns = cache.columns if cache is not None else None
         if columns is not None and not columns.get("namespace")[0].any():
             return []  # no passage has a namespace: a fresh tenant's (empty) index
-        if isinstance(flt, list):
-            idx = gen.index
-            keep = []
-            for pid in flt:
-                j = idx.passage_index(pid) if isinstance(pid, str) and \
-                    idx.has_passage(pid) else None
-                if j is None or idx.passage(j).metadata.get("namespace") == namespace:
-                    keep.append(pid)
-            return keep
+        from ..filters import FilterTargetMissing, compile_filter
+        idx = gen.index
+        if isinstance(flt, list):  # ids judged inside the namespace: another's is unknown
+            unknown = [pid for pid in flt if not (
+                isinstance(pid, str) and idx.has_passage(pid)
+                and idx.passage(idx.passage_index(pid)).metadata.get("namespace") == namespace)]
+            if unknown:
+                raise FilterTargetMissing(f"filter: unknown passage ids {unknown[:5]!r:.300}"
+                                          + (f" and {len(unknown) - 5} more"
+                                             if len(unknown) > 5 else ""))
+            return list(flt)
         ns = {"namespace": namespace}
-        return ns if flt is None else {"$and": [ns, flt]}
+        if flt is None:
+            return ns
+        # keys judged inside the namespace: one only another namespace's passages have is
+        # as unknown as one no passage has, and the error lists this namespace's keys only
+        mine = self._namespace_keys(gen, namespace)
+        missing = sorted(k for k in compile_filter(flt).keys if k not in mine)
+        if missing:
+            raise FilterTargetMissing(
+                f"filter: no passage of the namespace has the metadata key {missing[0]!r}; "
+                f"the keys present are {sorted(mine)[:20]} (use $exists to test for a key "
+                "that may be absent)")
+        return {"$and": [ns, flt]}
+
+    def _namespace_keys(self, gen: Generation, namespace: str) -> set[Any]:
+        """The metadata keys the namespace's passages have (kept per generation)."""
+        cache = gen.namespace_keys
+        got = cache.get(namespace)
+        if got is None:
+            from ..strings import metadata_of
+            got = set()
+            for md in metadata_of(gen.index.passages):
+                if md.get("namespace") == namespace:
+                    got.update(md)
+            cache[namespace] = got
+        return got
 
     def strategy(self, gen: Generation, method: str):
         if method == "evireform":
