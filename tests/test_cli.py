@@ -70,6 +70,12 @@ def test_cli_llm_cache_roundtrip(tmp_path, capsys):
                  str(tmp_path / "b.sqlite")]) == 0
     b = ReplyCache(str(tmp_path / "b.sqlite"))
     assert b.get("k1") == {"selected": [1]} and b.get("k2") == {"queries": []}
+    capsys.readouterr()
+    assert main(["llm-cache", "export", str(tmp_path / "r2.jsonl"), "--cache",
+                 str(tmp_path / "b.sqlite"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "action": "export", "file": str(tmp_path / "r2.jsonl"),
+        "cache": str(tmp_path / "b.sqlite"), "replies": 2}
     (tmp_path / "bad.jsonl").write_text("{\"nokey\": 1}\n")
     assert main(["llm-cache", "import", str(tmp_path / "bad.jsonl"), "--cache",
                  str(tmp_path / "b.sqlite")]) == 2

@@ -405,3 +405,20 @@ def test_eval_writes_runs_that_ir_measures_reads(tmp_path, monkeypatch, capsys):
         assert [x["id"] for x in lines] == [q.id for q in qs]
         assert all(len(x["passages"]) >= 5 and "recall@5" in x["metrics"] for x in lines)
         assert ("residual_queries" in lines[0]) == (m == "evireform")
+
+
+def test_analyze_reports_as_json(tmp_path, monkeypatch, capsys):
+    """Issue 70: --json on every command that reports: analyze's figures as JSON (each
+    method's metrics), and a kind that has only a table says so."""
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data / "hotpotqa").exists():
+        pytest.skip("../shared/data is not beside the repository")
+    assert main(["analyze", "ablation", "--dataset", "hotpotqa", "--data", str(data),
+                 "-n", "6", "--embedder", "hashing-64", "--json", "--quiet"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["analysis"] == "ablation" and got["n_questions"] == 6
+    assert "evireform" in got["methods"] and "recall@5" in got["methods"]["evireform"]
+    assert main(["analyze", "growth", "--dataset", "hotpotqa", "--data", str(data),
+                 "--embedder", "hashing-64", "--json", "--quiet"]) == 2
+    assert "table only" in capsys.readouterr().err

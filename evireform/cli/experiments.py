@@ -35,14 +35,17 @@ def _cmd_llm_cache(args: Any) -> int:
         cache = ReplyCache(str(cache_path))
         with Outputs({"FILE": out}, inputs=[cache_path]) as files:
             n = cache.export_jsonl(files["FILE"])
-        print(f"exported {n} replies to {args.file}")
+        said = f"exported {n} replies to {args.file}"
     else:
         if not Path(args.file).is_file():
             raise FileNotFoundError(f"{args.file}: no such replies file")
         if cache_path.exists() and os.path.samefile(cache_path, args.file):
             raise ValueError(f"{args.file} is the cache itself")
         cache = ReplyCache(str(cache_path))
-        print(f"imported {cache.import_jsonl(args.file)} replies from {args.file}")
+        n = cache.import_jsonl(args.file)
+        said = f"imported {n} replies from {args.file}"
+    print(json.dumps({"action": args.action, "file": str(args.file), "cache": str(cache_path),
+                      "replies": n}) if args.json else said)
     return 0
 
 
@@ -138,20 +141,29 @@ def _cmd_analyze(args: Any) -> int:
     show = not args.quiet
     # --no-lexical: the analyses of the paper's dense-only method
     base = {"lexical": False} if args.no_lexical else {}
+    if args.json and args.kind not in (*ANALYSES, "sensitivity"):
+        raise ValueError(f"--json: the {args.kind} analysis prints its table only")
     if args.kind in ANALYSES:
         a = ANALYSES[args.kind]
         rep = run_eval(qpath, cpath, list(a.methods), embedder=emb, dataset=args.dataset,
                        show_progress=show, n=args.n, config=EviReformConfig(**base))
         idx, _, _ = cached_index(cpath, emb, show_progress=False)
-        print(a.table(rep, idx))
+        if args.json:  # the runs' figures, each method's metrics
+            print(json.dumps({"analysis": args.kind, **rep.to_json()}, indent=1))
+        else:
+            print(a.table(rep, idx))
     elif args.kind == "sensitivity":
+        runs: list[dict[str, Any]] = []
 
         def one(**over):
             r = run_eval(qpath, cpath, ["evireform"], embedder=emb, dataset=args.dataset,
                          show_progress=False, config=EviReformConfig(**base, **over),
                          n=args.n)
+            runs.append({"settings": over, "metrics": r.methods["evireform"]})
             return r.methods["evireform"]
-        print(sensitivity_table(one))
+        table = sensitivity_table(one)
+        print(json.dumps({"analysis": "sensitivity", "dataset": args.dataset, "runs": runs},
+                         indent=1) if args.json else table)
     elif args.kind == "selector":
         from ..evaluation.learn_selector import selector_study
         print(selector_study(data, emb, Path(args.replies), config=EviReformConfig(**base)))
@@ -341,6 +353,9 @@ def add_analyze_parser(sub: Any) -> None:
     an.add_argument("--png", default="docs/index_growth.png",
                     help="growth: where to write the plot")
     an.add_argument("--steps", type=_positive_int, default=4, help="growth: number of steps")
+    an.add_argument("--json", action="store_true",
+                    help="print the figures as JSON (ablation, coverage, types: each method's "
+                         "metrics; sensitivity: each grid point's settings and metrics)")
     _add_quiet(an)
     an.set_defaults(func=_cmd_analyze)
 
@@ -353,6 +368,7 @@ def add_llm_cache_parser(sub: Any) -> None:
     lc.add_argument("--cache", required=True, help="the SQLite reply cache (--llm-cache)")
     lc.add_argument("--force", action="store_true",
                     help="export: replace FILE when it exists")
+    lc.add_argument("--json", action="store_true", help="print the result as JSON")
     lc.set_defaults(func=_cmd_llm_cache)
 
 
