@@ -140,9 +140,9 @@ def _in_namespace(add: Any, namespace: str) -> Any:
             raise ValueError(f"passage {p.id!r:.100}: its metadata names namespace "
                              f"{have!r:.100}, not this update's {namespace!r:.100}")
         return Passage(p.id, p.title, p.text, {**p.metadata, "namespace": namespace})
-    if isinstance(add, Loaded):
-        add.passages = [one(p) for p in add.passages]
-        return add
+    if isinstance(add, Loaded):  # a copy: the caller's read stays as it was
+        from dataclasses import replace
+        return replace(add, passages=[one(p) for p in add.passages])
     return [one(p) for p in as_passages(add)]
 
 

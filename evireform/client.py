@@ -224,11 +224,13 @@ class _Base:
         self._http = httpx_cls(base_url=base_url.rstrip("/"), headers=h, timeout=timeout,
                                transport=transport, follow_redirects=False)
 
+    def _late(self) -> "DeadlineExceeded":
+        return DeadlineExceeded(0, f"no answer within the client's timeout ({self.timeout:g} s)")
+
     def _left(self, end: float) -> float:
         left = end - time.monotonic()
         if left <= 0:
-            raise DeadlineExceeded(0, f"no answer within the client's timeout "
-                                      f"({self.timeout:g} s)")
+            raise self._late()
         return left
 
     def _take(self, got: int, end: float) -> None:
@@ -294,8 +296,7 @@ class Client(_Base):
                 return _Reply(r.status_code, r.headers, b"".join(parts), r.reason_phrase)
         except httpx.TimeoutException:
             self._left(end)  # past the deadline: DeadlineExceeded
-            raise DeadlineExceeded(0, f"no answer within the client's timeout "
-                                      f"({self.timeout:g} s)") from None
+            raise self._late() from None
 
     def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True):
         """One request within one deadline (``timeout``: connecting, retries and their
@@ -394,8 +395,7 @@ class AsyncClient(_Base):
                 return _Reply(r.status_code, r.headers, b"".join(parts), r.reason_phrase)
         except httpx.TimeoutException:
             self._left(end)
-            raise DeadlineExceeded(0, f"no answer within the client's timeout "
-                                      f"({self.timeout:g} s)") from None
+            raise self._late() from None
 
     async def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True):
         end = time.monotonic() + self.timeout
@@ -406,8 +406,7 @@ class AsyncClient(_Base):
                 r = await asyncio.wait_for(self._fetch(method, path, body, end),
                                            self._left(end))
             except asyncio.TimeoutError:
-                raise DeadlineExceeded(0, f"no answer within the client's timeout "
-                                          f"({self.timeout:g} s)") from None
+                raise self._late() from None
             except self._errors:
                 wait = self._wait(attempt, None)
                 if wait is None:

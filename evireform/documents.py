@@ -52,6 +52,7 @@ from .corpus import load_corpus
 from .formats import (
     DOCUMENT_SUFFIXES, Block, Document, MissingReader, Section, front_matter, read_document,
     read_file_bytes)
+from .records import LOCATION_KEYS
 from .store import looks_like_index
 from .text import sentences
 from .types import Passage
@@ -502,7 +503,7 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
         and str(front.get("title")).strip() else (doc.title or file_title(f))
     title = _cap(title, MAX_TITLE_CHARS)
     extra = {k: _capped(v) for k, v in front.items()
-             if k not in ("source", "chunk", "title", "section", "page", "row", "slide")}
+             if k not in ("source", "chunk", "title", *LOCATION_KEYS)}
     out: list[Passage] = []
     for sec in doc.sections:
         if not sec.blocks:

@@ -68,7 +68,7 @@ engine under a filter.
 """
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import Any, Sequence, TYPE_CHECKING
 
 import json
 import operator
@@ -149,6 +149,20 @@ def _op_predicate(op: str, v):
     return lambda x: x is not _MISSING and _kind(x) == kind and cmp(x)
 
 
+def unknown_ids_error(unknown: Sequence[Any]) -> "FilterTargetMissing":
+    """The refusal of an id filter naming ids the index (or a namespace) lacks."""
+    return FilterTargetMissing(f"filter: unknown passage ids {list(unknown[:5])!r:.300}"
+                               + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
+
+
+def missing_key_error(key: Any, present: Any, where: str = "index") -> "FilterTargetMissing":
+    """The refusal of a where clause reading a metadata key no passage (of the ``where``) has,
+    naming the keys present there."""
+    return FilterTargetMissing(f"filter: no passage of the {where} has the metadata key "
+                               f"{key!r}; the keys present are {sorted(present)[:20]} (use "
+                               "$exists to test for a key that may be absent)")
+
+
 class FilterTargetMissing(ValueError):
     """A well-formed filter naming passage ids, or a metadata key, that the index does not
     have (the service answers 404)."""
@@ -173,18 +187,14 @@ class Filter:
             mask = np.zeros(n, dtype=bool)
             unknown = [i for i in self.ids if not index.has_passage(i)]
             if unknown:
-                raise FilterTargetMissing(f"filter: unknown passage ids {unknown[:5]!r:.300}"
-                                 + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""))
+                raise unknown_ids_error(unknown)
             mask[[index.passage_index(i) for i in self.ids]] = True
             return mask
         cols = columns if columns is not None else _Columns(index)
         if self.keys:  # a key no passage has is a mistake (the columns are needed anyway)
             missing = sorted(k for k in self.keys if not cols.get(k)[0].any())
             if missing:
-                raise FilterTargetMissing(f"filter: no passage of the index has the metadata key "
-                                 f"{missing[0]!r}; the keys present are "
-                                 f"{sorted(_metadata_keys(index))[:20]} (use $exists to test "
-                                 "for a key that may be absent)")
+                raise missing_key_error(missing[0], _metadata_keys(index))
         return self.predicate.mask(cols)
 
 

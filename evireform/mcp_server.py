@@ -28,6 +28,7 @@ import json
 import re
 from typing import Any
 
+from .records import LOCATION_KEYS
 from .service.models import MAX_QUESTION_CHARS
 from .service.resident import Overloaded, RetrievalService, Unavailable
 
@@ -214,7 +215,7 @@ def render_passages(passages: list[dict[str, Any]], trace: dict[str, Any] | None
     for n, p in enumerate(passages, 1):
         md = p.get("metadata") or {}
         where = [str(md["source"])] if md.get("source") is not None else []
-        where += [f"{key} {md[key]}" for key in ("section", "page", "slide", "row")
+        where += [f"{key} {md[key]}" for key in LOCATION_KEYS
                   if md.get(key) is not None]
         lines.append(f"[{n}] {p['title']} [{p['id']}]" + (f" ({' · '.join(where)})"
                                                           if where else "")

@@ -47,6 +47,11 @@ SCORE_MEANING: dict[str, str] = {
 }
 
 
+#: the metadata keys that say where a passage is in its file (besides ``source`` and
+#: ``chunk``): what the CLI's location line, the MCP text and the page show
+LOCATION_KEYS = ("section", "page", "slide", "row")
+
+
 class PassageRecord(TypedDict):
     """One ranked passage."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..records import trec_docid, trec_scores  # noqa: F401 - re-exported
+from ..records import LOCATION_KEYS, trec_docid, trec_scores  # noqa: F401 - re-exported
 from tqdm.auto import tqdm
 
 from .._checks import check_text
@@ -131,8 +131,6 @@ def _cmd_query(args: Any) -> int:
     return _strict_status(args, [res])
 
 
-#: the metadata keys that say where a passage is in its file: the location line's
-LOCATION_KEYS = ("section", "page", "slide", "row")
 
 
 def format_passage(rank: int, p, question: str, *, text: bool = True, width: int = 320,

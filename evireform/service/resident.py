@@ -169,16 +169,14 @@ class RetrievalService:
         columns = cache.columns if cache is not None else None
         if columns is not None and not columns.get("namespace")[0].any():
             return []  # no passage has a namespace: a fresh tenant's (empty) index
-        from ..filters import FilterTargetMissing, compile_filter
+        from ..filters import compile_filter, missing_key_error, unknown_ids_error
         idx = gen.index
         if isinstance(flt, list):  # ids judged inside the namespace: another's is unknown
             unknown = [pid for pid in flt if not (
                 isinstance(pid, str) and idx.has_passage(pid)
                 and idx.passage(idx.passage_index(pid)).metadata.get("namespace") == namespace)]
             if unknown:
-                raise FilterTargetMissing(f"filter: unknown passage ids {unknown[:5]!r:.300}"
-                                          + (f" and {len(unknown) - 5} more"
-                                             if len(unknown) > 5 else ""))
+                raise unknown_ids_error(unknown)
             return list(flt)
         ns = {"namespace": namespace}
         if flt is None:
@@ -188,10 +186,7 @@ class RetrievalService:
         mine = self._namespace_keys(gen, namespace)
         missing = sorted(k for k in compile_filter(flt).keys if k not in mine)
         if missing:
-            raise FilterTargetMissing(
-                f"filter: no passage of the namespace has the metadata key {missing[0]!r}; "
-                f"the keys present are {sorted(mine)[:20]} (use $exists to test for a key "
-                "that may be absent)")
+            raise missing_key_error(missing[0], mine, "namespace")
         return {"$and": [ns, flt]}
 
     def _namespace_keys(self, gen: Generation, namespace: str) -> set[Any]:
@@ -422,8 +417,10 @@ class RetrievalService:
                     results.append({"file": name, "status": "indexed", "source": src,
                                     "passages": loaded.sources[src]})
                 else:  # unreadable, or a format with no reader: not kept on the server
-                    reason = failed.get(str(target)) or next(
-                        (w for w in loaded.warnings if "skipped" in w), "no reader takes it")
+                    extra = loaded.needs_extra.get(target.suffix.lower())
+                    reason = failed.get(str(target)) or (
+                        f"install 'evireform[{extra}]' to read it" if extra
+                        else "no reader takes it")
                     results.append({"file": name, "status": "skipped",
                                     "reason": _no_paths(reason.replace(str(target), name),
                                                         self.index_dir)})
