@@ -283,3 +283,55 @@ def test_files_uploaded_through_the_page_answer_first_and_can_be_deleted(
         ctx.close()
         s.close()
     assert outside == []
+
+
+def test_a_folder_goes_in_through_the_page_in_parts(browser, tmp_path):
+    """Issue 70: a folder chosen on the page goes in with each file's path below it (two
+    readme.md apart), its hidden files left out and counted, in parts of at most 100 files
+    (one generation each) with the progress shown; files dropped on the panel go in too."""
+    from playwright.sync_api import expect
+    ix = PropositionIndex.build(_records(10), EMB, show_progress=False).save(tmp_path / "ix")
+    root = tmp_path / "notes"
+    for team in "ab":
+        (root / team).mkdir(parents=True)
+        (root / team / "readme.md").write_text(f"# {team}\n\nTeam {team} meets at noon.\n")
+    (root / "many").mkdir()
+    for i in range(101):
+        (root / "many" / f"n{i:03d}.md").write_text(f"# N{i}\n\nNote number {i} is here.\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    s = Server(ix)
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = ctx.new_page()
+    seen = []
+    page.on("request", lambda r: seen.append(r.url) if r.url.endswith("/documents") else None)
+    try:
+        page.goto(s.url + "/")
+        page.click("#library summary")
+        page.set_input_files("#folder", str(root))
+        expect(page.locator("#upstatus")).to_contain_text("103 files ready")
+        expect(page.locator("#upstatus")).to_contain_text("1 hidden left out")
+        page.click("#upload")
+        expect(page.locator("#upstatus")).to_contain_text("103 of 103 indexed", timeout=60000)
+        assert len(seen) == 2  # 100 + 3
+        expect(page.locator("#upstatus")).to_contain_text("generation 2")
+        expect(page.locator("#upstatus")).to_contain_text("113 passages")
+        for team in "ab":
+            expect(page.locator(f"#sources li[data-source='uploads/notes/{team}/readme.md']")
+                   ).to_have_count(1)
+        # dropped files (a script's DataTransfer holds files, no folder entries)
+        page.evaluate("""() => {
+          const dt = new DataTransfer();
+          dt.items.add(new File(["# Drop\\n\\nThe dropped note names Quito.\\n"], "drop.md"));
+          dt.items.add(new File(["x"], ".hidden.md"));
+          const drop = document.getElementById("drop");
+          drop.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true,
+                                                    cancelable: true}));
+        }""")
+        expect(page.locator("#upstatus")).to_contain_text("1 file ready")
+        page.click("#upload")
+        expect(page.locator("#upstatus")).to_contain_text("1 of 1 indexed")
+        expect(page.locator("#sources li[data-source='uploads/drop.md']")).to_have_count(1)
+    finally:
+        ctx.close()
+        s.close()

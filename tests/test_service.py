@@ -658,7 +658,14 @@ def test_files_come_in_through_the_service(tmp_path):
                     ("files", ("note.md", b"# Dana\n\nDana Ruiz runs the build farm.\n")),
                     ("files", ("archive.pdf", pdf)),
                     ("files", ("blob.bin", b"\0\1")),
-                    ("files", ("../evil.md", b"# x\n\ny\n"))])
+                    ("files", ("../evil.md", b"# x\n\ny\n")),
+                    ("files", ("team/a/readme.md", b"# A\n\nThe alpha team meets on Monday.\n")),
+                    ("files", ("team/b/readme.md", b"# B\n\nThe beta team meets on Friday.\n")),
+                    ("files", ("team/.git/config", b"[core]\n")),
+                    ("files", ("team//x.md", b"# x\n\ny\n"))])
+                out["clash"] = await c.post("/documents", files=[
+                    ("files", ("team", b"# t\n\nt\n")),
+                    ("files", ("note.md/inside.md", b"# t\n\nt\n"))])
                 out["q"] = await c.post("/query", json={"question": "Where did the Orvel "
                                                                     "archive move?", "k": 3})
                 out["sources"] = await c.get("/sources")
@@ -684,8 +691,17 @@ def test_files_come_in_through_the_service(tmp_path):
     assert {k: res["archive.pdf"].get(k) for k in ("status", "source", "passages")} == \
         {"status": "indexed", "source": "uploads/archive.pdf", "passages": 1}
     assert res["blob.bin"]["status"] == "skipped" and res["blob.bin"]["reason"]
-    assert res["../evil.md"]["status"] == "skipped" and "folders" in res["../evil.md"]["reason"]
-    assert up["generation"] == 1 and up["passages"] == 10
+    assert res["../evil.md"]["status"] == "skipped" and "'..'" in res["../evil.md"]["reason"]
+    # a folder from the page: its files keep their paths, two readme.md apart
+    for team in "ab":
+        assert res[f"team/{team}/readme.md"]["source"] == f"uploads/team/{team}/readme.md"
+    for bad in ("team/.git/config", "team//x.md"):
+        assert res[bad]["status"] == "skipped" and "relative path" in res[bad]["reason"]
+    clash = {f["file"]: f for f in o["clash"].json()["files"]}
+    assert clash["team"]["reason"] == "a folder of that name was uploaded before"
+    assert "folders' names" in clash["note.md/inside.md"]["reason"]
+    assert (svc.uploads_dir / "team" / "a" / "readme.md").is_file()
+    assert up["generation"] == 1 and up["passages"] == 12
     assert o["q"].json()["passages"][0]["id"] == "uploads/archive.pdf#0"
     srcs = {s["source"]: s for s in o["sources"].json()["sources"]}
     assert srcs["uploads/archive.pdf"] == {"source": "uploads/archive.pdf", "passages": 1,
@@ -693,7 +709,7 @@ def test_files_come_in_through_the_service(tmp_path):
     assert o["one"].json()["text"].startswith("The Orvel archive moved")
     assert o["none"].status_code == 404
     assert o["again"].json()["generation"] == 2
-    assert o["again"].json()["passages"] == 10  # replaced, not added
+    assert o["again"].json()["passages"] == 12  # replaced, not added
     assert o["del"].status_code == 200
     assert "uploads/archive.pdf" not in {s["source"] for s in o["gone"].json()["sources"]}
     assert "uploads/note.md" in {s["source"] for s in o["gone"].json()["sources"]}

@@ -198,8 +198,9 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                           "all) read as `evireform index` reads them (Markdown, HTML, PDF, "
                           "DOCX, PPTX, XLSX, CSV, EPUB, reStructuredText, text): each file's "
                           "result, indexed with its passage count or skipped with the reason, "
-                          "then the new generation. A file of a name uploaded before replaces "
-                          "its passages; its source reads uploads/NAME.",
+                          "then the new generation. A file's name may be a relative path "
+                          "(a folder's files: notes/2024/a.md); a name uploaded before "
+                          "replaces its passages; its source reads uploads/NAME.",
               responses=errors(400, 401, 413, 422, 500, 507))
     async def add_documents(files: list[UploadFile] = File(
             ..., description="the files to index", min_length=1,

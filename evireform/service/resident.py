@@ -401,9 +401,19 @@ class RetrievalService:
                 results.append({"file": str(name)[:200], "status": "skipped", "reason": why})
                 continue
             target = up / name
-            tmp = up / f".{name}.part"
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+            tmp = target.parent / f".{target.name}.part"
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_bytes(data)
+                os.replace(tmp, target)
+            except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+                if tmp.parent.is_dir():
+                    tmp.unlink(missing_ok=True)
+                why = ("a folder of that name was uploaded before"
+                       if isinstance(exc, IsADirectoryError) else
+                       "a file of one of its folders' names was uploaded before")
+                results.append({"file": name, "status": "skipped", "reason": why})
+                continue
             paths.append((name, target))
         loaded = None
         if paths:
@@ -457,16 +467,25 @@ class RetrievalService:
         return {"id": p.id, "title": p.title, "text": p.text, "metadata": dict(p.metadata)}
 
 
+#: folders an uploaded file's name may hold ("notes/2024/a.md": three parts)
+MAX_UPLOAD_DEPTH = 16
+
+
 def upload_name_problem(name: Any) -> str | None:
-    """Why an uploaded file's name cannot be stored (None when it can): a plain file name,
-    no folder, not hidden, valid text, at most 255 bytes."""
+    """Why an uploaded file's name cannot be stored (None when it can): a file name, or a
+    relative path of such names joined by "/" (a folder uploaded from the page: at most
+    ``MAX_UPLOAD_DEPTH`` parts), none empty, ".", ".." or hidden; valid text; each part at
+    most 255 bytes."""
     if not isinstance(name, str) or not name:
         return "no file name"
-    if "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
-        return "a file name without folders that does not start with '.'"
     if any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in name):
         return "a file name of printable text"
-    if len(name.encode("utf-8")) > 255:
+    parts = name.split("/")
+    if "\\" in name or len(parts) > MAX_UPLOAD_DEPTH or any(
+            not p or p in (".", "..") or p.startswith(".") for p in parts):
+        return (f"a file name, or a relative path of at most {MAX_UPLOAD_DEPTH} parts, "
+                "none empty, '..' or starting with '.'")
+    if any(len(p.encode("utf-8")) > 255 for p in parts):
         return "a file name of at most 255 bytes"
     return None
 

@@ -361,36 +361,153 @@ function drawGraph(g) {
 }
 
 // ---------------------------------------------------------------- documents
+// One upload is at most UPLOAD_FILES files and about UPLOAD_BYTES bytes (the service's own
+// caps are 100 files and 64 MiB); a larger folder goes in several, one generation each.
+const UPLOAD_FILES = 100;
+const UPLOAD_BYTES = 32 * 1024 * 1024;
+
+function hidden(path) {
+  return path.split("/").some((p) => p.startsWith("."));
+}
+
+// [{file, name}] from a FileList: a folder's files keep their path below it ("notes/a.md"),
+// hidden files and folders (.git) are left out and counted.
 function collect(list) {
-  return Array.from(list || []).filter((f) => f && f.size !== undefined);
+  const out = [];
+  let left = 0;
+  for (const f of Array.from(list || [])) {
+    if (!f || f.size === undefined) continue;
+    const name = f.webkitRelativePath || f.name;
+    if (hidden(name)) { left += 1; continue; }
+    out.push({ file: f, name });
+  }
+  out.hidden = left;
+  return out;
+}
+
+// Files and folders dropped on the panel: folders walked through their entries (a
+// browser that gives no entries gives the files themselves).
+async function collectDropped(dt) {
+  const entries = Array.from(dt.items || []).map((i) => i.webkitGetAsEntry && i.webkitGetAsEntry());
+  if (!entries.length || entries.some((e) => !e)) return collect(dt.files);
+  const out = [];
+  out.hidden = 0;
+  const fileOf = (entry) => new Promise((ok, bad) => entry.file(ok, bad));
+  const children = (dir) => new Promise((ok, bad) => {
+    const reader = dir.createReader();
+    const all = [];
+    const more = () => reader.readEntries((got) => {
+      if (!got.length) { ok(all); return; }
+      all.push(...got);
+      more();
+    }, bad);
+    more();
+  });
+  const walk = async (entry) => {
+    const name = entry.fullPath.replace(/^\/+/, "");
+    if (hidden(name)) { out.hidden += 1; return; }
+    if (entry.isDirectory) {
+      for (const child of await children(entry)) await walk(child);
+    } else {
+      out.push({ file: await fileOf(entry), name });
+    }
+  };
+  for (const e of entries) await walk(e);
+  return out;
+}
+
+function batches(items) {
+  const out = [];
+  let cur = [], bytes = 0;
+  for (const it of items) {
+    if (cur.length && (cur.length >= UPLOAD_FILES || bytes + it.file.size > UPLOAD_BYTES)) {
+      out.push(cur);
+      cur = [];
+      bytes = 0;
+    }
+    cur.push(it);
+    bytes += it.file.size;
+  }
+  if (cur.length) out.push(cur);
+  return out;
+}
+
+// POST one batch with the bytes sent shown as they go; resolves to {status, body}.
+function send(batch, say) {
+  return new Promise((ok, bad) => {
+    const fd = new FormData();
+    for (const it of batch) fd.append("files", it.file, it.name);
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "documents");
+    for (const [k, v] of Object.entries(auth())) xhr.setRequestHeader(k, v);
+    xhr.upload.onprogress = (e) => {
+      if (e.lengthComputable) say(`sending ${Math.floor(100 * e.loaded / e.total)}%`);
+    };
+    xhr.upload.onload = () => say("reading into the index");
+    xhr.onload = () => {
+      let body = null;
+      try { body = JSON.parse(xhr.responseText); } catch (e) { body = null; }
+      ok({ status: xhr.status, statusText: xhr.statusText, body });
+    };
+    xhr.onerror = () => bad(new Error("network error"));
+    xhr.send(fd);
+  });
 }
 
 let dropped = [];
 
+// what the two pickers hold: files, and a folder's files with their paths
+function chosen() {
+  const a = collect($("files").files), b = collect($("folder").files);
+  const out = a.concat(b);
+  out.hidden = a.hidden + b.hidden;
+  return out;
+}
+
+function ready(items) {
+  const n = items.length;
+  $("upstatus").textContent = `${n} file${n === 1 ? "" : "s"} ready: Add to the index` +
+    (items.hidden ? ` (${items.hidden} hidden left out)` : "");
+}
+
 async function upload() {
-  const files = dropped.length ? dropped : collect($("files").files);
+  const files = dropped.length ? dropped : chosen();
   if (!files.length) { $("upstatus").textContent = "Choose or drop files first."; return; }
-  const fd = new FormData();
-  let bytes = 0;
-  for (const f of files) { fd.append("files", f, f.name); bytes += f.size; }
+  const parts = batches(files);
+  const results = [];
+  let last = null;
   $("upload").disabled = true;
-  $("upstatus").textContent = `Reading ${files.length} file${files.length === 1 ? "" : "s"} ` +
-    `(${Math.ceil(bytes / 1024).toLocaleString()} KB) into the index…`;
   try {
-    const r = await fetch("documents", { method: "POST", headers: auth(), body: fd });
-    const out = await readJSON(r);
-    if (!r.ok) {
-      $("upstatus").textContent = `Error ${r.status}: ${(out && out.error) || r.statusText}`;
-      return;
+    for (let i = 0; i < parts.length; i++) {
+      const batch = parts[i];
+      const kb = Math.ceil(batch.reduce((a, it) => a + it.file.size, 0) / 1024);
+      const head = `${files.length} file${files.length === 1 ? "" : "s"}` +
+        (parts.length > 1 ? `, part ${i + 1} of ${parts.length}` : "") +
+        ` (${kb.toLocaleString()} KB): `;
+      const say = (what) => { $("upstatus").textContent = head + what + "…"; };
+      say("sending");
+      const r = await send(batch, say);
+      if (r.status !== 200) {
+        $("upstatus").textContent = `Error ${r.status}: ` +
+          `${(r.body && r.body.error) || r.statusText}` +
+          (results.length ? ` (${results.length} files done before it)` : "");
+        break;
+      }
+      results.push(...r.body.files);
+      last = r.body;
     }
-    const ok = out.files.filter((f) => f.status === "indexed").length;
-    $("upstatus").textContent = `${ok} of ${out.files.length} indexed · generation ` +
-      `${out.generation} · ${out.passages.toLocaleString()} passages`;
-    $("uploads").replaceChildren(...out.files.map((f) => el("li", f.status,
+    if (last) {
+      const ok = results.filter((f) => f.status === "indexed").length;
+      const status = `${ok} of ${results.length} indexed · generation ` +
+        `${last.generation} · ${last.passages.toLocaleString()} passages`;
+      if (results.length === files.length) $("upstatus").textContent = status;
+    }
+    $("uploads").replaceChildren(...results.map((f) => el("li", f.status,
       f.status === "indexed" ? `${f.file}: indexed, ${f.passages} passage` +
         `${f.passages === 1 ? "" : "s"} (${f.source})` : `${f.file}: skipped: ${f.reason}`)));
     dropped = [];
     $("files").value = "";
+    $("folder").value = "";
     loadStats();
     loadSources();
   } catch (e) {
@@ -463,13 +580,18 @@ function initLibrary() {
   const drop = $("drop");
   drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", () => drop.classList.remove("over"));
-  drop.addEventListener("drop", (e) => {
+  drop.addEventListener("drop", async (e) => {
     e.preventDefault();
     drop.classList.remove("over");
-    dropped = collect(e.dataTransfer.files);
-    $("upstatus").textContent = `${dropped.length} file${dropped.length === 1 ? "" : "s"} ` +
-      "ready: Add to the index";
+    dropped = await collectDropped(e.dataTransfer);
+    ready(dropped);
   });
+  for (const id of ["files", "folder"]) {
+    $(id).addEventListener("change", () => {
+      dropped = [];
+      ready(chosen());
+    });
+  }
   $("upload").addEventListener("click", upload);
   $("openform").addEventListener("submit", openPassage);
   $("library").addEventListener("toggle", () => { if ($("library").open) loadSources(); });
