@@ -321,12 +321,28 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool,
 
 def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, embedder: Embedder | None=None,
                include=None, exclude=None, skip_errors: bool = False,
-               show_progress: bool = False, roots=None) -> Loaded:
+               show_progress: bool = False, roots=None, limits: Any = None,
+               empty_ok: bool = False) -> Loaded:
     """Passages from files and folders (see the module docstring).  ``roots``: folder roots
     an index already knows (:func:`document_roots`), so a file or subfolder inside one keeps
-    the ids it got there.  ``ValueError`` when a path does not exist or is not a regular
-    file or folder, when no file was found, or (unless ``skip_errors``) when an entry cannot
-    be read."""
+    the ids it got there.  ``limits``: the readers' bounds
+    (:class:`~evireform.formats.ReadLimits`; None: the defaults).  ``ValueError`` when a path
+    does not exist or is not a regular file or folder, when no file was found, or (unless
+    ``skip_errors``) when an entry cannot be read; ``empty_ok``: no passages is an answer
+    (each file's reason in ``errors`` and ``unread``), not an error."""
+    from .formats import ReadLimits, reading_limits
+    if limits is not None and not isinstance(limits, ReadLimits):
+        raise TypeError(f"limits must be a ReadLimits or None; got {type(limits).__name__}")
+    with reading_limits(limits):
+        return _load_paths(paths, chunk_tokens=chunk_tokens, chunk_overlap=chunk_overlap,
+                           embedder=embedder, include=include, exclude=exclude,
+                           skip_errors=skip_errors, show_progress=show_progress, roots=roots,
+                           empty_ok=empty_ok)
+
+
+def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
+                embedder: Embedder | None, include, exclude, skip_errors: bool,
+                show_progress: bool, roots, empty_ok: bool) -> Loaded:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     default_include = not include
@@ -408,7 +424,7 @@ def load_paths(paths: Any, *, chunk_tokens: int = 200, chunk_overlap: int = 30, 
         from collections import Counter
         dup = Counter(ids).most_common(1)[0][0]
         raise ValueError(f"passage id {dup!r:.80} occurs in more than one file")
-    if not out.passages and not out.sources:
+    if not out.passages and not out.sources and not empty_ok:
         raise ValueError("no passages found in " + ", ".join(map(str, paths))
                          + (f" ({len(out.errors)} files skipped)" if out.errors else "")
                          + (f"; {unread_summary(out.unread, out.needs_extra)}"

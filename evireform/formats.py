@@ -43,7 +43,10 @@ The parsers, and why these:
 
 Every archive format (DOCX, PPTX, XLSX, EPUB) has each member's unpacked size checked
 against :data:`MAX_PART_BYTES` before a parser reads it, and rows, slides and chapters are
-counted against :data:`MAX_ITEMS`: a refusal is one line naming the file.
+counted against :data:`MAX_ITEMS`: a refusal is one line naming the file.  Those bounds,
+the file size (:data:`MAX_DOCUMENT_BYTES`) and a PDF's drawing instructions
+(:data:`MAX_PDF_CONTENT_BYTES`) are settings: :class:`ReadLimits` (``load_paths(...,
+limits=...)``, ``--read-limit part=256M`` on ``index``, ``update`` and ``serve``).
 
 Heavier converters (markitdown, unstructured, textract) read more formats but pull in many
 dependencies and external programs; these cover what users ask for with small, maintained,
@@ -57,6 +60,8 @@ import io
 import os
 import re
 import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -578,7 +583,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
                 raise ValueError(f"{path}: the PDF is encrypted (it needs a password); "
                                  "decrypt it first, e.g. qpdf --decrypt")
         _too_many(path, len(reader.pages), "pages")
-        budget = [MAX_PDF_CONTENT_BYTES, {}]
+        budget = [read_limit("pdf_content_bytes"), {}]
         pages = []
         for pg in reader.pages:
             _pdf_content_budget(path, pg, budget)
@@ -632,8 +637,9 @@ def _pdf_content_budget(path: Path, page, budget: list) -> None:
         n += size
     budget[0] -= n
     if budget[0] < 0:
-        raise ValueError(f"{path}: its pages draw more than {MAX_PDF_CONTENT_BYTES >> 20} MiB "
-                         "of instructions (decoded); not read")
+        cap = read_limit("pdf_content_bytes")
+        raise ValueError(f"{path}: its pages draw more than {_size(cap)} of instructions "
+                         f"(decoded); not read {_setting('pdf_content_bytes')}")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -859,7 +865,8 @@ def _zip(path: Path, data: bytes, what: str, limit: int | None = None):
     """The archive of a DOCX/PPTX/XLSX/EPUB file, each member's unpacked size checked
     against ``limit`` (:data:`MAX_PART_BYTES`) before any parser reads it."""
     import zipfile
-    limit = MAX_PART_BYTES if limit is None else limit
+    setting = limit is None
+    limit = read_limit("part_bytes") if limit is None else limit
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
         infos = z.infolist()
@@ -869,14 +876,25 @@ def _zip(path: Path, data: bytes, what: str, limit: int | None = None):
     for info in infos:
         if info.file_size > limit:
             raise ValueError(f"{path}: its part {info.filename!r} unpacks to "
-                             f"{info.file_size:,} bytes, more than the {limit >> 20} MiB a "
-                             "document's part may have")
+                             f"{info.file_size:,} bytes, more than the {_size(limit)} a "
+                             "document's part may have" +
+                             (" " + _setting("part_bytes") if setting else ""))
     return z
 
 
 def _too_many(path: Path, n: int, what: str) -> None:
-    if n > MAX_ITEMS:
-        raise ValueError(f"{path}: more than {MAX_ITEMS:,} {what}; split the file")
+    cap = read_limit("items")
+    if n > cap:
+        raise ValueError(f"{path}: more than {cap:,} {what}; split the file "
+                         f"{_setting('items')}")
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads a limit: MiB when whole, else KiB or bytes."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n:,} bytes"
 
 
 def _row_text(header: list[str], row: list[str]) -> str:
@@ -905,7 +923,7 @@ def _rows_to_sections(path: Path, rows, where: tuple[str, ...] = ()) -> list[Sec
             header = list(row)
             first = (n, row)
             continue
-        _too_many(path, len(out), "rows")
+        _too_many(path, len(out) + 1, "rows")  # the row about to be read counted
         text = _row_text(header, list(row))
         if text:
             out.append(Section(where, [Block(text)], where={"row": n}))
@@ -927,7 +945,7 @@ def _read_csv(path: Path, data: bytes) -> Document:
             delim = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
         except csv.Error:
             delim = ","
-    csv.field_size_limit(MAX_DOCUMENT_BYTES)
+    csv.field_size_limit(read_limit("document_bytes"))
     try:
         rows = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
         sections = _rows_to_sections(path, rows)
@@ -1157,11 +1175,83 @@ def _utf8(path: Path, data: bytes) -> str:
 
 #: the largest file a reader reads (bytes): a document, not a disk image
 MAX_DOCUMENT_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """The readers' bounds for one load (None: the module's default, :data:`MAX_...`):
+    ``document_bytes`` a file's size (:data:`MAX_DOCUMENT_BYTES`), ``part_bytes`` an
+    archive member's unpacked size (:data:`MAX_PART_BYTES`), ``pdf_content_bytes`` a PDF's
+    decoded drawing instructions (:data:`MAX_PDF_CONTENT_BYTES`), ``items`` the rows,
+    slides, chapters, pages or paragraphs of one file (:data:`MAX_ITEMS`).  Raise one for a
+    real document the default refuses; every refusal names the file and the setting."""
+    document_bytes: int | None = None
+    part_bytes: int | None = None
+    pdf_content_bytes: int | None = None
+    items: int | None = None
+
+    #: the command line's names (``--read-limit NAME=VALUE``) and the fields they set
+    NAMES = {"document": "document_bytes", "part": "part_bytes",
+             "pdf-content": "pdf_content_bytes", "items": "items"}
+
+    def __post_init__(self) -> None:
+        for f in ("document_bytes", "part_bytes", "pdf_content_bytes", "items"):
+            v = getattr(self, f)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"ReadLimits.{f} must be a positive int or None; got {v!r}")
+
+    @classmethod
+    def parse(cls, specs: Any) -> "ReadLimits":
+        """``["part=256M", "items=500000"]`` (sizes in bytes, or with K, M or G: binary
+        units) as limits; ``ValueError`` naming what is wrong."""
+        got: dict[str, int] = {}
+        for spec in specs or ():
+            name, eq, value = str(spec).partition("=")
+            field_ = cls.NAMES.get(name.strip().lower())
+            if not eq or field_ is None:
+                raise ValueError(f"read limit {spec!r}: NAME=VALUE with NAME one of "
+                                 f"{', '.join(cls.NAMES)}")
+            m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", value, re.IGNORECASE)
+            if not m or int(m.group(1)) < 1:
+                raise ValueError(f"read limit {spec!r}: the value is a positive whole "
+                                 "number, bytes or with K, M or G (e.g. part=256M)")
+            unit = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+            got[field_] = int(m.group(1)) * unit
+        return cls(**got)
+
+
+_DEFAULT_OF = {"document_bytes": "MAX_DOCUMENT_BYTES", "part_bytes": "MAX_PART_BYTES",
+               "pdf_content_bytes": "MAX_PDF_CONTENT_BYTES", "items": "MAX_ITEMS"}
+_LIMITS: "ContextVar[ReadLimits | None]" = ContextVar("evireform_read_limits", default=None)
+
+
+def read_limit(name: str) -> int:
+    """The bound ``name`` (a :class:`ReadLimits` field) in force: the load's setting, else
+    the module's default (read now, so that a changed default counts)."""
+    lim = _LIMITS.get()
+    v = getattr(lim, name) if lim is not None else None
+    return int(v if v is not None else globals()[_DEFAULT_OF[name]])
+
+
+@contextmanager
+def reading_limits(limits: ReadLimits | None):
+    """Readers called inside use ``limits`` (None: the defaults)."""
+    token = _LIMITS.set(limits)
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
+def _setting(name: str) -> str:
+    """How a refusal names the setting that would raise it."""
+    flag = {v: k for k, v in ReadLimits.NAMES.items()}[name]
+    return f"(raise it with --read-limit {flag}=..., or ReadLimits({name}=...))"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
     getattr(os, "O_CLOEXEC", 0)
 
 
-def read_file_bytes(path: StrPath, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+def read_file_bytes(path: StrPath, limit: int | None = None) -> bytes:
     """The bytes of the regular file at ``path``, opened once: without following a link
     at its last step, without blocking (a FIFO or device swapped in is refused, not waited
     on), checked on the open descriptor (a regular file, at most ``limit`` bytes) and read
@@ -1178,9 +1268,12 @@ def read_file_bytes(path: StrPath, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{path}: not a regular file (a FIFO, device or socket)")
+        setting = limit is None
+        limit = read_limit("document_bytes") if limit is None else limit
         if st.st_size > limit:
             raise ValueError(f"{path}: {st.st_size:,} bytes, more than the "
-                             f"{limit >> 20} MiB a document may have")
+                             f"{_size(limit)} a document may have" +
+                             (" " + _setting("document_bytes") if setting else ""))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         chunks, total = [], 0

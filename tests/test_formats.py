@@ -1,6 +1,8 @@
 """evireform.formats: Markdown, HTML, PDF and DOCX read as documents (markup removed,
 headings as section paths, code kept, the file's own metadata), and a folder of them
 indexed and re-indexed after an edit."""
+import os
+
 import pytest
 
 from evireform import PropositionIndex
@@ -444,6 +446,53 @@ def test_a_bomb_part_is_refused_naming_the_file(tmp_path, monkeypatch):
     c.write_text("h\n1\n2\n3\n4\n")
     with pytest.raises(ValueError, match=r"rows.csv: more than 2 rows"):
         read_document(c)
+
+
+def test_the_readers_bounds_are_settings(tmp_path, monkeypatch, capsys):
+    """Issue 69: each bound (a file's size, an archive part, a PDF's drawing instructions,
+    the items of a file) is a setting: ``load_paths(limits=ReadLimits(...))`` and
+    ``--read-limit NAME=SIZE`` on index, update and serve; a refusal names the setting that
+    would raise it; a raised bound lets in what the default refuses; the setting holds for
+    that load only."""
+    import evireform.formats as F
+    from evireform.cli import main
+    from evireform.formats import ReadLimits, read_limit
+    assert ReadLimits.parse(["part=256M", "items=500000", "document=2g", "pdf-content=512K"]) \
+        == ReadLimits(part_bytes=256 << 20, items=500_000, document_bytes=2 << 30,
+                      pdf_content_bytes=512 << 10)
+    for bad in ("part", "parts=1M", "part=0", "part=1.5M", "items=-3"):
+        with pytest.raises(ValueError, match="read limit"):
+            ReadLimits.parse([bad])
+    with pytest.raises(ValueError, match="positive int"):
+        ReadLimits(items=0)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    _xlsx(folder / "big.xlsx", {"S": [["a"], ["x" * 5000]]})
+    (folder / "rows.csv").write_text("h\n1\n2\n3\n4\n")
+    (folder / "heavy.pdf").write_bytes(minimal_pdf([[f"line {i}" for i in range(40)]] * 3))
+    (folder / "note.md").write_text("# Note\n\n" + "word " * 100 + "\n")
+    monkeypatch.setattr(F, "MAX_PART_BYTES", 2000)  # a default that refuses big.xlsx
+    tight = ReadLimits(items=3, pdf_content_bytes=1200, part_bytes=1 << 20)
+    got = load_paths(folder, limits=tight, skip_errors=True)
+    why = {os.path.basename(p): m for p, m in got.errors}
+    assert "more than 3 rows" in why["rows.csv"] and "--read-limit items=" in why["rows.csv"]
+    assert "--read-limit pdf-content=" in why["heavy.pdf"]  # 3 pages: within the items
+    assert set(why) == {"rows.csv", "heavy.pdf"}  # big.xlsx's part fits the raised bound
+    with pytest.raises(ValueError, match=r"note.md: .* more than the 300 bytes .*document="):
+        load_paths(folder / "note.md", limits=ReadLimits(document_bytes=300))
+    assert read_limit("items") == F.MAX_ITEMS and read_limit("part_bytes") == 2000
+    with pytest.raises(ValueError, match=r"big.xlsx: its part .*--read-limit part="):
+        load_paths(folder / "big.xlsx")  # the default (2000 here) again
+    # the command line: a bad setting is a usage error naming the names, a good one holds
+    with pytest.raises(SystemExit) as ex:
+        main(["index", str(folder), str(tmp_path / "ix"), "--embedder", "hashing-8",
+              "--read-limit", "bogus=1"])
+    assert ex.value.code == 2
+    assert "document, part, pdf-content, items" in capsys.readouterr().err
+    rc = main(["index", str(folder), str(tmp_path / "ix"), "--embedder", "hashing-8",
+               "--skip-errors", "--read-limit", "part=1M", "--read-limit", "items=2"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "rows.csv: more than 2 rows" in err and "big.xlsx" not in err
 
 
 def test_a_format_whose_extra_is_missing_is_named_not_fatal(tmp_path, monkeypatch):

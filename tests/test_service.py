@@ -716,3 +716,33 @@ def test_files_come_in_through_the_service(tmp_path):
     assert o["big"].status_code == 413 and o["empty"].status_code in (400, 422)
     assert not (svc.uploads_dir / "blob.bin").exists()
     assert (svc.uploads_dir / "note.md").read_bytes().startswith(b"# Dana\n\nDana Ruiz left")
+
+
+def test_uploads_read_under_the_services_read_limits(tmp_path):
+    """Issue 69: `serve --read-limit` holds for POST /documents: a CSV of more rows than the
+    service's setting is skipped with the reason naming the setting; the same file within
+    it is indexed."""
+    from evireform.formats import ReadLimits
+    from evireform.service import RetrievalService, create_app
+    from evireform.cli import main
+    ix = PropositionIndex.build(_records(4), EMB, show_progress=False).save(tmp_path / "ix")
+    csv = b"name,team\nAda,core\nBo,docs\nCy,ops\n"
+
+    async def post(limits):
+        svc = RetrievalService(ix, EMB, read_limits=limits)
+        app = create_app(svc)
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                r = await c.post("/documents", files=[("files", ("people.csv", csv))])
+                assert r.status_code == 200, r.text
+                return r.json()["files"][0]
+        finally:
+            await svc.stop()
+    tight = asyncio.run(post(ReadLimits(items=2)))
+    assert tight["status"] == "skipped" and "more than 2 rows" in tight["reason"]
+    assert "--read-limit items=" in tight["reason"]
+    assert asyncio.run(post(ReadLimits(items=3)))["passages"] == 3
+    with pytest.raises(SystemExit):  # serve refuses a bad setting before it loads anything
+        main(["serve", str(ix), "--read-limit", "rows=3"])

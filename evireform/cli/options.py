@@ -117,12 +117,40 @@ def _add_document_args(p) -> None:
     g.add_argument("--chunk-overlap", type=_nonneg_int, default=30,
                    help="tokens of whole sentences repeated between consecutive chunks")
     g.add_argument("--include", action="append", metavar="GLOB",
-                   help="in folders, only files matching GLOB (repeatable; default: "
-                        "*.txt *.md *.markdown *.json *.jsonl *.ndjson)")
+                   help="in folders, only files matching GLOB (repeatable; default: every "
+                        "format a reader takes, and corpus files: *.json *.jsonl *.ndjson)")
     g.add_argument("--exclude", action="append", metavar="GLOB",
                    help="in folders, skip files matching GLOB (repeatable)")
     g.add_argument("--skip-errors", action="store_true",
                    help="skip unreadable files (reported by name) instead of stopping")
+    _add_read_limit_arg(g)
+
+
+def _add_read_limit_arg(g) -> None:
+    g.add_argument("--read-limit", action="append", metavar="NAME=SIZE", type=_read_limit,
+                   default=[],
+                   help="raise or lower one of the readers' bounds (repeatable): document "
+                        "(a file's size, default 256M), part (an archive member unpacked: "
+                        "DOCX, PPTX, XLSX, EPUB; 64M), pdf-content (a PDF's decoded drawing "
+                        "instructions; 64M), items (rows, slides, pages, paragraphs of one "
+                        "file; 200000); sizes in bytes or with K, M, G")
+
+
+def _read_limit(spec: str) -> str:
+    from ..formats import ReadLimits
+    try:
+        ReadLimits.parse([spec])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return spec
+
+
+def read_limits(args: Any):
+    """The ``--read-limit`` settings as :class:`~evireform.formats.ReadLimits` (None when
+    none is given)."""
+    from ..formats import ReadLimits
+    specs = getattr(args, "read_limit", None)
+    return ReadLimits.parse(specs) if specs else None
 
 
 def _read_paths(args: Any, paths: Any, embedder: Embedder, whole: bool = False, roots=None):
@@ -134,7 +162,7 @@ def _read_paths(args: Any, paths: Any, embedder: Embedder, whole: bool = False, 
     loaded = load_paths(paths, chunk_tokens=args.chunk_tokens,
                         chunk_overlap=args.chunk_overlap, embedder=embedder,
                         include=args.include, exclude=args.exclude,
-                        skip_errors=args.skip_errors, roots=roots)
+                        skip_errors=args.skip_errors, roots=roots, limits=read_limits(args))
     def shown(m) -> str:
         return m.encode("utf-8", "backslashreplace").decode("utf-8")
     for msg in loaded.warnings:

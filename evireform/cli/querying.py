@@ -27,9 +27,10 @@ from ..retriever import EviReformConfig
 from ..kernels import warm_up_in_background
 from ..service import RetrievalService, serve
 from .options import (
-    _add_index_dir, _add_index_embedder_args, _add_llm_args, _fell_back, _filter_arg,
+    _add_index_dir, _add_index_embedder_args, _add_llm_args, _add_read_limit_arg,
+    _fell_back, _filter_arg,
     _index_embedder, _llm_client, _nonneg_float, _port_number, _positive_float,
-    _positive_int, _replay_summary, _strict_status)
+    _positive_int, _replay_summary, _strict_status, read_limits)
 
 if TYPE_CHECKING:  # annotations only
     from ..types import StrPath
@@ -271,7 +272,8 @@ def _cmd_serve(args: Any) -> int:
     svc = RetrievalService(args.index_dir, emb, llm=client, index=idx,
                            max_batch=args.max_batch, max_wait=args.max_wait_ms / 1e3,
                            max_queue=args.max_queue, backend=args.backend,
-                           precision=args.precision, config=_config(args))
+                           precision=args.precision, config=_config(args),
+                           read_limits=read_limits(args))
     serve(svc, host=args.host, port=args.port, api_key=key,
           header_timeout=args.header_timeout, max_connections=args.max_connections,
           cors_origins=args.cors_origin,
@@ -406,6 +408,7 @@ def add_serve_parser(sub: Any) -> None:
     sv.add_argument("--max-queue", type=_positive_int, default=256,
                     help="questions waiting at most; beyond, 503 with Retry-After")
     sv.add_argument("--device", default=None, help="device for the index's embedder")
+    _add_read_limit_arg(sv.add_argument_group("files uploaded through POST /documents"))
     _add_engine_args(sv)
     _add_index_embedder_args(sv)
     _add_llm_args(sv)

@@ -55,8 +55,12 @@ class RetrievalService:
 
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
                  max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
-                 index=None, backend: str = "auto", precision: str = "auto"):
+                 index=None, backend: str = "auto", precision: str = "auto",
+                 read_limits=None):
         self.index_dir = Path(index_dir)
+        #: the readers' bounds for uploaded files (:class:`~evireform.formats.ReadLimits`;
+        #: None: the defaults)
+        self.read_limits = read_limits
         self.backend, self.precision = backend, precision
         self.embedder, self.config = embedder, config
         # the LLM roles of ``llm`` unless given (``{}``: the LLM-free roles with an LLM
@@ -384,7 +388,7 @@ class RetrievalService:
 
     def _add_documents_sync(self, files: list[tuple[str, bytes]]) -> dict[str, Any]:
         from ..documents import load_paths, document_roots
-        from ..formats import MAX_DOCUMENT_BYTES
+        from ..formats import read_limit, reading_limits
         if not files:
             raise ValueError("no files: send one or more as multipart form field 'files'")
         if len(files) > self.MAX_UPLOAD_FILES:
@@ -395,7 +399,9 @@ class RetrievalService:
         paths = []
         for name, data in files:
             why = upload_name_problem(name)
-            if why is None and len(data) > MAX_DOCUMENT_BYTES:
+            with reading_limits(self.read_limits):
+                cap = read_limit("document_bytes")
+            if why is None and len(data) > cap:
                 why = f"{len(data):,} bytes, more than a document may have"
             if why:
                 results.append({"file": str(name)[:200], "status": "skipped", "reason": why})
@@ -419,7 +425,8 @@ class RetrievalService:
         if paths:
             loaded = load_paths([t for _, t in paths], embedder=self.embedder,
                                 skip_errors=True, roots=[str(up.resolve())] + document_roots(
-                                    self.current().index))
+                                    self.current().index), limits=self.read_limits,
+                                empty_ok=True)
             failed = dict(loaded.errors)
             for name, target in paths:
                 src = f"uploads/{name}"
