@@ -201,6 +201,9 @@ class _FittedExtractor(Extractor):
 
     title_entity: bool
     title_prefix: bool
+    #: sentences without a letter ("...", ">>>", '"""', "2.", "[1]": list numbers, prompts and
+    #: markup a splitter leaves) are no propositions (issue 68); False: every sentence is
+    words_only: bool = False
 
     def _group(self, metadata: dict[str, Any]):
         return _namespace_of(metadata, self.group_by)
@@ -229,6 +232,8 @@ class _FittedExtractor(Extractor):
         title = passage.title.strip()
         out = []
         for sent in sentences(passage.text):
+            if self.words_only and not _LETTER.search(sent):
+                continue
             ents = mentions(sent)
             if title and self.title_entity:
                 ents.append(title)
@@ -461,13 +466,19 @@ class ProseExtractor(_FittedExtractor):
     everything and bridge to nothing, so it is no entity.  :meth:`fit` learns the document
     frequencies and the lower-case words per namespace (metadata key ``group_by``, as
     :class:`PhraseExtractor` does): one tenant's text never changes another's graph.
+
+    ``words_only`` (the default; ``prose-v2``): a sentence without a letter is no
+    proposition; ``words_only=False`` extracts as ``prose-v1`` did (an index recorded so
+    is updated so).
     """
 
-    name = "prose-v1"
+    name = "prose-v2"
 
     def __init__(self, max_df_share: float = 0.05, max_df_min: int = 5,
                  title_prefix: bool = True, title_entity: bool = True,
-                 group_by: str | None = "namespace") -> None:
+                 group_by: str | None = "namespace", words_only: bool = True) -> None:
+        self.words_only = bool(words_only)
+        self.name = "prose-v2" if self.words_only else "prose-v1"
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
         self.title_prefix, self.title_entity = title_prefix, title_entity
         self.group_by: str | None = group_by
@@ -537,6 +548,8 @@ class ProseExtractor(_FittedExtractor):
         return self._propositions(passage, mentions)
 
 
+#: a letter of any script (not a digit, not "_")
+_LETTER = re.compile(r"[^\W\d_]")
 _CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
@@ -653,14 +666,20 @@ class NamespaceAutoExtractor(Extractor):
     phrases: PhraseExtractor
     prose: "ProseExtractor"
 
-    name = "auto-v1"
+    name = "auto-v2"
 
-    def __init__(self, group_by: str | None = "namespace", choices: dict[str, Any] | None = None) -> None:
+    def __init__(self, group_by: str | None = "namespace", choices: dict[str, Any] | None = None,
+                 *, version: int = 2) -> None:
+        """``version=1``: prose namespaces extracted as ``prose-v1`` (an index recorded
+        ``auto-v1``)."""
+        if version not in (1, 2):
+            raise ValueError(f"version must be 1 or 2; got {version!r}")
         self.group_by: str | None = group_by
         self.choices: dict[str, Any] = dict(choices or {})
         self.heuristic = HeuristicExtractor()
         self.phrases = PhraseExtractor(group_by=group_by)
-        self.prose = ProseExtractor(group_by=group_by)
+        self.prose = ProseExtractor(group_by=group_by, words_only=version >= 2)
+        self.name = f"auto-v{version}"
 
     def _which(self, metadata: dict[str, Any]):
         return self.choices.get(_namespace_label(_namespace_of(metadata, self.group_by)),
@@ -730,6 +749,8 @@ def make_extractor(name: str, recorded: str | None = None,
         return ex
     if name == "phrases" and recorded == "phrases-v1":
         return PhraseExtractor(group_by=None)
+    if name == "prose" and recorded == "prose-v1":
+        return ProseExtractor(words_only=False)
     try:
         return EXTRACTORS[name]()
     except KeyError:
@@ -742,11 +763,12 @@ def extractor_recorded(recorded, choice: dict[str, Any] | None = None) -> Extrac
     ``meta["extractor"]``), or None when no LLM-free extractor does.  ``choice``: the index's
     ``meta["extractor_choice"]``, whose per-namespace choices an ``auto-v1`` index extracts
     new passages with."""
-    if recorded == NamespaceAutoExtractor.name:
+    if recorded in ("auto-v1", "auto-v2"):
         got = (choice or {}).get("namespaces")
         return NamespaceAutoExtractor(choices={str(k): v for k, v in got.items()
                                                if v in ("heuristic", "phrases", "prose")}
-                                      if isinstance(got, dict) else None)
+                                      if isinstance(got, dict) else None,
+                                      version=int(recorded[-1]))
     for key in EXTRACTORS:
         found = make_extractor(key, recorded)
         if found.name == recorded:

@@ -221,3 +221,31 @@ def test_extractors_are_linear_in_their_input(name):
     for shape, make in _SHAPES.items():
         small, large = cost(make(50_000)), cost(make(500_000))
         assert large <= 25 * max(small, 0.005), (shape, small, large)
+
+
+def test_a_sentence_without_a_letter_is_no_proposition():
+    """Issue 68: what a splitter leaves of prompts, list numbers and markup ("...", ">>>",
+    '\"\"\"', "2.", "[1]") is no proposition under prose-v2 (the default); an index
+    recorded prose-v1 or auto-v1 keeps extracting them on update, as it was built."""
+    from evireform.extract import NamespaceAutoExtractor, extractor_recorded
+    text = ('Call the parser first. ... >>> """ 2. [1] The parser reads '
+            'pyproject.toml files. 日本語の文。')
+    p = Passage(id="d#0", title="Parsing", text=text)
+    v2 = [x.text for x in ProseExtractor().extract_many([p])[0]]
+    assert v2 and all(any(c.isalpha() for c in t.removeprefix("Parsing: ")) for t in v2)
+    assert any("pyproject.toml" in t for t in v2) and any("日本語" in t for t in v2)
+    old = ProseExtractor(words_only=False)
+    v1 = [x.text for x in old.extract_many([p])[0]]
+    assert len(v1) > len(v2) and old.name == "prose-v1" and ProseExtractor().name == "prose-v2"
+    assert extractor_recorded("prose-v1").name == "prose-v1"
+    assert extractor_recorded("prose-v2").name == "prose-v2"
+    for v in (1, 2):
+        got = extractor_recorded(f"auto-v{v}", {"namespaces": {"*": "prose"}})
+        assert isinstance(got, NamespaceAutoExtractor) and got.name == f"auto-v{v}"
+        assert got.prose.words_only == (v == 2)
+    # a prose-v1 index takes an update without naming its extractor, extracting as built
+    emb = HashingEmbedder(32)
+    idx = PropositionIndex.build([p], emb, extractor=old, show_progress=False)
+    grown = idx.add([Passage(id="d#1", title="More", text="See 3. It ends here.")], emb)
+    assert grown.meta["extractor"] == "prose-v1"
+    assert any(t.endswith("3.") for t in grown.prop_texts)
