@@ -365,13 +365,24 @@ _BLOCK_TAGS = {"p", "div", "li", "dt", "dd", "blockquote", "section", "article",
                "ol", "dl", "form", "br", "hr", "body", "address", "details", "summary"}
 _SKIP_TAGS = {"script", "style", "template", "noscript", "svg"}
 #: page chrome, not text: navigation, banners, footers, sidebars, search boxes and permalink
-#: anchors, known by their element, their ARIA role or their class (Sphinx's and the usual
-#: site generators' names); an element of these is skipped with everything inside it
+#: anchors, known by their element, their ARIA role or their class (Sphinx's, Texinfo's,
+#: DocBook's and the usual site generators' names); an element of these is skipped with
+#: everything inside it.  ``python scripts/html_extractors.py`` measures these rules against
+#: trafilatura and readability-lxml on real pages (docs/guide.md, "Documents")
 _CHROME_TAGS = {"nav", "header", "footer", "aside"}
 _CHROME_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
 _CHROME_CLASSES = {"sphinxsidebar", "sphinxsidebarwrapper", "related", "footer", "headerlink",
                    "navigation", "navbar", "nav", "breadcrumb", "breadcrumbs", "sidebar",
-                   "toc", "skip-link", "site-header", "site-footer", "mobile-nav"}
+                   "toc", "skip-link", "site-header", "site-footer", "mobile-nav",
+                   "nav-panel", "copiable-anchor", "copiable-link", "navheader", "navfooter",
+                   "skip-to-content"}
+#: classes that are chrome on one element only: Texinfo's navigation panel is a
+#: ``div class="header"`` (a table's "header" cell is text), Node's permalinks are
+#: ``a class="mark"``
+_CHROME_CLASSES_ON = {"div": {"header"}, "a": {"mark"}}
+#: an ``aside`` that is the text's own: footnotes (Sphinx writes them as ``aside
+#: class="footnote" role="note"``), notes and admonitions
+_TEXT_ASIDE_CLASSES = {"footnote", "footnote-list", "note", "admonition", "warning", "tip"}
 #: elements without an end tag (never pushed on the chrome stack)
 _VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
               "source", "track", "wbr"}
@@ -495,11 +506,16 @@ class _HTMLText(HTMLParser):
 def _is_chrome(tag: str, attrs: dict[str, Any], in_article: int = 0) -> bool:
     """Whether an element is page chrome (:data:`_CHROME_TAGS`, roles and classes); a
     header or footer inside a main or article element is the article's own."""
+    classes = set((attrs.get("class") or "").lower().split())
+    role = (attrs.get("role") or "").lower()
+    if tag == "aside" and (role == "note" or _TEXT_ASIDE_CLASSES & classes):
+        return False
     if tag in _CHROME_TAGS and not (in_article and tag in ("header", "footer")):
         return True
-    if (attrs.get("role") or "").lower() in _CHROME_ROLES:
+    if role in _CHROME_ROLES:
         return True
-    return bool(_CHROME_CLASSES & set((attrs.get("class") or "").lower().split()))
+    return bool(_CHROME_CLASSES & classes) or bool(
+        _CHROME_CLASSES_ON.get(tag, set()) & classes and not in_article)
 
 
 def read_html_text(text: str) -> Document:

@@ -221,6 +221,50 @@ def test_html_page_chrome_is_not_text():
         assert chrome not in text and all(chrome not in " ".join(p) for p in paths)
 
 
+@pytest.mark.parametrize("page,text,chrome", [
+    # Texinfo (libffi's manual): the navigation panel is a div of class "header", the
+    # index anchors carry pilcrows
+    ("""<body><div class="subsection" id="x"><div class="header"><p>Next: <a href="n.html">
+     Type Example</a>, Previous: <a href="p.html">Size and Alignment</a>, Up: <a href="t">
+     Types</a> &nbsp; [<a href="Index.html">Index</a>]</p></div><hr>
+     <h4 class="subsection">2.3.4 Arrays</h4><p>Arrays are passed by pointer.<a
+     class="copiable-anchor" href="#i"> &para;</a></p></div></body>""",
+     "Arrays are passed by pointer.", ["Next:", "Previous:", "Index]", "\u00b6"]),
+    # Sphinx 5+: footnotes are asides of role "note"; they are the page's text
+    ("""<body><div class="body" role="main"><p>See below.</p><p class="rubric">Footnotes</p>
+     <aside class="footnote-list brackets"><aside class="footnote brackets" role="note">
+     <span class="label">1</span><p>The name stems from Modula-3.</p></aside></aside>
+     </div><aside class="sidebar">Other pages</aside></body>""",
+     "The name stems from Modula-3.", ["Other pages"]),
+    # Node.js API pages: a skip link and "#" permalinks
+    ("""<body><a href="#apicontent" class="skip-to-content">Skip to content</a>
+     <div id="apicontent"><h2>fs.stat(path)<span><a class="mark" href="#fs">#</a></span></h2>
+     <p>Returns the file's status.</p></div></body>""",
+     "Returns the file's status.", ["Skip to content", "#"]),
+    # DocBook (valgrind's manual): navigation tables of class navheader / navfooter
+    ("""<body><div class="navheader"><table><tr><td><a href="a">Prev</a></td><td>Up</td>
+     <td>Next</td></tr></table></div><div class="chapter"><p>Cachegrind simulates caches.
+     </p></div><div class="navfooter"><table><tr><td>3. Advanced Topics</td></tr></table>
+     </div></body>""",
+     "Cachegrind simulates caches.", ["Prev", "Advanced Topics"]),
+])
+def test_generators_chrome_is_not_text_and_their_text_is(page, text, chrome):
+    """Issue 68, measured by ``scripts/html_extractors.py`` on Debian's documentation: the
+    chrome of Texinfo, DocBook and Node's pages is left out, Sphinx's footnotes stay; a
+    table cell or span of class "header" or "mark" is text."""
+    from evireform.formats import read_html_text
+    doc = read_html_text(page)
+    got = " ".join(b.text for s in doc.sections for b in s.blocks) + " " + \
+        " ".join(" ".join(s.path) for s in doc.sections)
+    assert text in " ".join(got.split())
+    for c in chrome:
+        assert c not in got, c
+    kept = read_html_text('<body><table><tr><td class="header">Name</td><td>Size</td></tr>'
+                          '</table><p>A <span class="mark">marked</span> word.</p></body>')
+    kept_text = " ".join(b.text for s in kept.sections for b in s.blocks)
+    assert "Name" in kept_text and "marked" in kept_text
+
+
 def test_an_articles_own_header_is_its_text():
     from evireform.formats import read_html_text
     doc = read_html_text("<body><header>Site name</header><article><header><h1>Post title"
