@@ -193,6 +193,30 @@ class HeuristicExtractor(Extractor):
 
 
 
+#: the most passages of one namespace the fitted extractors (phrases-v3, prose-v2) learn
+#: their statistics from: those whose ids hash lowest (:func:`fit_sample`), a property of
+#: the set of passages, so that an updated index learns what a rebuilt one does and an
+#: update reads at most this many old passages, whatever its namespace holds
+FIT_SAMPLE = 20_000
+
+
+def fit_sample(passages: Sequence[Passage], positions: Sequence[int], limit: int | None
+               ) -> list[int]:
+    """``positions`` (of ``passages``) when at most ``limit`` (None: no limit), else the
+    ``limit`` of them whose ids hash lowest (blake2b), in ascending order."""
+    if limit is None or len(positions) <= limit:
+        return list(positions)
+    import hashlib
+    import numpy as np
+    ids = column(passages, "ids")
+    keys = np.fromiter((int.from_bytes(hashlib.blake2b(
+        ids[j].encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") >> 1
+        for j in positions), dtype=np.int64, count=len(positions))
+    pos = np.asarray(positions, dtype=np.int64)
+    keep = np.argpartition(keys, limit - 1)[:limit]
+    return sorted(pos[keep].tolist())
+
+
 class _FittedExtractor(Extractor):
     """What the extractors that learn from their corpus share: statistics per namespace
     (``_fitted``: namespace -> what :meth:`fit` learnt), fitted on first use for a namespace
@@ -270,9 +294,11 @@ class PhraseExtractor(_FittedExtractor):
     depend on the text of its own namespace only, so one tenant's rankings never depend on
     another tenant's passages, and a namespace of an index built with this extractor equals
     an index built from that namespace's passages alone.  ``group_by=None`` learns one
-    vocabulary from the whole corpus.  An add learns the vocabulary of the namespaces it
-    touches again from their passages (old and new); the propositions already in the index
-    are kept as they were extracted.
+    vocabulary from the whole corpus.  A namespace's vocabulary is learnt from at most
+    ``fit_sample`` of its passages (:data:`FIT_SAMPLE`, those whose ids hash lowest: the
+    same ones for an update as for a rebuild); an add learns the vocabulary of the
+    namespaces it touches again from those (old and new); the propositions already in the
+    index are kept as they were extracted.
     """
 
     max_df_min: int
@@ -282,18 +308,24 @@ class PhraseExtractor(_FittedExtractor):
     title_entity: bool
     title_prefix: bool
 
-    #: ``"phrases-v2"``: a vocabulary per namespace; ``"phrases-v1"`` (``group_by=None``):
-    #: one for the corpus, as before namespaces were fitted apart
-    name = "phrases-v2"
+    #: ``"phrases-v3"``: a vocabulary per namespace, learnt from at most ``fit_sample``
+    #: of its passages (:data:`FIT_SAMPLE`); ``"phrases-v2"`` (``fit_sample=None``): from all
+    #: of them; ``"phrases-v1"`` (``group_by=None``): one for the corpus, as before namespaces
+    #: were fitted apart
+    name = "phrases-v3"
 
     def __init__(self, max_n: int = 3, min_df: int = 2, max_df_share: float = 0.005,
                  max_df_min: int = 5, max_title_tokens: int = 8, title_prefix: bool = True,
                  title_entity: bool = True, stopwords=STOPWORDS,
-                 group_by: str | None = "namespace") -> None:
+                 group_by: str | None = "namespace",
+                 fit_sample: int | None | str = "default") -> None:
         self.max_n, self.min_df = int(max_n), int(min_df)
         self.group_by: str | None = group_by
-        if group_by is None:
-            self.name = "phrases-v1"
+        if fit_sample == "default":  # read now, so that a changed default counts
+            fit_sample = FIT_SAMPLE
+        self.fit_sample: int | None = None if fit_sample is None else int(fit_sample)
+        self.name = "phrases-v1" if group_by is None else \
+            "phrases-v2" if fit_sample is None else "phrases-v3"
         #: the vocabulary and longest phrase of each namespace (see the class docstring)
         self.vocabs: dict[str, Any] = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
@@ -337,7 +369,8 @@ class PhraseExtractor(_FittedExtractor):
             if wanted is None or g in wanted:
                 members.setdefault(g, []).append(i)
         for g, pos in members.items():
-            self.vocabs[g] = self._learn(Take(passages, pos))
+            self.vocabs[g] = self._learn(Take(passages, fit_sample(passages, pos,
+                                                                   self.fit_sample)))
         return self
 
     def _learn(self, passages: Sequence[Passage]) -> tuple[set, int]:
@@ -467,24 +500,28 @@ class ProseExtractor(_FittedExtractor):
     frequencies and the lower-case words per namespace (metadata key ``group_by``, as
     :class:`PhraseExtractor` does): one tenant's text never changes another's graph.
 
-    ``words_only`` (the default; ``prose-v2``): a sentence without a letter is no
-    proposition; ``words_only=False`` extracts as ``prose-v1`` did (an index recorded so
-    is updated so).
+    ``version=2`` (the default; ``prose-v2``): a sentence without a letter is no
+    proposition, and a namespace's statistics come from at most :data:`FIT_SAMPLE` of its
+    passages (:func:`fit_sample`: an update reads no more, whatever the namespace holds);
+    ``version=1`` extracts as ``prose-v1`` did (an index recorded so is updated so).
     """
 
     name = "prose-v2"
 
     def __init__(self, max_df_share: float = 0.05, max_df_min: int = 5,
                  title_prefix: bool = True, title_entity: bool = True,
-                 group_by: str | None = "namespace", words_only: bool = True) -> None:
-        self.words_only = bool(words_only)
-        self.name = "prose-v2" if self.words_only else "prose-v1"
+                 group_by: str | None = "namespace", version: int = 2) -> None:
+        if version not in (1, 2):
+            raise ValueError(f"version must be 1 or 2; got {version!r}")
+        self.name = f"prose-v{version}"
+        self.words_only = version >= 2
+        self.fit_sample: int | None = FIT_SAMPLE if version >= 2 else None
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
         self.title_prefix, self.title_entity = title_prefix, title_entity
         self.group_by: str | None = group_by
         #: per namespace: (hub names, lower-case words)
         self.stats: dict[Any, tuple[frozenset[str], frozenset[str]]] = {}
-        self.cjk = PhraseExtractor(group_by=group_by)
+        self.cjk = PhraseExtractor(group_by=group_by, fit_sample=self.fit_sample)
 
     def _fitted(self) -> dict[Any, Any]:
         return self.stats
@@ -519,7 +556,10 @@ class ProseExtractor(_FittedExtractor):
             if wanted is None or g in wanted:
                 members.setdefault(g, []).append(i)
         texts = column(passages, "texts")
+        read: list[int] = []  # the passages learnt from, every namespace's
         for g, pos in members.items():
+            pos = fit_sample(passages, pos, self.fit_sample)
+            read += pos
             lower_counts: Counter = Counter()
             for j in pos:
                 lower_counts.update(LOWER_WORD.findall(texts[j]))
@@ -530,7 +570,7 @@ class ProseExtractor(_FittedExtractor):
                            for m in self._mentions(sent, lower)})
             cap = max(self.max_df_min, int(self.max_df_share * len(pos)))
             self.stats[g] = (frozenset(n for n, c in df.items() if c > cap), lower)
-        cjk = [j for j in range(len(passages)) if _CJK_CHAR.search(texts[j])]
+        cjk = [j for j in sorted(read) if _CJK_CHAR.search(texts[j])]
         if cjk:
             self.cjk.fit(Take(passages, cjk))
         return self
@@ -677,8 +717,9 @@ class NamespaceAutoExtractor(Extractor):
         self.group_by: str | None = group_by
         self.choices: dict[str, Any] = dict(choices or {})
         self.heuristic = HeuristicExtractor()
-        self.phrases = PhraseExtractor(group_by=group_by)
-        self.prose = ProseExtractor(group_by=group_by, words_only=version >= 2)
+        self.phrases = PhraseExtractor(group_by=group_by,
+                                       fit_sample=FIT_SAMPLE if version >= 2 else None)
+        self.prose = ProseExtractor(group_by=group_by, version=version)
         self.name = f"auto-v{version}"
 
     def _which(self, metadata: dict[str, Any]):
@@ -748,9 +789,11 @@ def make_extractor(name: str, recorded: str | None = None,
         ex.choice = choice
         return ex
     if name == "phrases" and recorded == "phrases-v1":
-        return PhraseExtractor(group_by=None)
+        return PhraseExtractor(group_by=None, fit_sample=None)
+    if name == "phrases" and recorded == "phrases-v2":
+        return PhraseExtractor(fit_sample=None)
     if name == "prose" and recorded == "prose-v1":
-        return ProseExtractor(words_only=False)
+        return ProseExtractor(version=1)
     try:
         return EXTRACTORS[name]()
     except KeyError:

@@ -425,7 +425,7 @@ class PropositionIndex:
             embedder_name=self.embedder_name, meta=dict(self.meta))
         per = getattr(extractor, "choices", None)
         if isinstance(per, dict) and isinstance(self.meta.get("extractor_choice"), dict):
-            # an auto-v1 index: the namespaces this add measured are recorded with the rest
+            # an auto-v* index: the namespaces this add measured are recorded with the rest
             out.meta["extractor_choice"] = {**self.meta["extractor_choice"],
                                             "namespaces": dict(sorted(per.items()))}
         # the engine's structures (codes, HNSW) are carried over when first needed

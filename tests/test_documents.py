@@ -145,7 +145,7 @@ def test_cli_index_a_folder_query_with_a_filter_and_update(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "replaced 1" in r.stdout or "deleted" in r.stdout, r.stdout
     idx = PropositionIndex.load(tmp_path / "ix")
-    assert idx.meta["extractor"] == "phrases-v2"
+    assert idx.meta["extractor"] == "phrases-v3"
     b = [p.text for p in idx.passages if p.metadata.get("source") == "notes/sub/b.txt"]
     assert b == ["bob stone was born in lyon."]
 

@@ -234,7 +234,7 @@ def test_a_sentence_without_a_letter_is_no_proposition():
     v2 = [x.text for x in ProseExtractor().extract_many([p])[0]]
     assert v2 and all(any(c.isalpha() for c in t.removeprefix("Parsing: ")) for t in v2)
     assert any("pyproject.toml" in t for t in v2) and any("日本語" in t for t in v2)
-    old = ProseExtractor(words_only=False)
+    old = ProseExtractor(version=1)
     v1 = [x.text for x in old.extract_many([p])[0]]
     assert len(v1) > len(v2) and old.name == "prose-v1" and ProseExtractor().name == "prose-v2"
     assert extractor_recorded("prose-v1").name == "prose-v1"
@@ -249,3 +249,38 @@ def test_a_sentence_without_a_letter_is_no_proposition():
     grown = idx.add([Passage(id="d#1", title="More", text="See 3. It ends here.")], emb)
     assert grown.meta["extractor"] == "prose-v1"
     assert any(t.endswith("3.") for t in grown.prop_texts)
+
+
+@pytest.mark.parametrize("kind", ["prose", "phrases"])
+def test_a_namespace_is_learnt_from_a_bounded_sample(kind, monkeypatch):
+    """Issue 69: the fitted extractors learn a namespace's statistics from at most
+    FIT_SAMPLE of its passages, those whose ids hash lowest: an add reads no more old text
+    than that, whatever the namespace holds, and learns exactly what a fit of the whole
+    (old and new) does; the v1/v2 names recorded by older indexes still learn from all."""
+    import evireform.extract as X
+    from evireform.strings import Concat
+    monkeypatch.setattr(X, "FIT_SAMPLE", 30)
+    words = ["ssh-agent", "ProxyJump", "login.defs", "tar", "xz", "zstd", "Kerberos",
+             "agent forwarding", "memory limit", "control master"]
+    rng = np.random.default_rng(3)
+
+    def make(lo, hi):
+        return [Passage(id=f"p{i}", title=f"Page {i}", text=" ".join(
+            f"The {rng.choice(words)} option sets {rng.choice(words)}." for _ in range(3)))
+            for i in range(lo, hi)]
+    old, new = make(0, 200), make(200, 205)
+    ctor = {"prose": lambda: X.ProseExtractor(), "phrases": lambda: X.PhraseExtractor()}[kind]
+    read = []
+    real = X.sentences
+    monkeypatch.setattr(X, "sentences", lambda t: (read.append(t), real(t))[1])
+    whole = ctor().fit(old + new)
+    read.clear()
+    grown = ctor().fit(Concat(old, new), new=new)
+    assert 0 < len(set(read)) <= 30  # the texts read: the sample, not 205
+    stats = (lambda e: e.stats) if kind == "prose" else (lambda e: e.vocabs)
+    assert stats(grown) == stats(whole)
+    assert X.fit_sample(old + new, list(range(205)), 30) == \
+        X.fit_sample(list(reversed(old + new))[::-1], list(range(205)), 30)
+    assert X.fit_sample(old, [3, 1, 2], 30) == [3, 1, 2]  # under the limit: as given
+    legacy = X.make_extractor(kind, {"prose": "prose-v1", "phrases": "phrases-v2"}[kind])
+    assert legacy.fit_sample is None and legacy.name.endswith(("v1", "v2"))

@@ -1,0 +1,53 @@
+"""What an update's extractor fit costs as the namespace grows (issue 69): the fitted
+extractors learn a namespace's statistics again on every add; prose-v2 and phrases-v3 read
+at most ``evireform.extract.FIT_SAMPLE`` of its passages (those whose ids hash lowest),
+prose-v1 and phrases-v2 all of them.
+
+    python scripts/fit_cost.py [--sizes 10000,100000]
+
+The passages are the manual-page development set's, repeated under new ids to each size;
+each line is one ``fit(old + new, new=new)`` with five new passages, in seconds (this
+machine, one process, one thread).  Prints Markdown."""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evireform import load_corpus  # noqa: E402
+from evireform.extract import FIT_SAMPLE, PhraseExtractor, ProseExtractor  # noqa: E402
+from evireform.strings import Concat  # noqa: E402
+from evireform.types import Passage  # noqa: E402
+
+KINDS = [("prose-v1 (every passage)", lambda: ProseExtractor(version=1)),
+         (f"prose-v2 (at most {FIT_SAMPLE:,})", lambda: ProseExtractor()),
+         ("phrases-v2 (every passage)", lambda: PhraseExtractor(fit_sample=None)),
+         (f"phrases-v3 (at most {FIT_SAMPLE:,})", lambda: PhraseExtractor())]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    a = ap.parse_args(argv)
+    base = list(load_corpus(ROOT / "evireform/evaluation/devsets/manpages/corpus.json"))
+    sizes = [int(x) for x in a.sizes.split(",")]
+    print("| extractor | " + " | ".join(f"{n:,} passages" for n in sizes) + " |")
+    print("|---|" + "---:|" * len(sizes))
+    cells: dict[str, list[str]] = {name: [] for name, _ in KINDS}
+    for n in sizes:
+        old = [Passage(id=f"p{i}", title=base[i % len(base)].title,
+                       text=base[i % len(base)].text) for i in range(n)]
+        new = [Passage(id=f"n{i}", title=p.title, text=p.text) for i, p in enumerate(base[:5])]
+        for name, make in KINDS:
+            t = time.perf_counter()
+            make().fit(Concat(old, new), new=new)
+            cells[name].append(f"{time.perf_counter() - t:.2f} s")
+    for name, row in cells.items():
+        print(f"| {name} | " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
