@@ -325,8 +325,11 @@ def read_markdown_text(text: str) -> Document:
             if not seen_heading and _clean(h):
                 seen_heading = True
                 # the title: a level-1 heading that opens the document (nothing but
-                # images before it); a section's heading ("## Installation") is a section
-                if level == 1 and not out.sections[0].blocks:
+                # images before it) and is its only one; a section's heading ("##
+                # Installation", or one of several level-1 headings: "Background",
+                # "License", "Building") is a section
+                if level == 1 and not out.sections[0].blocks and sum(
+                        1 for x in toks if x.type == "heading_open" and x.tag == "h1") == 1:
                     title = _clean(h).rstrip("¶§#").rstrip() or None
             out.heading(level, h)
         elif t.type == "tr_open":

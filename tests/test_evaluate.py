@@ -78,6 +78,36 @@ def test_the_python_documentation_set_is_consistent():
         assert not any(chrome in p.text for p in corpus), chrome
 
 
+def test_the_readme_set_is_consistent_in_both_readings():
+    """The third real-documents set (issues 67, 68): the same 15 READMEs read as Markdown
+    and as plain text, the same questions, each answer string in a passage of the
+    question's last document in both readings; the Markdown reading holds no badge, image
+    or link markup and titles each document by its own name, not a section's."""
+    from evireform import load_corpus
+    from evireform.evaluation import DATASETS
+    readings = {}
+    for name in ("readmes", "readmes-plain"):
+        qf, cf = DATASETS[name]
+        corpus = load_corpus(cf)
+        qs = load_questions(qf, corpus)
+        by_title: dict = {}
+        for p in corpus:
+            by_title.setdefault(p.title, []).append(" ".join(p.text.lower().split()))
+        recs = {r["_id"]: r for r in json.loads(open(qf, encoding="utf-8").read())}
+        for q in qs:
+            last = by_title[recs[q.id]["supporting_facts"][-1][0]]
+            assert any(" ".join(q.answer.lower().split()) in t for t in last), (name, q.id)
+        readings[name] = (corpus, [(q.question, q.answer) for q in qs])
+    assert readings["readmes"][1] == readings["readmes-plain"][1]
+    assert len(readings["readmes"][1]) >= 35
+    md = readings["readmes"][0]
+    for junk in ("![", "](http", "[![", "badge.svg", "**"):
+        assert not any(junk in p.text for p in md), junk
+    titles = {p.title for p in md}
+    assert {"APT", "PyYAML", "libxml2", "zstd"} <= titles
+    assert not titles & {"Installation", "License", "Sponsors", "Documentation"}
+
+
 def _fixture_data(tmp_path):
     corpus = [{"title": "Alice", "text": "Alice was born in Paris."},
               {"title": "Paris", "text": "Paris is the capital of France."},

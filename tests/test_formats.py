@@ -278,7 +278,7 @@ def test_an_articles_own_header_is_its_text():
 
 def test_markdown_titles_badges_and_addresses(tmp_path):
     """Issue 68: a document's title is its front matter's, else a level-1 heading that opens
-    it, else its file name (a generic one with its folder's); a section heading is never
+    it and is its only one, else its file name (a generic one with its folder's); a section heading is never
     the title; badges and images are no text; a link whose address is the information
     keeps it."""
     from evireform.documents import load_paths
@@ -291,6 +291,9 @@ def test_markdown_titles_badges_and_addresses(tmp_path):
         "see [Starlette](https://www.starlette.io/) for details.\n")
     (d / "guide.md").write_text("![banner](b.png)\n\n# FastAPI guide\n\nText.\n\n## Part\n\nMore.")
     (d / "late.md").write_text("Some intro text.\n\n# Not a title\n\nBody.")
+    # several level-1 headings (libjpeg-turbo's README): the first is a section too
+    (d / "codec.md").write_text("Background\n==========\n\nA JPEG codec.\n\nLicense\n"
+                                "=======\n\nBSD-style.\n")
     ps = load_paths(d).passages
     by = {}
     for p in ps:
@@ -298,6 +301,8 @@ def test_markdown_titles_badges_and_addresses(tmp_path):
     assert {p.title for p in by["fastapi/README.md"]} == {"fastapi README"}
     assert {p.title for p in by["fastapi/guide.md"]} == {"FastAPI guide"}
     assert {p.title for p in by["fastapi/late.md"]} == {"late"}
+    assert {p.title for p in by["fastapi/codec.md"]} == {"codec"}
+    assert [p.metadata["section"] for p in by["fastapi/codec.md"]] == ["Background", "License"]
     text = " ".join(p.text for p in by["fastapi/README.md"])
     assert "Build" not in text and "logo" not in text
     assert "forum (discuss.example.org)" in text and "the team (team@example.org)" in text

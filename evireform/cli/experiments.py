@@ -261,14 +261,17 @@ def _cmd_bench(args: Any) -> int:
 
 def add_eval_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
-    ev.add_argument("--dataset", choices=("musique", "hotpotqa", "manpages", "pydoc"),
-                    help="read the dataset from --data (default ../shared/data); manpages "
-                         "and pydoc: the real-documents development sets shipped with the "
-                         "package (Debian manual pages, English and Chinese; the Python "
-                         "standard library's documentation; Answer@K added)")
+    ev.add_argument("--dataset", choices=("musique", "hotpotqa", "manpages", "pydoc",
+                                          "readmes", "readmes-plain"),
+                    help="read the dataset from --data (default ../shared/data); manpages, "
+                         "pydoc and readmes: the real-documents development sets shipped "
+                         "with the package (Debian manual pages, English and Chinese; the "
+                         "Python standard library's documentation; software READMEs in "
+                         "Markdown, readmes-plain: the same read as plain text; Answer@K "
+                         "added)")
     ev.add_argument("--answer-recall", action="store_true",
                     help="also report Answer@K: the question's answer string in one of the "
-                         "top K passages (on for --dataset manpages and pydoc)")
+                         "top K passages (on for the real-documents sets)")
     ev.add_argument("--data", help="data folder (HippoRAG layout); default $EVIREFORM_DATA or "
                                    "../shared/data")
     ev.add_argument("--questions", help="questions file (MuSiQue or HotpotQA format)")

@@ -32,10 +32,17 @@ DATASETS = {
     # the package's reader (scripts/make_pydoc_devset.py), 80 questions, 39 of them two-hop
     "pydoc": (str(Path(__file__).parent / "devsets/pydoc/questions.json"),
               str(Path(__file__).parent / "devsets/pydoc/corpus.json")),
+    # the third (issues 67, 68): 15 software READMEs in Markdown as Debian installs them,
+    # read as a user's folder is (scripts/make_readme_devset.py), 37 questions, 5 two-hop;
+    # "readmes-plain": the same files and questions, read as plain text
+    "readmes": (str(Path(__file__).parent / "devsets/readmes/questions.json"),
+                str(Path(__file__).parent / "devsets/readmes/corpus.json")),
+    "readmes-plain": (str(Path(__file__).parent / "devsets/readmes/questions_plain.json"),
+                      str(Path(__file__).parent / "devsets/readmes/corpus_plain.json")),
 }
 
 #: the sets whose answers are strings of the passages: ``eval`` adds Answer@K for them
-ANSWER_RECALL_SETS = frozenset({"manpages", "pydoc"})
+ANSWER_RECALL_SETS = frozenset({"manpages", "pydoc", "readmes", "readmes-plain"})
 
 
 @dataclass(frozen=True)
