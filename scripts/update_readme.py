@@ -60,6 +60,9 @@ BLOCKS["case-table"] = [sys.executable, "scripts/case_table.py"]
 # the real-documents development set (issue 52): both extractors, EviReform's variants
 BLOCKS["devset-manpages"] = [sys.executable, "scripts/devset_table.py"]
 BLOCKS["devset-pydoc"] = [sys.executable, "scripts/devset_table.py", "--dataset", "pydoc"]
+BLOCKS["devset-readmes"] = [sys.executable, "scripts/devset_table.py", "--dataset", "readmes"]
+BLOCKS["devset-readmes-plain"] = [sys.executable, "scripts/devset_table.py", "--dataset",
+                                  "readmes-plain"]
 BLOCKS["lexical-fusions"] = [sys.executable, "scripts/lexical_fusions.py"]
 BLOCKS["lexical-fusions-llm"] = [sys.executable, "scripts/lexical_fusions.py", "--llm"]
 BLOCKS["devset-rule"] = [sys.executable, "scripts/devset_table.py", "--rule-only",
