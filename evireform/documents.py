@@ -524,11 +524,18 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
     for sec in doc.sections:
         if not sec.blocks:
             continue
-        blocks = ([Block(sec.path[-1])] if sec.path and not sec.continued else []) \
+        # the heading that became the title is the title only: not again at the head of
+        # every section path, nor the first line of the text under it.  A section's own
+        # heading stays the first line of its first chunk: held in the metadata alone it
+        # cost EviReform 3 of 37 questions at A@1 on the README set (docs/results.md)
+        path = sec.path
+        if doc.title and path and path[0] == doc.title:
+            path = path[1:]
+        blocks = ([Block(path[-1])] if path and not sec.continued else []) \
             + list(sec.blocks)
         where = {}
-        if sec.path:
-            where["section"] = " > ".join(_cap(h, MAX_HEADING_CHARS) for h in sec.path)
+        if path:
+            where["section"] = " > ".join(_cap(h, MAX_HEADING_CHARS) for h in path)
         if sec.page is not None:
             where["page"] = sec.page
         where.update(sec.where)

@@ -12,6 +12,11 @@ Writes two corpora of the same files and one question list for each:
 * ``corpus_plain.json`` / ``questions_plain.json``: the same bytes read as plain text
   (``.txt``: the file name as title, every character kept), the reader before the parser.
 
+``--no-headings DIR`` also writes, to DIR (not the package), the Markdown reading with each
+section's heading taken out of its first chunk's text (held in the ``section`` metadata
+only): what issue 68 proposed, measured with ``evireform eval --questions
+DIR/questions.json --corpus DIR/corpus.json --answer-recall``.
+
 The questions (below, written against these files' text) ask for a string that both
 readings hold; ``supporting_facts`` name each question's documents by the title that
 reading gives them, so a document-level chain@5 is measured on both.  ``bridge``
@@ -144,9 +149,31 @@ def _questions(titles: dict[str, str]) -> list[dict]:
             for n, (q, a, files, t) in enumerate(QUESTIONS)]
 
 
+def _write_without_headings(out: Path, recs: list[dict], titles: dict[str, str]) -> None:
+    """The Markdown reading with each section's heading out of its first chunk's text."""
+    out.mkdir(parents=True, exist_ok=True)
+    seen: set = set()
+    bare = []
+    for r in recs:
+        r = dict(r)
+        sec = r["metadata"].get("section")
+        key = (r["metadata"]["source"], sec)
+        if sec and key not in seen:
+            head = sec.split(" > ")[-1]
+            if r["text"].startswith(head + "\n"):
+                r["text"] = r["text"][len(head) + 1:]
+        seen.add(key)
+        bare.append(r)
+    (out / "corpus.json").write_text(json.dumps(bare, ensure_ascii=False, indent=0) + "\n")
+    (out / "questions.json").write_text(json.dumps(_questions(titles), ensure_ascii=False,
+                                                   indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "evireform/evaluation/devsets/readmes"))
+    ap.add_argument("--no-headings", metavar="DIR",
+                    help="also write the Markdown reading without headings in the text")
     a = ap.parse_args(argv)
     from evireform.embed import get_embedder
     emb = get_embedder("minilm")
@@ -170,6 +197,8 @@ def main(argv=None) -> int:
                 _questions(titles), ensure_ascii=False, indent=1) + "\n")
             print(f"corpus{tag}.json: {len(recs)} passages of {len(FILES)} files",
                   file=sys.stderr)
+            if a.no_headings and not tag:
+                _write_without_headings(Path(a.no_headings), recs, titles)
     pkgs = sorted({rel.split("/")[0] for rel in FILES.values()})
     pkgs = [{"libcrypt-dev": "libcrypt-dev", "libsodium23": "libsodium23"}.get(p, p)
             for p in pkgs]

@@ -75,8 +75,9 @@ def test_load_paths_folders_globs_ids_and_metadata(tmp_path, monkeypatch):
     assert not any("draft" in i or "hidden" in i for i in ids)
     a0 = got.passages[0]
     assert a0.title == "Alpha notes"
-    assert a0.metadata == {"source": "notes/a.md", "chunk": 0, "title": "Alpha notes",
-                           "section": "Alpha notes"}
+    # the opening heading is the title; the text under it has no section of its own
+    assert a0.metadata == {"source": "notes/a.md", "chunk": 0, "title": "Alpha notes"}
+    assert not a0.text.startswith("Alpha notes")
     assert next(p for p in got.passages if p.id == "c1").metadata == {"year": 2001}
     assert set(got.sources) == {"notes/a.md", "notes/sub/b.txt"}
     # the same file named alone has the same ids (given the roots the index knows)
