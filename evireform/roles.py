@@ -18,7 +18,8 @@ from typing import Any, Iterable, Protocol, Sequence, TYPE_CHECKING, runtime_che
 
 from ._checks import positive_int
 from .entities import canonical_entity, words
-from .extract import ENGLISH_STOPWORDS, name_spans, split_sentences
+from .extract import name_spans, split_sentences
+from .text import ENGLISH_STOPWORDS
 from .types import Passage
 
 if TYPE_CHECKING:  # annotations only

@@ -145,7 +145,7 @@ def test_named_entities_are_found_as_whole_words_in_linear_time():
     underscores, digits and case-folded letters."""
     import random
     import re
-    from evireform.extract import _WholeWords
+    from evireform.extract.openie import _WholeWords
     rng = random.Random(7)
     parts = ["a", "b", "ab", "x y", "c.d", ".net", "asp", ".", "-", "é", "ß", "1963",
              "foo_bar", " ", "(", ")", "a-b"]

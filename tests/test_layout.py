@@ -250,6 +250,6 @@ def test_no_module_imports_a_private_name_from_outside_its_subpackage(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(root / "kernels", fake / "kernels",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    with open(fake / "evireform" / "extract.py", "a", encoding="utf-8") as fh:
-        fh.write("\nfrom .filters import _planted  # noqa\n")
-    assert _private_imports(fake) == ["evireform.extract: evireform.filters._planted"]
+    with open(fake / "evireform" / "extract" / "prose.py", "a", encoding="utf-8") as fh:
+        fh.write("\nfrom ..filters import _planted  # noqa\n")
+    assert _private_imports(fake) == ["evireform.extract.prose: evireform.filters._planted"]

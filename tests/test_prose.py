@@ -258,8 +258,9 @@ def test_a_namespace_is_learnt_from_a_bounded_sample(kind, monkeypatch):
     than that, whatever the namespace holds, and learns exactly what a fit of the whole
     (old and new) does; the v1/v2 names recorded by older indexes still learn from all."""
     import evireform.extract as X
+    from evireform.extract import base, phrases, prose
     from evireform.strings import Concat
-    monkeypatch.setattr(X, "FIT_SAMPLE", 30)
+    monkeypatch.setattr(base, "FIT_SAMPLE", 30)
     words = ["ssh-agent", "ProxyJump", "login.defs", "tar", "xz", "zstd", "Kerberos",
              "agent forwarding", "memory limit", "control master"]
     rng = np.random.default_rng(3)
@@ -271,8 +272,9 @@ def test_a_namespace_is_learnt_from_a_bounded_sample(kind, monkeypatch):
     old, new = make(0, 200), make(200, 205)
     ctor = {"prose": lambda: X.ProseExtractor(), "phrases": lambda: X.PhraseExtractor()}[kind]
     read = []
-    real = X.sentences
-    monkeypatch.setattr(X, "sentences", lambda t: (read.append(t), real(t))[1])
+    real = phrases.sentences
+    for module in (phrases, prose):
+        monkeypatch.setattr(module, "sentences", lambda t: (read.append(t), real(t))[1])
     whole = ctor().fit(old + new)
     read.clear()
     grown = ctor().fit(Concat(old, new), new=new)

@@ -1,0 +1,155 @@
+"""The extractor interface and what the extractors that learn from their corpus share.
+
+:class:`Extractor` is the protocol every extractor implements (the LLM-free ones here, the
+LLM extractor in :mod:`evireform.llm`); :class:`_FittedExtractor` fits statistics per
+namespace (:func:`_namespace_of`) from at most :data:`FIT_SAMPLE` passages of each
+(:func:`fit_sample`) and makes one proposition per sentence.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from .._checks import canonical_value
+from ..strings import column
+from ..text import sentences
+from ..types import Passage, Proposition
+from .tokens import _LETTER
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Splits passages into propositions with entity mentions."""
+
+    #: recorded in the index manifest and in cache keys
+    name: str
+
+    def extract(self, passage: Passage) -> list[Proposition]:
+        """Propositions of one passage (``Proposition.passage`` = ``passage.id``)."""
+        ...
+
+    def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
+            ) -> "Extractor":
+        """Learn what extraction needs from the whole corpus (the passages of the index being
+        built, or of the index plus those being added) before :meth:`extract_many`; a no-op
+        unless the extractor uses corpus statistics.  ``new``: the passages an add is about
+        to extract (among ``passages``), so an extractor may learn only what they need.
+        Returns the extractor."""
+        return self
+
+    def extract_many(self, passages: Sequence[Passage],
+                     show_progress: bool = False) -> list[list[Proposition]]:
+        """Propositions of every passage, in input order.  The default calls :meth:`extract`
+        one passage at a time with a progress bar; an LLM extractor overrides it with a
+        bounded pool of requests."""
+        it = passages
+        if show_progress:
+            from tqdm.auto import tqdm
+            it = tqdm(passages, total=len(passages), desc="extract", unit="passage")
+        return [self.extract(p) for p in it]
+
+
+#: the most passages of one namespace the fitted extractors (phrases-v3, prose-v2) learn
+#: their statistics from: those whose ids hash lowest (:func:`fit_sample`), a property of
+#: the set of passages, so that an updated index learns what a rebuilt one does and an
+#: update reads at most this many old passages, whatever its namespace holds
+FIT_SAMPLE = 20_000
+
+
+def fit_sample(passages: Sequence[Passage], positions: Sequence[int], limit: int | None
+               ) -> list[int]:
+    """``positions`` (of ``passages``) when at most ``limit`` (None: no limit), else the
+    ``limit`` of them whose ids hash lowest (blake2b), in ascending order."""
+    if limit is None or len(positions) <= limit:
+        return list(positions)
+    import hashlib
+    import numpy as np
+    ids = column(passages, "ids")
+    keys = np.fromiter((int.from_bytes(hashlib.blake2b(
+        ids[j].encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big") >> 1
+        for j in positions), dtype=np.int64, count=len(positions))
+    pos = np.asarray(positions, dtype=np.int64)
+    keep = np.argpartition(keys, limit - 1)[:limit]
+    return sorted(pos[keep].tolist())
+
+
+def _namespace_of(metadata: dict[str, Any], group_by: str | None):
+    """The namespace a passage belongs to for corpus statistics (JSON equality, as filters;
+    None: the passages without ``group_by``)."""
+    if group_by is None or group_by not in metadata:
+        return None
+    try:
+        return ("key", canonical_value(metadata[group_by]))
+    except TypeError:  # unhashable (never from JSON): its own spelling
+        return ("repr", repr(metadata[group_by]))
+
+
+def _namespace_label(g) -> str:
+    """A namespace key as it is recorded in ``meta["extractor_choice"]`` (JSON text)."""
+    return "" if g is None else json.dumps(_plain(g[1]) if g[0] == "key" else g[1],
+                                           sort_keys=True, ensure_ascii=False)
+
+
+def _plain(c):
+    """A canonical JSON value (:func:`evireform._checks.canonical_value`) as plain JSON data, equal
+    values spelt alike (``1`` and ``1.0`` both ``1``)."""
+    kind, v = c
+    if kind == "l":
+        return [_plain(x) for x in v]
+    if kind == "o":
+        return {k: _plain(x) for k, x in v}
+    if kind == "n" and isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+class _FittedExtractor(Extractor):
+    """What the extractors that learn from their corpus share: statistics per namespace
+    (``_fitted``: namespace -> what :meth:`fit` learnt), fitted on first use for a namespace
+    not seen, and one proposition per Unicode sentence with the title prefixed and the title
+    as an entity (:meth:`_propositions`)."""
+
+    title_entity: bool
+    title_prefix: bool
+    #: sentences without a letter ("...", ">>>", '"""', "2.", "[1]": list numbers, prompts and
+    #: markup a splitter leaves) are no propositions (issue 68); False: every sentence is
+    words_only: bool = False
+
+    def _group(self, metadata: dict[str, Any]):
+        return _namespace_of(metadata, self.group_by)
+
+    def _fitted(self) -> dict[Any, Any]:
+        raise NotImplementedError
+
+    def extract_many(self, passages: Sequence[Passage],
+                     show_progress: bool = False) -> list[list[Proposition]]:
+        fitted = self._fitted()
+        missing = [p for p in passages if self._group(p.metadata) not in fitted]
+        if missing:  # namespaces not fitted: learn them from these passages
+            self.fit(passages, new=missing)
+        return super().extract_many(passages, show_progress)
+
+    def _stats(self, passage: Passage):
+        """What the passage's namespace learnt (fitted from the passage alone if new)."""
+        g = self._group(passage.metadata)
+        if g not in self._fitted():
+            self.fit([passage])
+        return self._fitted()[g]
+
+    def _propositions(self, passage: Passage, mentions) -> list[Proposition]:
+        """One proposition per sentence of ``passage``, its entities ``mentions(sentence)``
+        (then the title), its text prefixed with the title unless it names it."""
+        title = passage.title.strip()
+        out = []
+        for sent in sentences(passage.text):
+            if self.words_only and not _LETTER.search(sent):
+                continue
+            ents = mentions(sent)
+            if title and self.title_entity:
+                ents.append(title)
+            text = sent
+            if self.title_prefix and title and title.casefold() not in sent.casefold():
+                text = f"{title}: {sent}"
+            out.append(Proposition(text=text, passage=passage.id,
+                                   entities=tuple(dict.fromkeys(ents))))
+        return out
