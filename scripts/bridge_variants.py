@@ -31,11 +31,12 @@ OPENIE = "musique_openie_gpt-3.5-turbo-1106.json"
 
 def variants():
     """(label, reformulator factory) pairs; None: the default reformulator."""
-    from evireform import roles
+    from functools import partial
+    from evireform.roles import reformulate as roles
     G = roles.GraphBridgeReformulator
 
     def pb(index, j):
-        return index.memo("bridges", j, roles.partial(roles._PassageBridges, index))
+        return index.memo("bridges", j, partial(roles._PassageBridges, index))
 
     class Global(G):
         def bridges_indexed(self, question, index, observed, vector=None, allowed=None):

@@ -15,8 +15,9 @@ from evireform.extract import (
 from evireform.filters import restriction
 from evireform.index import subset_index
 from evireform.roles import (
-    _RESIDUAL_STOP, BridgeReformulator, GraphBridgeReformulator, make_reformulator,
-    residual_words, surface_form)
+    BridgeReformulator, GraphBridgeReformulator, make_reformulator, residual_words,
+    surface_form)
+from evireform.roles.queries import _RESIDUAL_STOP
 from evireform.types import Passage, Proposition
 
 
