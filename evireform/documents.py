@@ -527,7 +527,8 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
         # the heading that became the title is the title only: not again at the head of
         # every section path, nor the first line of the text under it.  A section's own
         # heading stays the first line of its first chunk: held in the metadata alone it
-        # cost EviReform 3 of 37 questions at A@1 on the README set (docs/results.md)
+        # cost dense two and EviReform one of 37 questions at A@1 on the README set
+        # (docs/results.md)
         path = sec.path
         if doc.title and path and path[0] == doc.title:
             path = path[1:]

@@ -83,6 +83,11 @@ class Block:
     verbatim: bool = False
 
 
+#: what a list item's text starts with (Markdown): a reader sees the list, and the
+#: extractors end a proposition at each item (:mod:`evireform.extract.base`)
+BULLET = "\u2022 "
+
+
 @dataclass
 class Section:
     """The blocks under one heading path (``()`` before the first heading); ``page`` for a
@@ -317,8 +322,11 @@ def read_markdown_text(text: str) -> Document:
     seen_heading = False
     level = 0
     row: list[str] | None = None
+    item_start = False  # the next paragraph opens a list item: written after a bullet
     for i, t in enumerate(toks):
-        if t.type == "heading_open":
+        if t.type == "list_item_open":
+            item_start = True
+        elif t.type == "heading_open":
             level = int(t.tag[1])
         elif t.type == "inline" and i and toks[i - 1].type == "heading_open":
             h = _inline_text(t)
@@ -341,8 +349,12 @@ def read_markdown_text(text: str) -> Document:
         elif t.type == "inline" and row is not None:
             row.append(_clean(_inline_text(t)))
         elif t.type == "inline":
-            out.add(_inline_text(t))
+            text = _inline_text(t)
+            if item_start and _clean(text):
+                text, item_start = BULLET + text.lstrip(), False
+            out.add(text)
         elif t.type in ("fence", "code_block"):
+            item_start = False
             out.add(t.content, verbatim=True)
         elif t.type == "html_block":
             got = read_html_text(t.content)

@@ -312,7 +312,7 @@ def test_markdown_nested_past_the_parsers_limit_is_read_flat_not_dropped(tmp_pat
                  + "\n# Later\n\nLater text survives.\n")
     doc = read_document(f)
     text = [b.text for s in doc.sections for b in s.blocks]
-    assert text[:120] == [f"level {i}" for i in range(120)]
+    assert text[:120] == [f"\u2022 level {i}" for i in range(120)]  # each an item
     assert doc.sections[-1].path == ("Later",) and text[-1] == "Later text survives."
 
 

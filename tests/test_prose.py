@@ -258,7 +258,7 @@ def test_a_namespace_is_learnt_from_a_bounded_sample(kind, monkeypatch):
     than that, whatever the namespace holds, and learns exactly what a fit of the whole
     (old and new) does; the v1/v2 names recorded by older indexes still learn from all."""
     import evireform.extract as X
-    from evireform.extract import base, phrases, prose
+    from evireform.extract import base
     from evireform.strings import Concat
     monkeypatch.setattr(base, "FIT_SAMPLE", 30)
     words = ["ssh-agent", "ProxyJump", "login.defs", "tar", "xz", "zstd", "Kerberos",
@@ -272,9 +272,8 @@ def test_a_namespace_is_learnt_from_a_bounded_sample(kind, monkeypatch):
     old, new = make(0, 200), make(200, 205)
     ctor = {"prose": lambda: X.ProseExtractor(), "phrases": lambda: X.PhraseExtractor()}[kind]
     read = []
-    real = phrases.sentences
-    for module in (phrases, prose):
-        monkeypatch.setattr(module, "sentences", lambda t: (read.append(t), real(t))[1])
+    real = base.sentences  # every fitted extractor reads sentences through base
+    monkeypatch.setattr(base, "sentences", lambda t: (read.append(t), real(t))[1])
     whole = ctor().fit(old + new)
     read.clear()
     grown = ctor().fit(Concat(old, new), new=new)
@@ -286,3 +285,29 @@ def test_a_namespace_is_learnt_from_a_bounded_sample(kind, monkeypatch):
     assert X.fit_sample(old, [3, 1, 2], 30) == [3, 1, 2]  # under the limit: as given
     legacy = X.make_extractor(kind, {"prose": "prose-v1", "phrases": "phrases-v2"}[kind])
     assert legacy.fit_sample is None and legacy.name.endswith(("v1", "v2"))
+
+
+def test_a_list_item_is_a_proposition_of_its_own(tmp_path):
+    """Issue 67/68: a Markdown list of tools without full stops (GnuTLS's README) is one
+    proposition per item under prose-v2 and phrases-v3 (the reader opens each item with a
+    bullet, the extractor ends a sentence there and drops the bullet); prose-v1 runs the
+    list together, as it was built."""
+    from evireform.documents import load_paths
+    from evireform.extract import PhraseExtractor
+    (tmp_path / "gnutls.md").write_text(
+        "# GnuTLS\n\nWe require several tools, including:\n\n* Make\n* AWK (for make dist)\n"
+        "* bison (for datetime parser in certtool)\n* libunbound (for DANE support)\n\n"
+        "Then run the bootstrap script.\n")
+    (p,) = load_paths(tmp_path).passages
+    assert "\n\u2022 bison (for datetime parser in certtool)\n" in p.text
+    for ex in (ProseExtractor(), PhraseExtractor()):
+        texts = [x.text for x in ex.extract_many([p])[0]]
+        assert "GnuTLS: bison (for datetime parser in certtool)" in texts, (ex.name, texts)
+        assert not any("\u2022" in t for t in texts)
+        assert "GnuTLS: Then run the bootstrap script." in texts
+    old = [x.text for x in ProseExtractor(version=1).extract_many([p])[0]]
+    assert not any(t.endswith("bison (for datetime parser in certtool)") for t in old)
+    # a passage of one line that opens with a bullet (a manual page's) is read as before
+    one = Passage(id="m#0", title="tar(1) X", text="\u2022 Filter the archive. Then stop.")
+    assert [x.text for x in ProseExtractor().extract_many([one])[0]] == \
+        [x.text for x in ProseExtractor(version=1).extract_many([one])[0]]

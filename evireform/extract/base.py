@@ -16,6 +16,9 @@ from ..text import sentences
 from ..types import Passage, Proposition
 from .tokens import _LETTER
 
+#: the bullet the document readers open a list item with (evireform.formats.BULLET)
+_ITEM = "\u2022 "
+
 
 @runtime_checkable
 class Extractor(Protocol):
@@ -114,6 +117,10 @@ class _FittedExtractor(Extractor):
     #: sentences without a letter ("...", ">>>", '"""', "2.", "[1]": list numbers, prompts and
     #: markup a splitter leaves) are no propositions (issue 68); False: every sentence is
     words_only: bool = False
+    #: a document's list item (a line opening with a bullet) ends a sentence: "bison (for
+    #: datetime parser in certtool)" in a list of tools is a proposition of its own, not a
+    #: piece of one that runs the whole list (phrases-v3, prose-v2)
+    line_breaks: bool = False
 
     def _group(self, metadata: dict[str, Any]):
         return _namespace_of(metadata, self.group_by)
@@ -136,12 +143,28 @@ class _FittedExtractor(Extractor):
             self.fit([passage])
         return self._fitted()[g]
 
+    def _sentences(self, text: str) -> list[str]:
+        """The text's sentences (:func:`evireform.text.sentences`); with ``line_breaks``, a
+        list item of a document (a line opening with :data:`~evireform.formats.BULLET`)
+        is a sentence of its own, its bullet dropped, however it ends."""
+        if not (self.line_breaks and "\n" in text and _ITEM in text):
+            return sentences(text)
+        parts, cur = [], []
+        for line in text.split("\n"):
+            item = line.startswith(_ITEM)
+            if cur and (item or cur[-1].startswith(_ITEM)):
+                parts.append("\n".join(cur))
+                cur = []
+            cur.append(line)
+        parts.append("\n".join(cur))
+        return [s for p in parts for s in sentences(p.removeprefix(_ITEM))]
+
     def _propositions(self, passage: Passage, mentions) -> list[Proposition]:
         """One proposition per sentence of ``passage``, its entities ``mentions(sentence)``
         (then the title), its text prefixed with the title unless it names it."""
         title = passage.title.strip()
         out = []
-        for sent in sentences(passage.text):
+        for sent in self._sentences(passage.text):
             if self.words_only and not _LETTER.search(sent):
                 continue
             ents = mentions(sent)

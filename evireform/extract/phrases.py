@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..strings import Take, metadata_of
-from ..text import STOPWORDS, is_cjk, sentences, tokens
+from ..text import STOPWORDS, is_cjk, tokens
 from ..types import Passage, Proposition
 from . import base as _base
 from .base import _FittedExtractor, fit_sample
@@ -70,6 +70,7 @@ class PhraseExtractor(_FittedExtractor):
         self.fit_sample: int | None = None if fit_sample is None else int(fit_sample)
         self.name = "phrases-v1" if group_by is None else \
             "phrases-v2" if fit_sample is None else "phrases-v3"
+        self.line_breaks = self.name == "phrases-v3"
         #: the vocabulary and longest phrase of each namespace (see the class docstring)
         self.vocabs: dict[str, Any] = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
@@ -126,7 +127,7 @@ class PhraseExtractor(_FittedExtractor):
             if 0 < len(t) <= self.max_title_tokens and not all(x in self.stopwords for x in t):
                 vocab.add(t)
             seen = set()
-            for sent in sentences(p.text):
+            for sent in self._sentences(p.text):
                 seen.update(g for g in self._grams(tokens(sent)) if self._ok_edges(g))
             df.update(seen)
         cap = max(self.max_df_min, int(self.max_df_share * len(passages)))

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..strings import Take, column, metadata_of
-from ..text import is_cjk, sentences, tokens
+from ..text import is_cjk, tokens
 from ..types import Passage, Proposition
 from . import base as _base
 from .base import _FittedExtractor, fit_sample
@@ -53,7 +53,7 @@ class ProseExtractor(_FittedExtractor):
         if version not in (1, 2):
             raise ValueError(f"version must be 1 or 2; got {version!r}")
         self.name = f"prose-v{version}"
-        self.words_only = version >= 2
+        self.words_only = self.line_breaks = version >= 2
         self.fit_sample: int | None = _base.FIT_SAMPLE if version >= 2 else None
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
         self.title_prefix, self.title_entity = title_prefix, title_entity
@@ -105,7 +105,7 @@ class ProseExtractor(_FittedExtractor):
             lower = frozenset(w for w, n in lower_counts.items() if n >= 2)
             df: Counter = Counter()
             for j in pos:
-                df.update({canonical_entity(m) for sent in sentences(texts[j])
+                df.update({canonical_entity(m) for sent in self._sentences(texts[j])
                            for m in self._mentions(sent, lower)})
             cap = max(self.max_df_min, int(self.max_df_share * len(pos)))
             self.stats[g] = (frozenset(n for n, c in df.items() if c > cap), lower)
