@@ -14,10 +14,8 @@ from .._checks import canonical_value
 from ..strings import column
 from ..text import sentences
 from ..types import Passage, Proposition
+from ..formats import BULLET as _ITEM
 from .tokens import _LETTER
-
-#: the bullet the document readers open a list item with (evireform.formats.BULLET)
-_ITEM = "\u2022 "
 
 
 @runtime_checkable

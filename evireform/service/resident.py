@@ -397,10 +397,10 @@ class RetrievalService:
         up.mkdir(parents=True, exist_ok=True)
         results: list[dict[str, Any]] = []
         paths = []
+        with reading_limits(self.read_limits):
+            cap = read_limit("document_bytes")
         for name, data in files:
             why = upload_name_problem(name)
-            with reading_limits(self.read_limits):
-                cap = read_limit("document_bytes")
             if why is None and len(data) > cap:
                 why = f"{len(data):,} bytes, more than a document may have"
             if why:
