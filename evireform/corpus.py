@@ -36,6 +36,10 @@ if TYPE_CHECKING:  # annotations only
     from .types import StrPath
 
 
+class DuplicatePassageIds(ValueError):
+    """Records that give two passages one id (the service answers 409: a conflict inside
+    the request, as an id the index holds with other content is)."""
+
 def _text(value, where: str) -> str:
     """A passage text: a string, or a list of sentence strings (joined).  Anything else
     (numbers, nested lists, objects) is an error naming the record."""
@@ -128,7 +132,8 @@ def passages_from_json(obj) -> list[Passage]:
     if len(set(ids)) != len(ids):
         from collections import Counter
         dup = Counter(ids).most_common(1)[0][0]
-        raise ValueError(f"passage ids in the corpus are not unique ({dup!r:.80} repeats)")
+        raise DuplicatePassageIds(f"passage ids in the corpus are not unique ({dup!r:.80} "
+                                  "repeats)")
     return out
 
 

@@ -746,3 +746,25 @@ def test_uploads_read_under_the_services_read_limits(tmp_path):
     assert asyncio.run(post(ReadLimits(items=3)))["passages"] == 3
     with pytest.raises(SystemExit):  # serve refuses a bad setting before it loads anything
         main(["serve", str(ix), "--read-limit", "rows=3"])
+
+
+def test_one_id_given_twice_in_an_update_is_a_conflict(tmp_path):
+    """Two passages of one /update given one id (explicitly, or an explicit id equal to
+    another's derived one) answer 409, as an id the index holds with other content does:
+    the schema allows the request, the index cannot hold it (schemathesis found it)."""
+    from evireform.service import RetrievalService, create_app
+    ix = PropositionIndex.build(_records(4), EMB, show_progress=False).save(tmp_path / "ix")
+    svc = RetrievalService(ix, EMB)
+    app = create_app(svc)
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                return await c.post("/update", json={"add": [
+                    {"id": "n1", "text": "One."}, {"id": "n1", "text": "Two."}]})
+        finally:
+            await svc.stop()
+    r = asyncio.run(run())
+    assert r.status_code == 409 and "not unique" in r.json()["error"], r.text
