@@ -624,10 +624,6 @@ class Restriction:
                    + g.inv_w.nbytes + sum(m.indptr.nbytes + m.docs.nbytes + m.weights.nbytes
                                           for m in list(self.lexical.values())))
 
-    def clip_k(self, k: int) -> int:
-        """``k`` passages as the sub-index can return them (at least 1)."""
-        return max(1, min(int(k), max(self.n_passages, 1)))
-
     def keep_inside(self, indptr: ArrayLike, ids: Any, vals: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Propagated rows (CSR) without the propositions outside the filter (reached
         through a shared entity: the sub-index does not have them)."""

@@ -30,7 +30,7 @@ import numpy as np
 from ._checks import int_at_least, positive_int
 from .embed import Embedder, encode_queries
 from . import kernels as K
-from .engine import lexical, make_engine, pack_seeds, rank, restrict, search
+from .engine import Scope, make_engine, pack_seeds
 from .explain import EvidenceGraph, evireform_edges
 from .records import SCORE_MEANING
 from .timing import Stopwatch
@@ -414,10 +414,6 @@ class EviReform:
             raise ValueError(f"question must be a non-empty string; got {question!r}")
         return question
 
-    def _check_k(self, k) -> int:
-        """A positive integer, clipped to the number of passages (so a huge k costs nothing)."""
-        return max(1, min(positive_int(k, "k"), self.index.n_passages))
-
     def _select(self, question: str, ids: list[int], us: list[float], trace
                 ) -> tuple[SparseSignal, bool]:
         """The selector's seed b (Eq. 7), validated (C.1), and whether an LLM chose it (an
@@ -631,21 +627,20 @@ class EviReform:
                         np.float64)
         return Seed(SparseSignal(ids, vals), split=nb)
 
-    def _rank_many(self, states: list["_QuestionState"], k: int, scope,
+    def _rank_many(self, states: list["_QuestionState"], scope: Scope,
                    sw: Stopwatch | None = None) -> list[list[RankedPassage]]:
         """Propagate and read out every question's seed at once (batched kernels); one ranked
         passage list per state, each passage's score split into its parts (``sw``: the
         seeds' mixing and the kernels timed as ``rank``)."""
         cfg, idx = self.config, self.index
-        engine, r = scope
         alpha = cfg.alpha if cfg.propagation else 1.0
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
                                             for st in states])
         split = np.array([st.seed.split for st in states], np.int64)
         # the score parts come with the ranking where the engine makes them in its pass
         # (not when the dense fill changes the ranked passages afterwards)
-        got = rank(engine, indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
-                   restriction=r, split=split if cfg.fill != "dense" else None)
+        got = scope.rank(indptr, s_ids, s_vals, alpha, propagation=cfg.propagation,
+                         split=split if cfg.fill != "dense" else None)
         if sw is not None:
             sw.lap("rank")
         P, S = np.asarray(got[0]), np.asarray(got[1], np.float64)
@@ -654,7 +649,7 @@ class EviReform:
             P, S = P.copy(), S.copy()
             for b, st in enumerate(states):
                 pids, scores = self._dense_fill(P[b], S[b], st.cand, P.shape[1],
-                                                r.passages if r is not None else None)
+                                                scope.allowed)
                 sizes[b] = len(pids)
                 P[b, :len(pids)], S[b, :len(pids)] = pids, scores
                 P[b, len(pids):], S[b, len(pids):] = -1, 0.0
@@ -709,10 +704,10 @@ class EviReform:
         """As :meth:`retrieve`, with the question embedding given; residual queries are embedded
         with ``residual_embed`` (a callable list[str] -> array) or the retriever's embedder."""
         self._check_question(question)
-        k = self._check_k(k)
+        scope = self.scope(filter, k)
         embed = residual_embed or self._embed
-        return self._run([question], np.asarray(h_q, np.float32)[None, :], k, embed,
-                         filter, Stopwatch())[0]
+        return self._run([question], np.asarray(h_q, np.float32)[None, :], scope, embed,
+                         Stopwatch())[0]
 
     def retrieve_many(self, questions: Sequence[str], k: int = 10, *,
                       filter: FilterSpec=None) -> list[RetrievalResult]:
@@ -723,26 +718,21 @@ class EviReform:
             raise TypeError("retrieve_many takes a list of questions, not one string; use "
                             "retrieve(question) or retrieve_many([question])")
         questions = [self._check_question(q) for q in questions]
-        k = self._check_k(k)
+        scope = self.scope(filter, k)
         if not questions:
             return []
         sw = Stopwatch()
         H_q = self._embed(questions)
         sw.lap("encode_question")
-        return self._run(questions, H_q, k, self._embed, filter, sw)
+        return self._run(questions, H_q, scope, self._embed, sw)
 
-    def scope(self, filter: FilterSpec = None) -> tuple[Engine, Any]:
-        """``(engine, restriction)`` for ``filter``: the retriever's own engine, with the
-        filter's cached :class:`~evireform.filters.Restriction` (None without a filter) that
-        every search and ranking of the question passes to it."""
-        return self.engine, restrict(self.engine, filter)
-
-    def _search(self, H: ArrayLike, k, restriction: Any=None):
-        """Batched proposition search; the kernels score each query alike in any batch.
-        ``k`` is clipped to the number of propositions (memory scales with the index)."""
-        k = max(1, min(k, self.index.n_props))
-        ids, scores = search(self.engine, H, k, restriction)
-        return ids, scores.astype(np.float64)
+    def scope(self, filter: FilterSpec = None, k: int = 10) -> Scope:
+        """The :class:`~evireform.engine.Scope` of one batch of questions: the retriever's own
+        engine, ``filter``'s cached :class:`~evireform.filters.Restriction` (None without a
+        filter) and ``k`` checked and clipped to the passages it matches; every search and
+        ranking of the batch goes through it.  ``engine, restriction = retriever.scope(f)``
+        still unpacks as before."""
+        return Scope.of(self.engine, self.index, filter, k)
 
     def _map(self, fn: Any, items: Any) -> list[Any]:
         """``[fn(x) for x in items]`` with at most ``max_workers`` calls in flight, in order."""
@@ -764,29 +754,22 @@ class EviReform:
             trace.role_events.append("controller:raised")
             return True, []  # a failing controller stops the rounds (the one-round method)
 
-    def _run(self, questions: Sequence[str], H_q, k, embed, filter: FilterSpec=None,
+    def _run(self, questions: Sequence[str], H_q, scope: Scope, embed,
              sw: Stopwatch | None = None) -> list[RetrievalResult]:
         """The method for a batch of embedded questions; ``sw`` times its stages
         (:mod:`evireform.timing`: contiguous laps, so they add up to the run)."""
         cfg = self.config
         sw = sw if sw is not None else Stopwatch()
-        scope = self.scope(filter)
-        engine, r = scope
-        if r is not None:
-            if r.n_passages == 0:  # nothing matches: documented empty results
-                sw.lap("search")
-                return [RetrievalResult(q, [], Trace(timings_ms=sw.rounded()))
-                        for q in questions]
-            k = min(k, r.n_passages)
-        cand_i, cand_s = self._search(H_q, cfg.n_candidates, r)
+        if scope.n_passages == 0:  # a filter matches nothing: documented empty results
+            sw.lap("search")
+            return [RetrievalResult(q, [], Trace(timings_ms=sw.rounded())) for q in questions]
+        cand_i, cand_s = scope.search(H_q, cfg.n_candidates)
         sw.lap("search")
         if cfg.lexical:  # the question's BM25 propositions (and passages)
             n_lex = cfg.lexical_seed if cfg.lexical_fusion == "seed" else cfg.lexical_pool
-            lex_i, lex_s = lexical(engine, self.index, questions,
-                                   max(1, min(n_lex, self.index.n_props)), "props", r)
+            lex_i, lex_s = scope.lexical(questions, n_lex)
             if cfg.lexical_passages:
-                lp_i, lp_s = lexical(engine, self.index, questions, cfg.lexical_passages,
-                                     "passages", r)
+                lp_i, lp_s = scope.lexical(questions, cfg.lexical_passages, "passages")
             sw.lap("lexical")
         states = []
         for t, q in enumerate(questions):
@@ -830,7 +813,7 @@ class EviReform:
                 st.trace.observed = list(st.observed)
             made = self._map(lambda st: st.pop_gap_queries()
                              or self._queries(st.text, st.observed, st.trace, st.vector,
-                                              None if r is None else r.pmask), active)
+                                              scope.pmask), active)
             flat = [(st, q) for st, qs in zip(active, made) for q in qs]
             sw.lap("reformulate")
             if flat:
@@ -838,9 +821,8 @@ class EviReform:
                 sw.lap("encode_residual")
                 if cfg.lexical and cfg.lexical_residual:  # both kinds, fused to k_residual
                     pool = max(cfg.k_residual, cfg.lexical_pool)
-                    hi, hs = self._search(H_r, pool, r)
-                    li, ls = lexical(engine, self.index, [q for _, q in flat],
-                                     max(1, min(pool, self.index.n_props)), "props", r)
+                    hi, hs = scope.search(H_r, pool)
+                    li, ls = scope.lexical([q for _, q in flat], pool)
                     for n, ((st, q), ids, sc) in enumerate(zip(flat, hi.tolist(), hs.tolist())):
                         d = [(i, v) for i, v in zip(ids, sc) if i >= 0 and v > 0]
                         lx = [(i, v) for i, v in zip(li[n].tolist(), ls[n].tolist()) if i >= 0]
@@ -853,7 +835,7 @@ class EviReform:
                             "query": q, "dense": self._hits([i for i, _ in d], [v for _, v in d]),
                             "lexical": self._hits([i for i, _ in lx], [v for _, v in lx])})
                 else:
-                    hi, hs = self._search(H_r, cfg.k_residual, r)
+                    hi, hs = scope.search(H_r, cfg.k_residual)
                     for (st, q), ids, sc in zip(flat, hi.tolist(), hs.tolist()):
                         st.trace.residual_queries.append(q)  # a hit's empty slots are -1
                         st.trace.residual_hits.append([(i, v) for i, v in zip(ids, sc)
@@ -862,7 +844,7 @@ class EviReform:
             for st in active:  # every round's hits so far (Eq. 10 over all valid queries)
                 st.seed = self._combine(st.b, self._residual_signal(st.trace.residual_hits),
                                         st.trace)
-            for st, ranked in zip(active, self._rank_many(active, k, scope, sw)):
+            for st, ranked in zip(active, self._rank_many(active, scope, sw)):
                 st.result = RetrievalResult(st.text, ranked, st.trace,
                                             _explain=self._explainer(st, ranked))
                 st.trace.rounds_run = rnd + 1

@@ -48,7 +48,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 import numpy as np
 
 from .embed import encode_queries
-from .engine import make_engine, pack_seeds, rank, restrict, search
+from .engine import Scope, make_engine, pack_seeds
 from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .records import SCORE_MEANING
@@ -88,25 +88,31 @@ class _PassageSearch:
         self.index, self.embedder = index, embedder
         self.n_candidates: int = n_candidates
         self.engine = make_engine(index, engine if engine is not None else backend)
-        #: the filter's restriction every search and ranking passes to the engine (None:
-        #: no filter), the passage positions it allows (stored order; None: all) and the
-        #: graph whose degree terms the search propagates with
-        self.restriction, self.allowed, self.graph = None, None, index.graph
+        #: where every search and ranking runs (:class:`~evireform.engine.Scope`): the
+        #: whole index here, a filter's restriction in :meth:`restricted`'s copies
+        self.scope = Scope(self.engine, index)
 
-    def restricted(self, filter: FilterSpec) -> "_PassageSearch":
-        """This search under ``filter`` (:mod:`evireform.filters`): a copy whose searches
-        and rankings pass the filter's restriction to the same engine; itself when
-        ``filter`` is None."""
-        r = restrict(self.engine, filter)
-        if r is None:
-            return self
+    def restricted(self, filter: FilterSpec, k: int) -> "_PassageSearch":
+        """A copy of this search in the scope of ``filter`` (:mod:`evireform.filters`) and
+        ``k`` (checked and clipped by the scope): its searches and rankings pass the
+        filter's restriction to the same engine."""
         out = copy.copy(self)
-        out.restriction, out.allowed, out.graph = r, r.passages, r.graph
+        out.scope = Scope.of(self.engine, self.index, filter, k)
         return out
 
     @property
     def n_passages(self) -> int:
-        return self.index.n_passages if self.allowed is None else len(self.allowed)
+        return self.scope.n_passages
+
+    @property
+    def allowed(self) -> np.ndarray | None:
+        """The passage positions the scope allows (stored order); None: all."""
+        return self.scope.allowed
+
+    @property
+    def graph(self) -> Any:
+        """The graph whose degree terms the search propagates with (the scope's)."""
+        return self.scope.graph
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if self.embedder is None:
@@ -118,23 +124,19 @@ class _PassageSearch:
         """Per text: (passage positions, scores), best first, positive scores only."""
         if not texts:
             return []
-        idx = self.index
         H = self.embed(texts) if H is None else H
-        kc = max(1, min(self.n_candidates, idx.n_props))
         with stage("search"):
-            ids, sc = search(self.engine, H, kc, self.restriction)
+            ids, sc = self.scope.search(H, self.n_candidates)
         seeds = []
         for i, s in zip(ids, sc):
             keep = (i >= 0) & (s > 0)
-            i, s = i[keep], s[keep].astype(np.float64)
+            i, s = i[keep], s[keep]
             seeds.append((i, s / s.sum() if len(s) else s))
         return self._readout(seeds, k)
 
     def _readout(self, seeds, k, alpha: float = 1.0, propagation: bool = False):
         with stage("rank"):
-            P, S = rank(self.engine, *pack_seeds(seeds), alpha,
-                        max(1, min(k, self.n_passages)), propagation=propagation,
-                        restriction=self.restriction)
+            P, S = self.scope.rank(*pack_seeds(seeds), alpha, k, propagation=propagation)
             return [(p[s > 0].astype(np.int64), s[s > 0]) for p, s in zip(P, S)]
 
     def neighbours(self, passages: Sequence[int], k: int):
@@ -287,8 +289,8 @@ class _Strategy:
         """Rank passages for each question; ``filter`` (:mod:`evireform.filters`) restricts
         every search and ranking to the matching passages, as an index of them alone would."""
         questions = as_list(questions, "questions")
-        k = positive_int(k, "k")
-        run = self._scoped(filter)
+        run = self._scoped(filter, k)
+        k = run.search.scope.k
         if run.search.n_passages == 0:
             return [RetrievalResult(q, [], self._trace(), edges=[]) for q in questions]
         out = []
@@ -304,14 +306,11 @@ class _Strategy:
         return StrategyTrace(method=self.name, merge=getattr(self, "merge", "intersection"),
                              ranking=getattr(self, "ranking", "interleave"), **kw)
 
-    def _scoped(self, filter: FilterSpec):
-        """This strategy, or a shallow copy whose search runs under ``filter`` (the original
-        is untouched, so threads may share it)."""
-        search = self.search.restricted(filter)
-        if search is self.search:
-            return self
+    def _scoped(self, filter: FilterSpec, k: int):
+        """A shallow copy of this strategy whose search runs in the scope of ``filter`` and
+        ``k`` (the original is untouched, so threads may share it)."""
         out = copy.copy(self)
-        out.search = search
+        out.search = self.search.restricted(filter, k)
         return out
 
 

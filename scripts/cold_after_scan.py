@@ -73,9 +73,9 @@ def _first_seed(run):
     seen = []
     orig = cls._rank_many
 
-    def spy(self, states, k, scope, sw=None):
+    def spy(self, states, scope, sw=None):
         seen.extend(st.seed for st in states)
-        return orig(self, states, k, scope, sw)
+        return orig(self, states, scope, sw)
     cls._rank_many = spy
     try:
         run()

@@ -175,3 +175,45 @@ def test_score_parts_come_from_the_engine_or_the_caller_alike(idx):
     ours = EviReform(idx, embedder=EMB).retrieve_many(QS, 5)
     assert [r.passages for r in plain] == [r.passages for r in ours]
     assert any(p.from_question > 0 for r in ours for p in r.passages)
+
+
+def test_a_scope_checks_and_clips_k_once_for_a_batch(idx):
+    from evireform.engine import Scope
+    eng = make_engine(idx, "cpu")
+    whole = Scope.of(eng, idx, None, 10**9)
+    assert whole.k == idx.n_passages and whole.restriction is None and whole.allowed is None
+    engine, restriction = whole  # what EviReform.scope returned before it was a Scope
+    assert engine is eng and restriction is None
+    some = [p.id for p in idx.passages[:3]]
+    sc = Scope.of(eng, idx, some, 10)
+    assert sc.k == 3 and sc.n_passages == 3 and sc.allowed.tolist() == [0, 1, 2]
+    assert sc.graph is sc.restriction.graph and whole.graph is idx.graph
+    for bad in (0, -1, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="k must be a positive integer"):
+            Scope.of(eng, idx, some, bad)
+    # a bad k is named before the filter is read (an unknown id would be another error)
+    with pytest.raises(ValueError, match="k must be"):
+        Scope.of(eng, idx, ["no such id"], 0)
+    # the scope's methods clip their own counts: a search to the propositions, a ranking
+    # to the matching passages; the filtered ranking holds the matching passages only
+    H = EMB.encode(QS)
+    ids, scores = sc.search(H, 10**6)
+    assert ids.shape == (3, sc.restriction.n_props) and scores.dtype == np.float64
+    seeds = [(i[(i >= 0) & (s > 0)], s[(i >= 0) & (s > 0)]) for i, s in zip(*sc.search(H, 5))]
+    from evireform.engine import pack_seeds
+    P, S = sc.rank(*pack_seeds(seeds), 0.5)
+    assert P.shape == (3, 3) and set(P.ravel().tolist()) <= {0, 1, 2}
+    P, _ = whole.rank(*pack_seeds(seeds), 0.5, 10**9)
+    assert P.shape[1] == idx.n_passages
+
+
+def test_a_huge_or_bad_k_is_judged_alike_by_every_retriever(idx):
+    """EviReform, BGR and Hi-Q take k through their scope: clipped to the passages a filter
+    matches, refused alike when it is not a positive integer."""
+    some = [p.id for p in idx.passages[:4]]
+    for r in (EviReform(idx, embedder=EMB), BGR(idx, EMB), HiQ(idx, EMB)):
+        got = r.retrieve(QS[0], k=10**9, filter=some)
+        assert sorted(p.id for p in got.passages) == sorted(some), type(r).__name__
+        for bad in (0, True, 1.5):
+            with pytest.raises(ValueError, match="k must be a positive integer"):
+                r.retrieve_many(QS, k=bad)

@@ -1,9 +1,12 @@
 """The library core never imports the experiments (evaluation, bench)."""
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import evireform
 
 CORE = ["evireform", "evireform.index", "evireform.store", "evireform.retriever",
         "evireform.roles", "evireform.llm", "evireform.embed", "evireform.extract",
@@ -253,3 +256,28 @@ def test_no_module_imports_a_private_name_from_outside_its_subpackage(tmp_path):
     with open(fake / "evireform" / "extract" / "prose.py", "a", encoding="utf-8") as fh:
         fh.write("\nfrom ..filters import _planted  # noqa\n")
     assert _private_imports(fake) == ["evireform.extract.prose: evireform.filters._planted"]
+
+
+#: the modules that run a batch of questions: k is checked and clipped in their Scope
+#: (evireform.engine.Scope), so none of them checks or clips it again
+_RUNS_QUESTIONS = ("retriever.py", "strategies.py", "engine/cpu.py", "engine/device.py",
+                   "filters.py")
+_CLIPS_K = re.compile(r"positive_int\(k\b|_check_k|clip_k|\bk = (max\(1, )?min\(k, ")
+
+
+def _k_clipped_outside_the_scope(root: Path) -> list[str]:
+    return [f"{name}:{n}" for name in _RUNS_QUESTIONS
+            for n, line in enumerate((root / name).read_text().splitlines(), 1)
+            if _CLIPS_K.search(line)]
+
+
+def test_k_is_checked_in_the_scope_only(tmp_path):
+    root = Path(evireform.__file__).parent
+    assert _k_clipped_outside_the_scope(root) == []
+    # the check can fail: a retriever clipping k itself again is found
+    for name in _RUNS_QUESTIONS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((root / name).read_text())
+    (tmp_path / "retriever.py").write_text(
+        (root / "retriever.py").read_text() + "\nk = max(1, min(k, self.index.n_passages))\n")
+    assert len(_k_clipped_outside_the_scope(tmp_path)) == 1

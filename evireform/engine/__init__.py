@@ -31,6 +31,10 @@ The CPU and device engines also answer ``lexical_batch(texts, k, *, level="props
 of each text over the index's lexical index (:mod:`~evireform.engine.lexical`);
 :func:`lexical` calls it, or the CPU kernel for an engine object of your own.
 
+A retriever or strategy runs a batch of questions in one :class:`Scope`: the engine, the
+filter's restriction and the passage count ``k``, checked and clipped there once; every
+search, BM25 search and ranking of the batch is a method of the scope.
+
 ``restriction`` (a :class:`~evireform.filters.Restriction`, what a filter compiles to) makes
 both calls answer as an index of the matching passages alone would: the search sees only the
 matching propositions, the propagation uses the entity degrees recounted over them and drops
@@ -60,6 +64,7 @@ from typing import Any, Protocol, Sequence, TYPE_CHECKING, runtime_checkable
 import numpy as np
 
 from .. import kernels as K
+from .._checks import positive_int
 from ..kernels._backend import BACKENDS, gpu_missing_reason
 from .cpu import CpuEngine
 from .device import DeviceEngine, to_device
@@ -76,6 +81,7 @@ if TYPE_CHECKING:  # annotations only
 __all__ = ["Engine", "CpuEngine", "DeviceEngine", "BACKENDS", "PRECISIONS", "CPU_PRECISIONS",
            "DEVICE_PRECISIONS", "PRECISION_BACKENDS", "STORED_PRECISIONS",
            "make_engine", "gpu_usable", "restrict", "search", "rank", "pack_seeds", "lexical",
+           "Scope",
            "lexical_of",
            "SearchStructures", "structures_of", "build_hnsw", "quantize", "scans_codes",
            "search_index",
@@ -148,6 +154,85 @@ def restrict(engine: Engine, flt: FilterSpec) -> Any:
                          "(search_batch and rank_batch under a filter); filtered queries need "
                          "one that does (CpuEngine, DeviceEngine: make_engine builds them)")
     return engine.restrictions.get(flt)
+
+
+class Scope:
+    """Where one batch of questions searches and ranks: ``engine``, the filter's
+    ``restriction`` (None: the whole index) and ``k``, the passages each question gets,
+    checked (a positive integer) and clipped to what the scope holds, here only.  Made by
+    :meth:`of` once per batch; :meth:`search`, :meth:`lexical` and :meth:`rank` pass the
+    restriction and clip their own counts (a search to the index's propositions, a ranking
+    to the scope's passages), so no caller clips again.  Iterating gives ``(engine,
+    restriction)``, what ``EviReform.scope`` returned before it returned a scope."""
+
+    __slots__ = ("engine", "index", "restriction", "k")
+
+    def __init__(self, engine: Engine, index: PropositionIndex, restriction: Any = None,
+                 k: int = 1) -> None:
+        self.engine, self.index, self.restriction = engine, index, restriction
+        self.k = self.clip(positive_int(k, "k"))
+
+    @classmethod
+    def of(cls, engine: Engine, index: PropositionIndex, flt: FilterSpec = None,
+           k: int = 1) -> "Scope":
+        """The scope of filter ``flt`` (its cached restriction: :func:`restrict`) with
+        ``k`` checked and clipped."""
+        positive_int(k, "k")  # a bad k is named before the filter is compiled
+        return cls(engine, index, restrict(engine, flt), k)
+
+    def __iter__(self):
+        return iter((self.engine, self.restriction))
+
+    @property
+    def n_passages(self) -> int:
+        """The passages this scope can return (the matching ones under a filter)."""
+        r = self.restriction
+        return self.index.n_passages if r is None else r.n_passages
+
+    @property
+    def allowed(self) -> np.ndarray | None:
+        """The matching passages' positions (stored order); None: every passage."""
+        return None if self.restriction is None else self.restriction.passages
+
+    @property
+    def pmask(self) -> np.ndarray | None:
+        """Which passages match (a boolean per passage); None: every passage."""
+        return None if self.restriction is None else self.restriction.pmask
+
+    @property
+    def graph(self) -> Any:
+        """The graph a propagation uses here: the index's, or the restriction's (entity
+        degrees recounted over the matching propositions)."""
+        return self.index.graph if self.restriction is None else self.restriction.graph
+
+    def clip(self, k: int) -> int:
+        """``k`` passages as this scope can return them (at least 1)."""
+        return max(1, min(int(k), max(self.n_passages, 1)))
+
+    def _props(self, k: int) -> int:
+        return max(1, min(int(k), self.index.n_props))
+
+    def search(self, Q: ArrayLike, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top-``k`` propositions of each row of ``Q`` (:func:`search`; ``k`` clipped to
+        the index's propositions, so memory follows the index, not the request), the scores
+        as float64."""
+        ids, scores = search(self.engine, Q, self._props(k), self.restriction)
+        return ids, scores.astype(np.float64)
+
+    def lexical(self, texts: Sequence[str], k: int, level: str = "props"
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """BM25's top-``k`` propositions or passages of each text (:func:`lexical`)."""
+        k = self._props(k) if level == "props" else self.clip(k)
+        return lexical(self.engine, self.index, texts, k, level, self.restriction)
+
+    def rank(self, indptr: ArrayLike, ids: Any, vals: ArrayLike, alpha: float,
+             k: int | None = None, *, propagation: bool = True,
+             split: ArrayLike | None = None) -> tuple[np.ndarray, ...]:
+        """Each seed's top passages (:func:`rank`): ``k`` of them (default: the scope's),
+        clipped to the scope's passages."""
+        return rank(self.engine, indptr, ids, vals, alpha,
+                    self.k if k is None else self.clip(k), propagation=propagation,
+                    restriction=self.restriction, split=split)
 
 
 @functools.lru_cache(maxsize=1)

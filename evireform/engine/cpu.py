@@ -74,9 +74,7 @@ class CpuEngine:
                    restriction: Any = None, split: ArrayLike | None = None
                    ) -> tuple[np.ndarray, ...]:
         idx, r, seeds = self.index, restriction, (indptr, ids, vals)
-        if r is not None:
-            k = r.clip_k(k)
-        elif propagation:  # one pass: z stays in the kernel's workspace (bitwise the same)
+        if r is None and propagation:  # one pass: z stays in the kernel's workspace (bitwise)
             return K.rank_topk_batch(idx.graph, idx.pmap, indptr, ids, vals, alpha, k,
                                      backend="cpu", split=split)
         if propagation:

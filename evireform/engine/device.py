@@ -95,7 +95,6 @@ class DeviceEngine:
         r = restriction
         if r is None:
             return self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation)
-        k = r.clip_k(k)
         P, S = self.device.rank_batch(indptr, ids, vals, alpha, k, propagation=propagation,
                                       graph=self._graph(r) if propagation else None,
                                       passage_mask=r.pmask)
