@@ -281,3 +281,16 @@ def test_k_is_checked_in_the_scope_only(tmp_path):
     (tmp_path / "retriever.py").write_text(
         (root / "retriever.py").read_text() + "\nk = max(1, min(k, self.index.n_passages))\n")
     assert len(_k_clipped_outside_the_scope(tmp_path)) == 1
+
+
+def test_a_packages_tests_are_named_by_its_modules():
+    """``tests/test_<package>_<module>.py`` names a module of the package, for the packages
+    whose tests sit by module (a renamed module takes its tests' file along)."""
+    root = Path(evireform.__file__).parent
+    tests = Path(__file__).parent
+    for pkg in ("engine", "llm", "service", "extract", "roles"):
+        modules = {p.stem for p in (root / pkg).glob("*.py")}
+        # no catch-all file beside them (test_engine.py is the engine package's __init__)
+        assert pkg == "engine" or not (tests / f"test_{pkg}.py").exists(), pkg
+        for f in tests.glob(f"test_{pkg}_*.py"):
+            assert f.stem.removeprefix(f"test_{pkg}_") in modules, f.name

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from helpers import untimed
-from test_service import EMB, HTTP, QUESTIONS, REPO, Server, _records
+from service_common import EMB, HTTP, QUESTIONS, REPO, Server, _records
 
 from evireform import PropositionIndex
 

@@ -17,7 +17,7 @@ httpx = pytest.importorskip("httpx")
 
 from evireform import PropositionIndex  # noqa: E402
 
-from test_service import EMB, HTTP, QUESTIONS, Server, _records  # noqa: E402
+from service_common import EMB, HTTP, QUESTIONS, Server, _records  # noqa: E402
 
 KEY = "s3cret"
 

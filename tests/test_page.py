@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from test_service import EMB, HTTP, QUESTIONS, Server, _records
+from service_common import EMB, HTTP, QUESTIONS, Server, _records
 
 from evireform import PropositionIndex
 

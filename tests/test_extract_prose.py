@@ -1,37 +1,20 @@
-"""Real prose (issue 52): the prose extractor, the words capitalised by their place, the
-question's focus in residual queries, the bridges and beta in the trace, and the do-no-harm
-rule."""
-import json
+"""The prose extractor (evireform.extract.prose) and the phrase extractor: things kept,
+placed capitals and hubs dropped, statistics per namespace from a bounded sample, Chinese
+through recurring phrases, list items and letterless sentences, time linear in the input."""
+
 
 import numpy as np
 import pytest
 
-from evireform import EviReform, EviReformConfig, PropositionIndex
-from evireform.embed import HashingEmbedder, encode_queries
+from evireform import (
+    Passage,
+    PropositionIndex,
+)
+from evireform.embed import HashingEmbedder
 from evireform.extract import (
-    AUTO_CAPITALISED, ProseExtractor, choose_extractor, identifiers, make_extractor, placed)
-from evireform.roles import (
-    GraphBridgeReformulator, focus_words, prose_index)
+    ProseExtractor,
+)
 from evireform.types import Passage
-
-
-def test_identifiers_are_the_words_that_carry_their_own_type():
-    s = ("-A Enables forwarding from an agent such as ssh-agent(1); see login.defs(5), "
-         "SSH_AUTH_SOCK, ~/.ssh/config, /etc/shells, bzip2 --best and ProxyJump, FIDO. "
-         "Not: e.g. i.e. 3072 9.0 2nd 10ms a-b x.")
-    assert identifiers(s) == ["ssh-agent", "login.defs", "SSH_AUTH_SOCK", "~/.ssh/config",
-                              "/etc/shells", "bzip2", "--best", "ProxyJump", "FIDO"]
-    assert identifiers("") == [] and identifiers("plain words only here") == []
-    # manual page references name things written as plain words
-    assert identifiers("See lexgrog(1), mandb(8) and ssh-agent(1).") == \
-        ["lexgrog", "mandb", "ssh-agent"]
-
-
-@pytest.mark.parametrize("before,want", [("", True), ("It ends.", True), ("-A", True),
-                                         ("-b bits", True), ("• ", True), ("see the", False),
-                                         ("the key (", True), ("a Note", False)])
-def test_placed_words_start_a_sentence_clause_or_option(before, want):
-    assert placed(before) is want
 
 
 def _docs():
@@ -46,6 +29,14 @@ def _docs():
         "Hubword in a third place.", "Hubword in a fourth place.", "Hubword five.",
         "Hubword six.", "Hubword seven.",
     ])]
+
+
+_SHAPES = {  # 1 MB inputs that once took minutes (issue 69): each shape's cost linear
+    "capitalised words": lambda n: " ".join(f"Name{i % 5000}" for i in range(n // 8)),
+    "no sentence end": lambda n: " ".join(f"word{i % 5000}" for i in range(n // 9)),
+    "initials": lambda n: "A. " * (n // 3),
+    "one word": lambda n: "Alpha " * (n // 6),
+}
 
 
 def test_the_prose_extractor_keeps_things_and_drops_placed_capitals_and_hubs():
@@ -89,121 +80,12 @@ def test_the_prose_extractor_reads_chinese_through_recurring_phrases():
     assert any(len(e) >= 2 and "配置" in e for e in ents), ents
 
 
-def test_auto_picks_prose_for_ordinary_cased_prose():
-    prose = [Passage("a", "A", "The tool reads the file and writes the key to the disk when "
-                               "it runs. Note that it stops on errors and then exits. It "
-                               "never asks twice.")]
-    m = choose_extractor(prose)[1]
-    assert AUTO_CAPITALISED[0] > m["capitalised_share"] >= 0.05
-    assert m["chosen"] == "prose" and isinstance(make_extractor("auto", passages=prose),
-                                                  ProseExtractor)
-    names = [Passage("b", "B", "The quick fox met John Smith in Paris last May.")]
-    assert choose_extractor(names)[1]["chosen"] == "heuristic"
-
-
-@pytest.mark.parametrize("q,want", [
-    ("Which hash algorithm is its default?", ["hash", "algorithm"]),
-    ("What is the birthplace of the director of Titanic?", ["birthplace"]),
-    ("The tool that signs keys: which of its options removes a user?", ["options", "removes"]),
-    ("How many stores are in the state?", ["stores"]),
-    ("Besides the river which the Tekeze turns into, where is it?", []),
-    ("Who directed Titanic?", []),
-])
-def test_focus_words_are_what_the_question_asks_for(q, want):
-    assert focus_words(q) == want
-
-
-def _prose_index():
-    docs = [
-        Passage("t", "tool", "The tool needs an agent. It talks to keyholder over KEY_SOCKET, "
-                             "a variable."),
-        Passage("k", "keyholder", "keyholder stores its process id in KEYHOLDER_PID. "
-                                  "keyholder exits when the session ends."),
-        Passage("o", "other", "Note that nothing here is about agents. Note again."),
-        Passage("m", "more", "The KEY_SOCKET variable names the socket of keyholder."),
-    ]
-    return PropositionIndex.build(docs, HashingEmbedder(512), extractor=ProseExtractor(),
-                                  show_progress=False)
-
-
-def test_bridges_and_beta_are_in_the_trace_and_its_record():
-    idx = _prose_index()
-    assert prose_index(idx)
-    q = "The agent the tool talks to: which variable holds its process id?"
-    res = EviReform(idx, embedder=HashingEmbedder(512)).retrieve(q, 3)
-    tr = res.trace
-    assert tr.residual_queries and len(tr.bridges) == len(tr.residual_queries)
-    for d, rq in zip(tr.bridges, tr.residual_queries):
-        assert d["query"] == rq and rq.startswith(d["bridge"])
-        assert d["passage"] in {p.id for p in idx.passages} and isinstance(d["score"], float)
-        # the focus ("variable") is kept even where the observed passage holds it
-        assert "variable" in rq.split()
-    rec = tr.to_dict()
-    assert rec["bridges"] == tr.bridges and rec["beta"] == 0.5 == tr.beta
-    json.dumps(rec)
-    # no reformulation: the question's seed alone, beta 1
-    base = EviReform(idx, EviReformConfig(reformulation=False),
-                     embedder=HashingEmbedder(512)).retrieve(q, 3)
-    assert base.trace.beta == 1.0 and base.trace.bridges == []
-
-
-def test_the_evidence_rule_ranks_as_the_base_without_a_credible_bridge(monkeypatch):
-    idx = _prose_index()
-    q = "The agent the tool talks to: which variable holds its process id?"
-    emb = HashingEmbedder(512)
-    # every bridge mentioned nowhere outside the observed passages: score 0
-    orig = GraphBridgeReformulator._bridges
-    monkeypatch.setattr(GraphBridgeReformulator, "_bridges",
-                        lambda self, *a, **k: [(r, e, i, 0.0) for r, e, i, _ in orig(self, *a, **k)])
-    ev = EviReform(idx, EviReformConfig(beta_rule="evidence"), embedder=emb).retrieve(q, 4)
-    base = EviReform(idx, EviReformConfig(reformulation=False), embedder=emb).retrieve(q, 4)
-    fixed = EviReform(idx, EviReformConfig(beta_rule="fixed"), embedder=emb).retrieve(q, 4)
-    assert "reformulate:no-credible-bridge" in ev.trace.role_events and ev.trace.beta == 1.0
-    assert [p.id for p in ev.passages] == [p.id for p in base.passages]
-    assert [p.score for p in ev.passages] == pytest.approx([p.score for p in base.passages])
-    assert fixed.trace.beta == 0.5 and "reformulate:no-credible-bridge" not in \
-        fixed.trace.role_events
-    with pytest.raises(ValueError, match="beta_rule"):
-        EviReformConfig(beta_rule="sometimes")
-
-
-def test_focus_is_kept_on_prose_indexes_only():
-    """On an encyclopedic index (the heuristic extractor) the residual query drops what the
-    observed passage holds, as before issue 52; the v1 reformulator never keeps it."""
-    from evireform.extract import HeuristicExtractor
-    docs = [Passage("a", "Alpha Film", "Alpha Film stars John Doe. Its director was born."),
-            Passage("b", "John Doe", "John Doe was born in Lyon.")]
-    idx = PropositionIndex.build(docs, HashingEmbedder(512), extractor=HeuristicExtractor(),
-                                 show_progress=False)
-    assert not prose_index(idx)
-    q = "What is the director's birthplace for Alpha Film?"
-    assert focus_words(q) == ["director"]
-    vec = encode_queries(HashingEmbedder(512), [q])[0]
-    out = GraphBridgeReformulator().reformulate_indexed(q, idx, [0], 2, vector=vec)
-    assert out and all("director" not in x.split() for x in out)
-    pidx = _prose_index()
-    q2 = "The agent the tool talks to: which variable holds its process id?"
-    v2 = encode_queries(HashingEmbedder(512), [q2])[0]
-    keep = GraphBridgeReformulator().reformulate_indexed(q2, pidx, [0], 2, vector=v2)
-    drop = GraphBridgeReformulator(prose=False).reformulate_indexed(q2, pidx, [0], 2, vector=v2)
-    assert all("variable" in x.split() for x in keep)
-    assert GraphBridgeReformulator(prose=False).name == "graph-bridge-v1"
-    assert keep != drop or not drop
-
-
-_SHAPES = {  # 1 MB inputs that once took minutes (issue 69): each shape's cost linear
-    "capitalised words": lambda n: " ".join(f"Name{i % 5000}" for i in range(n // 8)),
-    "no sentence end": lambda n: " ".join(f"word{i % 5000}" for i in range(n // 9)),
-    "initials": lambda n: "A. " * (n // 3),
-    "one word": lambda n: "Alpha " * (n // 6),
-}
-
-
 @pytest.mark.parametrize("name", ["heuristic", "phrases", "prose"])
 def test_extractors_are_linear_in_their_input(name):
     """Ten times the text costs about ten times the CPU time, not a hundred: a ratio within
     one run (process time, best of two), never an absolute time."""
     import time
+
     from evireform import Passage
     from evireform.extract import EXTRACTORS
 

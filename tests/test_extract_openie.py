@@ -1,69 +1,20 @@
+"""HippoRAG's OpenIE files read (evireform.extract.openie): the real file, its
+conventions, what is repeated, empty or missing, and named entities as whole words."""
+
 import json
 
 import pytest
 
-from evireform import Passage, PropositionIndex, canonical_entity, load_corpus
+from evireform import (
+    Passage,
+    PropositionIndex,
+    load_corpus,
+)
 from evireform.embed import HashingEmbedder
-from evireform.extract import HeuristicExtractor, read_openie, split_sentences, spot_entities
-
-
-def test_canonical_entity():
-    assert canonical_entity("  The  Beatles!") == "beatles"
-    assert canonical_entity("U.S.A.") == "u s a"
-    assert canonical_entity("Straße") == "strasse"
-    assert canonical_entity("ＡＢＣ") == "abc"  # NFKC
-    assert canonical_entity("the") == "the"
-    assert canonical_entity("---") == ""
-    assert canonical_entity("St. Maurice's Abbey") == canonical_entity("st maurice s abbey")
-
-
-def test_split_sentences():
-    s = "Dr. J. R. R. Tolkien wrote it in 1937. It sold well! Did it? Yes. U.S. troops left."
-    assert split_sentences(s) == ["Dr. J. R. R. Tolkien wrote it in 1937.", "It sold well!",
-                                  "Did it?", "Yes.", "U.S. troops left."]
-    assert split_sentences("  ") == []
-
-
-def test_spot_entities():
-    ents = spot_entities("The current editor is Jan Philip Solovej from University of "
-                         "Copenhagen, since 11 November 1998 (about 20 years).")
-    assert "Jan Philip Solovej" in ents and "University of Copenhagen" in ents
-    assert "11 November 1998" in ents and "1998" in ents
-    assert "The" not in ents and "20" not in ents and "November" not in ents
-
-
-def test_heuristic_extractor_title_prefix_and_entity():
-    p = Passage("x", "Teutberga", "Teutberga was a queen. She was a daughter of Boso.")
-    props = HeuristicExtractor().extract(p)
-    assert [q.text for q in props] == ["Teutberga was a queen.",
-                                      "Teutberga: She was a daughter of Boso."]
-    assert all("Teutberga" in q.entities for q in props)
-    assert all(q.passage == "x" for q in props)
-
-
-def test_load_corpus_formats(tmp_path):
-    a = tmp_path / "a.json"
-    a.write_text(json.dumps([{"title": "T", "text": "x"}, {"title": "T", "text": "y"}]))
-    from evireform.corpus import content_id
-    assert [p.id for p in load_corpus(a)] == [content_id("T", "x"), content_id("T", "y")]
-    b = tmp_path / "b.json"
-    b.write_text(json.dumps({"T1": ["One.", " Two."], "T2": ["Three."]}))
-    assert load_corpus(b)[0] == Passage("T1", "T1", "One. Two.")
-    c = tmp_path / "c.json"
-    c.write_text("[]")
-    with pytest.raises(ValueError, match="is empty"):
-        load_corpus(c)
-    c.write_text("{oops")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        load_corpus(c)
-    with pytest.raises(FileNotFoundError):
-        load_corpus(tmp_path / "nope.json")
-
-
-def test_shared_corpora_load(data_dir):
-    assert len(load_corpus(data_dir / "musique/musique_corpus.json")) == 1890
-    assert len(load_corpus(data_dir / "hotpotqa/hotpotqa_corpus.json")) == 994
-    assert len(load_corpus(data_dir / "2wikimultihopqa/2wikimultihopqa_corpus.json")) == 6119
+from evireform.extract import (
+    read_openie,
+)
+from evireform.types import Passage
 
 
 def test_read_openie_real_file(data_dir):
@@ -145,6 +96,7 @@ def test_named_entities_are_found_as_whole_words_in_linear_time():
     underscores, digits and case-folded letters."""
     import random
     import re
+
     from evireform.extract.openie import _WholeWords
     rng = random.Random(7)
     parts = ["a", "b", "ab", "x y", "c.d", ".net", "asp", ".", "-", "é", "ß", "1963",
@@ -169,31 +121,3 @@ def test_read_openie_rejects_unknown_doc(tmp_path):
                                        "extracted_triples": [["a", "b", "c"]]}]}))
     with pytest.raises(ValueError, match="matches no corpus passage"):
         read_openie(f, [Passage("0", "Y", "elsewhere")])
-
-
-def test_plain_corpora(tmp_path):
-    from evireform.corpus import as_passages
-    f = tmp_path / "c.jsonl"
-    f.write_text('{"id": "x1", "title": "Alpha", "text": "Alpha met Beta."}\n\n'
-                 '{"text": "No id or title."}\n"just a string"\n')
-    ps = load_corpus(f)
-    from evireform.corpus import content_id
-    assert [(p.id, p.title) for p in ps] == [("x1", "Alpha"), (content_id("", "No id or title."), ""),
-                                             (content_id("", "just a string"), "")]
-    g = tmp_path / "c.json"
-    g.write_text('["First text.", "Second text."]')
-    assert [p.text for p in load_corpus(g)] == ["First text.", "Second text."]
-    h = tmp_path / "lines.txt"  # JSONL without the suffix: detected
-    h.write_text('{"text": "a"}\n{"text": "b"}\n')
-    assert len(load_corpus(h)) == 2
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"text": "a"}\n{oops\n')
-    import pytest
-    with pytest.raises(ValueError, match="line 2"):
-        load_corpus(bad)
-    idx = PropositionIndex.build(["Alice lives in Paris.", "Paris is in France."],
-                                 HashingEmbedder(16), show_progress=False)
-    assert [p.id for p in idx.passages] == [content_id("", "Alice lives in Paris."),
-                                            content_id("", "Paris is in France.")]
-    assert idx.n_props >= 2
-    assert as_passages([{"id": "k", "text": "t"}])[0].id == "k"

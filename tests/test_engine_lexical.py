@@ -1,0 +1,221 @@
+"""The lexical index (evireform.engine.lexical, evireform.kernels.lexical): the BM25
+weights and top-k kernel against their references, the index's lexical counts carried
+across updates and restricted by filters exactly (an updated index scores as a rebuilt one,
+a filtered search as the sub-index's), saved and verified with the index, on every engine."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from evireform.kernels import _gpu
+from evireform.kernels import reference as R
+from evireform.kernels.lexical import TermCounts, bm25_weights
+from lexical_common import EMB, small  # noqa: F401
+
+from evireform import EviReform, PropositionIndex  # noqa: E402
+from evireform import kernels as K
+from evireform.engine import make_engine, to_device  # noqa: E402
+from evireform.engine.lexical import lexical_search
+from evireform.engine.structures import lexical_of
+from evireform.filters import restriction
+from evireform.index import subset_index
+from evireform.types import Passage
+
+
+# --------------------------------------------------------------------------- kernels
+def _random_counts(rng, n_docs, n_terms, most=12):
+    return TermCounts.from_rows([list(rng.integers(0, n_terms, size=rng.integers(0, most + 1)))
+                                 for _ in range(n_docs)])
+
+
+def _queries(rng, B, n_terms, most=5):
+    rows = [list(rng.integers(0, n_terms, size=rng.integers(0, most + 1))) for _ in range(B)]
+    indptr = np.r_[0, np.cumsum([len(r) for r in rows])].astype(np.int64)
+    terms = np.array([t for r in rows for t in r], np.int64)
+    return indptr, terms, rng.integers(1, 4, size=len(terms)).astype(np.float64)
+
+
+def _scipy(m):
+    return sp.csr_matrix((m.weights, m.docs, m.indptr), shape=(m.n_terms, m.n_docs))
+
+
+# --------------------------------------------------------------------------- the index's
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda sigma omega "
+         "SSH_AUTH_SOCK --shell /etc/shells ProxyJump").split()
+
+
+def _random_passages(rng, n, prefix="p"):
+    out = []
+    for j in range(n):
+        sents = [" ".join(rng.choice(WORDS, size=rng.integers(2, 7))).capitalize() + "."
+                 for _ in range(rng.integers(0, 4))]
+        out.append(Passage(f"{prefix}{j}", f"T{j % 5}", " ".join(sents) or "",
+                           {"group": int(j % 3)}))
+    return out
+
+
+def _search_all(idx, texts, level, r=None, k=50):
+    ids, sc = lexical_search(lexical_of(idx), texts, k, level, r)
+    if level == "passages":
+        names = [p.id for p in idx.passages]
+    else:
+        names = [(idx.passages[int(idx.owner[i])].id, idx.prop_texts[i])
+                 for i in range(idx.n_props)]
+    return [[(names[i], round(float(s), 12)) for i, s in zip(row, srow) if i >= 0]
+            for row, srow in zip(ids.tolist(), sc.tolist())]
+
+
+QUESTIONS = ["alpha and beta", "what sets SSH_AUTH_SOCK", "the shell option --shell",
+             "ProxyJump gamma", "nothing matches this"]
+
+
+@pytest.mark.parametrize("n_docs, n_terms", [(1, 1), (4, 2), (60, 25), (400, 90), (3000, 700)])
+def test_bm25_weights_match_reference(rng, n_docs, n_terms):
+    c = _random_counts(rng, n_docs, n_terms)
+    for docs in (None, rng.random(n_docs) < 0.5):
+        got = _scipy(bm25_weights(c, n_terms, docs=docs))
+        want = R.bm25_matrix(c.indptr, c.terms, c.counts, n_terms,
+                             docs=None if docs is None else np.flatnonzero(docs))
+        assert got.shape == want.shape
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        np.testing.assert_allclose(got.data, want.data, rtol=1e-6)
+        assert (got.data > 0).all()
+
+
+@pytest.mark.parametrize("threads", [False, True])
+@pytest.mark.parametrize("n_docs, n_terms", [(1, 1), (5, 3), (80, 30), (700, 150), (5000, 900)])
+def test_lexical_topk_matches_reference(rng, n_docs, n_terms, threads, monkeypatch):
+    if threads:  # the threaded kernel, whatever the size and the machine's load
+        from evireform.kernels import runtime
+        monkeypatch.setattr(K.config, "SERIAL_LEXICAL_POSTINGS", -1)
+        monkeypatch.setattr(runtime, "machine_busy", lambda: False)
+    m = bm25_weights(_random_counts(rng, n_docs, n_terms), n_terms)
+    W = _scipy(m)
+    ns = _gpu.cpu_namespace()
+    for B in (0, 1, 3, 9, 40):
+        qi, qt, qw = _queries(rng, B, n_terms)
+        for k in (1, 4, 10_000):
+            want = R.bm25_topk_batch(W, qi, qt, qw, k)
+            got = K.lexical_topk_batch(m, qi, qt, qw, k, backend="cpu")
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            # the CuPy twin, run with numpy: the same ids, scores within rounding
+            g = _gpu.bm25_topk_batch(ns, m.indptr, m.docs, m.weights, m.n_docs, qi, qt, qw,
+                                     min(k, n_docs))
+            assert np.array_equal(g[0], want[0])
+            np.testing.assert_allclose(g[1], want[1], rtol=1e-12)
+
+
+def test_lexical_topk_ties_and_degenerate_inputs():
+    # two documents with the same terms tie: the lower id first; a term no document has
+    c = TermCounts.from_rows([[0, 1], [2], [0, 1], []])
+    m = bm25_weights(c, 4)
+    ids, sc = K.lexical_topk_batch(m, [0, 2, 3, 3], [0, 1, 3], None, 3, backend="cpu")
+    assert ids[0].tolist() == [0, 2, -1] and sc[0, 0] == sc[0, 1] > 0
+    assert ids[1].tolist() == [-1, -1, -1] and ids[2].tolist() == [-1, -1, -1]
+    with pytest.raises(ValueError, match="term ids"):
+        K.lexical_topk_batch(m, [0, 1], [9], None, 2)
+    with pytest.raises(ValueError, match="positive"):
+        K.lexical_topk_batch(m, [0, 1], [0], [0.0], 2)
+    with pytest.raises(ValueError, match="k must"):
+        K.lexical_topk_batch(m, [0, 1], [0], None, 0)
+    empty = bm25_weights(TermCounts.from_rows([]), 0)
+    assert K.lexical_topk_batch(empty, [0, 0], [], None, 3)[0].shape == (1, 0)
+
+
+@pytest.mark.parametrize("level", ["props", "passages"])
+def test_updated_index_scores_as_rebuilt(rng, level):
+    a = [p for p in _random_passages(rng, 30) if p.text]
+    b = [p for p in _random_passages(rng, 12, "q") if p.text]
+    base = PropositionIndex.build(a, EMB, extractor="heuristic", show_progress=False)
+    lexical_of(base)  # counted before the update: the update carries it
+    grown = base.add(b, EMB)
+    rebuilt = PropositionIndex.build(a + b, EMB, extractor="heuristic", show_progress=False)
+    assert _search_all(grown, QUESTIONS, level) == _search_all(rebuilt, QUESTIONS, level)
+    gone = [p.id for p in a[:7]]
+    shrunk = grown.delete(gone)
+    rebuilt2 = PropositionIndex.build(a[7:] + b, EMB, extractor="heuristic", show_progress=False)
+    assert _search_all(shrunk, QUESTIONS, level) == _search_all(rebuilt2, QUESTIONS, level)
+    assert lexical_of(shrunk).props.n_docs == shrunk.n_props
+
+
+@pytest.mark.parametrize("level", ["props", "passages"])
+def test_filtered_search_equals_sub_index(rng, level):
+    ps = [p for p in _random_passages(rng, 40) if p.text]
+    idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
+    flt = {"group": {"$in": [0, 2]}}
+    r = restriction(idx, flt)
+    sub = subset_index(idx, r.passages)
+    got = _search_all(idx, QUESTIONS, level, r)
+    assert got == _search_all(sub, QUESTIONS, level)
+    assert any(got)
+    assert r.lexical  # the recounted weights are kept with the restriction
+
+
+# --------------------------------------------------------------------------- saved with the index
+def test_saved_and_loaded_with_the_index(tmp_path, rng):
+    import json
+
+    ps = [p for p in _random_passages(rng, 25) if p.text]
+    idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
+    idx.save(tmp_path / "ix")
+    man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert "lexical_terms.json" in man["files"] and "lexical_props_terms.npy" in man["files"]
+    for verify in ("full", "fast"):
+        back = PropositionIndex.load(tmp_path / "ix", verify=verify)
+        assert back.search_state.lexical is not None  # read, not counted again
+        for level in ("props", "passages"):
+            assert _search_all(back, QUESTIONS, level) == _search_all(idx, QUESTIONS, level)
+    # an update of the loaded index carries the stored counts, and is saved again
+    new = [Passage("new", "New", "Alpha meets SSH_AUTH_SOCK.")]
+    grown = back.add(new, EMB)
+    grown.save(tmp_path / "ix2")
+    again = PropositionIndex.load(tmp_path / "ix2", verify="full")
+    rebuilt = PropositionIndex.build(ps + new, EMB, extractor="heuristic", show_progress=False)
+    for level in ("props", "passages"):
+        assert _search_all(again, QUESTIONS, level) == _search_all(rebuilt, QUESTIONS, level)
+    assert any(h[0] == "new" for h in _search_all(again, QUESTIONS, "passages")[1])
+
+
+def test_edited_lexical_files_are_refused(tmp_path, rng):
+    import json
+
+    from evireform.store import IndexFormatError, file_sha256
+    ps = [p for p in _random_passages(rng, 12) if p.text]
+    PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False).save(
+        tmp_path / "ix")
+    d = tmp_path / "ix"
+
+    def rewrite(name, arr):  # an edit with its checksum recomputed: only the values tell
+        np.save(d / name, arr, allow_pickle=False)
+        man = json.loads((d / "manifest.json").read_text())
+        man["files"][name] = {"sha256": file_sha256(d / name), "bytes": (d / name).stat().st_size}
+        (d / "manifest.json").write_text(json.dumps(man))
+
+    terms = np.load(d / "lexical_props_terms.npy")
+    good = terms.copy()
+    rewrite("lexical_props_terms.npy", np.full_like(terms, 10 ** 6))
+    with pytest.raises(IndexFormatError, match="lexical_props_terms.npy.*term id"):
+        PropositionIndex.load(d, verify="fast")
+    rewrite("lexical_props_terms.npy", good)
+    counts = np.load(d / "lexical_props_counts.npy")
+    counts[0] += 1  # a valid count, the wrong one: only a recount from the text tells
+    rewrite("lexical_props_counts.npy", counts)
+    PropositionIndex.load(d, verify="fast", stamp=False)
+    with pytest.raises(IndexFormatError, match="lexical_props_terms.npy.*row 0"):
+        PropositionIndex.load(d, verify="full")
+
+
+def test_the_device_engine_searches_lexically_as_the_cpu(small):
+    """The CuPy twin on the numpy namespace: the same lexical hits, and the same results
+    through the retriever, as the CPU engine (with and without a filter)."""
+    cpu = make_engine(small, "cpu")
+    dev = make_engine(small, to_device(small, "numpy"))
+    texts = ["SSH_AUTH_SOCK agent", "ProxyJump", "Orvel Society founder", "nothing here"]
+    for level in ("props", "passages"):
+        a, b = cpu.lexical_batch(texts, 3, level=level), dev.lexical_batch(texts, 3, level=level)
+        assert np.array_equal(a[0], b[0])
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-12)
+    q = ["Which variable names the agent socket?", "Who founded the Orvel Society?"]
+    for flt in (None, ["a", "d", "e"]):
+        x = EviReform(small, engine=cpu, embedder=EMB).retrieve_many(q, 3, filter=flt)
+        y = EviReform(small, engine=dev, embedder=EMB).retrieve_many(q, 3, filter=flt)
+        assert [r.ids for r in x] == [r.ids for r in y]
