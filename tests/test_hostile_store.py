@@ -103,16 +103,20 @@ def test_a_one_passage_update_never_decodes_the_texts_it_keeps(tmp_path, op):
     assert back.prop_texts == [t for t in back.prop_texts]  # every table reads back
 
 
-def test_full_verification_of_a_large_text_runs_in_bounded_memory(tmp_path):
+def test_full_verification_of_a_large_text_runs_in_bounded_memory(tmp_path, monkeypatch):
+    """The full tier's memory is bounded by its UTF-8 step (16 MiB; 1 MiB here, so an 8 MiB
+    text shows the bound in seconds: a check holding the text whole would pass 8 MiB)."""
     import tracemalloc
-    ix = _big_index(tmp_path, 48)
+    from evireform.store import verify
+    monkeypatch.setattr(verify, "UTF8_STEP", 1 << 20)
+    ix = _big_index(tmp_path, 8)
     tracemalloc.start()
     try:
         PropositionIndex.load(ix, verify="full")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 40 << 20, f"verifying a 48 MiB text allocated {peak >> 20} MiB"
+    assert peak < 7 << 20, f"verifying an 8 MiB text allocated {peak >> 20} MiB"
 
 
 def test_the_utf8_check_finds_a_character_cut_between_two_strings(tmp_path):

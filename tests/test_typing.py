@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent / "typing"
 
 
-def _mypy(tmp_path, target):
+def _mypy(tmp_path, *targets):
     pytest.importorskip("mypy")
     # evireform as installed: the package with kernels/ inside it as evireform.kernels (an
     # editable install's import hook is invisible to mypy)
@@ -25,19 +25,28 @@ def _mypy(tmp_path, target):
     assert (site / "py.typed").exists() and (site / "kernels" / "py.typed").exists()
     r = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent",
                         "--ignore-missing-imports", "--no-incremental",
-                        "--cache-dir", str(tmp_path / "cache"), str(target)],
+                        "--cache-dir", str(tmp_path / "cache"), *map(str, targets)],
                        capture_output=True, text=True, cwd=tmp_path, timeout=600,
                        env={**os.environ, "MYPYPATH": str(tmp_path / "site")})
     return r.returncode, r.stdout + r.stderr
 
 
-def test_a_typed_program_using_the_public_api_passes(tmp_path):
-    rc, out = _mypy(tmp_path, HERE / "public_api.py")
-    assert rc == 0, out
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """One mypy run over both programs (each run costs most of a minute here): its exit
+    status and output."""
+    return _mypy(tmp_path_factory.mktemp("mypy"), HERE / "public_api.py",
+                 HERE / "wrong_use.py")
 
 
-def test_mypy_catches_mistakes_against_the_api(tmp_path):
-    rc, out = _mypy(tmp_path, HERE / "wrong_use.py")
+def test_a_typed_program_using_the_public_api_passes(checked):
+    rc, out = checked
+    errors = re.findall(r"^(\S+?):\d+: error", out, re.M)
+    assert errors and all(e.endswith("wrong_use.py") for e in errors), out
+
+
+def test_mypy_catches_mistakes_against_the_api(checked):
+    rc, out = checked
     lines = sorted({int(m) for m in re.findall(r"wrong_use\.py:(\d+): error", out)})
     assert rc == 1 and lines == [5, 7, 8], out
 

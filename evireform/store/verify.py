@@ -380,6 +380,11 @@ def _check_strings(path: Path, sizes: dict[str, Any], full: bool):
     return blob, off
 
 
+#: the bytes of the strings blob one step of the full tier's UTF-8 check decodes (what bounds
+#: its memory, whatever the strings' sizes)
+UTF8_STEP = 16 << 20
+
+
 def _check_utf8(f: Path, blob, off) -> None:
     """Every string of the blob valid UTF-8, in memory bounded by one 16 MiB step whatever
     the strings' sizes: the blob decodes as one stream, and no string starts with a
@@ -391,7 +396,7 @@ def _check_utf8(f: Path, blob, off) -> None:
         _fail(f, f"not valid UTF-8 at byte {int(starts[cont[0]])} (a string starts inside a "
                  "character)")
     dec = codecs.getincrementaldecoder("utf-8")()
-    step = 16 << 20
+    step = UTF8_STEP
     for a in range(0, size, step):
         held = len(dec.getstate()[0])  # bytes of a character cut by the previous step
         try:
