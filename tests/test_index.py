@@ -1,20 +1,18 @@
 """Index construction, search, persistence and bad input."""
+
 import json
 import threading
 
 import numpy as np
 import pytest
+from helpers import search_one, unit_rows
 
 import evireform
 import evireform.store
 from evireform import IndexFormatError, Passage, Proposition, PropositionIndex
 from evireform.embed import HashingEmbedder
+from evireform.engine import structures_of
 from evireform.index import arrays_equal
-from evireform.kernels import config as kconfig
-
-from helpers import unit_rows
-from evireform.engine import structures_of, search_index, quantize, scans_codes
-from helpers import search_one
 
 EMB = HashingEmbedder(32)
 
@@ -28,6 +26,14 @@ def tiny_index(rng, with_empty=True):
     if with_empty:
         passages.append(Passage("d", "Empty", "no propositions"))
     return PropositionIndex.from_propositions(passages, props, unit_rows(rng, 4, 8), "test-8")
+
+
+class _WideEmbedder:
+    """Says dimension 8 and returns rows of 16: two rows' worth per text."""
+    name, dim = "wide-8", 8
+
+    def encode(self, texts, **kw):
+        return np.ones((len(texts), 16), np.float32)
 
 
 def test_from_propositions_structure(rng):
@@ -151,29 +157,6 @@ def test_interrupted_save_leaves_old_index(tmp_path, rng, monkeypatch):
     assert not (tmp_path / "new").exists()
 
 
-def test_search_exact_and_hnsw_agree_on_small(rng):
-    M = 2000
-    H = unit_rows(rng, M, 16)
-    ps = [Passage(str(i), "t", "x") for i in range(M)]
-    pr = [Proposition(f"p{i}", str(i)) for i in range(M)]
-    idx = PropositionIndex.from_propositions(ps, pr, H, "e", hnsw=True)
-    Q = unit_rows(rng, 20, 16)
-    ei, es = search_index(idx, Q, 10, exact=True)
-    hi, hs = search_index(idx, Q, 10)
-    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ei, hi)]) >= 0.98
-    i1, s1 = search_one(idx, Q[0], 10)
-    np.testing.assert_array_equal(i1, hi[0][hi[0] >= 0])
-
-
-def test_threshold_selects_hnsw(rng, monkeypatch):
-    monkeypatch.setattr(kconfig, "EXACT_SEARCH_MAX", 10)
-    ps = [Passage(str(i), "t", "x") for i in range(12)]
-    pr = [Proposition(f"p{i}", str(i)) for i in range(12)]
-    assert structures_of(PropositionIndex.from_propositions(ps, pr, unit_rows(rng, 12, 4), "e")).hnsw is not None
-    assert structures_of(PropositionIndex.from_propositions(ps[:9], pr[:9], unit_rows(rng, 9, 4),
-                                              "e")).hnsw is None
-
-
 def test_concurrent_searches(rng):
     idx = tiny_index(rng)
     Q = unit_rows(rng, 64, 8)
@@ -234,6 +217,7 @@ def test_verification_tiers_and_the_stamp(tmp_path, rng):
 
 def test_evireform_verify_command(tmp_path, rng, capsys):
     import shutil
+
     from evireform.cli import main
     tiny_index(rng).save(tmp_path / "ix")
     shutil.copytree(tmp_path / "ix", tmp_path / "copy")
@@ -246,43 +230,6 @@ def test_evireform_verify_command(tmp_path, rng, capsys):
     f.write_bytes(bytes(data))
     assert main(["verify", str(tmp_path / "copy")]) == 2
     assert "embeddings.npy: sha256" in capsys.readouterr().err
-
-
-def test_int8_codes_search_exactly_and_persist(tmp_path, rng):
-    from evireform.embed import HashingEmbedder
-    emb = HashingEmbedder(32)
-    texts = [f"Alpha {i} met Beta {i % 7} in City {i % 5}. Beta {i % 7} liked Gamma {i % 3}."
-             for i in range(60)]
-    idx = PropositionIndex.build(texts, emb, show_progress=False)
-    Q = emb.encode(["Alpha 3 met whom?", "City 2", "Gamma 1 liked by?"])
-    want = search_index(idx, Q, 25)
-    quantize(idx, "int8")
-    assert structures_of(idx).codes.dtype == np.int8 and scans_codes(idx, "auto")
-    got = search_index(idx, Q, 25)
-    np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_array_equal(got[1], want[1])
-    back = PropositionIndex.load(idx.save(tmp_path / "ix"), verify="full")
-    assert structures_of(back).codes is not None and back.meta["precision"] == "int8"
-    np.testing.assert_array_equal(search_index(back, Q, 25)[0], want[0])
-    grown = back.add(["Omega met Alpha 3 in City 9."], emb)  # codes carried
-    f32 = search_index(grown, Q, 25, precision="float32")
-    np.testing.assert_array_equal(search_index(grown, Q, 25)[0], f32[0])
-    smaller = grown.delete([grown.passages[0].id])
-    assert structures_of(smaller).codes.shape == smaller.embeddings.shape
-    # an edited code is refused by the full tier
-    from test_fuzz import craft
-    craft(tmp_path / "ix", "codes", lambda a: np.where(np.arange(a.shape[0])[:, None] == 4,
-                                                       a ^ 0x10, a).astype(np.int8))
-    with pytest.raises(IndexFormatError, match="codes.npy: row 4 is not the int8 code"):
-        PropositionIndex.load(tmp_path / "ix")
-
-
-class _WideEmbedder:
-    """Says dimension 8 and returns rows of 16: two rows' worth per text."""
-    name, dim = "wide-8", 8
-
-    def encode(self, texts, **kw):
-        return np.ones((len(texts), 16), np.float32)
 
 
 def test_a_build_refuses_embeddings_of_another_width_instead_of_reshaping_them():
