@@ -1,7 +1,6 @@
 """The extractor chosen for a corpus (evireform.extract.auto)."""
 
 
-
 from evireform import (
     Passage,
 )

@@ -2,7 +2,6 @@
 subject of its propositions, named entities as its entities."""
 
 
-
 from evireform import (
     Passage,
 )

@@ -14,8 +14,6 @@ from evireform.llm import (
     LLMSelector,
 )
 
-pytest.importorskip("openai")
-
 
 def test_cache_answers_repeated_calls(endpoint, tmp_path):
     client, script = endpoint([{"content": json.dumps({"selected": [1]})}],

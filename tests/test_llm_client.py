@@ -14,8 +14,6 @@ from evireform.llm import (
     LLMSelector,
 )
 
-pytest.importorskip("openai")
-
 
 class _NoSchemaScript(Script):
     """A server that refuses response_format json_schema, like many local ones (400 or 422;

@@ -9,8 +9,6 @@ from evireform.llm import (
     parse_json,
 )
 
-pytest.importorskip("openai")
-
 
 def test_non_json_gets_one_repair(endpoint):
     client, script = endpoint([{"content": "Sure! I pick the first one."},

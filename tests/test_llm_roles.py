@@ -3,7 +3,6 @@ extractor, their contracts, fallbacks and the events they leave in a trace."""
 
 import json
 
-import pytest
 from llm_common import CANDS, PASSAGES, endpoint  # noqa: F401
 
 from evireform import Passage
@@ -14,8 +13,6 @@ from evireform.llm import (
     LLMReformulator,
     LLMSelector,
 )
-
-pytest.importorskip("openai")
 
 
 def test_selection_well_formed(endpoint):

@@ -11,27 +11,13 @@ import time
 
 import numpy as np
 import pytest
-from service_common import (  # noqa: F401
-    EMB,
-    HTTP,
-    QUESTIONS,
-    REPO,
-    _port,
-    _records,
-    _same,
-    _service,
-    httpx,
-    index_dir,
-    server,
-    shared,
+from service_common import (  # noqa: F401 (fixtures among them)
+    EMB, HTTP, QUESTIONS, REPO, _port, _records, _same, _service, httpx, index_dir, server,
+    shared
 )
 
 from evireform import PropositionIndex
 from evireform.retriever import EviReform
-
-pytest.importorskip("fastapi")
-
-pytest.importorskip("uvicorn")
 
 
 def undescribed(doc):

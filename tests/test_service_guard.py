@@ -1,20 +1,6 @@
 """The service's guard (evireform.service.guard): body size, the API key, the Host check."""
 
-import pytest
-from service_common import (  # noqa: F401
-    EMB,
-    HTTP,
-    QUESTIONS,
-    Server,
-    httpx,
-    index_dir,
-    server,
-    shared,
-)
-
-pytest.importorskip("fastapi")
-
-pytest.importorskip("uvicorn")
+from service_common import EMB, HTTP, QUESTIONS, Server, httpx, index_dir, shared  # noqa: F401
 
 
 def test_body_size_and_unknown_ids(shared):

@@ -6,24 +6,12 @@ import threading
 
 import numpy as np
 import pytest
-from service_common import (  # noqa: F401
-    EMB,
-    HTTP,
-    QUESTIONS,
-    _records,
-    _same,
-    _service,
-    httpx,
-    index_dir,
-    server,
+from service_common import (  # noqa: F401 (fixtures among them)
+    EMB, HTTP, QUESTIONS, _records, _same, _service, httpx, index_dir, server
 )
 
 from evireform import PropositionIndex
 from evireform.retriever import EviReform
-
-pytest.importorskip("fastapi")
-
-pytest.importorskip("uvicorn")
 
 
 def test_hot_swap_under_concurrent_queries(server, index_dir):
