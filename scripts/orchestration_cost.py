@@ -81,15 +81,16 @@ def main(argv=None) -> int:
     ms = lambda v, p: np.percentile(v, p) * 1e3  # noqa: E731
     import os
     from evireform import kernels
+    from evireform.kernels import runtime
     print(f"MuSiQue, {len(qs)} questions x {args.repeat} passes, everything but the encoder "
-          f"(load average {os.getloadavg()[0]:.2f} over {kernels._usable_cpus()} cores: "
+          f"(load average {os.getloadavg()[0]:.2f} over {runtime._usable_cpus()} cores: "
           f"busy, so kernels on the calling thread: {kernels.machine_busy()}):\n")
     print("| measure | ms |\n|---|---:|")
     print(f"| retrieve() p50 | {ms(one, 50):.2f} |\n| retrieve() p90 | {ms(one, 90):.2f} |")
     print(f"| retrieve() p50, first pass (passages' bridge data made on first sight) | "
           f"{ms(cold, 50):.2f} |")
     print(f"| retrieve_many, per question, p50 over passes | {ms(many, 50):.2f} |")
-    r._search = clock("search", r._search)
+    r.engine.search_batch = clock("search", r.engine.search_batch)  # every dense search
     r._queries = clock("reformulation", r._queries)
     r._rank_many = clock("ranking (propagation, readout, records)", r._rank_many)
     r._select = clock("selection", r._select)
