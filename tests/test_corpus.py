@@ -11,7 +11,6 @@ from evireform import (
     load_corpus,
 )
 from evireform.embed import HashingEmbedder
-from evireform.types import Passage
 
 
 def test_load_corpus_formats(tmp_path):

@@ -8,7 +8,6 @@ from evireform import (
 from evireform.extract import (
     HeuristicExtractor,
 )
-from evireform.types import Passage
 
 
 def test_heuristic_extractor_title_prefix_and_entity():

@@ -14,7 +14,6 @@ from evireform.embed import HashingEmbedder
 from evireform.extract import (
     read_openie,
 )
-from evireform.types import Passage
 
 
 def test_read_openie_real_file(data_dir):

@@ -14,7 +14,6 @@ from evireform.embed import HashingEmbedder
 from evireform.extract import (
     ProseExtractor,
 )
-from evireform.types import Passage
 
 
 def _docs():

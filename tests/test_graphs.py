@@ -11,9 +11,9 @@ from evireform.evaluation.data import load_questions
 from evireform.evaluation.graph_metrics import ged, graph_metrics, graph_scores
 from evireform.explain import EvidenceEdge, EvidenceGraph
 from evireform.index import PropositionIndex
-from evireform.strategies import BGR, HiQ, covers, make_strategy, split_query
+from evireform.strategies import BGR, HiQ, make_strategy
+from graphs_common import Q  # noqa: F401
 
-Q = "Who was the first president of the association which published Journal Zeta?"
 CORPUS = [
     Passage("zeta", "Journal Zeta", "Journal Zeta is published by the Orvel Society, an "
             "association of therapists."),
@@ -179,19 +179,6 @@ def test_bgr_chains_intersect_on_the_bridge(toy):
 
 
 # --------------------------------------------------------------------------- Hi-Q
-def test_split_query_and_coverage():
-    first, second = split_query(Q)
-    assert first == "association which published Journal Zeta"
-    assert second == "Who was the first president of #1"
-    assert covers(Q, first, second)
-    assert split_query("Who wrote the music of Brand Hollow about 1900?") == \
-        ("music of Brand Hollow", "Who wrote #1 about 1900")
-    assert split_query("Where is Easton?") is None  # one relation: nothing to split
-    assert split_query("what is the capital of france?") is None  # no named constraint
-    assert not covers(Q, "association which published", "first president of #1")
-    assert not covers(Q, first, "Who was the first president")
-
-
 def test_hiq_tree_resolves_and_rewrites_the_dependent(toy):
     idx, e = toy
     res = HiQ(idx, e, k_check=1).retrieve(Q, k=5)
