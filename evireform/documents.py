@@ -54,7 +54,7 @@ from .formats import (
     read_file_bytes)
 from .records import LOCATION_KEYS
 from .store import looks_like_index
-from .text import sentences
+from .extract.tokens import sentences
 from .types import Passage
 
 if TYPE_CHECKING:  # annotations only

@@ -17,7 +17,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 import numpy as np
 
 from .kernels import LexicalMatrix, TermCounts, bm25_weights
-from .text import lexical_tokens
+from .extract.tokens import lexical_tokens
 
 if TYPE_CHECKING:  # annotations only (a protocol: this module sits below the index)
     from .types import IndexData as PropositionIndex

@@ -796,7 +796,7 @@ def case_lexical(inp: Any, out: Any) -> None:
         import bm25s
     except ImportError:
         return
-    from ..text import lexical_tokens
+    from ..extract.tokens import lexical_tokens
     sizes = (10_000,) if inp.quick else (10_000, 100_000, 1_000_000)
     k = 100
     for M in sizes:

@@ -1,7 +1,7 @@
 """The lexical index, owned by the engine beside the int8 codes and the HNSW graph.
 
 For every proposition (its text) and every passage (title, newline, text) the terms of
-:func:`evireform.text.lexical_tokens` are counted once (:class:`LexicalIndex`); the eager
+:func:`evireform.extract.tokens.lexical_tokens` are counted once (:class:`LexicalIndex`); the eager
 BM25 weights (:func:`evireform.kernels.bm25_weights`) are made from those counts when first
 needed, over the whole index or, for a filter's restriction, recounted over the matching
 documents alone (so a filtered query scores as an index of those passages would).  A

@@ -17,8 +17,9 @@ The package's modules, one subject each:
 
 * :mod:`~evireform.extract.base`: the :class:`Extractor` protocol, the namespaces corpus
   statistics are fitted per, and the bounded sample they are fitted from (:data:`FIT_SAMPLE`);
-* :mod:`~evireform.extract.tokens`: sentences, capitalised names, dates, numbers and
-  identifiers, the text units every LLM-free extractor reads;
+* :mod:`~evireform.extract.tokens`: the tokenizer every extractor and the lexical index
+  read text through: Unicode sentences and words, the lexical index's tokens, capitalised
+  names, dates, numbers and identifiers, the stopword lists;
 * :mod:`~evireform.extract.heuristic`, :mod:`~evireform.extract.phrases`,
   :mod:`~evireform.extract.prose`: one extractor each;
 * :mod:`~evireform.extract.auto`: the extractor measured for a corpus, per namespace
@@ -29,7 +30,6 @@ Every name below is importable from ``evireform.extract`` as before the package 
 """
 from __future__ import annotations
 
-from ..text import ENGLISH_STOPWORDS, STOPWORDS
 from .auto import (
     AUTO_CAPITALISED, AUTO_MAX_UNCASED, AUTO_PROSE_MIN, AUTO_RULE, AUTO_SAMPLE_WORDS,
     EXTRACTOR_CHOICES, EXTRACTORS, NamespaceAutoExtractor, choose_extractor,
@@ -40,12 +40,13 @@ from .openie import openie_triples, read_openie
 from .phrases import PhraseExtractor
 from .prose import ProseExtractor
 from .tokens import (
-    LOWER_WORD, identifiers, name_spans, placed, split_sentences, spot_entities)
+    ENGLISH_STOPWORDS, LOWER_WORD, STOPWORDS, identifiers, lexical_tokens, name_spans, placed,
+    sentences, split_sentences, spot_entities, tokens)
 
 __all__ = [
     "AUTO_CAPITALISED", "AUTO_MAX_UNCASED", "AUTO_PROSE_MIN", "AUTO_RULE", "AUTO_SAMPLE_WORDS",
     "ENGLISH_STOPWORDS", "EXTRACTORS", "EXTRACTOR_CHOICES", "Extractor", "FIT_SAMPLE",
     "HeuristicExtractor", "LOWER_WORD", "NamespaceAutoExtractor", "PhraseExtractor",
     "ProseExtractor", "STOPWORDS", "choose_extractor", "extractor_recorded", "fit_sample",
-    "identifiers", "make_extractor", "measure_case", "name_spans", "openie_triples",
-    "placed", "read_openie", "split_sentences", "spot_entities"]
+    "identifiers", "lexical_tokens", "make_extractor", "measure_case", "name_spans", "openie_triples",
+    "placed", "read_openie", "sentences", "split_sentences", "spot_entities", "tokens"]

@@ -12,10 +12,9 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from .._checks import canonical_value
 from ..strings import column
-from ..text import sentences
 from ..types import Passage, Proposition
 from ..formats import BULLET as _ITEM
-from .tokens import _LETTER
+from .tokens import _LETTER, sentences
 
 
 @runtime_checkable

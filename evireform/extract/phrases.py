@@ -7,10 +7,10 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..strings import Take, metadata_of
-from ..text import STOPWORDS, is_cjk, tokens
 from ..types import Passage, Proposition
 from . import base as _base
 from .base import _FittedExtractor, fit_sample
+from .tokens import STOPWORDS, is_cjk, tokens
 
 
 class PhraseExtractor(_FittedExtractor):

@@ -7,12 +7,12 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..strings import Take, column, metadata_of
-from ..text import is_cjk, tokens
 from ..types import Passage, Proposition
 from . import base as _base
 from .base import _FittedExtractor, fit_sample
 from .phrases import PhraseExtractor
-from .tokens import _CJK_CHAR, _CONNECT, _STOP, LOWER_WORD, identifiers, name_spans, placed
+from .tokens import (_CJK_CHAR, _CONNECT, _STOP, LOWER_WORD, identifiers, is_cjk, name_spans,
+                     placed, tokens)
 
 
 class ProseExtractor(_FittedExtractor):

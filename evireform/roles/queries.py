@@ -8,7 +8,7 @@ import re
 from typing import Sequence
 
 from ..entities import words
-from ..text import ENGLISH_STOPWORDS
+from ..extract.tokens import ENGLISH_STOPWORDS
 
 
 #: residual queries longer than this many characters are dropped (and counted in the trace):

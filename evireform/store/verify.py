@@ -552,7 +552,7 @@ def _check_lexical_counts(path: Path, lex: Any, passages: Any, props: Any) -> No
     pieces cut at whitespace (:meth:`evireform.strings.StringTable.pieces`; a term never
     spans whitespace), so a long text is checked in bounded memory."""
     from collections import Counter
-    from ..text import lexical_tokens
+    from ..extract.tokens import lexical_tokens
 
     def pieces(table: Any, j: int):
         if isinstance(table, StringTable):
