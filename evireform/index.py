@@ -129,6 +129,39 @@ class PropositionIndex:
             pos = self._derived["pos"] = {pid: i for i, pid in enumerate(ids)}
         return pos
 
+    @property
+    def same_text(self) -> np.ndarray:
+        """For each passage position, the first position whose text is the same, byte for
+        byte (its own position when no earlier passage has that text): the groups of
+        passages a result shows once (``EviReformConfig.fold_duplicates``).  Built on first
+        use from the texts' bytes, without decoding them, and kept."""
+        got = self._derived.get("same_text")
+        if got is None:
+            from .strings import column, first_equal
+            got = self._derived["same_text"] = first_equal(column(self.passages, "texts"))
+        return got
+
+    @property
+    def n_same_text(self) -> int:
+        """How many passages repeat the text of an earlier one (:attr:`same_text`)."""
+        got = self._derived.get("n_same_text")
+        if got is None:
+            got = self._derived["n_same_text"] = int(
+                np.count_nonzero(self.same_text != np.arange(self.n_passages)))
+        return got
+
+    def same_text_group(self, c: int) -> list[int]:
+        """The positions whose :attr:`same_text` is ``c`` (ascending; ``[c]`` alone for a
+        text no other passage has)."""
+        groups = self._derived.get("same_text_groups")
+        if groups is None:
+            same = self.same_text
+            groups = {}
+            for j in np.flatnonzero(same != np.arange(self.n_passages)).tolist():
+                groups.setdefault(int(same[j]), [int(same[j])]).append(j)
+            self._derived["same_text_groups"] = groups
+        return groups.get(int(c), [int(c)])
+
     def has_passage(self, passage_id: str) -> bool:
         """Whether the index holds a passage with this id."""
         return passage_id in self._pos

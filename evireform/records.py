@@ -71,6 +71,9 @@ class PassageRecord(TypedDict):
     from_residual: float
     #: the part spread one step through propositions sharing an entity
     from_propagation: float
+    #: the ids of the other passages with this text, byte for byte, which the result leaves
+    #: out (EviReform's ``fold_duplicates``; empty for the other methods)
+    duplicates: list[str]
 
 
 class BridgeRecord(TypedDict):

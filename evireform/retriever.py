@@ -33,6 +33,7 @@ from . import kernels as K
 from .engine import Scope, make_engine, pack_seeds
 from .explain import EvidenceGraph, evireform_edges
 from .records import SCORE_MEANING
+from .strings import column
 from .timing import Stopwatch
 from .index import PropositionIndex
 from .roles import (
@@ -85,6 +86,12 @@ class EviReformConfig:
     #: the paper's convention) or "dense" (the question's own dense order over its candidate
     #: propositions' passages first, then stored order)
     fill: str = "corpus"
+    #: a passage whose text another, better-ranked passage has byte for byte (the same
+    #: section in two files: a README's licence paragraph, a man page's AUTHORS) is left out
+    #: of the result and named on the one shown (``RankedPassage.duplicates``), so the k
+    #: passages hold k different texts (issue 68); False keeps every copy (the paper's
+    #: ranking: an index without repeated texts ranks alike either way)
+    fold_duplicates: bool = True
     #: how the question's share of the seed is set: "fixed" (the paper: beta for every
     #: question whose residual queries found something) or "evidence" (issue 52's do-no-harm
     #: rule: as "fixed", except that a question whose LLM-free bridges are all mentioned
@@ -153,7 +160,7 @@ class EviReformConfig:
             raise ValueError(f"lexical_fusion must be one of {LEXICAL_FUSIONS}; got "
                              f"{self.lexical_fusion!r}")
         for name in ("reformulation", "propagation", "lexical", "lexical_residual",
-                     "lexical_seed_llm"):
+                     "lexical_seed_llm", "fold_duplicates"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
@@ -256,13 +263,17 @@ class RankedPassage:
     text: str = field(default="", repr=False)
     #: the passage's metadata (the index's object, not a copy: do not modify it)
     metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: the ids of the other passages with this text, byte for byte (another file's copy of
+    #: the same section), which the result leaves out (``EviReformConfig.fold_duplicates``)
+    duplicates: tuple[str, ...] = ()
 
     def to_dict(self) -> PassageRecord:
         """JSON form (the CLI's --json and batch output, the service)."""
         return {"id": self.id, "title": self.title, "text": self.text,
                 "metadata": self.metadata, "score": self.score,
                 "from_question": self.from_question, "from_residual": self.from_residual,
-                "from_propagation": self.from_propagation}
+                "from_propagation": self.from_propagation,
+                "duplicates": list(self.duplicates)}
 
 
 @dataclass
@@ -631,7 +642,28 @@ class EviReform:
                    sw: Stopwatch | None = None) -> list[list[RankedPassage]]:
         """Propagate and read out every question's seed at once (batched kernels); one ranked
         passage list per state, each passage's score split into its parts (``sw``: the
-        seeds' mixing and the kernels timed as ``rank``)."""
+        seeds' mixing and the kernels timed as ``rank``).  With ``fold_duplicates``, a
+        passage whose text a better-ranked one has is left out and named on it
+        (:attr:`RankedPassage.duplicates`); the ranking reads far enough down to give
+        ``scope.k`` distinct texts."""
+        cfg, idx = self.config, self.index
+        k = scope.k
+        fold = cfg.fold_duplicates and idx.n_same_text > 0
+        k_rank = scope.clip(k + min(idx.n_same_text, k)) if fold else k
+        while True:
+            rows = self._rank_rows(states, scope, k_rank, sw)
+            if not fold:
+                return [[RankedPassage(*e) for e in row] for row in rows]
+            folded = [self._fold(row, k, scope) for row in rows]
+            short = any(len(f) < k and len(row) == k_rank for f, row in zip(folded, rows))
+            if not short or k_rank >= scope.n_passages:
+                return folded
+            k_rank = scope.clip(2 * k_rank)  # more repeats than read: read further down
+
+    def _rank_rows(self, states: list["_QuestionState"], scope: Scope, k: int,
+                   sw: Stopwatch | None) -> list[list[tuple]]:
+        """Each state's top ``k`` passages as RankedPassage fields (position, id, title,
+        score, its three parts, text, metadata)."""
         cfg, idx = self.config, self.index
         alpha = cfg.alpha if cfg.propagation else 1.0
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
@@ -639,7 +671,7 @@ class EviReform:
         split = np.array([st.seed.split for st in states], np.int64)
         # the score parts come with the ranking where the engine makes them in its pass
         # (not when the dense fill changes the ranked passages afterwards)
-        got = scope.rank(indptr, s_ids, s_vals, alpha, propagation=cfg.propagation,
+        got = scope.rank(indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
                          split=split if cfg.fill != "dense" else None)
         if sw is not None:
             sw.lap("rank")
@@ -661,10 +693,29 @@ class EviReform:
                                         FR.tolist()):
             js = js[:n]
             # from_propagation = max(0.0, sc - fq - fr), without a call per passage
-            out.append([RankedPassage(j, p.id, p.title, sc, fq, fr,
-                                      fp if (fp := sc - fq - fr) > 0.0 else 0.0,
-                                      p.text, p.metadata)
+            out.append([(j, p.id, p.title, sc, fq, fr,
+                         fp if (fp := sc - fq - fr) > 0.0 else 0.0, p.text, p.metadata)
                         for j, sc, fq, fr, p in zip(js, scs, fqs, frs, idx.passages_at(js))])
+        return out
+
+    def _fold(self, row: list[tuple], k: int, scope: Scope) -> list[RankedPassage]:
+        """The first ``k`` passages of ``row`` with distinct texts, each naming the other
+        passages of the scope with its text (ids, stored order)."""
+        same, out, seen = self.index.same_text, [], set()
+        for e in row:
+            c = int(same[e[0]])
+            if c in seen:
+                continue
+            seen.add(c)
+            twins = self.index.same_text_group(c)
+            if len(twins) > 1:
+                mask = scope.pmask
+                ids = column(self.index.passages, "ids")
+                e = e + (tuple(ids[t] for t in twins
+                               if t != e[0] and (mask is None or mask[t])),)
+            out.append(RankedPassage(*e))
+            if len(out) == k:
+                break
         return out
 
     def _dense_fill(self, pids, scores: ArrayLike, cand: SparseSignal, k, universe=None):

@@ -253,6 +253,44 @@ def column(passages: Sequence[Any], name: str) -> Sequence[Any]:
     return [_GETTERS[name](p) for p in passages]
 
 
+def string_bytes(strings: Sequence[Any], i: int) -> bytes:
+    """String ``i`` of any string sequence as UTF-8 bytes: a table's bytes straight from its
+    blob (nothing decoded), through :class:`Concat` and :class:`Take` views."""
+    if isinstance(strings, StringTable):
+        lo = strings.lo + int(i)
+        return bytes(strings._mv[int(strings._off[lo]):int(strings._off[lo + 1])])
+    if isinstance(strings, Concat):
+        k = bisect_right(strings._ends, int(i))
+        return string_bytes(strings.parts[k], int(i) - (strings._ends[k - 1] if k else 0))
+    if isinstance(strings, Take):
+        return string_bytes(strings.base, int(strings.positions[int(i)]))
+    return str(strings[int(i)]).encode("utf-8", "surrogatepass")
+
+
+def first_equal(strings: Sequence[Any]) -> np.ndarray:
+    """For each string, the position of the first string with the same bytes (its own
+    position when none before it has them), as int64: equal strings found by an 8-byte
+    digest of their bytes, then compared byte for byte (a digest collision never joins two
+    different strings)."""
+    import hashlib
+    n = len(strings)
+    keys = np.fromiter((int.from_bytes(hashlib.blake2b(string_bytes(strings, i),
+                                                       digest_size=8).digest(), "big") >> 1
+                        for i in range(n)), dtype=np.int64, count=n)
+    out = np.arange(n, dtype=np.int64)
+    if n < 2:
+        return out
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    cand = first[inverse].astype(np.int64)
+    later = np.flatnonzero(cand != out)
+    # the members of digests held more than once, in order: each takes the first position
+    # of its own bytes within its digest
+    buckets: dict[int, dict[bytes, int]] = {}
+    for j in np.union1d(later, cand[later]).tolist():
+        out[j] = buckets.setdefault(int(keys[j]), {}).setdefault(string_bytes(strings, j), j)
+    return out
+
+
 def metadata_of(passages: Sequence[Any]) -> Iterable[dict[str, Any]]:
     """Every passage's metadata dict, in order, decoding only the metadata column of tables
     (not their ids, titles and texts)."""

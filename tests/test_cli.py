@@ -242,6 +242,30 @@ def test_an_excerpt_holds_the_sentences_of_the_residual_query_that_reached_it():
     assert "Contact Ted Ts'o about the e2fsprogs mailing list." in " ".join(got.split())
 
 
+def test_a_passage_standing_for_copies_names_them(tmp_path, capsys):
+    """Issue 68: the same section in two files is one result naming the other copy, in the
+    full and the compact text form and in --json."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    licence = "The tool is released under the MIT licence by the Orvel Society."
+    for name in ("alpha", "beta"):
+        (notes / f"{name}.md").write_text(f"# {name}\n\n{licence}\n")
+    (notes / "gamma.md").write_text("# gamma\n\nGamma reads tea leaves.\n")
+    ix = str(tmp_path / "n.idx")
+    assert main(["index", str(notes), ix, "--embedder", "hashing-64", "--quiet"]) == 0
+    capsys.readouterr()
+    q = "Which licence does the Orvel Society release the tool under?"
+    assert main(["query", ix, q, "-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("MIT licence") == 1 and "same text in notes/beta.md#0" in out
+    assert main(["query", ix, q, "-k", "2", "--no-text"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "[notes/alpha.md#0]" in x)
+    assert line.endswith("same text in notes/beta.md#0")
+    assert main(["query", ix, q, "-k", "2", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert [p["duplicates"] for p in rec["passages"]] == [["notes/beta.md#0"], []]
+
+
 def test_update_and_verify_report_as_json(tmp_path, capsys):
     """Issue 70: --json on every command that reports: update and verify too."""
     notes = tmp_path / "notes"

@@ -452,3 +452,40 @@ def test_analyze_reports_as_json(tmp_path, monkeypatch, capsys):
     assert main(["analyze", "growth", "--dataset", "hotpotqa", "--data", str(data),
                  "--embedder", "hashing-64", "--json", "--quiet"]) == 2
     assert "table only" in capsys.readouterr().err
+
+
+def test_repeated_texts_count_once_for_every_method(tmp_path, monkeypatch):
+    """Issue 68: two passages holding the same text are one result for every method (as
+    EviReform's result shows them): a ranking keeps the group's first appearance, a
+    question whose gold is either copy is answered by whichever ranks, and the group's
+    answer text names both titles; with fold_duplicates=False the copies count apart."""
+    from evireform.embed import HashingEmbedder
+    from evireform.evaluation import run_eval
+    from evireform.evaluation.runner import fold_same_text
+    from evireform.retriever import EviReformConfig
+    licence = "This software is released under the MIT licence by the Orvel Society."
+    corpus = [{"title": "Alice", "text": "Alice was born in Paris."},
+              {"title": "tool-a", "text": licence}, {"title": "tool-b", "text": licence},
+              {"title": "Orvel", "text": "The Orvel Society was founded by Bob Smith."}]
+    # one question asked twice, its gold either copy
+    hot = [{"_id": f"h{i}", "question": "Under which licence does the Orvel Society release "
+            "its software?", "answer": "MIT", "type": "comparison",
+            "supporting_facts": [[tool, 0]]} for i, tool in enumerate(("tool-a", "tool-b"))]
+    (tmp_path / "c.json").write_text(json.dumps(corpus))
+    (tmp_path / "q.json").write_text(json.dumps(hot))
+    monkeypatch.setenv("EVIREFORM_CACHE", str(tmp_path / "cache"))
+    kw = dict(embedder=HashingEmbedder(64), show_progress=False, answer_recall=True)
+    rep = run_eval(tmp_path / "q.json", tmp_path / "c.json", ["bm25", "evireform"], **kw)
+    assert [q.gold for q in rep.questions] == [frozenset({1})] * 2  # the group of 1 and 2
+    for m in ("bm25", "evireform"):
+        assert rep.methods[m]["recall@1"] == 100.0, m
+        assert sorted(rep.rankings[m][0]) == [0, 1, 3], m  # three texts, each once
+    assert rep.answer_texts[1].split("\n")[:2] == ["tool-a", "tool-b"]
+    plain = run_eval(tmp_path / "q.json", tmp_path / "c.json", ["bm25"],
+                     config=EviReformConfig(fold_duplicates=False), **kw)
+    assert plain.methods["bm25"]["recall@1"] == 50.0  # one copy ranks first: one gold
+    assert sorted(plain.rankings["bm25"][0]) == [0, 1, 2, 3]
+    # by hand: the first appearance of each group, cut to k
+    got, qs, texts = fold_same_text([0, 0, 2, 2, 4], {"m": [[3, 1, 0, 4, 2]]},
+                                    rep.questions[:0], None, 2)
+    assert got == {"m": [[2, 0]]} and qs == [] and texts is None

@@ -258,3 +258,32 @@ def test_add_and_openie_use_the_build_steps(tmp_path):
     assert b["pos"].tolist() == [1, 0, 1] and b["ord"].tolist() == [0, 0, 1]
     with pytest.raises(ValueError, match="unknown passage id 'z'"):
         proposition_batch([Proposition("z", "z", ())], ps)
+
+
+def test_same_text_groups_passages_by_their_texts_bytes(tmp_path, monkeypatch):
+    """Issue 68: passages repeating another's text byte for byte (a licence paragraph in two
+    READMEs) form a group named by its first position; loaded, added to and deleted from,
+    the groups follow the passages; a digest collision never joins two different texts."""
+    import hashlib
+    from evireform.strings import first_equal
+    same = "OpenSSH is a derivative of the original ssh by Tatu Ylonen."
+    ps = [Passage("a", "ssh", same), Passage("b", "scp", "scp copies files."),
+          Passage("c", "ssh-add", same), Passage("d", "é", "é"), Passage("e", "x", "é")]
+    idx = PropositionIndex.build(ps, EMB, show_progress=False)
+    assert idx.same_text.tolist() == [0, 1, 0, 3, 3] and idx.n_same_text == 2
+    assert idx.same_text_group(0) == [0, 2] and idx.same_text_group(1) == [1]
+    back = PropositionIndex.load(idx.save(tmp_path / "ix"))  # from the blob's bytes
+    assert back.same_text.tolist() == [0, 1, 0, 3, 3]
+    grown = back.add([Passage("f", "ssh-agent", same)], EMB)  # a Concat of tables
+    assert grown.same_text.tolist() == [0, 1, 0, 3, 3, 0]
+    less = grown.delete(["a"])  # a Take: the group is named by its new first member
+    assert less.same_text.tolist() == [0, 1, 2, 2, 1] and less.same_text_group(1) == [1, 4]
+    # every digest alike: the bytes still keep different texts apart
+    class Constant:
+        def __init__(self, data, digest_size):
+            pass
+
+        def digest(self):
+            return b"\0" * 8
+    monkeypatch.setattr(hashlib, "blake2b", Constant)
+    assert first_equal(["x", "y", "x", "", ""]).tolist() == [0, 1, 0, 3, 3]

@@ -204,3 +204,21 @@ def test_llama_index_fusion_counts_a_passage_found_twice_once_per_list(small_ind
     assert top.score == pytest.approx(2 / 61, rel=0.02)  # 1/(rank + 60) from each list
     got = asyncio.run(a.aretrieve(q))
     assert [n.node.node_id for n in got] == [n.node.node_id for n in a.retrieve(q)]
+
+
+def test_a_passage_standing_for_copies_names_them_in_the_metadata():
+    """Issue 68: the frameworks' documents carry ``duplicates`` (the other passages with
+    the same text) when the passage stands for any, and no such key otherwise."""
+    from evireform import PropositionIndex
+    from evireform.embed import HashingEmbedder
+    from evireform.integrations._common import passage_metadata
+    from evireform.retriever import EviReform
+    from evireform.types import Passage
+    e = HashingEmbedder(64)
+    same = "The tool is released under the MIT licence."
+    idx = PropositionIndex.build([Passage("a", "a", same), Passage("b", "b", same),
+                                  Passage("c", "c", "Bob likes tea.")], e, show_progress=False)
+    res = EviReform(idx, embedder=e).retrieve("Which licence is the tool released under?", 2)
+    metas = [passage_metadata(res, n, p) for n, p in enumerate(res.passages)]
+    assert metas[0]["duplicates"] == ["b" if metas[0]["passage_id"] == "a" else "a"]
+    assert "duplicates" not in metas[1]

@@ -335,3 +335,27 @@ def test_a_folder_goes_in_through_the_page_in_parts(browser, tmp_path):
     finally:
         ctx.close()
         s.close()
+
+
+def test_a_text_held_twice_is_one_passage_naming_the_other(browser, tmp_path):
+    """Issue 68: the page shows a text two passages hold once, naming the other copy."""
+    from playwright.sync_api import expect
+    same = "The Orvel archive moved to Quito in 1998."
+    recs = _records(12) + [{"id": "north", "title": "North", "text": same},
+                           {"id": "south", "title": "South", "text": same}]
+    ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
+    s = Server(ix)
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+    page = ctx.new_page()
+    try:
+        page.goto(s.url + "/")
+        page.fill("#question", "Where did the Orvel archive move?")
+        page.click("#go")
+        first = page.locator("#passages li").first
+        expect(first.locator(".twins")).to_have_text(
+            "same text in " + ("south" if first.get_attribute("data-id") == "north"
+                               else "north"))
+        expect(page.locator("#passages li .text", has_text="Quito")).to_have_count(1)
+    finally:
+        ctx.close()
+        s.close()

@@ -260,3 +260,45 @@ def test_thread_safety(small_real):
     assert got == want
 
 
+
+
+def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
+    """Issue 68: the same section in several files (a man page's AUTHORS) takes one place
+    in the result, the best-ranked copy, naming the others; the result still holds k
+    different texts, read further down when the copies outnumber k; under a filter only
+    the matching copies are named; fold_duplicates=False ranks every copy (the paper)."""
+    e = HashingEmbedder(64)
+    same = "OpenSSH is a derivative of the original ssh release by Tatu Ylonen."
+    ps = [Passage(f"{t}#1", f"{t} AUTHORS", same) for t in ("ssh", "scp", "sftp", "ssh-add")]
+    ps += [Passage("ssh#2", "ssh", "ssh logs into a remote machine and runs commands."),
+           Passage("scp#2", "scp", "scp copies files between hosts on a network."),
+           Passage("sftp#2", "sftp", "sftp transfers files over an encrypted session.")]
+    idx = PropositionIndex.build(ps, e, show_progress=False)
+    q = "Who made the original ssh release that OpenSSH derives from?"
+    res = EviReform(idx, embedder=e).retrieve(q, k=3)
+    first = res.passages[0]
+    assert first.text == same and len(res.passages) == 3
+    assert len({p.text for p in res.passages}) == 3  # k different texts
+    assert set(first.duplicates) == {p.id for p in ps[:4]} - {first.id}
+    assert res.to_dict()["passages"][0]["duplicates"] == list(first.duplicates)
+    assert all(p.duplicates == () for p in res.passages[1:])
+    # k covers every distinct text: the ranking reads past all four copies
+    every = EviReform(idx, embedder=e).retrieve(q, k=10)
+    assert sorted(p.text for p in every.passages) == sorted({p.text for p in ps})
+    # k=2 reads k + 2 = 4 first, all copies of one text, then reads further down
+    r = EviReform(idx, embedder=e)
+    calls = []
+    real = r._rank_rows
+    r._rank_rows = lambda *a: calls.append(a[2]) or real(*a)
+    two = r.retrieve(q, k=2)
+    assert len({p.text for p in two.passages}) == 2 and calls == [4, 7]
+    # a filter names the matching copies only
+    got = EviReform(idx, embedder=e).retrieve(q, k=3, filter=["scp#1", "sftp#1", "scp#2"])
+    kept = [p for p in got.passages if p.text == same]
+    assert len(kept) == 1 and set(kept[0].duplicates) | {kept[0].id} == {"scp#1", "sftp#1"}
+    # the paper's ranking: every copy, in score order
+    plain = EviReform(idx, EviReformConfig(fold_duplicates=False), embedder=e).retrieve(q, k=3)
+    assert [p.text for p in plain.passages].count(same) >= 2
+    assert all(p.duplicates == () for p in plain.passages)
+    with pytest.raises(ValueError, match="fold_duplicates must be True or False"):
+        EviReformConfig(fold_duplicates=1)

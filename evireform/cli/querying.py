@@ -132,15 +132,14 @@ def _cmd_query(args: Any) -> int:
     return _strict_status(args, [res])
 
 
-
-
 def format_passage(rank: int, p, question: str, *, text: bool = True, width: int = 320,
                    queries: Sequence[str] = (), metadata: bool = False) -> str:
     """One ranked passage for the terminal: rank, score, title and id; then (``text``) where
     it is (source and chunk, section, page, slide, row) on one line, its other metadata on
     another only with ``metadata``, and its text as the whole sentences that best match the
     question and the residual ``queries`` that reached it (:func:`evireform.text.snippet`).
-    ``text=False``: the compact one-line form (rank, score, title, id, where)."""
+    ``text=False``: the compact one-line form (rank, score, title, id, where).  A passage
+    that stands for others with the same text names them ("same text in ...")."""
     md = dict(p.metadata or {})
     where = []
     src = md.pop("source", None)
@@ -154,11 +153,16 @@ def format_passage(rank: int, p, question: str, *, text: bool = True, width: int
             where.append(f"{key} {md.pop(key)}")
     head = f"{rank:>3}. {p.score:.4f}  {p.title}  [{p.id}]"
     rest = f"{json.dumps(md, ensure_ascii=False, default=str)}" if md and metadata else ""
+    twins = tuple(getattr(p, "duplicates", ()) or ())
+    also = "same text in " + ", ".join(twins[:3]) + \
+        (f" and {len(twins) - 3} more" if len(twins) > 3 else "") if twins else ""
     if not text:
-        return head + "".join(f"  {x}" for x in (" · ".join(where), rest) if x)
+        return head + "".join(f"  {x}" for x in (" · ".join(where), also, rest) if x)
     lines = [head]
     if where:
         lines.append("     " + " · ".join(where))
+    if also:
+        lines.append("     " + also)
     if rest:
         lines.append("     " + rest)
     from ..text import snippet

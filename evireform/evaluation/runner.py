@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
+import numpy as np
+
 from .._checks import positive_int
 from ..strategies import STRATEGY_SETTINGS, HiQ
 from .baselines import BASELINES, BaselineInputs
@@ -274,8 +276,12 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
     answer_texts = [p.title + "\n" + p.text for p in idx.passages] if answer_recall else None
     base_cfg = config or EviReformConfig()
     kmax = max(KS)
-    inputs = BaselineInputs(idx, texts, embedder, corpus_path, kmax, cache_dir, show_progress,
-                            openie_path=openie_path, llm=llm)
+    # repeated texts (issue 68): every method's ranking shows a text once, as EviReform's
+    # result does (fold_duplicates), so each reads further down to keep kmax texts
+    same = idx.same_text if base_cfg.fold_duplicates and idx.n_same_text else None
+    k_read = kmax + min(idx.n_same_text, kmax) if same is not None else kmax
+    inputs = BaselineInputs(idx, texts, embedder, corpus_path, k_read, cache_dir,
+                            show_progress, openie_path=openie_path, llm=llm)
     rankings: dict[str, list[list[int]]] = {}
     traces: dict[str, list[Any]] = {}
     by_cfg: dict[str, Any] = {}
@@ -307,6 +313,8 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
             by_cfg[key] = r.retrieve_many(texts, kmax, filter=filter)
         rankings[name] = [[p.index for p in r.passages] for r in by_cfg[key]]
         traces[name] = by_cfg[key]
+    if same is not None:
+        rankings, qs, answer_texts = fold_same_text(same, rankings, qs, answer_texts, kmax)
     report = EvalReport(
         dataset=dataset or Path(questions_path).stem, n_questions=len(qs),
         n_passages=idx.n_passages, n_propositions=idx.n_props, embedder=embedder.name,
@@ -341,6 +349,41 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
         report.bootstrap = bootstrap_vs_strongest(rankings, qs, report.dataset,
                                                   texts=answer_texts) or None
     return report
+
+
+def fold_same_text(same: Any, rankings: dict[str, list[list[int]]], qs: Sequence[Question],
+                   answer_texts: list[str] | None, k: int):
+    """Rankings, questions and answer texts with each group of passages that share a text
+    (``same``: :attr:`~evireform.index.PropositionIndex.same_text`) read as one passage, its
+    first position: a ranking keeps a group's first appearance (at most ``k`` entries), gold
+    positions and evidence edges name the group, and the group's answer text holds every
+    member's title (a result shows the text once, naming each source)."""
+    import dataclasses
+    same = np.asarray(same)
+    folded = {}
+    for m, rks in rankings.items():
+        out = []
+        for rk in rks:
+            seen: dict[int, None] = {}
+            for j in rk:
+                seen.setdefault(int(same[j]), None)
+                if len(seen) == k:
+                    break
+            out.append(list(seen))
+        folded[m] = out
+    qs = [dataclasses.replace(
+        q, gold=frozenset(int(same[g]) for g in q.gold),
+        gold_edges=None if q.gold_edges is None else
+        frozenset((int(same[a]), int(same[b])) for a, b in q.gold_edges)) for q in qs]
+    if answer_texts is not None:
+        answer_texts = list(answer_texts)
+        members: dict[int, list[int]] = {}
+        for j in np.flatnonzero(same != np.arange(len(same))).tolist():
+            members.setdefault(int(same[j]), [int(same[j])]).append(j)
+        for c, js in members.items():
+            titles = [answer_texts[j].split("\n", 1)[0] for j in js]
+            answer_texts[c] = "\n".join(titles) + "\n" + answer_texts[c].split("\n", 1)[-1]
+    return folded, qs, answer_texts
 
 
 def bootstrap_vs_strongest(rankings: dict[str, Any], qs: Sequence[str], dataset: str, ks: Sequence[int]=KS,

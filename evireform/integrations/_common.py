@@ -35,8 +35,10 @@ def make_retriever(index: PropositionIndex | None=None, index_dir: StrPath | Non
 
 def passage_metadata(result, rank: int, passage) -> dict[str, Any]:
     """Metadata of one ranked passage: the passage's own metadata, then ids, title, score
-    and its three parts, the question's residual queries (JSON-serialisable; these keys win
-    over the passage's own of the same name)."""
+    and its three parts, the question's residual queries, and ``duplicates`` (the ids of
+    the passages with the same text it stands for) when there are any (JSON-serialisable;
+    these keys win over the passage's own of the same name)."""
+    twins = list(getattr(passage, "duplicates", ()))
     return {
         **passage.metadata,
         "passage_id": passage.id,
@@ -47,6 +49,7 @@ def passage_metadata(result, rank: int, passage) -> dict[str, Any]:
         "from_residual": float(passage.from_residual),
         "from_propagation": float(passage.from_propagation),
         "residual_queries": list(result.trace.residual_queries),
+        **({"duplicates": twins} if twins else {}),
     }
 
 

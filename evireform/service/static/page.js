@@ -255,6 +255,11 @@ function passageItem(p, i, top, terms) {
     if (md[k] !== undefined && md[k] !== null) where.push(`${k} ${md[k]}`);
   }
   if (where.length) li.append(el("div", "source", where.join(" · ")));
+  const twins = p.duplicates || [];
+  if (twins.length) {  // the same text in other passages: shown once (issue 68)
+    li.append(el("div", "source twins", "same text in " + twins.slice(0, 3).join(", ") +
+                 (twins.length > 3 ? ` and ${twins.length - 3} more` : "")));
+  }
   li.append(highlighted("text", p.text, terms || new Set()));
   const rest = Object.fromEntries(Object.entries(md).filter(([k]) =>
     !["source", "chunk", "title", "section", "page", "slide", "row"].includes(k)));
