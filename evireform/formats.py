@@ -83,7 +83,8 @@ class Block:
     verbatim: bool = False
 
 
-#: what a list item's text starts with (Markdown): a reader sees the list, and the
+#: what a list item's text starts with (Markdown and HTML list items, DOCX list paragraphs, the
+#: points of a PPTX text frame): a reader sees the list, and the
 #: extractors end a proposition at each item (:mod:`evireform.extract.base`)
 BULLET = "\u2022 "
 
@@ -420,6 +421,8 @@ class _HTMLText(HTMLParser):
         self.chrome: list[Any] = []
         #: open main / article elements (an article's own header and footer are its text)
         self.article: int = 0
+        #: a list item opened whose first text is still to come (it opens with the bullet)
+        self.item: bool = False
 
     def flush(self):
         text = "".join(self.buf)
@@ -430,6 +433,8 @@ class _HTMLText(HTMLParser):
             if _clean(text):
                 self.cells.append(_clean(text))
             return ""
+        if self.item and _clean(text):  # a list item's first text, as Markdown's
+            text, self.item = BULLET + text.lstrip(), False
         self.out.add(text)
         return ""
 
@@ -472,6 +477,8 @@ class _HTMLText(HTMLParser):
             self.buf.append(" " + a["alt"] + " ")
         elif tag in _BLOCK_TAGS and not self.pre:
             self.flush()
+            if tag == "li":
+                self.item = True
 
     def handle_endtag(self, tag) -> None:
         if tag == "title":
@@ -872,6 +879,10 @@ def _read_docx(path: Path, data: bytes) -> Document:
         style = names.get(ps.get(_W + "val"), "") if ps is not None else default
         text = _docx_text(item)
         m = re.fullmatch(r"Heading (\d)", style or "")
+        if not m and style != "Title" and _clean(text) and (
+                item.find(_W + "pPr/" + _W + "numPr") is not None
+                or (style or "").startswith("List")):
+            text = BULLET + text.lstrip()  # a list paragraph, as Markdown's items
         if style == "Title":
             if _clean(text):
                 title = title or _clean(text)
@@ -1042,10 +1053,11 @@ def _read_pptx(path: Path, data: bytes) -> Document:
                         for sec in _rows_to_sections(path, rows):
                             blocks.extend(sec.blocks)
                     elif getattr(sh, "has_text_frame", False) and sh.has_text_frame:
-                        for para in sh.text_frame.paragraphs:
-                            t = _clean("".join(r.text for r in para.runs))
-                            if t:
-                                blocks.append(Block(t))
+                        texts = [t for para in sh.text_frame.paragraphs
+                                 if (t := _clean("".join(r.text for r in para.runs)))]
+                        # a frame of several paragraphs is a slide's list of points
+                        for t in texts:
+                            blocks.append(Block(BULLET + t if len(texts) > 1 else t))
             shape_blocks(slide.shapes)
             if slide.has_notes_slide:
                 notes = _clean(slide.notes_slide.notes_text_frame.text

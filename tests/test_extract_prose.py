@@ -196,3 +196,49 @@ def test_a_list_item_is_a_proposition_of_its_own(tmp_path):
     one = Passage(id="m#0", title="tar(1) X", text="\u2022 Filter the archive. Then stop.")
     assert [x.text for x in ProseExtractor().extract_many([one])[0]] == \
         [x.text for x in ProseExtractor(version=1).extract_many([one])[0]]
+
+
+def test_list_items_are_propositions_in_html_docx_and_pptx_too(tmp_path):
+    """Issue 68: an HTML ``<li>``, a DOCX list paragraph and the points of a PPTX text frame
+    open with the bullet as a Markdown item does, so each is a proposition of its own; a
+    paragraph outside a list and a frame of one paragraph get none."""
+    docx = pytest.importorskip("docx")
+    pptx = pytest.importorskip("pptx")
+    from evireform.documents import load_paths
+    from evireform.formats import BULLET, read_document
+    (tmp_path / "tools.html").write_text(
+        "<html><head><title>Tools</title></head><body><p>We require several tools</p>"
+        "<ul><li>bison for the datetime parser</li><li><p>flex</p></li></ul>"
+        "<p>Then run the script.</p></body></html>")
+    d = docx.Document()
+    d.add_paragraph("We require several tools")
+    d.add_paragraph("bison for the datetime parser", style="List Bullet")
+    d.add_paragraph("flex", style="List Number")
+    d.add_paragraph("Then run the script.")
+    d.save(str(tmp_path / "tools.docx"))
+    deck = pptx.Presentation()
+    s = deck.slides.add_slide(deck.slide_layouts[1])
+    s.shapes.title.text = "Tools"
+    body = s.placeholders[1].text_frame
+    body.text = "bison for the datetime parser"
+    body.add_paragraph().text = "flex"
+    deck.save(str(tmp_path / "tools.pptx"))
+    for name in ("tools.html", "tools.docx", "tools.pptx"):
+        blocks = [b.text for sec in read_document(tmp_path / name).sections
+                  for b in sec.blocks]
+        assert BULLET + "bison for the datetime parser" in blocks, (name, blocks)
+        assert BULLET + "flex" in blocks, (name, blocks)
+        assert not any(b.startswith(BULLET) for b in blocks
+                       if "require" in b or "Then run" in b), (name, blocks)
+    for p in load_paths(tmp_path).passages:
+        texts = [x.text for x in ProseExtractor().extract_many([p])[0]]
+        assert any(t.endswith("bison for the datetime parser") for t in texts), (p.id, texts)
+        assert any(t.endswith("flex") for t in texts), (p.id, texts)
+    # one paragraph in a frame is no list
+    deck = pptx.Presentation()
+    s = deck.slides.add_slide(deck.slide_layouts[1])
+    s.shapes.title.text = "Caption"
+    s.placeholders[1].text_frame.text = "One caption alone."
+    deck.save(str(tmp_path / "one.pptx"))
+    assert [b.text for sec in read_document(tmp_path / "one.pptx").sections
+            for b in sec.blocks] == ["One caption alone."]
