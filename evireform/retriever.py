@@ -656,9 +656,11 @@ class EviReform:
                 return [[RankedPassage(*e) for e in row] for row in rows]
             folded = [self._fold(row, k, scope) for row in rows]
             short = any(len(f) < k and len(row) == k_rank for f, row in zip(folded, rows))
-            if not short or k_rank >= scope.n_passages:
+            # k + every repeat always holds k texts (or all there are): never read past it
+            most = scope.clip(k + idx.n_same_text)
+            if not short or k_rank >= most:
                 return folded
-            k_rank = scope.clip(2 * k_rank)  # more repeats than read: read further down
+            k_rank = min(scope.clip(2 * k_rank), most)  # more repeats than read: read on
 
     def _rank_rows(self, states: list["_QuestionState"], scope: Scope, k: int,
                    sw: Stopwatch | None) -> list[list[tuple]]:

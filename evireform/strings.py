@@ -271,12 +271,17 @@ def first_equal(strings: Sequence[Any]) -> np.ndarray:
     """For each string, the position of the first string with the same bytes (its own
     position when none before it has them), as int64: equal strings found by an 8-byte
     digest of their bytes, then compared byte for byte (a digest collision never joins two
-    different strings)."""
+    different strings).  A blank string (empty or white space) equals no other: a passage
+    without text is no copy of another."""
     import hashlib
+
+    def key(i: int) -> int:
+        b = string_bytes(strings, i)
+        if not b.strip():
+            return -1 - i  # its own key: digests are >= 0
+        return int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "big") >> 1
     n = len(strings)
-    keys = np.fromiter((int.from_bytes(hashlib.blake2b(string_bytes(strings, i),
-                                                       digest_size=8).digest(), "big") >> 1
-                        for i in range(n)), dtype=np.int64, count=n)
+    keys = np.fromiter((key(i) for i in range(n)), dtype=np.int64, count=n)
     out = np.arange(n, dtype=np.int64)
     if n < 2:
         return out

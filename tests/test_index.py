@@ -286,4 +286,6 @@ def test_same_text_groups_passages_by_their_texts_bytes(tmp_path, monkeypatch):
         def digest(self):
             return b"\0" * 8
     monkeypatch.setattr(hashlib, "blake2b", Constant)
-    assert first_equal(["x", "y", "x", "", ""]).tolist() == [0, 1, 0, 3, 3]
+    assert first_equal(["x", "y", "x", "z", "z"]).tolist() == [0, 1, 0, 3, 3]
+    # a blank text is no copy: passages without text stay apart (a titles-only corpus)
+    assert first_equal(["", " \n", "", "x", "x"]).tolist() == [0, 1, 2, 3, 3]

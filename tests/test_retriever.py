@@ -285,13 +285,14 @@ def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
     # k covers every distinct text: the ranking reads past all four copies
     every = EviReform(idx, embedder=e).retrieve(q, k=10)
     assert sorted(p.text for p in every.passages) == sorted({p.text for p in ps})
-    # k=2 reads k + 2 = 4 first, all copies of one text, then reads further down
+    # k=2 reads k + 2 = 4 first, all copies of one text, then further down, never past
+    # k + the index's 3 repeats
     r = EviReform(idx, embedder=e)
     calls = []
     real = r._rank_rows
     r._rank_rows = lambda *a: calls.append(a[2]) or real(*a)
     two = r.retrieve(q, k=2)
-    assert len({p.text for p in two.passages}) == 2 and calls == [4, 7]
+    assert len({p.text for p in two.passages}) == 2 and calls == [4, 5]
     # a filter names the matching copies only
     got = EviReform(idx, embedder=e).retrieve(q, k=3, filter=["scp#1", "sftp#1", "scp#2"])
     kept = [p for p in got.passages if p.text == same]
@@ -302,3 +303,18 @@ def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
     assert all(p.duplicates == () for p in plain.passages)
     with pytest.raises(ValueError, match="fold_duplicates must be True or False"):
         EviReformConfig(fold_duplicates=1)
+
+
+def test_passages_without_text_are_no_copies_of_each_other():
+    """A corpus of titles only (every text empty) folds nothing: k passages come back, and
+    the ranking reads no further than k (the bench's synthetic index is such a corpus)."""
+    e = HashingEmbedder(64)
+    ps = [Passage(str(i), f"Alpha {i} met Beta {i % 3}", "") for i in range(8)]
+    ps[3] = Passage("3", "Gamma", "Gamma met Alpha 1 in Paris.")
+    idx = PropositionIndex.build(ps, e, show_progress=False)
+    assert idx.n_same_text == 0
+    r = EviReform(idx, embedder=e)
+    calls = []
+    real = r._rank_rows
+    r._rank_rows = lambda *a: calls.append(a[2]) or real(*a)
+    assert len(r.retrieve("Who did Alpha 1 meet?", k=4).passages) == 4 and calls == [4]
