@@ -150,9 +150,10 @@ class PropositionIndex:
                 np.count_nonzero(self.same_text != np.arange(self.n_passages)))
         return got
 
-    def same_text_group(self, c: int) -> list[int]:
-        """The positions whose :attr:`same_text` is ``c`` (ascending; ``[c]`` alone for a
-        text no other passage has)."""
+    @property
+    def same_text_groups(self) -> dict[int, list[int]]:
+        """Each text several passages hold: its first position -> every position holding it
+        (ascending).  Texts held once are not in it.  Built on first use and kept."""
         groups = self._derived.get("same_text_groups")
         if groups is None:
             same = self.same_text
@@ -160,7 +161,12 @@ class PropositionIndex:
             for j in np.flatnonzero(same != np.arange(self.n_passages)).tolist():
                 groups.setdefault(int(same[j]), [int(same[j])]).append(j)
             self._derived["same_text_groups"] = groups
-        return groups.get(int(c), [int(c)])
+        return groups
+
+    def same_text_group(self, c: int) -> list[int]:
+        """The positions whose :attr:`same_text` is ``c`` (ascending; ``[c]`` alone for a
+        text no other passage has)."""
+        return self.same_text_groups.get(int(c), [int(c)])
 
     def has_passage(self, passage_id: str) -> bool:
         """Whether the index holds a passage with this id."""

@@ -704,6 +704,7 @@ class EviReform:
         """The first ``k`` passages of ``row`` with distinct texts, each naming the other
         passages of the scope with its text (ids, stored order)."""
         same, out, seen = self.index.same_text, [], set()
+        mask, ids = scope.pmask, None
         for e in row:
             c = int(same[e[0]])
             if c in seen:
@@ -711,8 +712,8 @@ class EviReform:
             seen.add(c)
             twins = self.index.same_text_group(c)
             if len(twins) > 1:
-                mask = scope.pmask
-                ids = column(self.index.passages, "ids")
+                if ids is None:
+                    ids = column(self.index.passages, "ids")
                 e = e + (tuple(ids[t] for t in twins
                                if t != e[0] and (mask is None or mask[t])),)
             out.append(RankedPassage(*e))

@@ -1,5 +1,6 @@
 """Loaders, the paper's metrics (checked by hand), and the eval / query / demo commands."""
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -486,6 +487,8 @@ def test_repeated_texts_count_once_for_every_method(tmp_path, monkeypatch):
     assert plain.methods["bm25"]["recall@1"] == 50.0  # one copy ranks first: one gold
     assert sorted(plain.rankings["bm25"][0]) == [0, 1, 2, 3]
     # by hand: the first appearance of each group, cut to k
-    got, qs, texts = fold_same_text([0, 0, 2, 2, 4], {"m": [[3, 1, 0, 4, 2]]},
+    groups = types.SimpleNamespace(same_text=[0, 0, 2, 2, 4],
+                                   same_text_groups={0: [0, 1], 2: [2, 3]})
+    got, qs, texts = fold_same_text(groups, {"m": [[3, 1, 0, 4, 2]]},
                                     rep.questions[:0], None, 2)
     assert got == {"m": [[2, 0]]} and qs == [] and texts is None

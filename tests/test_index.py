@@ -272,6 +272,7 @@ def test_same_text_groups_passages_by_their_texts_bytes(tmp_path, monkeypatch):
     idx = PropositionIndex.build(ps, EMB, show_progress=False)
     assert idx.same_text.tolist() == [0, 1, 0, 3, 3] and idx.n_same_text == 2
     assert idx.same_text_group(0) == [0, 2] and idx.same_text_group(1) == [1]
+    assert idx.same_text_groups == {0: [0, 2], 3: [3, 4]}  # texts held once are not in it
     back = PropositionIndex.load(idx.save(tmp_path / "ix"))  # from the blob's bytes
     assert back.same_text.tolist() == [0, 1, 0, 3, 3]
     grown = back.add([Passage("f", "ssh-agent", same)], EMB)  # a Concat of tables

@@ -278,8 +278,8 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
     kmax = max(KS)
     # repeated texts (issue 68): every method's ranking shows a text once, as EviReform's
     # result does (fold_duplicates), so each reads further down to keep kmax texts
-    same = idx.same_text if base_cfg.fold_duplicates and idx.n_same_text else None
-    k_read = kmax + min(idx.n_same_text, kmax) if same is not None else kmax
+    fold = bool(base_cfg.fold_duplicates and idx.n_same_text)
+    k_read = kmax + min(idx.n_same_text, kmax) if fold else kmax
     inputs = BaselineInputs(idx, texts, embedder, corpus_path, k_read, cache_dir,
                             show_progress, openie_path=openie_path, llm=llm)
     rankings: dict[str, list[list[int]]] = {}
@@ -313,8 +313,8 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
             by_cfg[key] = r.retrieve_many(texts, kmax, filter=filter)
         rankings[name] = [[p.index for p in r.passages] for r in by_cfg[key]]
         traces[name] = by_cfg[key]
-    if same is not None:
-        rankings, qs, answer_texts = fold_same_text(same, rankings, qs, answer_texts, kmax)
+    if fold:
+        rankings, qs, answer_texts = fold_same_text(idx, rankings, qs, answer_texts, kmax)
     report = EvalReport(
         dataset=dataset or Path(questions_path).stem, n_questions=len(qs),
         n_passages=idx.n_passages, n_propositions=idx.n_props, embedder=embedder.name,
@@ -351,15 +351,16 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
     return report
 
 
-def fold_same_text(same: Any, rankings: dict[str, list[list[int]]], qs: Sequence[Question],
+def fold_same_text(idx: Any, rankings: dict[str, list[list[int]]], qs: Sequence[Question],
                    answer_texts: list[str] | None, k: int):
     """Rankings, questions and answer texts with each group of passages that share a text
-    (``same``: :attr:`~evireform.index.PropositionIndex.same_text`) read as one passage, its
+    (the index's :attr:`~evireform.index.PropositionIndex.same_text` and
+    :attr:`~evireform.index.PropositionIndex.same_text_groups`) read as one passage, its
     first position: a ranking keeps a group's first appearance (at most ``k`` entries), gold
     positions and evidence edges name the group, and the group's answer text holds every
     member's title (a result shows the text once, naming each source)."""
     import dataclasses
-    same = np.asarray(same)
+    same = np.asarray(idx.same_text)
     folded = {}
     for m, rks in rankings.items():
         out = []
@@ -377,10 +378,7 @@ def fold_same_text(same: Any, rankings: dict[str, list[list[int]]], qs: Sequence
         frozenset((int(same[a]), int(same[b])) for a, b in q.gold_edges)) for q in qs]
     if answer_texts is not None:
         answer_texts = list(answer_texts)
-        members: dict[int, list[int]] = {}
-        for j in np.flatnonzero(same != np.arange(len(same))).tolist():
-            members.setdefault(int(same[j]), [int(same[j])]).append(j)
-        for c, js in members.items():
+        for c, js in idx.same_text_groups.items():
             titles = [answer_texts[j].split("\n", 1)[0] for j in js]
             answer_texts[c] = "\n".join(titles) + "\n" + answer_texts[c].split("\n", 1)[-1]
     return folded, qs, answer_texts
