@@ -24,7 +24,7 @@ from evireform.types import Passage  # noqa: E402
 KINDS = [("prose-v1 (every passage)", lambda: ProseExtractor(version=1)),
          (f"prose-v2 (at most {FIT_SAMPLE:,})", lambda: ProseExtractor()),
          ("phrases-v2 (every passage)", lambda: PhraseExtractor(fit_sample=None)),
-         (f"phrases-v3 (at most {FIT_SAMPLE:,})", lambda: PhraseExtractor())]
+         (f"phrases-v3 (at most {FIT_SAMPLE:,})", lambda: PhraseExtractor(words_only=False))]
 
 
 def main(argv=None) -> int:

@@ -106,30 +106,41 @@ def test_extractors_are_linear_in_their_input(name):
 
 def test_a_sentence_without_a_letter_is_no_proposition():
     """Issue 68: what a splitter leaves of prompts, list numbers and markup ("...", ">>>",
-    '\"\"\"', "2.", "[1]") is no proposition under prose-v2 (the default); an index
-    recorded prose-v1 or auto-v1 keeps extracting them on update, as it was built."""
-    from evireform.extract import NamespaceAutoExtractor, extractor_recorded
+    '\"\"\"', "2.", "[1]") is no proposition under prose-v2 and phrases-v4 (the defaults,
+    auto-v3); an index recorded prose-v1, phrases-v3, auto-v1 or auto-v2 keeps extracting
+    them on update, as it was built.  The heuristic (Wikipedia's extractor) keeps them: the
+    recorded LLM replies were asked about its propositions."""
+    from evireform.extract import (HeuristicExtractor, NamespaceAutoExtractor, PhraseExtractor,
+                                   extractor_recorded, make_extractor)
     text = ('Call the parser first. ... >>> """ 2. [1] The parser reads '
             'pyproject.toml files. 日本語の文。')
     p = Passage(id="d#0", title="Parsing", text=text)
-    v2 = [x.text for x in ProseExtractor().extract_many([p])[0]]
-    assert v2 and all(any(c.isalpha() for c in t.removeprefix("Parsing: ")) for t in v2)
-    assert any("pyproject.toml" in t for t in v2) and any("日本語" in t for t in v2)
-    old = ProseExtractor(version=1)
-    v1 = [x.text for x in old.extract_many([p])[0]]
-    assert len(v1) > len(v2) and old.name == "prose-v1" and ProseExtractor().name == "prose-v2"
-    assert extractor_recorded("prose-v1").name == "prose-v1"
-    assert extractor_recorded("prose-v2").name == "prose-v2"
-    for v in (1, 2):
-        got = extractor_recorded(f"auto-v{v}", {"namespaces": {"*": "prose"}})
+    for new, old, names in ((ProseExtractor(), ProseExtractor(version=1), ("prose-v2", "prose-v1")),
+                            (PhraseExtractor(), PhraseExtractor(words_only=False),
+                             ("phrases-v4", "phrases-v3"))):
+        v2 = [x.text for x in new.extract_many([p])[0]]
+        assert v2 and all(any(c.isalpha() for c in t.removeprefix("Parsing: ")) for t in v2)
+        assert any("pyproject.toml" in t for t in v2) and any("日本語" in t for t in v2)
+        v1 = [x.text for x in old.extract_many([p])[0]]
+        assert len(v1) > len(v2) and (new.name, old.name) == names
+        assert [extractor_recorded(n).name for n in names] == list(names)
+        assert make_extractor(new.name.split("-")[0]).name == names[0]
+    wiki = Passage(id="w", title="Alice", text="Alice Smith was born in Paris (1190 -- 1243 ). "
+                   "1243 ). She left for Rome.")
+    assert "Alice: 1243 )." in [x.text for x in HeuristicExtractor().extract(wiki)]
+    for v in (1, 2, 3):
+        got = extractor_recorded(f"auto-v{v}", {"namespaces": {"*": "prose", "b": "phrases"}})
         assert isinstance(got, NamespaceAutoExtractor) and got.name == f"auto-v{v}"
-        assert got.prose.words_only == (v == 2)
-    # a prose-v1 index takes an update without naming its extractor, extracting as built
+        assert got.prose.words_only == (v >= 2) and got.phrases.words_only == (v == 3)
+    assert NamespaceAutoExtractor().name == "auto-v3"
+    # an index recorded with the old version takes an update without naming its extractor,
+    # extracting as built
     emb = HashingEmbedder(32)
-    idx = PropositionIndex.build([p], emb, extractor=old, show_progress=False)
-    grown = idx.add([Passage(id="d#1", title="More", text="See 3. It ends here.")], emb)
-    assert grown.meta["extractor"] == "prose-v1"
-    assert any(t.endswith("3.") for t in grown.prop_texts)
+    for old in (ProseExtractor(version=1), PhraseExtractor(words_only=False)):
+        idx = PropositionIndex.build([p], emb, extractor=old, show_progress=False)
+        grown = idx.add([Passage(id="d#1", title="More", text="See 3. It ends here.")], emb)
+        assert grown.meta["extractor"] == old.name
+        assert any(t.endswith("3.") for t in grown.prop_texts), old.name
 
 
 @pytest.mark.parametrize("kind", ["prose", "phrases"])

@@ -48,7 +48,7 @@ def test_a_namespace_never_depends_on_another_namespaces_text():
                                   show_progress=False)
            for t in ("a grey cat {i} sat on the mat.",
                      "ann walked past lake {i} today.")]
-    assert old[0].meta["extractor"] == "phrases-v1" and one.meta["extractor"] == "phrases-v3"
+    assert old[0].meta["extractor"] == "phrases-v1" and one.meta["extractor"] == "phrases-v4"
     assert old[0].prop_texts[:30] == old[1].prop_texts[:30]
     assert _entities_of_t1(old[0]) != _entities_of_t1(old[1])
     assert _entities_of_t1(one) == _entities_of_t1(two)
@@ -69,6 +69,7 @@ def test_an_add_learns_only_the_namespaces_it_touches(tmp_path):
     assert extractor_recorded("phrases-v2").group_by == "namespace"
     assert extractor_recorded("phrases-v2").fit_sample is None
     assert extractor_recorded("phrases-v3").fit_sample is not None
+    assert extractor_recorded("phrases-v4").fit_sample is not None
     assert out.n_passages == 60
 
 

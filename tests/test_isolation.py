@@ -96,8 +96,8 @@ def test_auto_chooses_each_namespace_s_extractor_and_records_the_choice(tmp_path
         "": "heuristic", '"t0"': "heuristic", '"t1"': "phrases"}
     one = PropositionIndex.build([p for p in _corpus() if p.metadata.get("namespace") == "t1"],
                                  EMB, show_progress=False)
-    assert one.meta["extractor"] == "phrases-v3"  # one tenant: as before, its own choice
-    # a saved auto-v2 index adds a new lower-cased tenant with its own choice
+    assert one.meta["extractor"] == "phrases-v4"  # one tenant: as before, its own choice
+    # a saved auto index adds a new lower-cased tenant with its own choice
     saved = PropositionIndex.load(full.save(tmp_path / "ix"))
     grown = saved.add([Passage("new0", "x", "the old mill by the creek ground salt for the "
                                "kebede guild.", metadata={"namespace": "t2"})], EMB)

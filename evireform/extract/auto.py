@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from ..strings import Take, metadata_of
+from ..strings import Take
 from ..types import Passage, Proposition
-from .base import Extractor, _namespace_label, _namespace_of
+from .base import Extractor, _namespace_label, _namespace_of, namespaces_of
 from .heuristic import HeuristicExtractor
 from .phrases import PhraseExtractor
 from .prose import ProseExtractor
@@ -97,20 +97,24 @@ class NamespaceAutoExtractor(Extractor):
     phrases: PhraseExtractor
     prose: "ProseExtractor"
 
-    name = "auto-v2"
+    name = "auto-v3"
 
     def __init__(self, group_by: str | None = "namespace", choices: dict[str, Any] | None = None,
-                 *, version: int = 2) -> None:
-        """``version=1``: prose namespaces extracted as ``prose-v1`` (an index recorded
-        ``auto-v1``)."""
-        if version not in (1, 2):
-            raise ValueError(f"version must be 1 or 2; got {version!r}")
+                 *, version: int = 3) -> None:
+        """``version=2``: phrase namespaces keep sentences without a letter (``phrases-v3``:
+        an index recorded ``auto-v2``); ``version=1``: also prose namespaces extracted as
+        ``prose-v1`` and phrase vocabularies learnt from every passage (``auto-v1``).  The
+        heuristic (Wikipedia's extractor) keeps such sentences in every version: the recorded
+        LLM replies were asked about its propositions, four of them letterless."""
+        if version not in (1, 2, 3):
+            raise ValueError(f"version must be 1, 2 or 3; got {version!r}")
         self.group_by: str | None = group_by
         self.choices: dict[str, Any] = dict(choices or {})
         self.heuristic = HeuristicExtractor()
         self.phrases = PhraseExtractor(group_by=group_by,
-                                       fit_sample="default" if version >= 2 else None)
-        self.prose = ProseExtractor(group_by=group_by, version=version)
+                                       fit_sample="default" if version >= 2 else None,
+                                       words_only=version >= 3)
+        self.prose = ProseExtractor(group_by=group_by, version=min(version, 2))
         self.name = f"auto-v{version}"
 
     def _which(self, metadata: dict[str, Any]):
@@ -119,7 +123,7 @@ class NamespaceAutoExtractor(Extractor):
 
     def fit(self, passages: Sequence[Passage], new: Sequence[Passage] | None = None
             ) -> "NamespaceAutoExtractor":
-        groups = [_namespace_of(md, self.group_by) for md in metadata_of(passages)]
+        groups = namespaces_of(passages, self.group_by)
         members: dict[str, Any] = {}
         for i, g in enumerate(groups):
             members.setdefault(g, []).append(i)
@@ -183,6 +187,8 @@ def make_extractor(name: str, recorded: str | None = None,
         return PhraseExtractor(group_by=None, fit_sample=None)
     if name == "phrases" and recorded == "phrases-v2":
         return PhraseExtractor(fit_sample=None)
+    if name == "phrases" and recorded == "phrases-v3":
+        return PhraseExtractor(words_only=False)
     if name == "prose" and recorded == "prose-v1":
         return ProseExtractor(version=1)
     try:
@@ -197,7 +203,7 @@ def extractor_recorded(recorded, choice: dict[str, Any] | None = None) -> Extrac
     ``meta["extractor"]``), or None when no LLM-free extractor does.  ``choice``: the index's
     ``meta["extractor_choice"]``, whose per-namespace choices an ``auto-v1`` index extracts
     new passages with."""
-    if recorded in ("auto-v1", "auto-v2"):
+    if recorded in ("auto-v1", "auto-v2", "auto-v3"):
         got = (choice or {}).get("namespaces")
         return NamespaceAutoExtractor(choices={str(k): v for k, v in got.items()
                                                if v in ("heuristic", "phrases", "prose")}

@@ -11,7 +11,7 @@ import json
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from .._checks import canonical_value
-from ..strings import column
+from ..strings import MISSING, column, metadata_values
 from ..types import Passage, Proposition
 from ..formats import BULLET as _ITEM
 from .tokens import _LETTER, sentences
@@ -49,7 +49,7 @@ class Extractor(Protocol):
         return [self.extract(p) for p in it]
 
 
-#: the most passages of one namespace the fitted extractors (phrases-v3, prose-v2) learn
+#: the most passages of one namespace the fitted extractors (phrases-v3 and -v4, prose-v2) learn
 #: their statistics from: those whose ids hash lowest (:func:`fit_sample`), a property of
 #: the set of passages, so that an updated index learns what a rebuilt one does and an
 #: update reads at most this many old passages, whatever its namespace holds
@@ -78,10 +78,23 @@ def _namespace_of(metadata: dict[str, Any], group_by: str | None):
     None: the passages without ``group_by``)."""
     if group_by is None or group_by not in metadata:
         return None
+    return _namespace_key(metadata[group_by])
+
+
+def _namespace_key(value: Any):
     try:
-        return ("key", canonical_value(metadata[group_by]))
+        return ("key", canonical_value(value))
     except TypeError:  # unhashable (never from JSON): its own spelling
-        return ("repr", repr(metadata[group_by]))
+        return ("repr", repr(value))
+
+
+def namespaces_of(passages: Sequence[Passage], group_by: str | None) -> list[Any]:
+    """:func:`_namespace_of` of every passage, decoding no metadata that does not name
+    ``group_by`` (:func:`~evireform.strings.metadata_values`)."""
+    if group_by is None:
+        return [None] * len(passages)
+    return [None if v is MISSING else _namespace_key(v)
+            for v in metadata_values(passages, group_by)]
 
 
 def _namespace_label(g) -> str:
@@ -116,7 +129,7 @@ class _FittedExtractor(Extractor):
     words_only: bool = False
     #: a document's list item (a line opening with a bullet) ends a sentence: "bison (for
     #: datetime parser in certtool)" in a list of tools is a proposition of its own, not a
-    #: piece of one that runs the whole list (phrases-v3, prose-v2)
+    #: piece of one that runs the whole list (phrases-v3 and -v4, prose-v2)
     line_breaks: bool = False
 
     def _group(self, metadata: dict[str, Any]):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from ..strings import Take, metadata_of
+from ..strings import Take
 from ..types import Passage, Proposition
 from . import base as _base
-from .base import _FittedExtractor, fit_sample
+from .base import _FittedExtractor, fit_sample, namespaces_of
 from .tokens import STOPWORDS, is_cjk, tokens
 
 
@@ -52,25 +52,28 @@ class PhraseExtractor(_FittedExtractor):
     title_entity: bool
     title_prefix: bool
 
-    #: ``"phrases-v3"``: a vocabulary per namespace, learnt from at most ``fit_sample``
-    #: of its passages (:data:`FIT_SAMPLE`); ``"phrases-v2"`` (``fit_sample=None``): from all
-    #: of them; ``"phrases-v1"`` (``group_by=None``): one for the corpus, as before namespaces
-    #: were fitted apart
-    name = "phrases-v3"
+    #: ``"phrases-v4"``: a vocabulary per namespace, learnt from at most ``fit_sample``
+    #: of its passages (:data:`FIT_SAMPLE`), a document's list item a sentence of its own,
+    #: a sentence without a letter no proposition; ``"phrases-v3"`` (``words_only=False``):
+    #: those sentences kept; ``"phrases-v2"`` (``fit_sample=None``): learnt from all of a
+    #: namespace's passages, list items not split; ``"phrases-v1"`` (``group_by=None``): one
+    #: vocabulary for the corpus, as before namespaces were fitted apart
+    name = "phrases-v4"
 
     def __init__(self, max_n: int = 3, min_df: int = 2, max_df_share: float = 0.005,
                  max_df_min: int = 5, max_title_tokens: int = 8, title_prefix: bool = True,
                  title_entity: bool = True, stopwords=STOPWORDS,
                  group_by: str | None = "namespace",
-                 fit_sample: int | None | str = "default") -> None:
+                 fit_sample: int | None | str = "default", words_only: bool = True) -> None:
         self.max_n, self.min_df = int(max_n), int(min_df)
         self.group_by: str | None = group_by
         if fit_sample == "default":  # read now, so that a changed default counts
             fit_sample = _base.FIT_SAMPLE
         self.fit_sample: int | None = None if fit_sample is None else int(fit_sample)
         self.name = "phrases-v1" if group_by is None else \
-            "phrases-v2" if fit_sample is None else "phrases-v3"
-        self.line_breaks = self.name == "phrases-v3"
+            "phrases-v2" if fit_sample is None else "phrases-v4" if words_only else "phrases-v3"
+        self.line_breaks = self.name in ("phrases-v3", "phrases-v4")
+        self.words_only = self.name == "phrases-v4"
         #: the vocabulary and longest phrase of each namespace (see the class docstring)
         self.vocabs: dict[str, Any] = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
@@ -107,7 +110,7 @@ class PhraseExtractor(_FittedExtractor):
         """Learn the vocabulary (titles and recurring phrases) of each namespace from its
         ``passages``; with ``new``, only the namespaces of those passages (reading the text
         of no other passage)."""
-        groups = [self._group(md) for md in metadata_of(passages)]
+        groups = namespaces_of(passages, self.group_by)
         wanted = None if new is None else {self._group(p.metadata) for p in new}
         members: dict[str, Any] = {}
         for i, g in enumerate(groups):

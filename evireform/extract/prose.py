@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from ..strings import Take, column, metadata_of
+from ..strings import Take, column
 from ..types import Passage, Proposition
 from . import base as _base
-from .base import _FittedExtractor, fit_sample
+from .base import _FittedExtractor, fit_sample, namespaces_of
 from .phrases import PhraseExtractor
 from .tokens import (_CJK_CHAR, _CONNECT, _STOP, LOWER_WORD, identifiers, is_cjk, name_spans,
                      placed, tokens)
@@ -88,7 +88,7 @@ class ProseExtractor(_FittedExtractor):
         only the namespaces those passages belong to), and the character phrases of the
         passages in caseless scripts."""
         from ..entities import canonical_entity
-        groups = [self._group(md) for md in metadata_of(passages)]
+        groups = namespaces_of(passages, self.group_by)
         wanted = None if new is None else {self._group(p.metadata) for p in new}
         members: dict[Any, list[int]] = {}
         for i, g in enumerate(groups):
