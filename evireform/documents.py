@@ -543,9 +543,11 @@ def _passages(doc: Document, f: Path, src: str, chunk_tokens, chunk_overlap, cou
         for c in chunk_blocks(blocks, chunk_tokens, chunk_overlap, count=count,
                               block_sep=block_sep):
             i = len(out)
+            # what every chunk of the file holds first (the index keeps it once:
+            # strings.MetadataColumn), where the chunk is after it
             out.append(Passage(id=f"{src}#{i}", title=title, text=c,
-                               metadata={**extra, **where, "source": src, "chunk": i,
-                                         "title": title}))
+                               metadata={**extra, "source": src, "title": title, **where,
+                                         "chunk": i}))
     return out
 
 

@@ -33,12 +33,15 @@ import numpy as np
 from ._checks import metadata_json
 from .types import Passage
 
-__all__ = ["StringTable", "PassageTable", "Concat", "Take", "column", "metadata_of", "pack",
-           "TABLES"]
+__all__ = ["StringTable", "PassageTable", "MetadataColumn", "Concat", "Take", "column",
+           "metadata_of", "metadata_values", "MISSING", "split_metadata", "pack", "TABLES"]
 
-#: the tables of an index, in blob order, with the count each spans
+#: the tables of an index, in blob order, with the count each spans (``S``: the metadata the
+#: passages of a document share, each held once: :class:`MetadataColumn`; none before format
+#: version 4)
 TABLES = (("passage_ids", "N"), ("passage_titles", "N"), ("passage_texts", "N"),
-          ("passage_metadata", "N"), ("propositions", "M"), ("entities", "E"))
+          ("passage_metadata", "N"), ("propositions", "M"), ("entities", "E"),
+          ("shared_metadata", "S"))
 
 
 class _View(Sequence[Any]):
@@ -133,18 +136,60 @@ class StringTable(_View):
         return int(self._off[self.lo + self.n] - self._off[self.lo])
 
 
+class MetadataColumn(_View):
+    """Passages' metadata as compact JSON (what a :class:`StringTable` of metadata holds),
+    each a passage's own part joined to the part it shares with the other passages of its
+    document, which is held once (format version 4, :func:`split_metadata`).
+
+    ``own[i]``: passage ``i``'s keys after the shared ones; ``codes[i]``: which string of
+    ``shared`` opens its object (-1: none, ``own[i]`` is the whole object).  A shared part is
+    a prefix of the object's keys, so joining is string work, never decoding:
+    ``shared[c][:-1] + "," + own[i][1:]`` is byte for byte the object written whole."""
+
+    codes: np.ndarray
+
+    __slots__ = ("codes", "own", "shared")
+
+    def __init__(self, own: Sequence[Any], codes: Any, shared: Sequence[Any]) -> None:
+        self.own, self.shared = own, shared
+        self.codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+
+    def __len__(self) -> int:
+        return len(self.own)
+
+    @staticmethod
+    def _join(head: str, tail: str) -> str:
+        return head if not tail else head[:-1] + "," + tail[1:]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = self._index(i)
+        c = int(self.codes[i])
+        return self.own[i] if c < 0 else self._join(self.shared[c], self.own[i])
+
+    def __iter__(self) -> Iterator[Any]:
+        shared = list(self.shared)  # one string per document, decoded once
+        for o, c in zip(self.own, self.codes.tolist()):
+            yield o if c < 0 else self._join(shared[c], o)
+
+    def __repr__(self) -> str:
+        return f"MetadataColumn({len(self)} passages, {len(self.shared)} shared parts)"
+
+
 class PassageTable(_View):
-    """:class:`Passage` objects built on access from four :class:`StringTable` columns."""
+    """:class:`Passage` objects built on access from four :class:`StringTable` columns (the
+    metadata a :class:`MetadataColumn` when its documents' shared part is held once)."""
 
     ids: StringTable
-    metadata: StringTable
+    metadata: Any
     texts: StringTable
     titles: StringTable
 
     __slots__ = ("ids", "titles", "texts", "metadata")
 
     def __init__(self, ids: StringTable, titles: StringTable, texts: StringTable,
-                 metadata: StringTable) -> None:
+                 metadata: Any) -> None:
         self.ids, self.titles, self.texts, self.metadata = ids, titles, texts, metadata
 
     def __len__(self) -> int:
@@ -304,6 +349,119 @@ def metadata_of(passages: Sequence[Any]) -> Iterable[dict[str, Any]]:
     return (p.metadata for p in passages)
 
 
+#: what :func:`metadata_values` gives a passage whose metadata lacks the key
+MISSING = object()
+
+
+def metadata_values(passages: Sequence[Any], key: str) -> list[Any]:
+    """Every passage's value of the metadata ``key`` (:data:`MISSING` where it has none),
+    decoding only what can hold it: each shared part of a :class:`MetadataColumn` once, and
+    a passage's own JSON only when it spells the key (``"key":``).  What an update reads to
+    find the namespaces of an index's passages: no JSON decoded for a passage whose
+    metadata does not name the key."""
+    if not isinstance(passages, (PassageTable, Concat, Take)):
+        return [p.metadata.get(key, MISSING) for p in passages]
+    spelt = json.dumps(key, ensure_ascii=False) + ":"
+
+    def value(raw: str) -> Any:
+        if spelt not in raw:
+            return MISSING
+        got = PassageTable._meta(raw)
+        return got.get(key, MISSING)
+
+    col = split_metadata(column(passages, "metadata"))
+    heads = [value(h) for h in col.shared]
+    out = []
+    for own, c in zip(col.own, col.codes.tolist()):
+        v = value(own)
+        out.append(heads[c] if v is MISSING and c >= 0 else v)
+    return out
+
+
+def _split_run(objs: list[str], dicts: list[dict[str, Any]]) -> tuple[str, list[str]] | None:
+    """The longest run of leading keys (with their values) that every object of ``objs``
+    (compact JSON; ``dicts`` decoded) opens with, as compact JSON, and what each object
+    holds after it; None when they share no key or the parts would not join back byte for
+    byte."""
+    items = [list(d.items()) for d in dicts]
+    first = items[0]
+    n = 0
+    while n < len(first) and all(
+            len(it) > n and it[n][0] == first[n][0]
+            and metadata_json({"": it[n][1]}) == metadata_json({"": first[n][1]})
+            for it in items[1:]):
+        n += 1
+    if n == 0:
+        return None
+    head = metadata_json(dict(first[:n]))
+    tails = [metadata_json(dict(it[n:])) for it in items]
+    if any(MetadataColumn._join(head, t) != o for t, o in zip(tails, objs)):
+        return None  # not written as compact JSON: kept whole
+    return head, tails
+
+
+def split_metadata(col: Sequence[Any]) -> MetadataColumn:
+    """Any metadata column (:func:`column` ``(passages, "metadata")``) as a
+    :class:`MetadataColumn`: what a document's passages share held once.  The shared parts of
+    stored tables are kept (their own parts copied as bytes by :func:`pack`, codes remapped,
+    a part no passage uses any longer dropped); passages given as objects share the keys
+    that every passage of a run with the same ``"source"`` (a file's chunks) opens with."""
+    if isinstance(col, MetadataColumn):
+        return col
+    if isinstance(col, StringTable):
+        return MetadataColumn(col, np.full(len(col), -1, np.int64), [])
+    if isinstance(col, Take):
+        base = split_metadata(col.base)
+        codes = base.codes[col.positions]
+        used = np.unique(codes[codes >= 0])
+        remap = np.full(len(base.shared) + 1, -1, np.int64)
+        remap[used] = np.arange(len(used))
+        return MetadataColumn(Take(base.own, col.positions),
+                              np.where(codes >= 0, remap[codes], -1),
+                              Take(base.shared, used))
+    if isinstance(col, Concat):
+        own, codes, shared = [], [], []
+        seen: dict[bytes, int] = {}
+        for part in col.parts:
+            m = split_metadata(part)
+            remap = np.asarray([seen.setdefault(string_bytes(m.shared, c), len(seen))
+                                for c in range(len(m.shared))] + [-1], np.int64)
+            for c in range(len(m.shared)):
+                if remap[c] == len(shared):
+                    shared.append(m.shared[c])
+            own.append(m.own)
+            codes.append(np.where(m.codes >= 0, remap[m.codes], -1))
+        return MetadataColumn(Concat(*own) if own else [],
+                              np.concatenate(codes) if codes else np.zeros(0, np.int64),
+                              shared)
+    objs = [str(o) for o in col]
+    sources = []
+    dicts: list[Any] = []
+    for o in objs:
+        try:
+            d = json.loads(o) if o else None
+        except ValueError:
+            d = None
+        d = d if isinstance(d, dict) and d else None
+        dicts.append(d)
+        src = d.get("source") if d is not None else None
+        sources.append(src if isinstance(src, str) else None)
+    own_l, codes_l, shared_l = list(objs), [-1] * len(objs), []
+    i = 0
+    while i < len(objs):
+        j = i + 1
+        if sources[i] is not None:
+            while j < len(objs) and sources[j] == sources[i]:
+                j += 1
+        got = _split_run(objs[i:j], dicts[i:j]) if j - i > 1 else None
+        if got is not None:
+            codes_l[i:j] = [len(shared_l)] * (j - i)
+            own_l[i:j] = got[1]
+            shared_l.append(got[0])
+        i = j
+    return MetadataColumn(own_l, np.asarray(codes_l, np.int64), shared_l)
+
+
 def release_pages(blob: Any, a: int, b: int) -> None:
     """Drop the pages of bytes a .. b of a memory-mapped blob from this process (they stay
     in the file and the page cache): copying a large blob leaves the process's resident
@@ -319,9 +477,12 @@ def release_pages(blob: Any, a: int, b: int) -> None:
         pass
 
 
-def pack(passages: Sequence[Any], propositions: Any, entities: Any, write: Any) -> np.ndarray:
+def pack(passages: Sequence[Any], propositions: Any, entities: Any, write: Any,
+         metadata: MetadataColumn | None = None) -> np.ndarray:
     """Write the UTF-8 blob of an index's strings (in :data:`TABLES` order) through
     ``write(bytes)`` in chunks, and return the offsets (int64, one more than strings).
+    ``metadata``: the passages' metadata split (:func:`split_metadata`), whose own parts
+    and shared parts are written (the caller saves its codes); None: whole, no shared part.
 
     Ranges of a :class:`StringTable` (directly, or inside a :class:`Concat` or
     :class:`Take`) are copied as bytes, never decoded; other strings are encoded strictly
@@ -388,10 +549,13 @@ def pack(passages: Sequence[Any], propositions: Any, entities: Any, write: Any) 
             for s in col:
                 put(s)
 
-    for name in ("ids", "titles", "texts", "metadata"):
+    for name in ("ids", "titles", "texts"):
         put_all(column(passages, name))
+    put_all(column(passages, "metadata") if metadata is None else metadata.own)
     put_all(propositions)
     put_all(entities)
+    if metadata is not None:
+        put_all(metadata.shared)
     flush()
     allsizes = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
     offsets = np.zeros(len(allsizes) + 1, dtype=np.int64)

@@ -69,9 +69,10 @@ def as_old_format(ix, version):
                       ("entities.json", list(idx.entity_names))):
         (ix / name).write_text(json.dumps(obj), encoding="utf-8")
     man = json.loads((ix / "manifest.json").read_text())
-    for name in ("strings.utf8", "string_offsets.npy", "verified.json"):
+    for name in ("strings.utf8", "string_offsets.npy", "metadata_shared.npy", "verified.json"):
         (ix / name).unlink(missing_ok=True)
         man["files"].pop(name, None)
+    man["counts"].pop("shared_metadata", None)
     for name in ("passages.json", "propositions.json", "entities.json"):
         man["files"][name] = {"sha256": file_sha256(ix / name),
                               "bytes": (ix / name).stat().st_size}

@@ -145,7 +145,7 @@ def test_cli_index_a_folder_query_with_a_filter_and_update(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "replaced 1" in r.stdout or "deleted" in r.stdout, r.stdout
     idx = PropositionIndex.load(tmp_path / "ix")
-    assert idx.meta["extractor"] == "phrases-v3"
+    assert idx.meta["extractor"] == "phrases-v4"
     b = [p.text for p in idx.passages if p.metadata.get("source") == "notes/sub/b.txt"]
     assert b == ["bob stone was born in lyon."]
 
@@ -203,3 +203,98 @@ def test_a_folders_files_no_reader_takes_are_named(tmp_path):
                     "1 .bin (no reader); --include names files to read as text"]
     # a pattern of the user's own says what to read: nothing else is reported
     assert load_paths(tmp_path / "notes", include=["*.md"]).unread == {}
+
+
+def test_what_a_documents_chunks_share_is_stored_once(tmp_path):
+    """Issue 69: a file's front matter, source and title are held once in the saved index
+    (format version 4), not once per chunk; every passage's metadata reads back byte for
+    byte as written whole, through a load, an add, a delete and a full verification; a
+    version-3 index (no shared part) still loads; a code outside the shared strings is
+    refused."""
+    from evireform.store import IndexFormatError, load_index
+    from evireform.strings import column
+    mark = "Frontmatter-" + "q" * 1500
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(
+        f"---\ntitle: Alpha manual\ndescription: {mark}\n---\n" +
+        "".join(f"## Part {i}\n\nThe alpha tool reads part {i} of its settings file.\n\n"
+                for i in range(12)), encoding="utf-8")
+    ps = load_paths(tmp_path / "docs", chunk_tokens=20, chunk_overlap=0).passages
+    assert len(ps) >= 12 and all(p.metadata["description"] == mark for p in ps)
+    idx = PropositionIndex.build(ps, EMB, show_progress=False)
+    d = idx.save(tmp_path / "ix")
+    assert (d / "strings.utf8").read_bytes().count(mark.encode()) == 1
+    assert json.loads((d / "manifest.json").read_text())["counts"]["shared_metadata"] == 1
+    back = PropositionIndex.load(d, verify="full")
+    assert [p.metadata for p in back.passages] == [p.metadata for p in ps]
+    whole = [json.dumps(p.metadata, ensure_ascii=False, separators=(",", ":")) for p in ps]
+    assert list(column(back.passages, "metadata")) == whole  # byte for byte, key order kept
+    # an add of another file and a delete of a chunk: each document's part still once
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "b.md").write_text(
+        f"---\ndescription: {mark[::-1]}\n---\n" +
+        "".join(f"## Step {i}\n\nThe beta tool runs step {i} at boot time.\n\n"
+                for i in range(6)), encoding="utf-8")
+    new = load_paths(tmp_path / "more", chunk_tokens=20, chunk_overlap=0).passages
+    grown = back.add(new, EMB).delete([ps[3].id])
+    d2 = grown.save(tmp_path / "ix2")
+    blob = (d2 / "strings.utf8").read_bytes()
+    assert blob.count(mark.encode()) == 1 and blob.count(mark[::-1].encode()) == 1
+    again = PropositionIndex.load(d2, verify="full")
+    want = [p for p in ps if p.id != ps[3].id] + list(new)
+    assert [p.metadata for p in again.passages] == [p.metadata for p in want]
+    # only one document left of the first file's: its part is dropped with it
+    solo = again.delete([p.id for p in ps if p.id != ps[3].id])
+    assert (solo.save(tmp_path / "ix3") / "strings.utf8").read_bytes().count(
+        mark.encode()) == 0
+    # a version-3 index (written before shared parts) loads as before
+    plain = PropositionIndex.build([Passage("p", "t", "x y z.", {"k": 1})], EMB,
+                                   show_progress=False)
+    d3 = plain.save(tmp_path / "v3")
+    (d3 / "metadata_shared.npy").unlink()
+    (d3 / "verified.json").unlink()
+    man = json.loads((d3 / "manifest.json").read_text())
+    man["format_version"] = 3
+    del man["files"]["metadata_shared.npy"], man["counts"]["shared_metadata"]
+    (d3 / "manifest.json").write_text(json.dumps(man))
+    assert PropositionIndex.load(d3, verify="full").passages[0].metadata == {"k": 1}
+    # a code outside the shared strings is refused, naming the file
+    import numpy as np
+    codes = np.load(d / "metadata_shared.npy")
+    codes[0] = 5
+    np.save(d / "metadata_shared.npy", codes)
+    with pytest.raises(IndexFormatError, match="metadata_shared.npy"):
+        load_index(d, verify="fast")
+
+
+def test_metadata_values_decode_only_what_names_the_key(tmp_path, monkeypatch):
+    """Issue 69: finding the namespaces (or sources) of an index's passages decodes each
+    document's shared part once and a passage's own metadata only when it names the key,
+    through saved tables, adds (Concat) and deletes (Take); the values equal the decoded
+    metadata's."""
+    import evireform.strings as S
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(
+        "---\nnamespace: team-a\n---\n" + "".join(
+            f"## Part {i}\n\nThe alpha tool reads part {i} of its file.\n\n" for i in range(8)),
+        encoding="utf-8")
+    ps = load_paths(tmp_path / "docs", chunk_tokens=20, chunk_overlap=0).passages
+    plain = [Passage(f"p{i}", "t", f"plain text {i}.", md) for i, md in
+             enumerate([{"namespace": "team-b"}, {}, {"k": 1}, {"namespace": ["x"]}])]
+    idx = PropositionIndex.build(ps + plain, EMB, show_progress=False)
+    back = PropositionIndex.load(idx.save(tmp_path / "ix"))
+    views = [back.passages, S.Concat(back.passages, [Passage("n", "t", "new.", {"namespace": 2})]),
+             S.Take(back.passages, [len(ps), 2, 0]), ps + plain]
+    for view in views:
+        mds = list(S.metadata_of(view))
+        for key in ("namespace", "source", "chunk", "title", "absent"):
+            got = S.metadata_values(view, key)
+            assert len(got) == len(mds)
+            assert all((g is S.MISSING) if key not in m else g == m[key]
+                       for g, m in zip(got, mds)), (view, key)
+    real, calls = json.loads, []
+    monkeypatch.setattr(json, "loads", lambda s, *a, **k: (calls.append(s), real(s, *a, **k))[1])
+    ns = S.metadata_values(back.passages, "namespace")
+    assert ns[:len(ps)] == ["team-a"] * len(ps) and ns[len(ps)] == "team-b"
+    # one shared part, and the two own parts that name the key: nothing else decoded
+    assert len(calls) == 3, calls

@@ -198,11 +198,13 @@ class RetrievalService:
         cache = gen.namespace_keys
         got = cache.get(namespace)
         if got is None:
-            from ..strings import metadata_of
+            from ..strings import PassageTable, column, metadata_values
             got = set()
-            for md in metadata_of(gen.index.passages):
-                if md.get("namespace") == namespace:
-                    got.update(md)
+            passages = gen.index.passages
+            col = column(passages, "metadata")
+            for j, v in enumerate(metadata_values(passages, "namespace")):
+                if v == namespace:  # only the namespace's passages' metadata is decoded
+                    got.update(PassageTable._meta(col[j]))
             cache[namespace] = got
         return got
 
@@ -454,12 +456,15 @@ class RetrievalService:
     def sources(self) -> list[dict[str, Any]]:
         """The documents the index holds passages of: ``{"source", "passages", "title"}``
         per metadata ``source``, in name order."""
+        from ..strings import column, metadata_values
         idx = self.current().index
         out: dict[str, dict[str, Any]] = {}
-        for p in idx.passages:
-            src = p.metadata.get("source")
+        titles = column(idx.passages, "titles")  # no text decoded, no metadata but sources
+        for j, src in enumerate(metadata_values(idx.passages, "source")):
             if isinstance(src, str):
-                e = out.setdefault(src, {"source": src, "passages": 0, "title": p.title})
+                e = out.get(src)
+                if e is None:
+                    e = out[src] = {"source": src, "passages": 0, "title": titles[j]}
                 e["passages"] += 1
         return [out[k] for k in sorted(out)]
 

@@ -5,14 +5,20 @@ An index is a directory::
     manifest.json        format, version, embedder, dim, counts, meta, sha256 + size per file
     <array>.npy          one per array field of EntityGraph and PassageMap, plus embeddings
     strings.utf8         every string, UTF-8, back to back: passage ids, titles, texts,
-                         metadata (JSON, "" when empty), proposition texts, entity names
+                         metadata (JSON, "" when empty: each passage's own part),
+                         proposition texts, entity names, the metadata parts that the
+                         passages of a document share (each held once)
     string_offsets.npy   int64, string i = strings.utf8[offsets[i]:offsets[i + 1]]
+    metadata_shared.npy  int64 per passage: the shared part its metadata opens with (-1: none)
     hnsw.bin             hnswlib graph (only when HNSW was built)
     verified.json        the stamp: what the last full verification saw of every file
 
 Versions 1 and 2 held passages.json, propositions.json and entities.json instead of the two
 string files; they load as before (version 1 without passage metadata).  Version 3 maps the
-strings and decodes one when it is read (:mod:`evireform.strings`).
+strings and decodes one when it is read (:mod:`evireform.strings`).  Version 4 holds the
+metadata a document's passages share once (:class:`~evireform.strings.MetadataColumn`: a
+file's front matter, source and title written once, not once per chunk); versions 3 and 4
+load alike.
 
 The array names, dtypes and shapes are declared once, on the dataclass fields of
 :class:`~evireform.kernels.EntityGraph` and :class:`~evireform.kernels.PassageMap`

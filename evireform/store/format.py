@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..strings import pack
+from ..strings import column, pack, split_metadata
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from ..kernels.graph import array_fields
@@ -32,11 +32,12 @@ if TYPE_CHECKING:  # annotations only
 FORMAT = "evireform-index"
 
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
-#: versions this code reads: 1 (JSON texts, no passage metadata), 2 (JSON texts) and 3
-READ_VERSIONS = (1, 2, 3)
+#: versions this code reads: 1 (JSON texts, no passage metadata), 2 (JSON texts), 3 (the
+#: strings blob) and 4 (the metadata a document's passages share held once)
+READ_VERSIONS = (1, 2, 3, 4)
 
 
 MANIFEST = "manifest.json"
@@ -46,6 +47,11 @@ JSONS = ("passages.json", "propositions.json", "entities.json")
 
 
 STRINGS_FILE, OFFSETS_FILE = "strings.utf8", "string_offsets.npy"
+
+
+#: int64, one per passage: which shared metadata string opens its metadata (-1: none;
+#: :class:`~evireform.strings.MetadataColumn`)
+SHARED_METADATA_FILE = "metadata_shared.npy"
 
 
 STAMP = "verified.json"
@@ -106,7 +112,8 @@ SPECS = array_specs()
 
 
 FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
-                         [STRINGS_FILE, OFFSETS_FILE, HNSW_FILE, HNSW_IDS_FILE, CODES_FILE,
+                         [STRINGS_FILE, OFFSETS_FILE, SHARED_METADATA_FILE, HNSW_FILE,
+                          HNSW_IDS_FILE, CODES_FILE,
                           SCALE_FILE, *LEXICAL_FILES])
 
 
@@ -115,6 +122,8 @@ OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE, *L
 
 def _required_files(version: int) -> frozenset[Any]:
     texts = set(JSONS) if version in (1, 2) else {STRINGS_FILE, OFFSETS_FILE}
+    if version >= 4:
+        texts.add(SHARED_METADATA_FILE)
     return frozenset(s.file for s in SPECS) | texts
 
 
@@ -169,9 +178,14 @@ def index_arrays(idx: PropositionIndex) -> dict[str, np.ndarray]:
 def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     for name, arr in index_arrays(idx).items():
         np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+    # what the passages of a document share is written once (their own parts copied as
+    # bytes from a loaded index's blob, a new document's split from its passages)
+    metadata = split_metadata(column(idx.passages, "metadata"))
     with open(tmp / STRINGS_FILE, "wb") as fh:
-        offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write)
+        offsets = pack(idx.passages, idx.prop_texts, idx.entity_names, fh.write, metadata)
     np.save(tmp / OFFSETS_FILE, offsets, allow_pickle=False)
+    np.save(tmp / SHARED_METADATA_FILE, np.ascontiguousarray(metadata.codes, dtype=np.int64),
+            allow_pickle=False)
     # the engine's structures, handed to the store (the engine registers how to make them:
     # the store never imports it); an index nobody searched gets them made now, its
     # lexical index counted, so that a loaded index searches at once
@@ -205,7 +219,8 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
         "embedder": idx.embedder_name,
         "dim": idx.dim,
         "counts": {"passages": idx.n_passages, "propositions": idx.n_props,
-                   "entities": idx.n_entities, "incidence_nnz": idx.graph.nnz},
+                   "entities": idx.n_entities, "incidence_nnz": idx.graph.nnz,
+                   "shared_metadata": len(metadata.shared)},
         "meta": idx.meta,
         "files": files,
     }

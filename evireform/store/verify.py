@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..strings import TABLES, PassageTable, StringTable, release_pages
+from ..strings import TABLES, MetadataColumn, PassageTable, StringTable, release_pages
 from ..types import Passage
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
@@ -24,7 +24,7 @@ from .atomic import _dir_lock, _siblings, recover
 from .format import (CODES_FILE, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
                      HNSW_IDS_FILE, IndexFormatError, looks_like_index, MANIFEST, OFFSETS_FILE,
                      READ_VERSIONS, _required_files, SCALE_FILE, SPECS, stamp_matches,
-                     STRINGS_FILE, TIERS, write_stamp)
+                     SHARED_METADATA_FILE, STRINGS_FILE, TIERS, write_stamp)
 from .hnsw_file import _load_hnsw_ids, load_hnsw
 
 if TYPE_CHECKING:  # annotations only
@@ -80,7 +80,9 @@ def _check_manifest(mpath: Path, man) -> tuple[dict, dict[str, Any]]:
     counts = man.get("counts")
     if not isinstance(counts, dict):
         _fail(mpath, f"'counts' must be an object; got {type(counts).__name__}")
-    for key in ("passages", "propositions", "entities", "incidence_nnz"):
+    keys = ("passages", "propositions", "entities", "incidence_nnz") + \
+        (("shared_metadata",) if man["format_version"] >= 4 else ())
+    for key in keys:
         v = counts.get(key)
         if not _is_int(v) or v < 0:
             _fail(mpath, f"counts.{key} must be a non-negative integer; got {v!r:.80}")
@@ -406,29 +408,52 @@ def _check_utf8(f: Path, blob, off) -> None:
         release_pages(blob, a, min(a + step, size))
 
 
-def _string_tables(path: Path, sizes: dict[str, Any], full: bool):
-    """(passages, propositions, entities) of a version-3 index as tables over the blob."""
+def _string_tables(path: Path, sizes: dict[str, Any], full: bool, shared: bool = False):
+    """(passages, propositions, entities) of a version-3 or 4 index as tables over the blob
+    (``shared``: version 4, its passages' metadata a :class:`MetadataColumn`)."""
     blob, off = _check_strings(path, sizes, full)
     tables, lo = {}, 0
     for name, count in TABLES:
         tables[name] = StringTable(blob, off, lo, lo + sizes[count])
         lo += sizes[count]
+    metadata: Any = tables["passage_metadata"]
+    fc = path / SHARED_METADATA_FILE
+    if shared:  # format version 4 (_check_manifest required the file)
+        try:
+            codes = np.load(fc, allow_pickle=False)
+        except Exception as exc:
+            _fail(fc, f"unreadable ({exc})")
+        if not isinstance(codes, np.ndarray) or codes.dtype != np.int64 \
+                or codes.shape != (sizes["N"],):
+            _fail(fc, f"must be int64 of shape ({sizes['N']},) (the manifest counts); got "
+                      f"{getattr(codes, 'dtype', None)} {getattr(codes, 'shape', None)}")
+        if len(codes) and (codes.min() < -1 or codes.max() >= sizes["S"]):
+            _fail(fc, f"holds a code outside -1 .. {sizes['S'] - 1} (the shared metadata "
+                      "strings the manifest counts)")
+        metadata = MetadataColumn(tables["passage_metadata"], codes, tables["shared_metadata"])
     passages = PassageTable(tables["passage_ids"], tables["passage_titles"],
-                            tables["passage_texts"], tables["passage_metadata"])
+                            tables["passage_texts"], metadata)
     if full:
         f = path / STRINGS_FILE
         ids = list(tables["passage_ids"])
         if len(set(ids)) != len(ids):
             _fail(f, "passage ids are not unique")
-        for i, raw in enumerate(tables["passage_metadata"]):
-            if raw:
-                try:
-                    ok = isinstance(json.loads(raw), dict)
-                except ValueError:
-                    ok = False
-                if not ok:
-                    _fail(f, f"passage {i}'s metadata is not a JSON object: {raw!r:.80}")
+        for i, raw in enumerate(tables["shared_metadata"]):
+            if not _json_object(raw, empty=False):
+                _fail(f, f"shared metadata {i} is not a JSON object: {raw!r:.80}")
+        for i, raw in enumerate(metadata):
+            if raw and not _json_object(raw):
+                _fail(f, f"passage {i}'s metadata is not a JSON object: {raw!r:.80}")
     return passages, tables["propositions"], tables["entities"]
+
+
+def _json_object(raw: str, empty: bool = True) -> bool:
+    """Whether ``raw`` is a JSON object (with ``empty=False``, one holding a key)."""
+    try:
+        got = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(got, dict) and (empty or bool(got))
 
 
 def _json_tables(path: Path, sizes: dict[str, Any]):
@@ -459,14 +484,16 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
     if full:
         _check_files(path, files, True, streamed)
     sizes = {"M": counts["propositions"], "E": counts["entities"], "N": counts["passages"],
-             "nnz": counts["incidence_nnz"], "dim": man["dim"]}
+             "nnz": counts["incidence_nnz"], "dim": man["dim"],
+             "S": counts.get("shared_metadata", 0) if man["format_version"] >= 4 else 0}
     sizes.update({f"{k}+1": v + 1 for k, v in list(sizes.items())})
     arr = _load_arrays(path, sizes, mmap)
     graph, pmap = _check_arrays(path, arr, sizes, full)
     if man["format_version"] in (1, 2):
         passages, props, ents = _json_tables(path, sizes)
     else:
-        passages, props, ents = _string_tables(path, sizes, full)
+        passages, props, ents = _string_tables(path, sizes, full,
+                                               shared=man["format_version"] >= 4)
     hnsw = hnsw_ids = None
     if HNSW_IDS_FILE in files and HNSW_FILE not in files:
         _fail(path / HNSW_IDS_FILE, f"present without {HNSW_FILE}")
