@@ -214,12 +214,17 @@ def test_what_a_documents_chunks_share_is_stored_once(tmp_path):
     from evireform.store import IndexFormatError, load_index
     from evireform.strings import column
     mark = "Frontmatter-" + "q" * 1500
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text(
-        f"---\ntitle: Alpha manual\ndescription: {mark}\n---\n" +
-        "".join(f"## Part {i}\n\nThe alpha tool reads part {i} of its settings file.\n\n"
-                for i in range(12)), encoding="utf-8")
-    ps = load_paths(tmp_path / "docs", chunk_tokens=20, chunk_overlap=0).passages
+
+    def chunks(folder, front, parts, tool):
+        """The passages of a Markdown file with front matter ``front`` and ``parts``
+        sections (a chunk each)."""
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / f"{tool}.md").write_text(
+            f"---\n{front}\n---\n" + "".join(
+                f"## Part {i}\n\nThe {tool} tool reads part {i} of its settings file.\n\n"
+                for i in range(parts)), encoding="utf-8")
+        return load_paths(tmp_path / folder, chunk_tokens=20, chunk_overlap=0).passages
+    ps = chunks("docs", f"title: Alpha manual\ndescription: {mark}", 12, "alpha")
     assert len(ps) >= 12 and all(p.metadata["description"] == mark for p in ps)
     idx = PropositionIndex.build(ps, EMB, show_progress=False)
     d = idx.save(tmp_path / "ix")
@@ -230,12 +235,7 @@ def test_what_a_documents_chunks_share_is_stored_once(tmp_path):
     whole = [json.dumps(p.metadata, ensure_ascii=False, separators=(",", ":")) for p in ps]
     assert list(column(back.passages, "metadata")) == whole  # byte for byte, key order kept
     # an add of another file and a delete of a chunk: each document's part still once
-    (tmp_path / "more").mkdir()
-    (tmp_path / "more" / "b.md").write_text(
-        f"---\ndescription: {mark[::-1]}\n---\n" +
-        "".join(f"## Step {i}\n\nThe beta tool runs step {i} at boot time.\n\n"
-                for i in range(6)), encoding="utf-8")
-    new = load_paths(tmp_path / "more", chunk_tokens=20, chunk_overlap=0).passages
+    new = chunks("more", f"description: {mark[::-1]}", 6, "beta")
     grown = back.add(new, EMB).delete([ps[3].id])
     d2 = grown.save(tmp_path / "ix2")
     blob = (d2 / "strings.utf8").read_bytes()
