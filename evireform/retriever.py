@@ -23,7 +23,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -369,6 +369,32 @@ def check_embedder(index: PropositionIndex, embedder: Embedder) -> None:
     index.check_embedder(embedder)
 
 
+def fold_repeats(index: PropositionIndex, rows: Iterable[tuple], k: int,
+                   pmask: np.ndarray | None = None) -> list[RankedPassage]:
+    """The first ``k`` of ``rows`` (:class:`RankedPassage` fields, best first) with distinct
+    texts, each naming the other passages that hold its text byte for byte
+    (:attr:`RankedPassage.duplicates`: ids in stored order; ``pmask``: the passages a filter
+    allows, None for all).  What every method's result shows once
+    (``EviReformConfig.fold_duplicates``; BGR's and Hi-Q's ``fold_duplicates``)."""
+    same, out, seen = index.same_text, [], set()
+    ids = None
+    for e in rows:
+        c = int(same[e[0]])
+        if c in seen:
+            continue
+        seen.add(c)
+        twins = index.same_text_group(c)
+        if len(twins) > 1:
+            if ids is None:
+                ids = column(index.passages, "ids")
+            e = tuple(e) + (tuple(ids[t] for t in twins
+                                  if t != e[0] and (pmask is None or pmask[t])),)
+        out.append(RankedPassage(*e))
+        if len(out) == k:
+            break
+    return out
+
+
 class EviReform:
     """The EviReform retriever over a :class:`PropositionIndex`.
 
@@ -701,25 +727,7 @@ class EviReform:
         return out
 
     def _fold(self, row: list[tuple], k: int, scope: Scope) -> list[RankedPassage]:
-        """The first ``k`` passages of ``row`` with distinct texts, each naming the other
-        passages of the scope with its text (ids, stored order)."""
-        same, out, seen = self.index.same_text, [], set()
-        mask, ids = scope.pmask, None
-        for e in row:
-            c = int(same[e[0]])
-            if c in seen:
-                continue
-            seen.add(c)
-            twins = self.index.same_text_group(c)
-            if len(twins) > 1:
-                if ids is None:
-                    ids = column(self.index.passages, "ids")
-                e = e + (tuple(ids[t] for t in twins
-                               if t != e[0] and (mask is None or mask[t])),)
-            out.append(RankedPassage(*e))
-            if len(out) == k:
-                break
-        return out
+        return fold_repeats(self.index, row, k, scope.pmask)
 
     def _dense_fill(self, pids, scores: ArrayLike, cand: SparseSignal, k, universe=None):
         """Replace the zero-score tail (corpus order) by the question's dense passage order;

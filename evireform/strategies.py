@@ -42,6 +42,7 @@ with that answer (``dependency`` edges).
 from __future__ import annotations
 
 import copy
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Any, Sequence, TYPE_CHECKING
 
@@ -53,7 +54,7 @@ from .entities import canonical_entity
 from .explain import EvidenceEdge
 from .records import SCORE_MEANING
 from .timing import Stopwatch, stage
-from .retriever import RankedPassage, RetrievalResult, check_embedder
+from .retriever import RankedPassage, RetrievalResult, check_embedder, fold_repeats
 from ._checks import as_list, int_at_least, positive_int
 from .entities import words as _words
 from .roles import (MAX_QUERY_CHARS, QUESTION_STOPWORDS as _QSTOP, BridgeReformulator,
@@ -218,29 +219,39 @@ class StrategyTrace:
 
 
 def _result(index: PropositionIndex, question: str, order: list[int], k: int, edges, trace,
-            allowed: ArrayLike | None=None) -> RetrievalResult:
+            allowed: ArrayLike | None=None, fold: bool = True) -> RetrievalResult:
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
     scale), filled to ``k`` with the other passages (``allowed``: those a filter allows) in
-    stored order at score 0 (as EviReform's ranking is)."""
+    stored order at score 0 (as EviReform's ranking is); with ``fold``, a passage whose text
+    a better-ranked one holds is left out and named on it, as EviReform's result does
+    (:func:`~evireform.retriever.fold_repeats`)."""
     with stage("readout"):
-        return _assemble(index, question, order, k, edges, trace, allowed)
+        return _assemble(index, question, order, k, edges, trace, allowed, fold)
 
 
-def _assemble(index, question, order, k, edges, trace, allowed) -> RetrievalResult:
-    def ranked_passage(j, score):
-        p = index.passages[j]
-        return RankedPassage(j, p.id, p.title, score, text=p.text, metadata=p.metadata)
-    ranked = [ranked_passage(j, 1.0 / (1 + r)) for r, j in enumerate(order[:k])]
-    trace.names = {j: index.passages[j].id for j in sorted(trace.positions())}
-    n_universe = index.n_passages if allowed is None else len(allowed)
-    universe = range(n_universe) if allowed is None else map(int, allowed)  # lazily
-    if len(ranked) < min(k, n_universe):
-        taken = set(order[:k])
-        for j in universe:
-            if len(ranked) >= k:
-                break
+def _assemble(index, question, order, k, edges, trace, allowed, fold=True) -> RetrievalResult:
+    def rows():
+        taken = set()
+        for r, j in enumerate(order):
+            taken.add(j)
+            yield row(j, 1.0 / (1 + r))
+        universe = range(index.n_passages) if allowed is None else map(int, allowed)
+        for j in universe:  # lazily: read only as far as the result needs
             if j not in taken:
-                ranked.append(ranked_passage(j, 0.0))
+                yield row(j, 0.0)
+
+    def row(j, score):
+        p = index.passages[j]
+        return (j, p.id, p.title, score, 0.0, 0.0, 0.0, p.text, p.metadata)
+    if fold and index.n_same_text:
+        pmask = None
+        if allowed is not None:
+            pmask = np.zeros(index.n_passages, bool)
+            pmask[np.asarray(allowed, np.int64)] = True
+        ranked = fold_repeats(index, rows(), k, pmask)
+    else:
+        ranked = [RankedPassage(*e) for e in islice(rows(), k)]
+    trace.names = {j: index.passages[j].id for j in sorted(trace.positions())}
     return RetrievalResult(question, ranked, trace, edges=list(edges))
 
 
@@ -335,8 +346,10 @@ class BGR(_Strategy):
 
     def __init__(self, index: PropositionIndex, embedder: Embedder | None=None, *, depth: int = 3, n_candidates: int = 100,
                  reformulator: Reformulator | None=None, merge: str = "intersection", path: str = "full",
-                 backend: Any="auto", engine: Any=None) -> None:
+                 backend: Any="auto", engine: Any=None, fold_duplicates: bool = True) -> None:
         positive_int(depth, "depth")
+        #: show a text several passages hold once, naming the others (as EviReform does)
+        self.fold_duplicates: bool = bool(fold_duplicates)
         if path not in ("full", "last"):
             raise ValueError(f"path must be 'full' or 'last'; got {path!r}")
         self.path: str = path
@@ -453,7 +466,8 @@ class BGR(_Strategy):
                             queries=[e.via for e in f_edges], role_events=events)
         inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
         order = _fuse([base_P, fwd, bwd], first=inter_nodes)
-        return _result(self.index, question, order, k, edges, trace, self.search.allowed)
+        return _result(self.index, question, order, k, edges, trace, self.search.allowed,
+                       self.fold_duplicates)
 
 
 # --------------------------------------------------------------------------- Hi-Q
@@ -525,8 +539,11 @@ class HiQ(_Strategy):
     def __init__(self, index: PropositionIndex, embedder: Embedder | None=None, *, max_depth: int = 3, k_node: int = 10,
                  k_check: int = 2, coverage: float = 0.6, n_candidates: int = 100,
                  k_read: int = 5, llm: Any=None, splitter=None, reader=None, rewriter=None,
-                 backend: Any="auto", engine: Any=None, ranking: str = "interleave") -> None:
+                 backend: Any="auto", engine: Any=None, ranking: str = "interleave",
+                 fold_duplicates: bool = True) -> None:
         int_at_least(max_depth, 0, "max_depth")
+        #: show a text several passages hold once, naming the others (as EviReform does)
+        self.fold_duplicates: bool = bool(fold_duplicates)
         if ranking not in HIQ_RANKINGS:
             raise ValueError(f"ranking must be one of {HIQ_RANKINGS}; got {ranking!r}")
         #: how the passage ranking is read off the tree (see the class docstring)
@@ -655,7 +672,8 @@ class HiQ(_Strategy):
             base = list(base) + [int(j) for j in self.search.rank([question], k)[0][0]]
         order = _fill(order, base)
         return _result(self.index, question, order, k, self._edges(root),
-                       self._trace(tree=root, role_events=events), self.search.allowed)
+                       self._trace(tree=root, role_events=events), self.search.allowed,
+                       self.fold_duplicates)
 
 
 #: every strategy by name, the one registry the CLI, the service, the eval and the docs
@@ -676,11 +694,13 @@ STRATEGY_SETTINGS: dict[str, tuple[type, dict[str, Any], str]] = {
 STRATEGIES: tuple[str, ...] = tuple(STRATEGY_SETTINGS)
 
 
-def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=None, llm: Any=None, engine: Any=None):
+def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=None, llm: Any=None, engine: Any=None,
+                  fold_duplicates: bool = True):
     """The strategy ``name`` (one of :data:`STRATEGIES`) over ``index``; with ``llm`` (an
     LLMClient) BGR's forward step uses the LLM reformulator and Hi-Q the LLM reader,
     splitter and verifier; ``engine``: where it runs
-    (:func:`evireform.engine.make_engine`'s by default)."""
+    (:func:`evireform.engine.make_engine`'s by default); ``fold_duplicates``: a text several
+    passages hold shown once (as ``EviReformConfig.fold_duplicates``)."""
     if name not in STRATEGY_SETTINGS:
         raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     cls, settings, _ = STRATEGY_SETTINGS[name]
@@ -689,5 +709,7 @@ def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=
         if llm is not None:
             from .llm import LLMReformulator
             ref = LLMReformulator(llm)
-        return BGR(index, embedder, reformulator=ref, engine=engine, **settings)
-    return HiQ(index, embedder, llm=llm, engine=engine, **settings)
+        return BGR(index, embedder, reformulator=ref, engine=engine,
+                   fold_duplicates=fold_duplicates, **settings)
+    return HiQ(index, embedder, llm=llm, engine=engine, fold_duplicates=fold_duplicates,
+               **settings)

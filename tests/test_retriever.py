@@ -305,6 +305,35 @@ def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
         EviReformConfig(fold_duplicates=1)
 
 
+@pytest.mark.parametrize("method", ["bgr", "hiq"])
+def test_bgr_and_hiq_show_a_repeated_text_once_too(method):
+    """BGR and Hi-Q fold repeated texts as EviReform does (one copy, naming the others, k
+    different texts, a filter naming its matching copies only); fold_duplicates=False
+    shows every copy, and the fill past their order folds too."""
+    from evireform.strategies import make_strategy
+    e = HashingEmbedder(64)
+    same = "OpenSSH is a derivative of the original ssh release by Tatu Ylonen."
+    ps = [Passage(f"{t}#1", f"{t} AUTHORS", same) for t in ("ssh", "scp", "sftp", "ssh-add")]
+    ps += [Passage("ssh#2", "ssh", "ssh logs into a remote machine and runs commands."),
+           Passage("scp#2", "scp", "scp copies files between hosts on a network."),
+           Passage("sftp#2", "sftp", "sftp transfers files over an encrypted session.")]
+    idx = PropositionIndex.build(ps, e, show_progress=False)
+    q = "Who made the original ssh release that OpenSSH derives from?"
+    for k in (3, 10):
+        res = make_strategy(method, idx, e).retrieve(q, k=k)
+        texts = [p.text for p in res.passages]
+        assert len(texts) == len(set(texts)) == min(k, 4), (k, texts)
+        (kept,) = [p for p in res.passages if p.text == same]
+        assert set(kept.duplicates) == {p.id for p in ps[:4]} - {kept.id}
+        assert all(p.duplicates == () for p in res.passages if p is not kept)
+    got = make_strategy(method, idx, e).retrieve(q, k=3, filter=["scp#1", "sftp#1", "scp#2"])
+    (kept,) = [p for p in got.passages if p.text == same]
+    assert set(kept.duplicates) | {kept.id} == {"scp#1", "sftp#1"}
+    plain = make_strategy(method, idx, e, fold_duplicates=False).retrieve(q, k=7)
+    assert [p.text for p in plain.passages].count(same) == 4
+    assert all(p.duplicates == () for p in plain.passages)
+
+
 def test_passages_without_text_are_no_copies_of_each_other():
     """A corpus of titles only (every text empty) folds nothing: k passages come back, and
     the ranking reads no further than k (the bench's synthetic index is such a corpus)."""

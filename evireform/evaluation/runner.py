@@ -293,8 +293,9 @@ def run_eval(questions_path: StrPath, corpus_path: StrPath, methods: Sequence[st
                 rankings[name] = [[j for j in rk if keep_passage[j]] for rk in rankings[name]]
             continue
         if m.strategy is not None:
-            res = make_strategy(m.strategy, idx, embedder, llm).retrieve_many(texts, kmax,
-                                                                             filter=filter)
+            res = make_strategy(m.strategy, idx, embedder, llm,
+                                fold_duplicates=base_cfg.fold_duplicates).retrieve_many(
+                texts, kmax, filter=filter)
             rankings[name] = [[p.index for p in r.passages] for r in res]
             traces[name] = res
             continue
