@@ -262,11 +262,9 @@ def test_thread_safety(small_real):
 
 
 
-def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
-    """Issue 68: the same section in several files (a man page's AUTHORS) takes one place
-    in the result, the best-ranked copy, naming the others; the result still holds k
-    different texts, read further down when the copies outnumber k; under a filter only
-    the matching copies are named; fold_duplicates=False ranks every copy (the paper)."""
+def _copies():
+    """Four manual pages holding the same AUTHORS text and three texts of their own:
+    ``(embedder, passages, index, the shared text, a question it answers)``."""
     e = HashingEmbedder(64)
     same = "OpenSSH is a derivative of the original ssh release by Tatu Ylonen."
     ps = [Passage(f"{t}#1", f"{t} AUTHORS", same) for t in ("ssh", "scp", "sftp", "ssh-add")]
@@ -274,7 +272,15 @@ def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
            Passage("scp#2", "scp", "scp copies files between hosts on a network."),
            Passage("sftp#2", "sftp", "sftp transfers files over an encrypted session.")]
     idx = PropositionIndex.build(ps, e, show_progress=False)
-    q = "Who made the original ssh release that OpenSSH derives from?"
+    return e, ps, idx, same, "Who made the original ssh release that OpenSSH derives from?"
+
+
+def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
+    """Issue 68: the same section in several files (a man page's AUTHORS) takes one place
+    in the result, the best-ranked copy, naming the others; the result still holds k
+    different texts, read further down when the copies outnumber k; under a filter only
+    the matching copies are named; fold_duplicates=False ranks every copy (the paper)."""
+    e, ps, idx, same, q = _copies()
     res = EviReform(idx, embedder=e).retrieve(q, k=3)
     first = res.passages[0]
     assert first.text == same and len(res.passages) == 3
@@ -311,14 +317,7 @@ def test_bgr_and_hiq_show_a_repeated_text_once_too(method):
     different texts, a filter naming its matching copies only); fold_duplicates=False
     shows every copy, and the fill past their order folds too."""
     from evireform.strategies import make_strategy
-    e = HashingEmbedder(64)
-    same = "OpenSSH is a derivative of the original ssh release by Tatu Ylonen."
-    ps = [Passage(f"{t}#1", f"{t} AUTHORS", same) for t in ("ssh", "scp", "sftp", "ssh-add")]
-    ps += [Passage("ssh#2", "ssh", "ssh logs into a remote machine and runs commands."),
-           Passage("scp#2", "scp", "scp copies files between hosts on a network."),
-           Passage("sftp#2", "sftp", "sftp transfers files over an encrypted session.")]
-    idx = PropositionIndex.build(ps, e, show_progress=False)
-    q = "Who made the original ssh release that OpenSSH derives from?"
+    e, ps, idx, same, q = _copies()
     for k in (3, 10):
         res = make_strategy(method, idx, e).retrieve(q, k=k)
         texts = [p.text for p in res.passages]
