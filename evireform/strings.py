@@ -446,7 +446,8 @@ def split_metadata(col: Sequence[Any]) -> MetadataColumn:
         dicts.append(d)
         src = d.get("source") if d is not None else None
         sources.append(src if isinstance(src, str) else None)
-    own_l, codes_l, shared_l = list(objs), [-1] * len(objs), []
+    own_l, codes_l = list(objs), [-1] * len(objs)
+    heads: dict[str, int] = {}  # each shared part once, however many runs open with it
     i = 0
     while i < len(objs):
         j = i + 1
@@ -455,11 +456,10 @@ def split_metadata(col: Sequence[Any]) -> MetadataColumn:
                 j += 1
         got = _split_run(objs[i:j], dicts[i:j]) if j - i > 1 else None
         if got is not None:
-            codes_l[i:j] = [len(shared_l)] * (j - i)
+            codes_l[i:j] = [heads.setdefault(got[0], len(heads))] * (j - i)
             own_l[i:j] = got[1]
-            shared_l.append(got[0])
         i = j
-    return MetadataColumn(own_l, np.asarray(codes_l, np.int64), shared_l)
+    return MetadataColumn(own_l, np.asarray(codes_l, np.int64), list(heads))
 
 
 def release_pages(blob: Any, a: int, b: int) -> None:

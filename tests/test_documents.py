@@ -258,6 +258,15 @@ def test_what_a_documents_chunks_share_is_stored_once(tmp_path):
     del man["files"]["metadata_shared.npy"], man["counts"]["shared_metadata"]
     (d3 / "manifest.json").write_text(json.dumps(man))
     assert PropositionIndex.load(d3, verify="full").passages[0].metadata == {"k": 1}
+    # two runs of one file's chunks (another file's between them) share one part
+    from evireform.strings import split_metadata
+    objs = [json.dumps(m, separators=(",", ":")) for m in (
+        {"source": "a", "t": 1, "chunk": 0}, {"source": "a", "t": 1, "chunk": 1},
+        {"source": "b", "chunk": 0}, {"source": "a", "t": 1, "chunk": 2},
+        {"source": "a", "t": 1, "chunk": 3})]
+    split = split_metadata(objs)
+    assert split.codes.tolist() == [0, 0, -1, 0, 0] and list(split.shared) == [
+        '{"source":"a","t":1}'] and list(split) == objs
     # a code outside the shared strings is refused, naming the file
     import numpy as np
     codes = np.load(d / "metadata_shared.npy")
