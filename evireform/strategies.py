@@ -106,11 +106,6 @@ class _PassageSearch:
         return self.scope.n_passages
 
     @property
-    def allowed(self) -> np.ndarray | None:
-        """The passage positions the scope allows (stored order); None: all."""
-        return self.scope.allowed
-
-    @property
     def graph(self) -> Any:
         """The graph whose degree terms the search propagates with (the scope's)."""
         return self.scope.graph
@@ -219,22 +214,24 @@ class StrategyTrace:
 
 
 def _result(index: PropositionIndex, question: str, order: list[int], k: int, edges, trace,
-            allowed: ArrayLike | None=None, fold: bool = True) -> RetrievalResult:
+            scope: Scope, fold: bool = True) -> RetrievalResult:
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
-    scale), filled to ``k`` with the other passages (``allowed``: those a filter allows) in
+    scale), filled to ``k`` with the other passages of ``scope`` (those a filter allows) in
     stored order at score 0 (as EviReform's ranking is); with ``fold``, a passage whose text
     a better-ranked one holds is left out and named on it, as EviReform's result does
     (:func:`~evireform.retriever.fold_repeats`)."""
     with stage("readout"):
-        return _assemble(index, question, order, k, edges, trace, allowed, fold)
+        return _assemble(index, question, order, k, edges, trace, scope, fold)
 
 
-def _assemble(index, question, order, k, edges, trace, allowed, fold=True) -> RetrievalResult:
+def _assemble(index, question, order, k, edges, trace, scope: Scope,
+              fold=True) -> RetrievalResult:
     def rows():
         taken = set()
         for r, j in enumerate(order):
             taken.add(j)
             yield row(j, 1.0 / (1 + r))
+        allowed = scope.allowed
         universe = range(index.n_passages) if allowed is None else map(int, allowed)
         for j in universe:  # lazily: read only as far as the result needs
             if j not in taken:
@@ -244,11 +241,7 @@ def _assemble(index, question, order, k, edges, trace, allowed, fold=True) -> Re
         p = index.passages[j]
         return (j, p.id, p.title, score, 0.0, 0.0, 0.0, p.text, p.metadata)
     if fold and index.n_same_text:
-        pmask = None
-        if allowed is not None:
-            pmask = np.zeros(index.n_passages, bool)
-            pmask[np.asarray(allowed, np.int64)] = True
-        ranked = fold_repeats(index, rows(), k, pmask)
+        ranked = fold_repeats(index, rows(), k, scope.pmask)
     else:
         ranked = [RankedPassage(*e) for e in islice(rows(), k)]
     trace.names = {j: index.passages[j].id for j in sorted(trace.positions())}
@@ -466,7 +459,7 @@ class BGR(_Strategy):
                             queries=[e.via for e in f_edges], role_events=events)
         inter_nodes = [j for j in fwd if any(j in pair for pair in both)]
         order = _fuse([base_P, fwd, bwd], first=inter_nodes)
-        return _result(self.index, question, order, k, edges, trace, self.search.allowed,
+        return _result(self.index, question, order, k, edges, trace, self.search.scope,
                        self.fold_duplicates)
 
 
@@ -672,7 +665,7 @@ class HiQ(_Strategy):
             base = list(base) + [int(j) for j in self.search.rank([question], k)[0][0]]
         order = _fill(order, base)
         return _result(self.index, question, order, k, self._edges(root),
-                       self._trace(tree=root, role_events=events), self.search.allowed,
+                       self._trace(tree=root, role_events=events), self.search.scope,
                        self.fold_duplicates)
 
 
