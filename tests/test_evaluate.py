@@ -79,6 +79,20 @@ def test_the_python_documentation_set_is_consistent():
         assert not any(chrome in p.text for p in corpus), chrome
 
 
+def test_the_python_documentation_set_in_a_users_words_asks_the_same_questions():
+    """``pydoc-user``: every question of ``pydoc`` reworded, with the same id, answer, type
+    and gold passages, and no question left in the documentation's words."""
+    from evireform import load_corpus
+    from evireform.evaluation import DATASETS
+    (qf, cf), (uf, ucf) = DATASETS["pydoc"], DATASETS["pydoc-user"]
+    assert cf == ucf
+    corpus = load_corpus(cf)
+    doc, user = load_questions(qf, corpus), load_questions(uf, corpus)
+    assert [(q.id, q.answer, q.type, q.gold) for q in doc] == \
+        [(q.id, q.answer, q.type, q.gold) for q in user]
+    assert all(d.question != u.question for d, u in zip(doc, user))
+
+
 def test_the_readme_set_is_consistent_in_both_readings():
     """The third real-documents set (issues 67, 68): the same 15 READMEs read as Markdown
     and as plain text, the same questions, each answer string in a passage of the

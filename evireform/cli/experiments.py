@@ -262,11 +262,12 @@ def _cmd_bench(args: Any) -> int:
 def add_eval_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
     ev.add_argument("--dataset", choices=("musique", "hotpotqa", "manpages", "pydoc",
-                                          "readmes", "readmes-plain"),
+                                          "pydoc-user", "readmes", "readmes-plain"),
                     help="read the dataset from --data (default ../shared/data); manpages, "
                          "pydoc and readmes: the real-documents development sets shipped "
                          "with the package (Debian manual pages, English and Chinese; the "
-                         "Python standard library's documentation; software READMEs in "
+                         "Python standard library's documentation, pydoc-user: its questions "
+                         "in a user's words; software READMEs in "
                          "Markdown, readmes-plain: the same read as plain text; Answer@K "
                          "added)")
     ev.add_argument("--answer-recall", action="store_true",

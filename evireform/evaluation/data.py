@@ -32,6 +32,10 @@ DATASETS = {
     # the package's reader (scripts/make_pydoc_devset.py), 80 questions, 39 of them two-hop
     "pydoc": (str(Path(__file__).parent / "devsets/pydoc/questions.json"),
               str(Path(__file__).parent / "devsets/pydoc/corpus.json")),
+    # "pydoc-user": the same questions, answers and gold asked in a user's words, not the
+    # documentation's (devsets/pydoc/SOURCES.md says how they were reworded)
+    "pydoc-user": (str(Path(__file__).parent / "devsets/pydoc/questions_user.json"),
+                   str(Path(__file__).parent / "devsets/pydoc/corpus.json")),
     # the third (issues 67, 68): 15 software READMEs in Markdown as Debian installs them,
     # read as a user's folder is (scripts/make_readme_devset.py), 37 questions, 5 two-hop;
     # "readmes-plain": the same files and questions, read as plain text
@@ -42,7 +46,7 @@ DATASETS = {
 }
 
 #: the sets whose answers are strings of the passages: ``eval`` adds Answer@K for them
-ANSWER_RECALL_SETS = frozenset({"manpages", "pydoc", "readmes", "readmes-plain"})
+ANSWER_RECALL_SETS = frozenset({"manpages", "pydoc", "pydoc-user", "readmes", "readmes-plain"})
 
 
 @dataclass(frozen=True)
