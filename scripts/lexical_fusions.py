@@ -60,7 +60,8 @@ def _replay(ds: str, replies: Path):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets",
-                    default="manpages,pydoc,readmes,hotpotqa,musique,hotpotqa-lc,musique-lc")
+                    default="manpages,pydoc,pydoc-user,readmes,hotpotqa,musique,hotpotqa-lc,"
+                            "musique-lc")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--llm", action="store_true",
                     help="HotpotQA and MuSiQue with the recorded LLM replies")

@@ -60,6 +60,8 @@ BLOCKS["case-table"] = [sys.executable, "scripts/case_table.py"]
 # the real-documents development set (issue 52): both extractors, EviReform's variants
 BLOCKS["devset-manpages"] = [sys.executable, "scripts/devset_table.py"]
 BLOCKS["devset-pydoc"] = [sys.executable, "scripts/devset_table.py", "--dataset", "pydoc"]
+BLOCKS["devset-pydoc-user"] = [sys.executable, "scripts/devset_table.py", "--dataset",
+                               "pydoc-user"]
 BLOCKS["devset-readmes"] = [sys.executable, "scripts/devset_table.py", "--dataset", "readmes"]
 BLOCKS["devset-readmes-plain"] = [sys.executable, "scripts/devset_table.py", "--dataset",
                                   "readmes-plain"]

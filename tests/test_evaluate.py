@@ -22,6 +22,24 @@ def test_metrics_by_hand():
     assert m["chain@3"] == 50.0 and m["recall@3"] == pytest.approx(66.67, abs=0.01)
 
 
+def test_a_document_cut_into_passages_is_one_piece_of_gold_evidence(tmp_path):
+    """A supporting title that several passages share (a chunked document) is found when
+    any of its passages is in the top K: Chain@K asks for every document, Recall@K counts
+    documents; titles of one passage each keep the paper's per-passage metrics."""
+    passages = [Passage("a1", "A", "x"), Passage("a2", "A", "y"), Passage("a3", "A", "z"),
+                Passage("b1", "B", "u"), Passage("c1", "C", "v")]
+    f = tmp_path / "q.json"
+    f.write_text(json.dumps([
+        {"_id": "two", "question": "q", "answer": "", "supporting_facts": [["A", 0], ["B", 0]]},
+        {"_id": "one", "question": "q", "answer": "", "supporting_facts": [["C", 0], ["B", 0]]}]))
+    two, one = load_questions(f, passages)
+    assert two.gold == {0, 1, 2, 3} and two.evidence == (frozenset({0, 1, 2}), frozenset({3}))
+    assert one.gold_groups is None and one.evidence == (frozenset({3}), frozenset({4}))
+    m = metrics([[2, 3], [4, 0]], [two, one], ks=(1, 2))
+    assert m["chain@2"] == 50.0 and m["recall@2"] == 75.0 and m["hit@1"] == 100.0
+    assert m["recall@1"] == 50.0 and m["chain@1"] == 0.0
+
+
 def test_answer_recall_by_hand():
     """Answer@K: the answer (or an alias) in one of the top K passages' texts, lower-cased,
     white space folded; recall/chain/hit are unchanged beside it."""

@@ -61,6 +61,18 @@ class Question:
     #: depends on sub-question t's answer ("#t") -> (paragraph of t, paragraph of s).
     #: None when the format has no decomposition (HotpotQA)
     gold_edges: frozenset[Any] | None = None
+    #: the gold passages by the evidence they stand for: one set per supporting title whose
+    #: title several passages share (a document cut into chunks: any one of them counts as
+    #: that document found); None: every gold passage is its own piece of evidence, as in
+    #: the paper's sets (one passage a title or paragraph)
+    gold_groups: tuple[frozenset[int], ...] | None = None
+
+    @property
+    def evidence(self) -> tuple[frozenset[int], ...]:
+        """The gold as pieces of evidence: ``gold_groups``, or one set per gold passage."""
+        if self.gold_groups is not None:
+            return self.gold_groups
+        return tuple(frozenset((j,)) for j in sorted(self.gold))
 
 
 def _norm(text: str) -> str:
@@ -92,6 +104,7 @@ def load_questions(path: StrPath, passages: Sequence[Passage]) -> list[Question]
         qid = str(r.get("id", r.get("_id", n)))
         if not isinstance(r.get("question"), str) or not r["question"].strip():
             raise ValueError(f"{path}: record {n} (id {qid}) has no 'question' string")
+        gold_groups = None
         if "paragraphs" in r:
             gold = set()
             for para in r["paragraphs"]:
@@ -105,19 +118,23 @@ def load_questions(path: StrPath, passages: Sequence[Passage]) -> list[Question]
             gold_edges = _decomposition_edges(r, by_text, qid)
         elif "supporting_facts" in r:
             gold = set()
-            for title in {t for t, _ in r["supporting_facts"]}:
+            groups = []
+            for title in dict.fromkeys(t for t, _ in r["supporting_facts"]):
                 if title not in by_title:
                     raise ValueError(f"question {qid}: gold title {title!r} is not in the corpus")
                 gold.update(by_title[title])
+                groups.append(frozenset(by_title[title]))
             qtype = str(r.get("type", ""))
             gold_edges = None
+            if any(len(g) > 1 for g in groups):
+                gold_groups = tuple(groups)
         else:
             raise ValueError(f"{path}: record {n} has neither 'paragraphs' nor 'supporting_facts'")
         if not gold:
             raise ValueError(f"question {qid} has no gold passage")
         aliases = tuple(str(a) for a in (r.get("answer_aliases") or []))
         out.append(Question(qid, r["question"], str(r.get("answer", "")), frozenset(gold), qtype,
-                            aliases, gold_edges))
+                            aliases, gold_edges, gold_groups))
     return out
 
 

@@ -1,5 +1,8 @@
 """Retrieval metrics (paper Eqs. 16-18), in percent, for K in 1, 5, 10, 20:
 Recall@K = mean |G ∩ R_K| / |G|;  Chain@K = mean 1[G ⊆ R_K];  Hit@K = mean 1[G ∩ R_K ≠ ∅].
+G is the gold evidence (:attr:`Question.evidence`): one passage each on the paper's sets; where a
+supporting title is a document cut into several passages, that document is one piece of
+evidence, found when any of its passages is in R_K (Recall and Chain count documents).
 Answer F1/EM (Appendix C.4) are in :mod:`evireform.evaluation.qa`.
 """
 from __future__ import annotations
@@ -38,10 +41,10 @@ def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question
         rec, ch, hit = [], [], []
         for ranked, q in zip(rankings, questions):
             top = set(int(j) for j in list(ranked)[:K])
-            inter = len(q.gold & top)
-            rec.append(inter / len(q.gold))
-            ch.append(float(q.gold <= top))
-            hit.append(float(inter > 0))
+            found = sum(1 for g in q.evidence if g & top)
+            rec.append(found / len(q.evidence))
+            ch.append(float(found == len(q.evidence)))
+            hit.append(float(found > 0))
         out[f"recall@{K}"] = np.array(rec)
         out[f"chain@{K}"] = np.array(ch)
         out[f"hit@{K}"] = np.array(hit)

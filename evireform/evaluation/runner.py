@@ -375,6 +375,8 @@ def fold_same_text(idx: Any, rankings: dict[str, list[list[int]]], qs: Sequence[
         folded[m] = out
     qs = [dataclasses.replace(
         q, gold=frozenset(int(same[g]) for g in q.gold),
+        gold_groups=None if q.gold_groups is None else
+        tuple(frozenset(int(same[g]) for g in grp) for grp in q.gold_groups),
         gold_edges=None if q.gold_edges is None else
         frozenset((int(same[a]), int(same[b])) for a, b in q.gold_edges)) for q in qs]
     if answer_texts is not None:
