@@ -115,7 +115,7 @@ class EviReformConfig:
     #: ``1 - w`` and ``w``); w = ``lexical_weight``.  A residual query's hits are fused as
     #: "mix" (or "rrf" under "rrf") whichever it is
     lexical_fusion: str = "seed"
-    lexical_weight: float = 0.45
+    lexical_weight: float = 0.4
     lexical_seed: int = 8
     #: whether those BM25 propositions also join a seed that an LLM selector chose (read
     #: from the candidates' text; False: they join the LLM-free selector's seed, or a seed

@@ -38,7 +38,7 @@ VARIANTS = [
     ("seed + BM25's top 3 passages (weight 0.5)", {"lexical_passages": 3,
                                                    "lexical_passage_weight": 0.5}),
     ("seed, lexical_weight 0.3", {"lexical_weight": 0.3}),
-    ("seed, lexical_weight 0.4", {"lexical_weight": 0.4}),
+    ("seed, lexical_weight 0.45 (the default before pydoc-user)", {"lexical_weight": 0.45}),
     ("seed, lexical_weight 0.6", {"lexical_weight": 0.6}),
 ]
 
