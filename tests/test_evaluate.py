@@ -109,6 +109,7 @@ def test_the_python_documentation_set_in_a_users_words_asks_the_same_questions()
     assert [(q.id, q.answer, q.type, q.gold) for q in doc] == \
         [(q.id, q.answer, q.type, q.gold) for q in user]
     assert all(d.question != u.question for d, u in zip(doc, user))
+    assert not [u.id for u in user if u.answer.lower() in u.question.lower()]
 
 
 def test_the_readme_set_is_consistent_in_both_readings():
