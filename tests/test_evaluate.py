@@ -38,6 +38,12 @@ def test_a_document_cut_into_passages_is_one_piece_of_gold_evidence(tmp_path):
     m = metrics([[2, 3], [4, 0]], [two, one], ks=(1, 2))
     assert m["chain@2"] == 50.0 and m["recall@2"] == 75.0 and m["hit@1"] == 100.0
     assert m["recall@1"] == 50.0 and m["chain@1"] == 0.0
+    # the pool-coverage analysis reads the same evidence
+    from evireform.evaluation.analyses import pool_coverage
+    tr = types.SimpleNamespace(candidates=[(2, 1.0)],
+                               residual_hits=[[(3, 1.0)]])
+    cov = pool_coverage([0, 1, 2, 3, 4], [two], [tr])
+    assert cov["passages_before"] == 50.0 and cov["chains_after"] == 100.0
 
 
 def test_answer_recall_by_hand():

@@ -47,18 +47,21 @@ def initial_pool(owner: ArrayLike, candidates: Sequence[tuple[int, float]], size
 def pool_coverage(owner: ArrayLike, questions: Sequence[Question], traces, size: int = POOL_SIZE) -> dict[str, Any]:
     """Coverage before and after residual retrieval, in percent, and the transitions.
 
-    ``passages`` = share of all gold passages (pooled over questions) inside the pool;
-    ``chains`` = share of questions whose whole gold set is inside the pool;
+    ``passages`` = share of all gold evidence (pooled over questions; a chunked document
+    is one piece, :attr:`Question.evidence`, as in the metrics) inside the pool;
+    ``chains`` = share of questions whose whole gold evidence is inside the pool;
     ``completed`` = questions incomplete before and complete after.
     """
     g_tot = g_before = g_after = c_before = c_after = completed = 0
     for q, t in zip(questions, traces):
         before = set(initial_pool(owner, t.candidates, size))
         after = before | {int(owner[i]) for hits in t.residual_hits for i, _ in hits}
-        g_tot += len(q.gold)
-        g_before += len(q.gold & before)
-        g_after += len(q.gold & after)
-        cb, ca = q.gold <= before, q.gold <= after
+        n_before = sum(1 for g in q.evidence if g & before)
+        n_after = sum(1 for g in q.evidence if g & after)
+        g_tot += len(q.evidence)
+        g_before += n_before
+        g_after += n_after
+        cb, ca = n_before == len(q.evidence), n_after == len(q.evidence)
         c_before += cb
         c_after += ca
         completed += (not cb) and ca
