@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         qf, cf = (Path(a.data) / x for x in DATASETS[ds])
         docs = ds in ANSWER_RECALL_SETS
         texts = [p.title + "\n" + p.text for p in load_corpus(cf)] if docs else None
-        base = run_eval(qf, cf, ["bm25", "hybrid"], embedder=emb, dataset=ds, lowercase=lc,
+        base = run_eval(qf, cf, ["bm25", "hybrid", "bm25_engine"], embedder=emb, dataset=ds, lowercase=lc,
                         show_progress=False, answer_recall=docs)
         two = [i for i, q in enumerate(base.questions) if q.type.startswith("bridge")]
 
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                 return f"{v['recall@5']:.2f} / {v['chain@5']:.2f}"
             per = per_question(rankings, base.questions, (5,), texts)
             return f"{m['answer@5']:.2f} / {100 * float(np.mean(per['chain@5'][two])):.2f}"
-        for b in ("bm25", "hybrid"):
+        for b in ("bm25", "hybrid", "bm25_engine"):
             cols.setdefault(b, {})[name] = cell(base.rankings[b], base.methods[b])
         for label, over in variants:
             rep = run_eval(qf, cf, ["evireform"], embedder=emb, dataset=ds, lowercase=lc,

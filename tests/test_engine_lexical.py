@@ -175,6 +175,45 @@ def test_saved_and_loaded_with_the_index(tmp_path, rng):
     assert any(h[0] == "new" for h in _search_all(again, QUESTIONS, "passages")[1])
 
 
+def test_counts_made_by_other_tokenizer_rules_are_counted_again(tmp_path, rng):
+    """An index whose lexical counts another version of the tokenizer made (the manifest's
+    ``lexical_tokenizer``; none before plural folding) loads, its counts dropped and made
+    again from the texts: it searches as a fresh build, never a query's terms against
+    another rule's counts."""
+    import json
+
+    from evireform.extract.tokens import LEXICAL_TOKENIZER
+    ps = [p for p in _random_passages(rng, 15) if p.text]
+    ps.append(Passage("pl", "Plurals", "The archive filters pass through libraries."))
+    idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
+    idx.save(tmp_path / "ix")
+    d = tmp_path / "ix"
+    man = json.loads((d / "manifest.json").read_text())
+    assert man["lexical_tokenizer"] == LEXICAL_TOKENIZER
+    # the old rules' counts: the plural "filters" stored as written
+    terms = json.loads((d / "lexical_terms.json").read_text())
+    assert "filter" in terms and "filters" not in terms
+    terms[terms.index("filter")] = "filters"
+    (d / "lexical_terms.json").write_text(json.dumps(terms))
+    from evireform.store import file_sha256
+    man["files"]["lexical_terms.json"] = {"sha256": file_sha256(d / "lexical_terms.json"),
+                                          "bytes": (d / "lexical_terms.json").stat().st_size}
+    del man["lexical_tokenizer"]  # an index saved before the version was written
+    (d / "manifest.json").write_text(json.dumps(man))
+    for verify in ("full", "fast"):
+        back = PropositionIndex.load(d, verify=verify, stamp=False)
+        assert back.search_state.lexical is None  # not read: counted again when searched
+        q = ["which filter does the archive pass through"]
+        for level in ("props", "passages"):
+            assert _search_all(back, q, level) == _search_all(idx, q, level)
+        assert _search_all(back, q, "passages")[0][0][0] == "pl"
+    back.save(tmp_path / "ix2")  # saved again: the counts of these rules, marked so
+    man2 = json.loads((tmp_path / "ix2" / "manifest.json").read_text())
+    assert man2["lexical_tokenizer"] == LEXICAL_TOKENIZER
+    assert PropositionIndex.load(tmp_path / "ix2", verify="full").search_state.lexical \
+        is not None
+
+
 def test_edited_lexical_files_are_refused(tmp_path, rng):
     import json
 

@@ -132,6 +132,18 @@ def test_hybrid_baseline_is_reciprocal_rank_fusion():
     assert got == [[1, 3, 4]]
 
 
+def test_engine_bm25_baseline_ranks_passages_with_the_engines_tokenizer(small):
+    """``bm25_engine``: BM25 over passages with the index's own lexical index, so a
+    question's plural meets a passage's singular and an identifier's part its word."""
+    from evireform.evaluation.baselines import BASELINES, engine_bm25_rankings
+    got = engine_bm25_rankings(small, ["which socks does the agent listen on",
+                                       "logins shells", "nothing here matches"], 3)
+    assert got[0][0] == 0  # "socks" folds to "sock", SSH_AUTH_SOCK's part; "agent"
+    assert got[1][0] == 1  # "shells" -> "shell", "logins" -> "login"
+    assert got[2] == []  # no term of the question is in the index: nothing ranked
+    assert "bm25_engine" in BASELINES
+
+
 def test_query_searches_both_ways_unless_told(tmp_path, capsys, small):
     import json
 

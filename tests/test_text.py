@@ -11,7 +11,11 @@ from evireform.text import lexical_tokens
 @pytest.mark.parametrize("text, want", [
     ("SSH_AUTH_SOCK", ["ssh_auth_sock", "ssh", "auth", "sock"]),
     ("use --shell now", ["use", "--shell", "shell", "now"]),
-    ("see /etc/login.defs.", ["see", "/etc/login.defs", "etc", "login", "defs"]),
+    ("see /etc/login.defs.", ["see", "/etc/login.defs", "etc", "login", "def"]),
+    ("Filters archives via libraries", ["filter", "archive", "library"]),
+    ("class status analysis gas ties", ["class", "status", "analysis", "gas", "tie"]),
+    ("ProxyJumps CACHE_DIRS --files", ["proxyjump", "proxy", "jump", "cache_dirs", "cache",
+                                       "dir", "--files", "file"]),
     ("lexgrog(1)", ["lexgrog(1)", "lexgrog"]),
     ("ProxyJump", ["proxyjump", "proxy", "jump"]),
     ("The HTTPServer", ["httpserver", "http", "server"]),
@@ -21,6 +25,15 @@ from evireform.text import lexical_tokens
 ])
 def test_lexical_tokens(text, want):
     assert lexical_tokens(text) == want
+
+
+def test_a_plural_and_its_singular_are_one_term():
+    """Plural folding (issue 67): the question's words meet the answer's whichever number
+    either uses; identifiers keep their written form whole."""
+    doc = lexical_tokens("Filter the archive through a program; SSH_AUTH_SOCKS stays whole")
+    q = lexical_tokens("which option filters archives through programs")
+    assert {"filter", "archive", "program"} <= set(doc) & set(q)
+    assert "ssh_auth_socks" in doc
 
 
 def test_identifier_parts_match_plain_words():

@@ -85,6 +85,18 @@ def bm25_rankings(passage_texts: Sequence[str], questions: Sequence[str], k: int
     return [[int(j) for j in row] for row in docs]
 
 
+def engine_bm25_rankings(idx: Any, questions: Sequence[str], k: int) -> list[list[int]]:
+    """BM25 over passages (title, newline, text) with the index's own lexical index and
+    tokenizer (:func:`evireform.extract.tokens.lexical_tokens`: identifiers whole and in
+    parts, CJK bigrams, plurals folded): the lexical signal EviReform fuses, as a ranking
+    of its own.  Ties by the lower passage position, as the kernel breaks them."""
+    from ..engine.lexical import lexical_search
+    from ..engine.structures import lexical_of
+    ids, _ = lexical_search(lexical_of(idx), list(questions), min(k, idx.n_passages),
+                            "passages")
+    return [[int(j) for j in row if j >= 0] for row in ids.tolist()]
+
+
 def rrf_rankings(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], k: int,
                  c: int = 60) -> list[list[int]]:
     """Reciprocal-rank fusion of two rankings per question (Cormack et al., 2009): a
@@ -227,6 +239,9 @@ BASELINES: dict[str, Baseline] = {
                       lambda b: dense_rankings(b.P, b.Q, b.k)),
     "bm25": Baseline("BM25 (bm25s) over title + newline + text",
                      lambda b: bm25_rankings(passage_texts(b.idx.passages), b.questions, b.k)),
+    "bm25_engine": Baseline("BM25 over title + newline + text with the engine's lexical "
+                            "index and tokenizer (identifiers, CJK bigrams, plurals folded)",
+                            lambda b: engine_bm25_rankings(b.idx, b.questions, b.k)),
     "hybrid": Baseline("reciprocal-rank fusion (k = 60) of bm25 and dense, each ranked to "
                        "100 passages: the hybrid search users pick",
                        lambda b: rrf_rankings(

@@ -302,6 +302,27 @@ _LEX_PART = re.compile(r"[^\W_]+", re.UNICODE)
 _LEX_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
+#: the version of :func:`lexical_tokens`' rules, written with an index's lexical counts
+#: (``lexical_tokenizer`` in its manifest): counts made by other rules are recounted from
+#: the texts when the index is loaded, never mixed with a query tokenized by these.
+#: 1: identifiers whole and in parts, CJK bigrams; 2: plural ``-s`` folded (issue 67)
+LEXICAL_TOKENIZER = 2
+
+
+def fold_plural(word: str) -> str:
+    """A plain lower-case ASCII word's plural ``-s`` folded away (``filters`` -> ``filter``,
+    ``libraries`` -> ``library``); words of three letters or fewer and words ending in
+    ``ss``, ``us`` or ``is`` (``class``, ``status``, ``analysis``) are kept, as is every
+    other word.  Light on purpose: it joins a word's singular and plural and nothing else,
+    so an option or a file name is never cut to a stem another word shares."""
+    if len(word) <= 3 or word[-1] != "s" or word[-2] in "sui" or not word.isascii() \
+            or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    return word[:-1]
+
+
 def _cjk_grams(run: str) -> list[str]:
     """A run of an unspaced script as overlapping character bigrams (the character itself
     when the run has one)."""
@@ -320,6 +341,9 @@ def lexical_tokens(text: str, stopwords: frozenset[str] = LEXICAL_STOPWORDS) -> 
       ``lexgrog(1)`` gives ``lexgrog(1)`` and ``lexgrog``; ``ProxyJump`` gives
       ``proxyjump``, ``proxy``, ``jump`` (camelCase parts).  Trailing punctuation is not
       part of a word ("end." is "end").
+    * A plain ASCII word's (or part's) plural ``-s`` is folded (:func:`fold_plural`:
+      ``filters`` and ``filter`` are one term); an identifier with punctuation in it
+      (``login.defs``) is kept whole as written, its parts folded (``def``).
     * Chinese, Japanese and Korean text (no spaces between words) as overlapping character
       bigrams, so that a two-character word matches without a segmenter.
 
@@ -334,16 +358,16 @@ def lexical_tokens(text: str, stopwords: frozenset[str] = LEXICAL_STOPWORDS) -> 
             if rest == rest.lower():
                 whole = w.casefold()
                 if len(whole) > 1 and whole not in stopwords:
-                    out.append(whole)
+                    out.append(fold_plural(whole))
                 continue
         parts = _LEX_PART.findall(w)
         camel = [] if len(parts) != 1 else _LEX_CAMEL.split(parts[0])
         whole = w.casefold()
         if len(parts) == 1 and len(camel) == 1 and whole == parts[0].casefold():
             if len(whole) > 1 and whole not in stopwords:
-                out.append(whole)  # a plain word
+                out.append(fold_plural(whole))  # a plain word
             continue
-        out.append(whole)  # an identifier: itself, then its parts
+        out.append(fold_plural(whole))  # an identifier: itself, then its parts
         for p in parts:
             pieces = _LEX_CAMEL.split(p)
             if len(pieces) > 1 and len(parts) > 1:
@@ -351,5 +375,5 @@ def lexical_tokens(text: str, stopwords: frozenset[str] = LEXICAL_STOPWORDS) -> 
             for x in pieces:
                 x = x.casefold()
                 if len(x) > 1 and x not in stopwords and x != whole:
-                    out.append(x)
+                    out.append(fold_plural(x))
     return out

@@ -224,6 +224,9 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
         "meta": idx.meta,
         "files": files,
     }
+    if lex is not None:  # the rules its counts were made by (read back by _load_lexical)
+        from ..extract.tokens import LEXICAL_TOKENIZER
+        manifest["lexical_tokenizer"] = LEXICAL_TOKENIZER
     # the manifest is written last and renamed into place: a directory with a manifest is whole
     _write_json(tmp / (MANIFEST + ".part"), manifest, indent=1)
     _fsync(tmp / (MANIFEST + ".part"))

@@ -505,7 +505,8 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
         hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"],
                          arr["embeddings"] if full else None, hnsw_ids)
     codes, scale = _load_codes(path, files, sizes, mmap)
-    lexical = _load_lexical(path, files, sizes, mmap, full, passages, props)
+    lexical = _load_lexical(path, files, sizes, mmap, full, passages, props,
+                            man.get("lexical_tokenizer", 1))
     if full:  # one streamed pass: checksums, finite unit rows, codes within half a step
         emb = arr["embeddings"]
         sha = {n: files[n]["sha256"] for n in streamed if n in files}
@@ -522,12 +523,17 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
 
 
 def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool,
-                  full: bool, passages: Any, props: Any) -> Any:
+                  full: bool, passages: Any, props: Any, tokenizer: Any = 1) -> Any:
     """The lexical index, if the directory has one (all its files or none): dtypes,
     shapes, row pointers, term ids within the vocabulary, positive finite counts, ascending
     unique terms per row; the full tier also counts the texts' terms again and compares
     (the counts are derived data).  None without the files (an index saved before them:
-    counted from its texts when first searched)."""
+    counted from its texts when first searched), and None when ``tokenizer`` (the
+    manifest's ``lexical_tokenizer``; 1 when it has none) is not this code's
+    :data:`~evireform.extract.tokens.LEXICAL_TOKENIZER`: counts made by other rules would
+    not match a query's terms, so they are counted again from the texts, as for an index
+    without them (saving the index again stores the new counts)."""
+    from ..extract.tokens import LEXICAL_TOKENIZER
     from ..search_data import LexicalIndex
     from ..kernels.graph import rows_sorted_unique
     from ..kernels.lexical import TermCounts
@@ -538,6 +544,8 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
         missing = [n for n in LEXICAL_FILES if n not in files][0]
         _fail(path / missing, f"missing: the lexical index's {len(LEXICAL_FILES)} files "
                               "come together")
+    if tokenizer != LEXICAL_TOKENIZER:
+        return None
     terms = _load_json(path, LEXICAL_TERMS, -1, _strings_ok, "strings")
     if len(set(terms)) != len(terms):
         _fail(path / LEXICAL_TERMS, "repeats a term")
