@@ -19,7 +19,8 @@ from test_filters import matching
 class _Jittered(HashingEmbedder):
     """Hashing features plus a small direction of each text's own (seeded by its bytes):
     like a real model's, two different texts never score exactly alike, so a ranking has no
-    ties for an engine's summation order to break."""
+    ties for an engine's summation order to break (the corpus keeps the lexical signal
+    free of ties too: :func:`_corpus`)."""
 
     def encode(self, texts, **kw):
         import zlib
@@ -51,7 +52,11 @@ def _corpus():
                            f"Ethiopia near Lake Tana{i}. It was founded by Ras Mikael in "
                            f"{1800 + i}. Its walls are {_more(i, 0)}.", metadata={"namespace": "t0",
                                                                        "year": 1800 + i}))
-        out.append(Passage(f"b{i}", f"Lake Tana{i}", f"Lake Tana{i} feeds the Blue Nile. "
+        # each lake's first sentence a length of its own: BM25 scores two texts of one
+        # length that match the same query words exactly alike, and the jitter above does
+        # not reach the lexical signal
+        past = "".join(f" {WORDS[(i + k) % len(WORDS)]}" for k in range(i))
+        out.append(Passage(f"b{i}", f"Lake Tana{i}", f"Lake Tana{i} feeds the Blue Nile{past}. "
                            f"Ras Mikael fished there with {town} traders of {_more(i, 1)}.",
                            metadata={"namespace": "t0", "year": 1900 + i}))
         low = f"{town} river"
