@@ -6,7 +6,8 @@ and dense) and the paper's dense-only method.
     python scripts/lexical_fusions.py --llm   # the LLM path, the recorded replies answering
 
 Prints Markdown (docs/results.md, "Dense and lexical together", regenerated through
-scripts/update_readme.py): A@5 and the two-hop questions' Chain@5 on the real-documents set,
+scripts/update_readme.py), with BM25 (bm25s), the hybrid and BM25 with the engine's own
+tokenizer (``bm25_engine``) first: A@5 and the two-hop questions' Chain@5 on the real-documents set,
 R@5 / Chain@5 on the Wikipedia sets (``-lc``: their lower-cased copies).  The variants are
 ``EviReformConfig`` settings (the default first).  ``--llm``: HotpotQA and MuSiQue with the
 LLM roles answered by the recorded replies (``../shared/llm-replies``), and the variants that
@@ -85,8 +86,8 @@ def main(argv=None) -> int:
         qf, cf = (Path(a.data) / x for x in DATASETS[ds])
         docs = ds in ANSWER_RECALL_SETS
         texts = [p.title + "\n" + p.text for p in load_corpus(cf)] if docs else None
-        base = run_eval(qf, cf, ["bm25", "hybrid", "bm25_engine"], embedder=emb, dataset=ds, lowercase=lc,
-                        show_progress=False, answer_recall=docs)
+        base = run_eval(qf, cf, ["bm25", "hybrid", "bm25_engine"], embedder=emb, dataset=ds,
+                        lowercase=lc, show_progress=False, answer_recall=docs)
         two = [i for i, q in enumerate(base.questions) if q.type.startswith("bridge")]
 
         def cell(rankings, m):
