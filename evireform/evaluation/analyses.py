@@ -56,12 +56,11 @@ def pool_coverage(owner: ArrayLike, questions: Sequence[Question], traces, size:
     for q, t in zip(questions, traces):
         before = set(initial_pool(owner, t.candidates, size))
         after = before | {int(owner[i]) for hits in t.residual_hits for i, _ in hits}
-        n_before = sum(1 for g in q.evidence if g & before)
-        n_after = sum(1 for g in q.evidence if g & after)
-        g_tot += len(q.evidence)
+        n_before, n_after, n = q.found(before), q.found(after), len(q.evidence)
+        g_tot += n
         g_before += n_before
         g_after += n_after
-        cb, ca = n_before == len(q.evidence), n_after == len(q.evidence)
+        cb, ca = n_before == n, n_after == n
         c_before += cb
         c_after += ca
         completed += (not cb) and ca

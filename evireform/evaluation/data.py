@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import AbstractSet, Any, Sequence, TYPE_CHECKING
 
 from ..types import Passage
 
@@ -73,6 +73,13 @@ class Question:
         if self.gold_groups is not None:
             return self.gold_groups
         return tuple(frozenset((j,)) for j in sorted(self.gold))
+
+    def found(self, passages: AbstractSet[int]) -> int:
+        """How many pieces of :attr:`evidence` have a passage in ``passages`` (of
+        ``len(evidence)``): what Recall, Chain and Hit, and the pool coverage, count."""
+        if self.gold_groups is None:
+            return len(self.gold & passages)
+        return sum(1 for g in self.gold_groups if g & passages)
 
 
 def _norm(text: str) -> str:

@@ -41,9 +41,9 @@ def per_question(rankings: Sequence[Sequence[int]], questions: Sequence[Question
         rec, ch, hit = [], [], []
         for ranked, q in zip(rankings, questions):
             top = set(int(j) for j in list(ranked)[:K])
-            found = sum(1 for g in q.evidence if g & top)
-            rec.append(found / len(q.evidence))
-            ch.append(float(found == len(q.evidence)))
+            found, n = q.found(top), len(q.evidence)
+            rec.append(found / n)
+            ch.append(float(found == n))
             hit.append(float(found > 0))
         out[f"recall@{K}"] = np.array(rec)
         out[f"chain@{K}"] = np.array(ch)
