@@ -102,9 +102,15 @@ def update_extractor(index: PropositionIndex, extractor: Extractor | None=None):
         built, index.meta.get("extractor_choice"))
 
 
+class DeletesEverything(ValueError):
+    """A delete filter that matches every passage (of the index, or of the namespace) while
+    emptying it was not asked for (``--all``, ``"all": true``): nothing is deleted. The
+    service answers it with 409, a refusal of the index's state, as it does a conflicting id."""
+
+
 def _matching_ids(index: PropositionIndex, flt: FilterSpec, every: bool = False) -> list[str]:
     """The ids of the passages filter ``flt`` matches (``KeyError`` when none does;
-    ``ValueError`` when it matches every passage, unless ``every``)."""
+    ``DeletesEverything`` when it matches every passage, unless ``every``)."""
     from .filters import FilterTargetMissing, restriction
     try:
         r = restriction(index, flt)
@@ -114,7 +120,7 @@ def _matching_ids(index: PropositionIndex, flt: FilterSpec, every: bool = False)
     if not ids:
         raise KeyError(f"no passage matches the filter {flt!r:.300}; nothing was deleted")
     if len(ids) == index.n_passages and not every:
-        raise ValueError(f"the filter {flt!r:.300} matches every passage of the index "
+        raise DeletesEverything(f"the filter {flt!r:.300} matches every passage of the index "
                          f"({len(ids):,}); nothing was deleted. To empty the index on purpose, "
                          "say so: --all (CLI) or \"all\": true (/update)")
     return ids
@@ -241,7 +247,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                 mine = _matching_ids_or_none(idx, {"namespace": namespace})
                 got = _matching_ids(idx, delete_where, True)
                 if mine is not None and len(got) == len(mine):
-                    raise ValueError(f"the filter matches every passage of namespace "
+                    raise DeletesEverything(f"the filter matches every passage of namespace "
                                      f"{namespace!r:.100} ({len(got):,}); nothing was deleted. "
                                      "To empty it on purpose, say so: --all (CLI) or "
                                      "\"all\": true (/update)")

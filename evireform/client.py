@@ -81,7 +81,8 @@ class NotFound(ServiceError):
 
 
 class Conflict(ServiceError):
-    """409: a passage id the index holds with other content (``upsert=True`` replaces it)."""
+    """409: a passage id the index holds with other content (``upsert=True`` replaces it),
+    or a delete_where matching every passage without ``all=True``."""
     status = 409
 
 

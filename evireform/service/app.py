@@ -9,6 +9,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any, Sequence
 
+from ..application import DeletesEverything
 from ..corpus import DuplicatePassageIds
 from ..embed import EmbedderOutputError
 from ..filters import FilterTargetMissing, json_schemas
@@ -54,7 +55,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
            404: "a passage id or metadata key the index does not have (a filter's, one to "
                 "delete), or a delete_where no passage matches",
            409: "a passage id the index holds with other content (upsert replaces it), "
-                "or one id given to two passages of the request",
+                "one id given to two passages of the request, or a delete_where matching "
+                "every passage (of the index or the namespace) without all: true",
            413: f"request body over {max_body} bytes ({max_upload} for /documents)",
            422: "a body that is not valid JSON or does not match the schema",
            500: "internal error (never a traceback)",
@@ -188,7 +190,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                                                      body.namespace))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
-        except (PassageConflict, DuplicatePassageIds) as exc:
+        except (PassageConflict, DuplicatePassageIds, DeletesEverything) as exc:
             return error(409, str(exc))
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))

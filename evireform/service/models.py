@@ -160,7 +160,7 @@ def http_models(max_k: int, max_questions: int):
         delete_where: Where | None = Field(
             None, description="a where clause over passage metadata (the query filter's "
             "language): the passages it matches are deleted, e.g. {\"source\": "
-            "\"notes/a.md\"} for one document's; 404 when it matches none, 400 when it "
+            "\"notes/a.md\"} for one document's; 404 when it matches none, 409 when it "
             "matches every passage unless all is true")
         all: StrictBool = Field(
             False, description="delete_where may match every passage of the index (an "
