@@ -772,18 +772,25 @@ def w_nnz(graph: EntityGraph) -> int:
 
 # --------------------------------------------------------------------------- lexical (BM25)
 def _check_terms(q_indptr: ArrayLike, q_terms: ArrayLike, q_weights: ArrayLike | None,
-                 n_terms: int):
+                 matrix: Any):
+    """The queries' (indptr, terms, weights) checked against ``matrix`` in one kernel call
+    (:func:`~evireform.kernels._cpu.check_terms`: numpy's checks cost a single query more
+    than its scoring), and the number of postings they read."""
     terms = _as1d(q_terms, _I64)
     weights = np.ones(len(terms)) if q_weights is None else _as1d(q_weights, _F64)
     if len(weights) != len(terms):
         raise ValueError(f"q_weights has {len(weights)} entries, q_terms {len(terms)}")
-    indptr = _csr_indptr(q_indptr, terms, n_terms, "query terms")
-    if len(terms) and (terms.min() < 0 or terms.max() >= n_terms):
+    indptr = _csr_indptr(q_indptr, terms, matrix.n_terms, "query terms")
+    n_terms = int(matrix.n_terms)
+    postings = _kernels().check_terms(indptr, terms, weights, n_terms, matrix.indptr)
+    if postings == -3:
+        _seed_error(3, n_terms, "query terms", len(terms))
+    if postings == -1:
         raise ValueError(f"query term ids must lie in [0, {n_terms}); got "
                          f"[{terms.min()}, {terms.max()}]")
-    if len(weights) and not (np.all(np.isfinite(weights)) and weights.min() > 0):
+    if postings == -2:
         raise ValueError("query term weights must be positive and finite")
-    return indptr, terms, weights
+    return indptr, terms, weights, int(postings)
 
 
 def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
@@ -797,7 +804,7 @@ def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
     added in the query's term order in float64.  Returns (ids int64, scores float64) of
     shape (batch, min(k, n_docs)): positive scores best first, ties by lower id, padded with
     -1 / 0.  The numpy/scipy reference is :func:`evireform.kernels.reference.bm25_topk_batch`."""
-    indptr, terms, weights = _check_terms(q_indptr, q_terms, q_weights, matrix.n_terms)
+    indptr, terms, weights, postings = _check_terms(q_indptr, q_terms, q_weights, matrix)
     k = min(_check_k(k), int(matrix.n_docs))
     B = len(indptr) - 1
     if resolve(backend) == "gpu":
@@ -814,8 +821,6 @@ def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
     kern = _kernels()
     args = (matrix.indptr, matrix.docs, matrix.weights, int(matrix.n_docs), indptr, terms,
             weights, k)
-    postings = int((matrix.indptr[terms + 1] - matrix.indptr[terms]).sum()) if len(terms) \
-        else 0
     if B <= config.SMALL_BATCH or \
             _on_caller(postings <= config.SERIAL_LEXICAL_POSTINGS):  # bitwise the same
         kern.bm25_topk_serial(*args, out_i, out_v)

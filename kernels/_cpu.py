@@ -1322,6 +1322,29 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
 
 # --------------------------------------------------------------------------- lexical (BM25)
 @njit(**_JIT)
+def check_terms(indptr: Any, terms: Any, weights: ArrayLike, n_terms, w_indptr: Any) -> int:
+    """A batch of queries' whole check in one call: the number of postings its terms read
+    (>= 0; ``w_indptr``: the weights' term rows) when ``indptr`` starts at 0, never
+    decreases and ends at ``len(terms)``, every term id lies in [0, n_terms) and every
+    weight is positive and finite; else -3 (the indptr), -1 (an id) or -2 (a weight)."""
+    n = indptr.shape[0]
+    if n < 1 or indptr[0] != 0 or indptr[n - 1] != terms.shape[0]:
+        return -3
+    for r in range(1, n):
+        if indptr[r] < indptr[r - 1]:
+            return -3
+    postings = 0
+    for p in range(terms.shape[0]):
+        t = terms[p]
+        if t < 0 or t >= n_terms:
+            return -1
+        if not (np.isfinite(weights[p]) and weights[p] > 0.0):
+            return -2
+        postings += w_indptr[t + 1] - w_indptr[t]
+    return postings
+
+
+@njit(**_JIT)
 def _bm25_rows(w_indptr, w_indices, w_data, q_indptr, q_terms, q_weights, k, lo, hi, acc,
                touched, hv, hix, out_i, out_v) -> None:
     """Queries ``lo:hi``: each query's weighted rows of the (terms x documents) weights added

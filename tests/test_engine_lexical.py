@@ -117,6 +117,14 @@ def test_lexical_topk_ties_and_degenerate_inputs():
         K.lexical_topk_batch(m, [0, 1], [0], [0.0], 2)
     with pytest.raises(ValueError, match="k must"):
         K.lexical_topk_batch(m, [0, 1], [0], None, 0)
+    # an indptr that reads past the terms, or runs backwards, is refused before any kernel
+    # reads with it (it crashed the process: numba does not check bounds)
+    for bad in ([0, 50], [1, 1], [0, 1, 0], [0, 2, 1]):
+        for backend in ("cpu", "auto"):
+            with pytest.raises(ValueError, match="indptr must start at 0"):
+                K.lexical_topk_batch(m, bad, [0], None, 2, backend=backend)
+    with pytest.raises(ValueError, match="positive"):
+        K.lexical_topk_batch(m, [0, 1, 2], [0, 1], [1.0, float("nan")], 2)
     empty = bm25_weights(TermCounts.from_rows([]), 0)
     assert K.lexical_topk_batch(empty, [0, 0], [], None, 3)[0].shape == (1, 0)
 
