@@ -756,8 +756,15 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
         allowed = _as1d(allowed, np.bool_)
         if len(allowed) == 0:  # a mask of nothing allows nothing
             return np.zeros(0, np.int64), np.zeros(len(rows), np.int64)
-    return _kernels().mentions_outside(indptr, np.asarray(indices), owner, rows, excluded,
-                                       allowed, limit)
+    got, counts, code = _kernels().mentions_outside(indptr, np.asarray(indices), owner, rows,
+                                                    excluded, allowed, limit)
+    if code == 1:
+        raise ValueError(f"indptr's rows must lie within indices (0 to {len(indices)}) and "
+                         "not decrease")
+    if code == 2:
+        raise ValueError(f"indices must lie in [0, {len(owner)}) (owner's length) and their "
+                         "owners be >= 0")
+    return got, counts
 
 
 def w_nnz(graph: EntityGraph) -> int:

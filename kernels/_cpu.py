@@ -1288,9 +1288,13 @@ readout_many_serial = _serial_twin(readout_many, _JIT)
 @njit(**_JIT)
 def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, rows: Any, excluded, allowed: ArrayLike, limit):
     """See :func:`evireform.kernels.mentions_outside` (``allowed`` empty: every owner is
-    allowed; nonempty: an owner past its end is not).  Two passes over the rows: sizes, then entries."""
+    allowed; nonempty: an owner past its end is not).  Two passes over the rows: sizes, then
+    entries.  The first pass checks what it reads (a row's bounds within ``indices``, an
+    entry within ``owner``, an owner >= 0): returns ``(empty, counts, code)``, code 0 when
+    all is well, else 1 (a row's bounds) or 2 (an entry or its owner), nothing written."""
     counts = np.zeros(rows.shape[0], dtype=np.int64)
     check = allowed.shape[0] > 0
+    n_ind, n_own = indices.shape[0], owner.shape[0]
     for pass_ in range(2):
         total = 0
         for t in range(rows.shape[0]):
@@ -1300,10 +1304,15 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
         for t in range(rows.shape[0]):
             r = rows[t]
             c = 0
-            for p in range(indptr[r], indptr[r + 1]):
+            lo, hi = indptr[r], indptr[r + 1]
+            if pass_ == 0 and (lo < 0 or hi < lo or hi > n_ind):
+                return got, counts, 1
+            for p in range(lo, hi):
                 if c >= limit:
                     break
                 i = indices[p]
+                if pass_ == 0 and (i < 0 or i >= n_own or owner[i] < 0):
+                    return got, counts, 2
                 o = owner[i]
                 skip = check and (o >= allowed.shape[0] or not allowed[o])
                 for x in range(excluded.shape[0]):
@@ -1317,7 +1326,7 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
                     n += 1
                 c += 1
             counts[t] = c
-    return got, counts
+    return got, counts, 0
 
 
 # --------------------------------------------------------------------------- lexical (BM25)

@@ -43,6 +43,8 @@ class TermCounts:
         n = len(rows)
         lens = np.fromiter((len(r) for r in rows), np.int64, n)
         flat = np.fromiter((t for r in rows for t in r), np.int64, int(lens.sum()))
+        if len(flat) and flat.min() < 0:
+            raise ValueError(f"term ids must be >= 0; got {int(flat.min())}")
         doc = np.repeat(np.arange(n, dtype=np.int64), lens)
         key = doc * (int(flat.max()) + 1 if len(flat) else 1) + flat
         key.sort()
@@ -123,6 +125,9 @@ def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float =
         keep = np.zeros(n_docs, bool)
         d = np.asarray(docs)
         keep[d if d.dtype != bool else np.flatnonzero(d)] = True
+    if len(counts.terms) and int(counts.terms.max()) >= n_terms:
+        raise ValueError(f"n_terms is {n_terms} but the counts have term id "
+                         f"{int(counts.terms.max())}")
     dl = counts.lengths()
     rows = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(counts.indptr))
     terms, tf = counts.terms.astype(np.int64), counts.counts.astype(np.float64)

@@ -125,6 +125,10 @@ def test_lexical_topk_ties_and_degenerate_inputs():
                 K.lexical_topk_batch(m, bad, [0], None, 2, backend=backend)
     with pytest.raises(ValueError, match="positive"):
         K.lexical_topk_batch(m, [0, 1, 2], [0, 1], [1.0, float("nan")], 2)
+    with pytest.raises(ValueError, match="term ids must be >= 0"):
+        TermCounts.from_rows([[0, -1]])
+    with pytest.raises(ValueError, match="n_terms is 3 but the counts have term id 5"):
+        bm25_weights(TermCounts.from_rows([[0, 1], [5]]), 3)
     empty = bm25_weights(TermCounts.from_rows([]), 0)
     assert K.lexical_topk_batch(empty, [0, 0], [], None, 3)[0].shape == (1, 0)
 

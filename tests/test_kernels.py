@@ -849,6 +849,15 @@ def test_mentions_outside_degenerate_and_bad_input():
             K.mentions_outside(g.at_indptr, g.at_indices, owner, bad, limit=1)
     with pytest.raises(ValueError, match="limit"):
         K.mentions_outside(g.at_indptr, g.at_indices, owner, [0], limit=0)
+    # what the kernel reads is checked (numba does not check bounds): a row past indices,
+    # a decreasing row, an entry past owner, a negative owner
+    ind = np.asarray(g.at_indices)
+    for ptr, idx, own, what in ([[0, 0, 9, 9], ind, owner, "indptr"],
+                                [[0, 0, 2, 1], ind, owner, "indptr"],
+                                [g.at_indptr, ind + 5, owner, "indices must lie"],
+                                [g.at_indptr, ind, np.array([0, -1, 1], np.int32), "owners"]):
+        with pytest.raises(ValueError, match=what):
+            K.mentions_outside(np.asarray(ptr, np.int64), idx, own, [1, 2], limit=5)
 
 
 def _busy(monkeypatch, load: float):
