@@ -120,9 +120,10 @@ def _matching_ids(index: PropositionIndex, flt: FilterSpec, every: bool = False)
     if not ids:
         raise KeyError(f"no passage matches the filter {flt!r:.300}; nothing was deleted")
     if len(ids) == index.n_passages and not every:
-        raise DeletesEverything(f"the filter {flt!r:.300} matches every passage of the index "
-                         f"({len(ids):,}); nothing was deleted. To empty the index on purpose, "
-                         "say so: --all (CLI) or \"all\": true (/update)")
+        raise DeletesEverything(f"the filter {flt!r:.300} matches every passage of the "
+                                f"index ({len(ids):,}); nothing was deleted. To empty the "
+                                "index on purpose, say so: --all (CLI) or \"all\": true "
+                                "(/update)")
     return ids
 
 
@@ -247,10 +248,10 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                 mine = _matching_ids_or_none(idx, {"namespace": namespace})
                 got = _matching_ids(idx, delete_where, True)
                 if mine is not None and len(got) == len(mine):
-                    raise DeletesEverything(f"the filter matches every passage of namespace "
-                                     f"{namespace!r:.100} ({len(got):,}); nothing was deleted. "
-                                     "To empty it on purpose, say so: --all (CLI) or "
-                                     "\"all\": true (/update)")
+                    raise DeletesEverything(
+                        f"the filter matches every passage of namespace {namespace!r:.100} "
+                        f"({len(got):,}); nothing was deleted. To empty it on purpose, say "
+                        "so: --all (CLI) or \"all\": true (/update)")
                 every = True
             delete = list(delete or []) + _matching_ids(idx, delete_where, every)
         if delete:
