@@ -358,16 +358,16 @@ def lexical_tokens(text: str, stopwords: frozenset[str] = LEXICAL_STOPWORDS) -> 
             if rest == rest.lower():
                 whole = w.casefold()
                 if len(whole) > 1 and whole not in stopwords:
-                    out.append(whole if whole[-1] != "s" else fold_plural(whole))
+                    out.append(whole)
                 continue
         parts = _LEX_PART.findall(w)
         camel = [] if len(parts) != 1 else _LEX_CAMEL.split(parts[0])
         whole = w.casefold()
         if len(parts) == 1 and len(camel) == 1 and whole == parts[0].casefold():
             if len(whole) > 1 and whole not in stopwords:
-                out.append(whole if whole[-1] != "s" else fold_plural(whole))  # a plain word
+                out.append(whole)  # a plain word
             continue
-        out.append(whole if whole[-1] != "s" else fold_plural(whole))  # an identifier
+        out.append(whole)  # an identifier: itself, then its parts
         for p in parts:
             pieces = _LEX_CAMEL.split(p)
             if len(pieces) > 1 and len(parts) > 1:
@@ -375,5 +375,7 @@ def lexical_tokens(text: str, stopwords: frozenset[str] = LEXICAL_STOPWORDS) -> 
             for x in pieces:
                 x = x.casefold()
                 if len(x) > 1 and x not in stopwords and x != whole:
-                    out.append(x if x[-1] != "s" else fold_plural(x))
-    return out
+                    out.append(x)
+    # plurals folded once, over every term (a CJK bigram never ends in "s"); stopwords and
+    # "a part is not its whole" were judged on the words as written
+    return [x if x[-1] != "s" else fold_plural(x) for x in out]
