@@ -20,7 +20,7 @@ import numpy as np
 from . import config
 from ._backend import BACKENDS, BackendUnavailable, resolve
 from .graph import EntityGraph, PassageMap
-from .lexical import LexicalMatrix, TermCounts, bm25_weights
+from .lexical import LexicalMatrix, SortedTerms, TermCounts, bm25_weights
 from .runtime import (  # noqa: F401 - the policy is runtime's; these names are public here
     _DEVICE_COPIES, _OUT_KEPT, _device, _keep_buffers, _kernels, _n_threads, _on_caller,
     _out_buffers, _pool, join_warm_up, machine_busy, release_buffers, warm_up,
@@ -35,6 +35,7 @@ __all__ = [
     "readout_topk", "readout_topk_batch", "w_nnz", "quantize_int8", "quantized_topk_batch",
     "merge_topk", "release_buffers", "rank_topk_batch", "mentions_outside", "machine_busy",
     "score_parts", "lexical_topk_batch", "LexicalMatrix", "TermCounts", "bm25_weights",
+    "SortedTerms", "vocab_lookup", "vocab_unsorted",
 ]
 
 
@@ -834,3 +835,33 @@ def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
     else:
         kern.bm25_topk_batch(*args, max(1, min(B, _n_threads())), out_i, out_v)
     return out_i, out_v
+
+
+# --------------------------------------------------------------------------- vocabulary
+def vocab_lookup(vocab: SortedTerms, queries: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Each query string's place in a :class:`~evireform.kernels.lexical.SortedTerms`, by
+    binary search over its bytes: (positions, ids), int64 arrays of ``len(queries)``:
+    the number of terms before the query in byte order, and its term id or -1 when it is
+    not a term.  Costs O(log n) comparisons a query, nothing per term of the vocabulary.
+    The reference is :func:`evireform.kernels.reference.vocab_search`."""
+    if not isinstance(vocab, SortedTerms):
+        raise TypeError(f"vocab must be a SortedTerms; got {type(vocab).__name__}")
+    enc = [q.encode("utf-8") if isinstance(q, str) else bytes(q) for q in queries]
+    n = len(enc)
+    pos, ids = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    if n and len(vocab):
+        q_off = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, enc), np.int64, n), out=q_off[1:])
+        _kernels().vocab_search(vocab.blob, vocab.offsets, vocab.order,
+                                np.frombuffer(b"".join(enc), np.uint8), q_off, pos, ids)
+    return pos, ids
+
+
+def vocab_unsorted(vocab: SortedTerms) -> int:
+    """The first position of ``vocab.order`` whose term does not come strictly after the
+    one before it (a repeated or misplaced term), or -1 when the order is right."""
+    if not isinstance(vocab, SortedTerms):
+        raise TypeError(f"vocab must be a SortedTerms; got {type(vocab).__name__}")
+    if len(vocab) < 2:
+        return -1
+    return int(_kernels().first_unsorted(vocab.blob, vocab.offsets, vocab.order))

@@ -1414,3 +1414,54 @@ def bm25_topk_serial(w_indptr, w_indices, w_data, n_docs, q_indptr, q_terms, q_w
     hix = np.empty(max(k, 1), np.int64)
     _bm25_rows(w_indptr, w_indices, w_data, q_indptr, q_terms, q_weights, k, 0,
                len(q_indptr) - 1, acc, touched, hv, hix, out_i, out_v)
+
+
+# --------------------------------------------------------------------------- vocabulary
+@njit(inline="always", **_JIT)
+def _bytes_cmp(a, alo, ahi, b, blo, bhi) -> int:
+    """-1, 0 or 1: ``a[alo:ahi]`` before, equal to or after ``b[blo:bhi]`` (bytes order,
+    which for UTF-8 is code point order)."""
+    la, lb = ahi - alo, bhi - blo
+    n = la if la < lb else lb
+    for i in range(n):
+        x, y = a[alo + i], b[blo + i]
+        if x != y:
+            return -1 if x < y else 1
+    if la == lb:
+        return 0
+    return -1 if la < lb else 1
+
+
+@njit(**_JIT)
+def vocab_search(blob, offsets, order, q_blob, q_offsets, out_pos, out_id) -> None:
+    """Each query string's lower bound among the terms in byte order (``order[i]``: the
+    term id of the ``i``-th smallest; term ``t`` is ``blob[offsets[t]:offsets[t + 1]]``)
+    into ``out_pos``, and its term id, or -1, into ``out_id``."""
+    n = order.shape[0]
+    for j in range(q_offsets.shape[0] - 1):
+        qlo, qhi = q_offsets[j], q_offsets[j + 1]
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            t = order[mid]
+            if _bytes_cmp(blob, offsets[t], offsets[t + 1], q_blob, qlo, qhi) < 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        out_pos[j] = lo
+        out_id[j] = -1
+        if lo < n:
+            t = order[lo]
+            if _bytes_cmp(blob, offsets[t], offsets[t + 1], q_blob, qlo, qhi) == 0:
+                out_id[j] = t
+
+
+@njit(**_JIT)
+def first_unsorted(blob, offsets, order) -> int:
+    """The first position ``i`` whose term is not after the term at ``i - 1`` (a repeat or
+    out of order), or -1 when the terms ascend strictly."""
+    for i in range(1, order.shape[0]):
+        a, b = order[i - 1], order[i]
+        if _bytes_cmp(blob, offsets[a], offsets[a + 1], blob, offsets[b], offsets[b + 1]) >= 0:
+            return i
+    return -1

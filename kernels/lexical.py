@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["TermCounts", "LexicalMatrix", "bm25_weights", "K1", "B"]
+__all__ = ["TermCounts", "LexicalMatrix", "SortedTerms", "bm25_weights", "K1", "B"]
 
 #: BM25's term-frequency saturation and length normalisation (bm25s's and Lucene's defaults)
 K1, B = 1.5, 0.75
@@ -107,6 +107,65 @@ class LexicalMatrix:
     @property
     def nnz(self) -> int:
         return len(self.docs)
+
+
+@dataclass(frozen=True)
+class SortedTerms:
+    """A vocabulary as the kernels read it (:func:`evireform.kernels.vocab_lookup`): term
+    ``t`` is the UTF-8 ``blob[offsets[t]:offsets[t + 1]]`` and ``order`` lists the term ids
+    by their bytes, ascending (so a term is found by binary search, and a saved vocabulary
+    is opened by mapping three arrays, nothing built per term).
+
+    Made, the arrays are checked in O(n) vectorised passes (dtypes, shapes, the offsets
+    within the blob and never decreasing, every entry of ``order`` a term id), which is what
+    keeps the kernel's reads inside the arrays; that the terms ascend strictly is
+    :func:`evireform.kernels.vocab_unsorted`'s (the full verification tier's) to check."""
+
+    blob: np.ndarray
+    offsets: np.ndarray
+    order: np.ndarray
+
+    def __post_init__(self) -> None:
+        blob, off, order = (np.asarray(self.blob), np.asarray(self.offsets),
+                            np.asarray(self.order))
+        if blob.dtype != np.uint8 or blob.ndim != 1:
+            raise ValueError(f"blob must be a 1-d uint8 array; got {blob.dtype} {blob.shape}")
+        if off.dtype != np.int64 or off.ndim != 1 or len(off) < 1:
+            raise ValueError("offsets must be a 1-d int64 array of n_terms + 1 entries")
+        if order.dtype != np.int32 or order.shape != (len(off) - 1,):
+            raise ValueError(f"order must be int32 of shape ({len(off) - 1},) (one entry per "
+                             f"term); got {order.dtype} {order.shape}")
+        if off[0] != 0 or off[-1] != len(blob):
+            raise ValueError(f"offsets must start at 0 and end at the blob's {len(blob)} "
+                             f"bytes; got {off[0]} .. {off[-1]}")
+        if len(off) > 1 and np.any(off[1:] < off[:-1]):
+            i = int(np.argmax(off[1:] < off[:-1]))
+            raise ValueError(f"offsets must not decrease; entry {i + 1} is {off[i + 1]} "
+                             f"after {off[i]}")
+        if len(order) and (int(order.min()) < 0 or int(order.max()) >= len(order)):
+            raise ValueError(f"order holds {int(order.min())} .. {int(order.max())}, outside "
+                             f"the term ids [0, {len(order)})")
+        for name, a in (("blob", blob), ("offsets", off), ("order", order)):
+            a = np.ascontiguousarray(a).view()  # read-only views (as a loaded index's
+            a.setflags(write=False)              # maps): one compiled kernel for both
+            object.__setattr__(self, name, a)
+
+    @classmethod
+    def from_terms(cls, terms: Sequence[str]) -> "SortedTerms":
+        """The vocabulary of ``terms`` (term ids their positions; no repeats)."""
+        enc = [t.encode("utf-8") for t in terms]
+        off = np.zeros(len(enc) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, enc), np.int64, len(enc)), out=off[1:])
+        order = np.array(sorted(range(len(enc)), key=enc.__getitem__), np.int32)
+        return cls(np.frombuffer(b"".join(enc), np.uint8), off, order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def term(self, t: int) -> str:
+        """Term ``t``'s text."""
+        return bytes(self.blob[self.offsets[t]:self.offsets[t + 1]]).decode("utf-8",
+                                                                            "replace")
 
 
 def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float = B,

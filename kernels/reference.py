@@ -196,3 +196,15 @@ def bm25_topk_batch(W: sp.csr_matrix, q_indptr, q_terms, q_weights, k: int):
         out_i[r, :len(o)] = ids[o]
         out_v[r, :len(o)] = acc[ids[o]]
     return out_i, out_v
+
+
+def vocab_search(terms: list[bytes], queries: list[bytes]):
+    """Each query's lower bound among ``terms`` sorted (bytes order) and its index in
+    ``terms`` (-1 when absent): (positions, ids), int64."""
+    from bisect import bisect_left
+    order = sorted(range(len(terms)), key=terms.__getitem__)
+    keys = [terms[i] for i in order]
+    pos = np.array([bisect_left(keys, q) for q in queries], np.int64)
+    ids = np.array([order[p] if p < len(keys) and keys[p] == q else -1
+                    for p, q in zip(pos, queries)], np.int64)
+    return pos, ids

@@ -210,6 +210,9 @@ def warm_up(batched: bool = True) -> None:
     readout_topk(pm, z_ids, z_vals, 2)
     mentions_outside(g.at_indptr, g.at_indices, pm.owner, np.array([0], np.int64),
                      np.array([1], np.int64), limit=2)  # the graph reformulator's lookahead
+    from . import vocab_lookup
+    from .lexical import SortedTerms
+    vocab_lookup(SortedTerms.from_terms(["b", "a"]), ["a", "c"])  # a query's terms
 
 
 _WARMING: list[Any] = []

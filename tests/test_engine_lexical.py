@@ -170,7 +170,8 @@ def test_saved_and_loaded_with_the_index(tmp_path, rng):
     idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
     idx.save(tmp_path / "ix")
     man = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    assert "lexical_terms.json" in man["files"] and "lexical_props_terms.npy" in man["files"]
+    assert "lexical_vocab.utf8" in man["files"] and "lexical_props_terms.npy" in man["files"]
+    assert "lexical_terms.json" not in man["files"]
     for verify in ("full", "fast"):
         back = PropositionIndex.load(tmp_path / "ix", verify=verify)
         assert back.search_state.lexical is not None  # read, not counted again
@@ -203,13 +204,11 @@ def test_counts_made_by_other_tokenizer_rules_are_counted_again(tmp_path, rng):
     man = json.loads((d / "manifest.json").read_text())
     assert man["lexical_tokenizer"] == LEXICAL_TOKENIZER
     # the old rules' counts: the plural "filters" stored as written
-    terms = json.loads((d / "lexical_terms.json").read_text())
+    terms = _stored_terms(d)
     assert "filter" in terms and "filters" not in terms
     terms[terms.index("filter")] = "filters"
-    (d / "lexical_terms.json").write_text(json.dumps(terms))
-    from evireform.store import file_sha256
-    man["files"]["lexical_terms.json"] = {"sha256": file_sha256(d / "lexical_terms.json"),
-                                          "bytes": (d / "lexical_terms.json").stat().st_size}
+    _write_vocab(d, terms)
+    man = json.loads((d / "manifest.json").read_text())
     del man["lexical_tokenizer"]  # an index saved before the version was written
     (d / "manifest.json").write_text(json.dumps(man))
     for verify in ("full", "fast"):
@@ -224,6 +223,161 @@ def test_counts_made_by_other_tokenizer_rules_are_counted_again(tmp_path, rng):
     assert man2["lexical_tokenizer"] == LEXICAL_TOKENIZER
     assert PropositionIndex.load(tmp_path / "ix2", verify="full").search_state.lexical \
         is not None
+
+
+def _stored_terms(d) -> list:
+    """The vocabulary a saved index's files hold, in id order."""
+    off = np.load(d / "lexical_vocab_offsets.npy")
+    blob = (d / "lexical_vocab.utf8").read_bytes()
+    return [blob[a:b].decode() for a, b in zip(off[:-1], off[1:])]
+
+
+def _write_vocab(d, terms, order=None, sort=True):
+    """The vocabulary files of ``terms`` (``order``: the stored order as given), the
+    manifest's checksums recomputed: only the values can tell an edit."""
+    import json
+
+    from evireform.store import file_sha256
+    from evireform.kernels.lexical import SortedTerms
+    v = SortedTerms.from_terms(terms)
+    (d / "lexical_vocab.utf8").write_bytes(v.blob.tobytes())
+    np.save(d / "lexical_vocab_offsets.npy", v.offsets)
+    np.save(d / "lexical_vocab_order.npy", v.order if order is None else order)
+    man = json.loads((d / "manifest.json").read_text())
+    for name in ("lexical_vocab.utf8", "lexical_vocab_offsets.npy", "lexical_vocab_order.npy"):
+        man["files"][name] = {"sha256": file_sha256(d / name), "bytes": (d / name).stat().st_size}
+    (d / "manifest.json").write_text(json.dumps(man))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_vocab_lookup_matches_the_reference(rng, n):
+    """Binary search over the vocabulary's bytes (the kernel) finds what bisect over sorted
+    bytes finds: ids and lower bounds, for terms, non-terms, prefixes, extensions, the empty
+    string and non-ASCII words."""
+    from evireform.kernels.lexical import SortedTerms
+    alphabet = list("abcz") + ["é", "ß", "中", "_", "0"]
+    words = {"".join(rng.choice(alphabet, size=rng.integers(1, 6))) for _ in range(3 * n)}
+    terms = sorted(words)[:n]
+    rng.shuffle(terms)  # ids in first-seen order, not byte order
+    v = SortedTerms.from_terms(terms)
+    assert K.vocab_unsorted(v) == -1
+    queries = terms + [t + "a" for t in terms] + [t[:-1] for t in terms] + \
+        ["", "zzzzzz", "\x00", "aé"] + ["".join(rng.choice(alphabet, size=3)) for _ in range(50)]
+    pos, ids = K.vocab_lookup(v, queries)
+    want_pos, want_ids = R.vocab_search([t.encode() for t in terms],
+                                        [q.encode() for q in queries])
+    assert np.array_equal(ids, want_ids) and np.array_equal(pos, want_pos)
+    assert all(terms[i] == q for q, i in zip(queries, ids) if i >= 0)
+    assert [v.term(t) for t in range(len(v))] == terms
+
+
+def test_sorted_terms_refuses_arrays_the_kernel_would_read_past():
+    from evireform.kernels.lexical import SortedTerms
+    v = SortedTerms.from_terms(["b", "a", "c"])
+    blob, off, order = v.blob, v.offsets, v.order
+    for bad, match in (((blob, off, np.array([0, 1, 3], np.int32)), "outside the term ids"),
+                       ((blob, off, np.array([0, -1, 2], np.int32)), "outside the term ids"),
+                       ((blob, np.array([0, 2, 1, 3]), order), "must not decrease"),
+                       ((blob, np.array([0, 1, 2, 9]), order), "end at the blob"),
+                       ((blob, off, order[:2]), "shape"),
+                       ((blob.astype(np.int32), off, order), "uint8")):
+        with pytest.raises(ValueError, match=match):
+            SortedTerms(*bad)
+    unsorted = SortedTerms(blob, off, np.array([0, 1, 2], np.int32))  # b, a, c
+    assert K.vocab_unsorted(unsorted) == 1
+    repeated = SortedTerms(blob, off, np.array([1, 1, 2], np.int32))
+    assert K.vocab_unsorted(repeated) == 1
+
+
+def test_the_vocabulary_is_opened_mapped_and_grows_by_an_update(tmp_path, rng):
+    """A saved vocabulary opens as mapped arrays (no dict of its terms), finds a query's
+    terms by binary search, and an update's new terms are merged into its order on save:
+    the saved index's vocabulary is sorted, unique, and searches as a rebuild."""
+    from evireform.search_data import Vocabulary
+    ps = [p for p in _random_passages(rng, 20) if p.text]
+    idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
+    idx.save(tmp_path / "ix")
+    back = PropositionIndex.load(tmp_path / "ix", verify="fast")
+    voc = lexical_of(back).terms
+    assert isinstance(voc, Vocabulary) and voc.base is not None and not voc.extra_ids
+    assert list(voc) == list(lexical_of(idx).terms)
+    new = [Passage("n1", "Zyzzyva", "Quokkas meet zyzzyvas near Alpha."),
+           Passage("n2", "Aardvark", "An aardvark met SSH_AUTH_SOCK.")]
+    grown = back.add(new, EMB)
+    gv = lexical_of(grown).terms
+    assert gv.base is voc.base and "aardvark" in gv.extra_ids and not voc.extra
+    grown.save(tmp_path / "ix2")
+    again = PropositionIndex.load(tmp_path / "ix2", verify="full")
+    rebuilt = PropositionIndex.build(ps + new, EMB, extractor="heuristic", show_progress=False)
+    q = QUESTIONS + ["aardvark quokka zyzzyva"]
+    for level in ("props", "passages"):
+        assert _search_all(again, q, level) == _search_all(rebuilt, q, level)
+    assert _search_all(again, q, "passages")[-1][0][0] in ("n1", "n2")
+    assert sorted(_stored_terms(tmp_path / "ix2")) == sorted(lexical_of(rebuilt).terms)
+
+
+def test_edited_vocabulary_files_are_refused(tmp_path, rng):
+    from evireform.store import IndexFormatError
+    ps = [p for p in _random_passages(rng, 12) if p.text]
+    PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False).save(
+        tmp_path / "ix")
+    d = tmp_path / "ix"
+    terms = _stored_terms(d)
+    n = len(terms)
+    # an order past the terms: refused on every tier (the kernel would read past the blob)
+    _write_vocab(d, terms, order=np.full(n, n, np.int32))
+    with pytest.raises(IndexFormatError, match="lexical_vocab_order.npy.*outside"):
+        PropositionIndex.load(d, verify="fast")
+    # a valid range, the wrong order (binary search would miss terms): the full tier tells
+    _write_vocab(d, terms, order=np.arange(n, dtype=np.int32)[::-1].copy())
+    PropositionIndex.load(d, verify="fast", stamp=False)
+    with pytest.raises(IndexFormatError, match="lexical_vocab_order.npy.*byte order"):
+        PropositionIndex.load(d, verify="full")
+    # a repeated term, each place right: the full tier's order check refuses it too
+    _write_vocab(d, terms[:-1] + [terms[0]])
+    with pytest.raises(IndexFormatError, match="lexical_vocab_order.npy"):
+        PropositionIndex.load(d, verify="full")
+
+
+def test_a_version_4_vocabulary_in_json_still_opens(tmp_path, rng):
+    """An index of format version 4 stored its vocabulary as lexical_terms.json: it loads,
+    searches as saved, and saving it again writes the mapped vocabulary (version 5)."""
+    import json
+
+    from evireform.store import file_sha256
+    ps = [p for p in _random_passages(rng, 12) if p.text]
+    idx = PropositionIndex.build(ps, EMB, extractor="heuristic", show_progress=False)
+    d = tmp_path / "ix"
+    idx.save(d)
+    terms = _stored_terms(d)
+    man = json.loads((d / "manifest.json").read_text())
+    for name in ("lexical_vocab.utf8", "lexical_vocab_offsets.npy", "lexical_vocab_order.npy",
+                 "verified.json"):
+        (d / name).unlink(missing_ok=True)
+        man["files"].pop(name, None)
+    (d / "lexical_terms.json").write_text(json.dumps(terms))
+    man["files"]["lexical_terms.json"] = {"sha256": file_sha256(d / "lexical_terms.json"),
+                                          "bytes": (d / "lexical_terms.json").stat().st_size}
+    man["format_version"] = 4
+    (d / "manifest.json").write_text(json.dumps(man))
+    for verify in ("full", "fast"):
+        back = PropositionIndex.load(d, verify=verify, stamp=False)
+        assert back.search_state.lexical is not None
+        for level in ("props", "passages"):
+            assert _search_all(back, QUESTIONS, level) == _search_all(idx, QUESTIONS, level)
+    back.save(tmp_path / "ix5")
+    man5 = json.loads((tmp_path / "ix5" / "manifest.json").read_text())
+    assert man5["format_version"] == 5 and "lexical_terms.json" not in man5["files"]
+    assert _stored_terms(tmp_path / "ix5") == terms
+    # both vocabularies in one index: refused, whichever the version
+    import shutil
+    for name in ("lexical_vocab.utf8", "lexical_vocab_offsets.npy", "lexical_vocab_order.npy"):
+        shutil.copy(tmp_path / "ix5" / name, d / name)
+        man["files"][name] = {"sha256": file_sha256(d / name), "bytes": (d / name).stat().st_size}
+    (d / "manifest.json").write_text(json.dumps(man))
+    from evireform.store import IndexFormatError
+    with pytest.raises(IndexFormatError, match="lexical_terms.json.*one vocabulary"):
+        PropositionIndex.load(d, verify="fast", stamp=False)
 
 
 def test_edited_lexical_files_are_refused(tmp_path, rng):

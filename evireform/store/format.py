@@ -32,12 +32,13 @@ if TYPE_CHECKING:  # annotations only
 FORMAT = "evireform-index"
 
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 #: versions this code reads: 1 (JSON texts, no passage metadata), 2 (JSON texts), 3 (the
-#: strings blob) and 4 (the metadata a document's passages share held once)
-READ_VERSIONS = (1, 2, 3, 4)
+#: strings blob), 4 (the metadata a document's passages share held once) and 5 (the lexical
+#: vocabulary memory-mapped: :data:`VOCAB_FILES` instead of :data:`LEXICAL_TERMS`)
+READ_VERSIONS = (1, 2, 3, 4, 5)
 
 
 MANIFEST = "manifest.json"
@@ -71,14 +72,21 @@ HNSW_FILE = "hnsw.bin"
 HNSW_IDS_FILE = "hnsw_ids.npy"
 
 
-#: the lexical index (evireform.engine.lexical): its vocabulary, and the term counts of
-#: the propositions and of the passages as CSR rows
+#: the lexical index (evireform.engine.lexical): its vocabulary (the terms' UTF-8 bytes in
+#: id order, their offsets, and the term ids in byte order: a
+#: evireform.kernels.lexical.SortedTerms, memory-mapped and searched by binary search),
+#: and the term counts of the propositions and of the passages as CSR rows
+VOCAB_BLOB, VOCAB_OFFSETS, VOCAB_ORDER = ("lexical_vocab.utf8", "lexical_vocab_offsets.npy",
+                                          "lexical_vocab_order.npy")
+VOCAB_FILES = (VOCAB_BLOB, VOCAB_OFFSETS, VOCAB_ORDER)
+#: the vocabulary as format versions 3 and 4 stored it: a JSON list in id order (read, never
+#: written: opening it builds a dict of every term)
 LEXICAL_TERMS = "lexical_terms.json"
 LEXICAL_ARRAYS = {f"lexical_{level}_{part}.npy": (level, part, dtype)
                   for level in ("props", "passages")
                   for part, dtype in (("indptr", np.int64), ("terms", np.int32),
                                       ("counts", np.float32))}
-LEXICAL_FILES = (LEXICAL_TERMS, *LEXICAL_ARRAYS)
+LEXICAL_FILES = (*VOCAB_FILES, *LEXICAL_ARRAYS)
 
 
 class IndexFormatError(ValueError):
@@ -114,10 +122,11 @@ SPECS = array_specs()
 FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
                          [STRINGS_FILE, OFFSETS_FILE, SHARED_METADATA_FILE, HNSW_FILE,
                           HNSW_IDS_FILE, CODES_FILE,
-                          SCALE_FILE, *LEXICAL_FILES])
+                          SCALE_FILE, *LEXICAL_FILES, LEXICAL_TERMS])
 
 
-OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE, *LEXICAL_FILES])
+OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE, *LEXICAL_FILES,
+                            LEXICAL_TERMS])
 
 
 def _required_files(version: int) -> frozenset[Any]:
@@ -192,7 +201,11 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     s = _PROVIDER[0](idx) if _PROVIDER else idx.search_state
     lex = getattr(s, "lexical", None)
     if lex is not None:
-        _write_json(tmp / LEXICAL_TERMS, list(lex.terms))
+        vocab = lex.terms.sorted_terms()
+        with open(tmp / VOCAB_BLOB, "wb") as fh:
+            fh.write(memoryview(np.ascontiguousarray(vocab.blob)))
+        np.save(tmp / VOCAB_OFFSETS, vocab.offsets, allow_pickle=False)
+        np.save(tmp / VOCAB_ORDER, vocab.order, allow_pickle=False)
         for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
             np.save(tmp / name, np.ascontiguousarray(getattr(lex.counts(level), part),
                                                      dtype=dtype), allow_pickle=False)

@@ -21,7 +21,8 @@ from ..types import Passage
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from .atomic import _dir_lock, _siblings, recover
-from .format import (CODES_FILE, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
+from .format import (CODES_FILE, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, VOCAB_BLOB,
+                     VOCAB_FILES, VOCAB_OFFSETS, VOCAB_ORDER, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
                      HNSW_IDS_FILE, IndexFormatError, looks_like_index, MANIFEST, OFFSETS_FILE,
                      READ_VERSIONS, _required_files, SCALE_FILE, SPECS, stamp_matches,
                      SHARED_METADATA_FILE, STRINGS_FILE, TIERS, write_stamp)
@@ -526,29 +527,42 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
                   full: bool, passages: Any, props: Any, tokenizer: Any = 1) -> Any:
     """The lexical index, if the directory has one (all its files or none): dtypes,
     shapes, row pointers, term ids within the vocabulary, positive finite counts, ascending
-    unique terms per row; the full tier also counts the texts' terms again and compares
-    (the counts are derived data).  None without the files (an index saved before them:
-    counted from its texts when first searched), and None when ``tokenizer`` (the
-    manifest's ``lexical_tokenizer``; 1 when it has none) is not this code's
-    :data:`~evireform.extract.tokens.LEXICAL_TOKENIZER`: counts made by other rules would
-    not match a query's terms, so they are counted again from the texts, as for an index
-    without them (saving the index again stores the new counts)."""
+    unique terms per row, the vocabulary's arrays (:func:`_load_vocabulary`); the full tier
+    also checks that the vocabulary's terms ascend strictly and counts the texts' terms
+    again and compares (the counts are derived data).  None without the files (an index
+    saved before them: counted from its texts when first searched), and None when
+    ``tokenizer`` (the manifest's ``lexical_tokenizer``; 1 when it has none) is not this
+    code's :data:`~evireform.extract.tokens.LEXICAL_TOKENIZER`: counts made by other rules
+    would not match a query's terms, so they are counted again from the texts, as for an
+    index without them (saving the index again stores the new counts).  Format versions
+    before 5 stored the vocabulary as :data:`LEXICAL_TERMS` (read, into a dict)."""
     from ..extract.tokens import LEXICAL_TOKENIZER
-    from ..search_data import LexicalIndex
+    from ..search_data import LexicalIndex, Vocabulary
     from ..kernels.graph import rows_sorted_unique
     from ..kernels.lexical import TermCounts
-    have = [n for n in LEXICAL_FILES if n in files]
+    mapped = any(n in files for n in VOCAB_FILES)
+    if mapped and LEXICAL_TERMS in files:
+        _fail(path / LEXICAL_TERMS, f"present beside {VOCAB_BLOB}: an index holds one "
+                                    "vocabulary")
+    vocab_files = VOCAB_FILES if mapped else (LEXICAL_TERMS,)
+    wanted = (*vocab_files, *LEXICAL_ARRAYS)
+    have = [n for n in wanted if n in files]
     if not have:
         return None
-    if len(have) != len(LEXICAL_FILES):
-        missing = [n for n in LEXICAL_FILES if n not in files][0]
-        _fail(path / missing, f"missing: the lexical index's {len(LEXICAL_FILES)} files "
+    if len(have) != len(wanted):
+        missing = [n for n in wanted if n not in files][0]
+        _fail(path / missing, f"missing: the lexical index's {len(wanted)} files "
                               "come together")
     if tokenizer != LEXICAL_TOKENIZER:
         return None
-    terms = _load_json(path, LEXICAL_TERMS, -1, _strings_ok, "strings")
-    if len(set(terms)) != len(terms):
-        _fail(path / LEXICAL_TERMS, "repeats a term")
+    if mapped:
+        vocab = Vocabulary(_load_vocabulary(path, full))
+    else:
+        terms = _load_json(path, LEXICAL_TERMS, -1, _strings_ok, "strings")
+        if len(set(terms)) != len(terms):
+            _fail(path / LEXICAL_TERMS, "repeats a term")
+        vocab = Vocabulary(extra=terms)
+    n_terms = len(vocab)
     got: dict[str, dict[str, np.ndarray]] = {"props": {}, "passages": {}}
     for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
         f = path / name
@@ -568,17 +582,54 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
         if len(g["terms"]) != len(g["counts"]):
             _fail(path / f"lexical_{level}_counts.npy", "not as long as its terms")
         _check_ptr(f, g["indptr"], len(g["terms"]))
-        _check_range(path / f"lexical_{level}_terms.npy", g["terms"], len(terms), "term id")
+        _check_range(path / f"lexical_{level}_terms.npy", g["terms"], n_terms, "term id")
         c = g["counts"]
         if len(c) and not (np.all(np.isfinite(c)) and float(c.min()) > 0):
             _fail(path / f"lexical_{level}_counts.npy", "counts must be positive and finite")
         if not rows_sorted_unique(g["indptr"], g["terms"]):
             _fail(path / f"lexical_{level}_terms.npy", "a row's terms must ascend, each once")
         out[level] = TermCounts(g["indptr"], g["terms"], g["counts"])
-    lex = LexicalIndex(list(terms), out["props"], out["passages"])
+    lex = LexicalIndex(vocab, out["props"], out["passages"])
     if full:
         _check_lexical_counts(path, lex, passages, props)
     return lex
+
+
+def _load_vocabulary(path: Path, full: bool) -> Any:
+    """The vocabulary's three files, memory-mapped, as a
+    :class:`~evireform.kernels.lexical.SortedTerms` (its arrays checked: dtypes, shapes, the
+    offsets within the blob, the order's ids in range); the full tier also checks that the
+    order lists each term once, ascending, and that the terms are UTF-8."""
+    from ..kernels import vocab_unsorted
+    from ..kernels.lexical import SortedTerms
+    fb, fo, fr = path / VOCAB_BLOB, path / VOCAB_OFFSETS, path / VOCAB_ORDER
+    arrs = []
+    for f, dtype in ((fo, np.int64), (fr, np.int32)):
+        try:
+            a = np.load(f, allow_pickle=False, mmap_mode="r")
+        except Exception as exc:
+            _fail(f, f"unreadable ({exc})")
+        if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != 1:
+            _fail(f, f"must be a 1-d {np.dtype(dtype)} array")
+        arrs.append(a)
+    off, order = arrs
+    if len(off) != len(order) + 1:
+        _fail(fo, f"{len(off)} offsets for {len(order)} terms in {VOCAB_ORDER} (must be one "
+                  "more)")
+    size = fb.stat().st_size
+    _check_ptr(fo, off, size)
+    blob = np.memmap(fb, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    try:
+        vocab = SortedTerms(blob, off, order)
+    except ValueError as exc:
+        _fail(fr, str(exc))
+    if full:
+        _check_utf8(fb, blob, off)
+        bad = vocab_unsorted(vocab)
+        if bad >= 0:
+            _fail(fr, f"entry {bad} (term {int(order[bad])}) does not come after the term "
+                      "before it: the terms must be listed once each, in byte order")
+    return vocab
 
 
 def _check_lexical_counts(path: Path, lex: Any, passages: Any, props: Any) -> None:
