@@ -121,7 +121,9 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         #: index build or update, :meth:`prepare`), and until then questions go through torch.
         #: Documents go through the same ONNX session under "auto" and "onnx" when a probe
         #: of the first texts gives torch's embeddings (within 1e-5 per coordinate; about
-        #: twice as fast on a CPU), else through sentence-transformers.
+        #: twice as fast on a CPU), else through sentence-transformers.  The probe's verdict
+        #: is kept beside the exported file (:func:`~evireform.onnx_encoder.record_probe`):
+        #: a later process embeds documents without importing torch at all.
         self.encoder: str = encoder
         self._onnx = None
         #: which encoder embedded the documents of the last ``encode`` ("onnx" or "torch")
@@ -236,13 +238,18 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             self._docs_onnx = False
             return None
         if self._docs_onnx is None:
-            probe = [(self.document_prompt or "") + t for t in texts[:self.PROBE_TEXTS]]
-            try:
-                ref = self._encode(texts[:self.PROBE_TEXTS], self.document_prompt, None, False)
-            except ImportError:  # no torch here: ONNX is the only encoder
-                self._docs_onnx = True
-                return onnx
-            diff = float(np.abs(normalise_rows(onnx.encode(probe)) - ref).max())
+            from .onnx_encoder import probe_verdict, record_probe
+            diff = probe_verdict(onnx.path)
+            if diff is None:  # never probed: torch's embeddings of the first texts
+                probe = [(self.document_prompt or "") + t for t in texts[:self.PROBE_TEXTS]]
+                try:
+                    ref = self._encode(texts[:self.PROBE_TEXTS], self.document_prompt, None,
+                                       False)
+                except ImportError:  # no torch here: ONNX is the only encoder
+                    self._docs_onnx = True
+                    return onnx
+                diff = float(np.abs(normalise_rows(onnx.encode(probe)) - ref).max())
+                record_probe(onnx.path, diff)  # later processes trust it: no torch import
             self._docs_onnx = diff <= 1e-5
             if not self._docs_onnx:
                 import logging

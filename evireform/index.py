@@ -519,16 +519,19 @@ class PropositionIndex:
 
     @classmethod
     def load(cls, path: StrPath, *, mmap: bool = True, verify: Any="auto",
-             stamp: bool = True) -> "PropositionIndex":
+             stamp: bool = True, recount: bool = False) -> "PropositionIndex":
         """Load a saved index, checked first (:func:`evireform.store.load_index`; any problem
         raises :class:`IndexFormatError` naming the file).  ``verify="auto"`` runs the fast
         tier (what the kernels trust: shapes, dtypes, bounds, sizes) when the index's stamp
         says its files are the ones last fully verified, else the full tier (checksums,
         derived arrays, embedding norms, HNSW vectors, texts) and stamps them; ``"full"`` or
         ``"fast"`` force one; ``stamp=False`` leaves the directory untouched (no stamp
-        written).  Texts stay in the memory-mapped string file until read."""
+        written).  ``recount=True`` (``evireform verify --full``) also counts every text's
+        lexical terms again and compares them with the stored counts (derived data, checked
+        by checksum otherwise: a recount tokenizes the whole corpus).  Texts stay in the
+        memory-mapped string file until read."""
         t0 = time.perf_counter()
-        got = load_index(path, mmap=mmap, verify=verify, stamp=stamp)
+        got = load_index(path, mmap=mmap, verify=verify, stamp=stamp, recount=recount)
         idx = cls(passages=got.passages, prop_texts=got.propositions,
                   entity_names=got.entities, graph=got.graph, pmap=got.pmap,
                   embeddings=got.embeddings, embedder_name=got.manifest.get("embedder", ""),

@@ -107,6 +107,38 @@ def cached_model(model_dir: StrPath, *, quantize: bool = False, cache_dir: StrPa
     return f if f.is_file() else None
 
 
+#: beside an exported model: the largest difference per coordinate the document probe saw
+#: between its embeddings and torch's (:meth:`evireform.embed.SentenceTransformerEmbedder.encode`)
+PROBE_FILE = "probe.json"
+
+
+def probe_verdict(model_path: StrPath) -> float | None:
+    """The difference the document probe recorded for the exported file ``model_path``,
+    or None when none was (or the record is unreadable, or of another file)."""
+    f = Path(model_path).with_name(PROBE_FILE)
+    try:
+        got = json.loads(f.read_text(encoding="utf-8"))
+        if got.get("model") != Path(model_path).name:
+            return None
+        diff = float(got["max_diff"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return diff if np.isfinite(diff) and diff >= 0 else None
+
+
+def record_probe(model_path: StrPath, max_diff: float) -> None:
+    """Keep the document probe's verdict beside ``model_path`` (written whole or not at all;
+    a read-only cache keeps none, and the next process probes again)."""
+    f = Path(model_path).with_name(PROBE_FILE)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".probe-", suffix=".json", dir=f.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"model": Path(model_path).name, "max_diff": float(max_diff)}, fh)
+        os.replace(tmp, f)
+    except OSError:
+        pass
+
+
 def export(model_dir: StrPath, out: Path, layout: dict[str, Any]) -> None:
     """Export the transformer with pooling and L2 normalisation in the graph (needs torch,
     transformers and onnx); written to a temporary file and renamed into place.  Silent:

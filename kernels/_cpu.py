@@ -1465,3 +1465,37 @@ def first_unsorted(blob, offsets, order) -> int:
         if _bytes_cmp(blob, offsets[a], offsets[a + 1], blob, offsets[b], offsets[b + 1]) >= 0:
             return i
     return -1
+
+
+# --------------------------------------------------------------------------- BM25 weights
+@njit(**_JIT)
+def doc_lengths(indptr, counts, out) -> None:
+    """Each row's sum of counts (float64, added in stored order) into ``out``."""
+    for j in range(indptr.shape[0] - 1):
+        s = 0.0
+        for p in range(indptr[j], indptr[j + 1]):
+            s += np.float64(counts[p])
+        out[j] = s
+
+
+@njit(**_JIT)
+def bm25_fill(indptr, terms, counts, keep, idf, dl, avgdl, k1, b, out_indptr, out_docs,
+              out_w) -> None:
+    """The (terms x documents) CSR of BM25 weights of the kept documents, by a counting
+    sort on the term (documents ascending within a term's row): ``out_indptr`` holds the
+    rows' starts on entry (the document frequencies' prefix sums) and is left as it was."""
+    n_terms = out_indptr.shape[0] - 1
+    fill = np.empty(n_terms, np.int64)
+    for t in range(n_terms):
+        fill[t] = out_indptr[t]
+    for j in range(indptr.shape[0] - 1):
+        if not keep[j]:
+            continue
+        norm = k1 * (1.0 - b + b * dl[j] / avgdl)
+        for p in range(indptr[j], indptr[j + 1]):
+            t = terms[p]
+            tf = np.float64(counts[p])
+            q = fill[t]
+            out_docs[q] = j
+            out_w[q] = np.float32(idf[t] * tf / (tf + norm))
+            fill[t] = q + 1

@@ -168,6 +168,17 @@ class SortedTerms:
                                                                             "replace")
 
 
+def _read_only(*arrays: np.ndarray) -> list[np.ndarray]:
+    """Read-only views (as a loaded index's maps are): one compiled kernel serves counts
+    made in this process and counts read from disk."""
+    out = []
+    for a in arrays:
+        v = np.ascontiguousarray(a).view()
+        v.setflags(write=False)
+        out.append(v)
+    return out
+
+
 def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float = B,
                  docs: Any = None) -> LexicalMatrix:
     """The BM25 weight of every (term, document) pair of ``counts``:
@@ -187,23 +198,25 @@ def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float =
     if len(counts.terms) and int(counts.terms.max()) >= n_terms:
         raise ValueError(f"n_terms is {n_terms} but the counts have term id "
                          f"{int(counts.terms.max())}")
-    dl = counts.lengths()
-    rows = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(counts.indptr))
-    terms, tf = counts.terms.astype(np.int64), counts.counts.astype(np.float64)
-    if keep is not None:
-        sel = keep[rows]
-        rows, terms, tf = rows[sel], terms[sel], tf[sel]
-        N = int(keep.sum())
-        total = float(dl[keep].sum())
+    from .runtime import _kernels
+    kern = _kernels()
+    dl = np.empty(n_docs, np.float64)
+    kern.doc_lengths(*_read_only(counts.indptr, counts.counts), dl)
+    if keep is None:
+        keep = np.ones(n_docs, bool)
+        N, total = n_docs, float(dl.sum())
     else:
-        N = n_docs
-        total = float(dl.sum())
+        N, total = int(keep.sum()), float(dl[keep].sum())
     avgdl = total / N if N and total > 0 else 1.0
-    df = np.bincount(terms, minlength=n_terms).astype(np.float64)
-    idf = np.log(1.0 + (N - df + 0.5) / (df + 0.5))
-    norm = k1 * (1.0 - b + b * dl[rows] / avgdl)
-    w = (idf[terms] * tf / (tf + norm)).astype(np.float32)
-    order = np.lexsort((rows, terms))  # by term, then document
+    # document frequencies of the kept documents (a term appears once in a row)
+    kept_terms = counts.terms if docs is None else \
+        counts.terms[np.repeat(keep, np.diff(counts.indptr))]
+    df = np.bincount(kept_terms, minlength=n_terms)
+    idf = np.log(1.0 + (N - df.astype(np.float64) + 0.5) / (df + 0.5))
     indptr = np.zeros(n_terms + 1, np.int64)
-    np.cumsum(np.bincount(terms, minlength=n_terms), out=indptr[1:])
-    return LexicalMatrix(indptr, rows[order].astype(np.int32), w[order], int(n_docs))
+    np.cumsum(df, out=indptr[1:])
+    nnz = int(indptr[-1])
+    out_docs, out_w = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
+    kern.bm25_fill(*_read_only(counts.indptr, counts.terms, counts.counts), keep, idf, dl,
+                   float(avgdl), float(k1), float(b), indptr, out_docs, out_w)
+    return LexicalMatrix(indptr, out_docs, out_w, int(n_docs))

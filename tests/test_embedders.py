@@ -163,3 +163,18 @@ def test_documents_go_through_onnx_and_questions_never_wait_for_an_export(tmp_pa
     fresh = MiniLMEmbedder()  # a later process: the export is found, questions use it
     assert fresh.query_encoder() is not None
     assert np.abs(fresh.encode_queries(["Who founded the Orvel Society?"]) - q).max() <= 1e-5
+    # the probe's verdict is kept with the export: a later process embeds documents and
+    # questions through ONNX without importing torch, transformers or sentence-transformers
+    assert onnx_encoder.probe_verdict(onnx_encoder.cached_model(e._model_dir())) <= 1e-5
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; from evireform.embed import MiniLMEmbedder; e = MiniLMEmbedder(); "
+            "X = e.encode(['Alice Smith founded the Orvel Society.'] * 3); "
+            "q = e.encode_queries(['Who founded it?']); "
+            "print(e.document_encoder, X.shape[1], q.shape[1], [m for m in ('torch', "
+            "'transformers', 'sentence_transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "EVIREFORM_CACHE": str(tmp_path)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["onnx", "384", "384", "[]"], out.stdout

@@ -281,7 +281,7 @@ def _cmd_verify(args: Any) -> int:
             return None
     t0 = time.perf_counter()
     before = seen()
-    idx = PropositionIndex.load(args.index_dir, verify="full")
+    idx = PropositionIndex.load(args.index_dir, verify="full", recount=args.full)
     took = time.perf_counter() - t0
     wrote = seen() not in (None, before)
     t1 = time.perf_counter()
@@ -301,7 +301,7 @@ def _cmd_verify(args: Any) -> int:
             f"{fast:.2f} s")
     print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
           f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
-          f"embedding norms, texts" + (", HNSW graph" if structures_of(idx).hnsw is not None else "")
+          f"embedding norms, texts" + (", lexical counts recounted" if args.full else "") + (", HNSW graph" if structures_of(idx).hnsw is not None else "")
           + f" in {took:.2f} s; {tail}")
     ready = prepare_query_encoder(idx)
     if ready:
@@ -408,5 +408,9 @@ def add_verify_parser(sub: Any) -> None:
     ve = sub.add_parser("verify", help="verify every file of an index in full and stamp it "
                                        "(after a copy or download)")
     _add_index_dir(ve)
+    ve.add_argument("--full", action="store_true",
+                    help="also count every text's lexical terms again and compare them with "
+                         "the stored counts (derived data, otherwise checked by checksum; "
+                         "tokenizes the whole corpus)")
     ve.add_argument("--json", action="store_true", help="print the result as JSON")
     ve.set_defaults(func=_cmd_verify)

@@ -309,12 +309,14 @@ def _identity(path: Path):
 
 
 def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto",
-               stamp: bool = True) -> Loaded:
+               stamp: bool = True, recount: bool = False) -> Loaded:
     """Read and check an index directory (see the module docstring); raises
     :class:`IndexFormatError` naming the file and the value for any problem.  ``verify``:
     ``"auto"`` (fast tier when the stamp matches, else full), ``"fast"``, ``"full"``.
     ``stamp=False``: a full verification writes no stamp (a read that must leave the
-    directory as it found it, e.g. an update that may yet be refused).
+    directory as it found it, e.g. an update that may yet be refused).  ``recount``: the
+    lexical counts are also counted again from the texts and compared (whatever the tier;
+    otherwise the full tier checks them by checksum and their values' ranges).
 
     A read sees one version: saves swap whole directories, so when the directory at ``path``
     is replaced while it is being read (a concurrent ``update``), the read starts again on the
@@ -327,7 +329,7 @@ def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto",
         with _dir_lock(path) if last else contextlib.nullcontext():
             before = _identity(path)
             try:
-                got = _load_once(path, mmap, verify, stamp)
+                got = _load_once(path, mmap, verify, stamp, recount)
             except (IndexFormatError, OSError) as exc:
                 if before is None or _identity(path) == before or last:
                     if isinstance(exc, IndexFormatError):
@@ -470,7 +472,8 @@ def _json_tables(path: Path, sizes: dict[str, Any]):
     return passages, props, ents
 
 
-def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loaded:
+def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True,
+               recount: bool = False) -> Loaded:
     if not path.exists() and path.parent.is_dir() and _siblings(path, "old"):
         with _dir_lock(path):  # a save killed between its renames: put the index back
             recover(path, looks_like_index)
@@ -507,7 +510,7 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
                          arr["embeddings"] if full else None, hnsw_ids)
     codes, scale = _load_codes(path, files, sizes, mmap)
     lexical = _load_lexical(path, files, sizes, mmap, full, passages, props,
-                            man.get("lexical_tokenizer", 1))
+                            man.get("lexical_tokenizer", 1), recount)
     if full:  # one streamed pass: checksums, finite unit rows, codes within half a step
         emb = arr["embeddings"]
         sha = {n: files[n]["sha256"] for n in streamed if n in files}
@@ -524,12 +527,14 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True) -> Loade
 
 
 def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool,
-                  full: bool, passages: Any, props: Any, tokenizer: Any = 1) -> Any:
+                  full: bool, passages: Any, props: Any, tokenizer: Any = 1,
+                  recount: bool = False) -> Any:
     """The lexical index, if the directory has one (all its files or none): dtypes,
     shapes, row pointers, term ids within the vocabulary, positive finite counts, ascending
     unique terms per row, the vocabulary's arrays (:func:`_load_vocabulary`); the full tier
-    also checks that the vocabulary's terms ascend strictly and counts the texts' terms
-    again and compares (the counts are derived data).  None without the files (an index
+    also checks that the vocabulary's terms ascend strictly; ``recount`` counts the texts'
+    terms again and compares (the counts are derived data: a recount tokenizes the corpus,
+    so loads leave it to ``evireform verify --full``).  None without the files (an index
     saved before them: counted from its texts when first searched), and None when
     ``tokenizer`` (the manifest's ``lexical_tokenizer``; 1 when it has none) is not this
     code's :data:`~evireform.extract.tokens.LEXICAL_TOKENIZER`: counts made by other rules
@@ -590,7 +595,7 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
             _fail(path / f"lexical_{level}_terms.npy", "a row's terms must ascend, each once")
         out[level] = TermCounts(g["indptr"], g["terms"], g["counts"])
     lex = LexicalIndex(vocab, out["props"], out["passages"])
-    if full:
+    if recount:
         _check_lexical_counts(path, lex, passages, props)
     return lex
 
