@@ -122,6 +122,7 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict[str, Any
         load_s = time.perf_counter() - t0
         tier = idx.verified
         anon_open = _AnonPeak.now()
+        vocab = _vocabulary_share(path)
         rng = np.random.default_rng(seed)
         H = idx.embeddings
         rows = np.sort(rng.choice(idx.n_props, 4 * n_queries + 4, replace=False))
@@ -160,6 +161,9 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict[str, Any
                 ranked.append([(p.id, p.score) for p in res.passages])
             runs[precision] = (times, in_search, ranked)
         anon_query = _AnonPeak.now()
+        lex = getattr(idx.search_state, "lexical", None)  # the BM25 weights the queries made
+        weights = 0 if lex is None else sum(
+            m.indptr.nbytes + m.docs.nbytes + m.weights.nbytes for m in lex._weights.values())
     times, in_search, _ = runs["float32"]
     i8_times, i8_search, i8_ranked = runs["int8"]
     same = i8_ranked == runs["float32"][2]
@@ -181,7 +185,23 @@ def query_point(path: Path, n_queries: int = 20, seed: int = 1) -> dict[str, Any
             "int8_p50_s": float(np.percentile(i8_times[1:], 50)),
             "int8_search_p50_s": float(np.percentile(i8_search[1:], 50)),
             "int8_same_rankings": bool(same), "anon_after_queries": anon_query,
-            "n_queries": n_queries, "query_peak_rss": _peak_rss(), "query_peak_anon": anon.peak}
+            "n_queries": n_queries, "query_peak_rss": _peak_rss(), "query_peak_anon": anon.peak,
+            "lexical_weights_bytes": weights, **vocab}
+
+
+def _vocabulary_share(path: Path) -> dict[str, Any]:
+    """The lexical vocabulary's part of an open: its terms, the seconds and the anonymous
+    memory its files take to open again on their own, and their bytes on disk (mapped)."""
+    from ..store.format import VOCAB_FILES
+    from ..store.verify import _load_vocabulary
+    if not (path / VOCAB_FILES[0]).is_file():
+        return {}
+    a0, t = _AnonPeak.now(), time.perf_counter()
+    v = _load_vocabulary(path, False)
+    took = time.perf_counter() - t
+    return {"vocab_terms": len(v), "vocab_open_s": took,
+            "vocab_anon": max(0, _AnonPeak.now() - a0),
+            "vocab_bytes": sum((path / n).stat().st_size for n in VOCAB_FILES)}
 
 
 def _child(kind: str, M: int, path: Path, n_queries: int) -> dict[str, Any]:
@@ -230,11 +250,12 @@ def _gib(b) -> str:
 def scale_table(rows: list[dict]) -> str:
     head = ("| propositions | entities | incidence nnz | build | disk | build peak RSS / anon "
             "| open (fast tier) | open (full tier) | first query | p50 | p95 "
-            "| p50 search / rest | int8: p50 (search), same top-k | query peak RSS / anon |")
-    lines = [head, "|" + "---|" * 14]
+            "| p50 search / rest | int8: p50 (search), same top-k | query peak RSS / anon "
+            "| lexical: terms, vocabulary open / anon, BM25 weights |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['propositions']:,} | skipped: {r['skipped']} |" + " |" * 12)
+            lines.append(f"| {r['propositions']:,} | skipped: {r['skipped']} |" + " |" * 13)
             continue
         lines.append(
             f"| {r['propositions']:,} | {r['entities']:,} | {r['incidence_nnz']:,} "
@@ -249,5 +270,8 @@ def scale_table(rows: list[dict]) -> str:
             f"| {r.get('int8_p50_s', float('nan')) * 1e3:.1f} ms "
             f"({r.get('int8_search_p50_s', float('nan')) * 1e3:.1f} ms), "
             f"{'yes' if r.get('int8_same_rankings') else 'NO'} "
-            f"| {_gib(r['query_peak_rss'])} / {_gib(r['query_peak_anon'])} |")
+            f"| {_gib(r['query_peak_rss'])} / {_gib(r['query_peak_anon'])} "
+            + (f"| {r['vocab_terms']:,}, {r['vocab_open_s'] * 1e3:.1f} ms / "
+               f"{_gib(r['vocab_anon'])}, {_gib(r.get('lexical_weights_bytes', 0))} |"
+               if "vocab_terms" in r else "| |"))
     return "\n".join(lines)
