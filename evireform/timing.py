@@ -106,3 +106,18 @@ def time_calls(obj: object, method: str = "encode") -> list[float]:
     except (AttributeError, TypeError):
         pass
     return spent
+
+
+def since_process_start() -> float | None:
+    """Seconds since this process started (Linux: ``/proc``; None elsewhere): what a user of
+    a one-shot command waits for, interpreter start and imports included."""
+    try:
+        import os
+        with open("/proc/self/stat", "rb") as fh:
+            stat = fh.read()
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        ticks = int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22: starttime
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None

@@ -198,3 +198,19 @@ def test_int_at_least_takes_ints_of_any_kind():
     assert int_at_least(3, 1, "k") == 3 and int_at_least(0, 0, "k") == 0
     got = int_at_least(np.int64(5), 1, "k")
     assert got == 5 and type(got) is int
+
+
+def test_since_process_start_counts_from_the_process_start():
+    """What `evireform query` prints as "from process start": the process's own age, which a
+    sleep before the call adds to (a correctness check of the clock, not a speed bound)."""
+    import subprocess
+    import sys
+    code = ("import time; time.sleep(0.5); from evireform.timing import since_process_start; "
+            "print(since_process_start())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.strip()
+    if got == "None":  # not Linux: no /proc
+        return
+    assert 0.45 <= float(got) < 120

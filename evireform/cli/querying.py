@@ -127,8 +127,12 @@ def _cmd_query(args: Any) -> int:
         print(res.evidence_graph().format())
     t = res.trace.timings_ms
     if t:  # where the time went (evireform.timing; --json: trace.timings_ms)
+        from ..timing import since_process_start
+        up = since_process_start()
         print(f"time: {sum(t.values()):.1f} ms (" + ", ".join(
-            f"{k} {v:.1f}" for k, v in t.items()) + ")", file=sys.stderr)
+            f"{k} {v:.1f}" for k, v in t.items()) + ")"
+            + (f"; {up * 1e3:.0f} ms from process start" if up is not None else ""),
+            file=sys.stderr)
     return _strict_status(args, [res])
 
 
