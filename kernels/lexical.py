@@ -198,8 +198,7 @@ def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float =
     if len(counts.terms) and int(counts.terms.max()) >= n_terms:
         raise ValueError(f"n_terms is {n_terms} but the counts have term id "
                          f"{int(counts.terms.max())}")
-    from .runtime import _kernels
-    kern = _kernels()
+    from . import _cpu as kern  # numba, loaded on first use (as runtime._kernels does)
     dl = np.empty(n_docs, np.float64)
     kern.doc_lengths(*_read_only(counts.indptr, counts.counts), dl)
     if keep is None:

@@ -193,11 +193,11 @@ def _vocabulary_share(path: Path) -> dict[str, Any]:
     """The lexical vocabulary's part of an open: its terms, the seconds and the anonymous
     memory its files take to open again on their own, and their bytes on disk (mapped)."""
     from ..store.format import VOCAB_FILES
-    from ..store.verify import _load_vocabulary
+    from ..store.verify import load_vocabulary
     if not (path / VOCAB_FILES[0]).is_file():
         return {}
     a0, t = _AnonPeak.now(), time.perf_counter()
-    v = _load_vocabulary(path, False)
+    v = load_vocabulary(path, False)
     took = time.perf_counter() - t
     return {"vocab_terms": len(v), "vocab_open_s": took,
             "vocab_anon": max(0, _AnonPeak.now() - a0),

@@ -531,7 +531,7 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
                   recount: bool = False) -> Any:
     """The lexical index, if the directory has one (all its files or none): dtypes,
     shapes, row pointers, term ids within the vocabulary, positive finite counts, ascending
-    unique terms per row, the vocabulary's arrays (:func:`_load_vocabulary`); the full tier
+    unique terms per row, the vocabulary's arrays (:func:`load_vocabulary`); the full tier
     also checks that the vocabulary's terms ascend strictly; ``recount`` counts the texts'
     terms again and compares (the counts are derived data: a recount tokenizes the corpus,
     so loads leave it to ``evireform verify --full``).  None without the files (an index
@@ -561,7 +561,7 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
     if tokenizer != LEXICAL_TOKENIZER:
         return None
     if mapped:
-        vocab = Vocabulary(_load_vocabulary(path, full))
+        vocab = Vocabulary(load_vocabulary(path, full))
     else:
         terms = _load_json(path, LEXICAL_TERMS, -1, _strings_ok, "strings")
         if len(set(terms)) != len(terms):
@@ -600,7 +600,7 @@ def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap
     return lex
 
 
-def _load_vocabulary(path: Path, full: bool) -> Any:
+def load_vocabulary(path: Path, full: bool) -> Any:
     """The vocabulary's three files, memory-mapped, as a
     :class:`~evireform.kernels.lexical.SortedTerms` (its arrays checked: dtypes, shapes, the
     offsets within the blob, the order's ids in range); the full tier also checks that the
