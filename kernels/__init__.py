@@ -12,6 +12,7 @@ without propositions score 0.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, NamedTuple, TYPE_CHECKING
 
@@ -838,6 +839,9 @@ def lexical_topk_batch(matrix: Any, q_indptr: ArrayLike, q_terms: ArrayLike,
 
 
 # --------------------------------------------------------------------------- vocabulary
+_CPU_MODULE = __name__ + "._cpu"
+
+
 def vocab_lookup(vocab: SortedTerms, queries: Any) -> tuple[np.ndarray, np.ndarray]:
     """Each query string's place in a :class:`~evireform.kernels.lexical.SortedTerms`, by
     binary search over its bytes: (positions, ids), int64 arrays of ``len(queries)``:
@@ -849,6 +853,25 @@ def vocab_lookup(vocab: SortedTerms, queries: Any) -> tuple[np.ndarray, np.ndarr
     enc = [q.encode("utf-8") if isinstance(q, str) else bytes(q) for q in queries]
     n = len(enc)
     pos, ids = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    if n and len(vocab) and n <= config.VOCAB_LOOKUP_PYTHON and _CPU_MODULE not in sys.modules:
+        # a few terms in a process that has not loaded numba (an update of one file): the
+        # same binary search in Python costs microseconds a term, loading numba a second
+        blob, off, order = vocab.blob, vocab.offsets, vocab.order
+        for j, q in enumerate(enc):
+            lo, hi = 0, len(order)
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                t = int(order[mid])
+                if bytes(blob[off[t]:off[t + 1]]) < q:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            pos[j] = lo
+            if lo < len(order):
+                t = int(order[lo])
+                if bytes(blob[off[t]:off[t + 1]]) == q:
+                    ids[j] = t
+        return pos, ids
     if n and len(vocab):
         q_off = np.zeros(n + 1, np.int64)
         np.cumsum(np.fromiter(map(len, enc), np.int64, n), out=q_off[1:])
@@ -864,4 +887,15 @@ def vocab_unsorted(vocab: SortedTerms) -> int:
         raise TypeError(f"vocab must be a SortedTerms; got {type(vocab).__name__}")
     if len(vocab) < 2:
         return -1
-    return int(_kernels().first_unsorted(vocab.blob, vocab.offsets, vocab.order))
+    if len(vocab) >= config.VOCAB_CHECK_KERNEL:
+        return int(_kernels().first_unsorted(vocab.blob, vocab.offsets, vocab.order))
+    # a small vocabulary's check in Python: loading numba costs a command that needs no
+    # other kernel (an update) more than the comparisons
+    blob, off = bytes(vocab.blob), vocab.offsets.tolist()
+    prev = None
+    for i, t in enumerate(vocab.order.tolist()):
+        cur = blob[off[t]:off[t + 1]]
+        if prev is not None and cur <= prev:
+            return i
+        prev = cur
+    return -1

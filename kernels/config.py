@@ -108,3 +108,13 @@ SUBSET_BLOCK_BYTES = 32 << 20
 #: least this many propositions, and only when a CUDA device is usable: below it a question's
 #: transfers and launches cost more than the CPU kernels take.
 GPU_AUTO_MIN_PROPS = 1_000_000
+
+#: vocabularies of at least this many terms have their order checked (the full verification
+#: tier, kernels.vocab_unsorted) by the numba kernel; smaller ones in Python, so a command
+#: that needs no other kernel (an update) does not load numba for it
+VOCAB_CHECK_KERNEL = 200_000
+
+#: a vocabulary lookup of at most this many strings in a process that has not loaded the
+#: numba kernels yet runs its binary search in Python (kernels.vocab_lookup; the same
+#: results), so that a command needing no other kernel does not load numba for it
+VOCAB_LOOKUP_PYTHON = 4096

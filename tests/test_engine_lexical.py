@@ -3,6 +3,8 @@ weights and top-k kernel against their references, the index's lexical counts ca
 across updates and restricted by filters exactly (an updated index scores as a rebuilt one,
 a filtered search as the sub-index's), saved and verified with the index, on every engine."""
 
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -263,10 +265,19 @@ def test_vocab_lookup_matches_the_reference(rng, n):
     assert K.vocab_unsorted(v) == -1
     queries = terms + [t + "a" for t in terms] + [t[:-1] for t in terms] + \
         ["", "zzzzzz", "\x00", "aé"] + ["".join(rng.choice(alphabet, size=3)) for _ in range(50)]
-    pos, ids = K.vocab_lookup(v, queries)
     want_pos, want_ids = R.vocab_search([t.encode() for t in terms],
                                         [q.encode() for q in queries])
-    assert np.array_equal(ids, want_ids) and np.array_equal(pos, want_pos)
+    from evireform.kernels import config
+    for python_upto in (0, 10 ** 6):  # the numba kernel, then the Python search
+        old, config.VOCAB_LOOKUP_PYTHON = config.VOCAB_LOOKUP_PYTHON, python_upto
+        hidden = sys.modules.pop(K._CPU_MODULE) if python_upto else None  # as if unloaded
+        try:
+            pos, ids = K.vocab_lookup(v, queries)
+        finally:
+            config.VOCAB_LOOKUP_PYTHON = old
+            if hidden is not None:
+                sys.modules[K._CPU_MODULE] = hidden
+        assert np.array_equal(ids, want_ids) and np.array_equal(pos, want_pos)
     assert all(terms[i] == q for q, i in zip(queries, ids) if i >= 0)
     assert [v.term(t) for t in range(len(v))] == terms
 
@@ -284,9 +295,20 @@ def test_sorted_terms_refuses_arrays_the_kernel_would_read_past():
         with pytest.raises(ValueError, match=match):
             SortedTerms(*bad)
     unsorted = SortedTerms(blob, off, np.array([0, 1, 2], np.int32))  # b, a, c
-    assert K.vocab_unsorted(unsorted) == 1
     repeated = SortedTerms(blob, off, np.array([1, 1, 2], np.int32))
-    assert K.vocab_unsorted(repeated) == 1
+    from evireform.kernels import config
+    for kernel_from in (10 ** 9, 0):  # the Python check, then the numba kernel
+        old, config.VOCAB_CHECK_KERNEL = config.VOCAB_CHECK_KERNEL, kernel_from
+        try:
+            assert K.vocab_unsorted(unsorted) == 1 and K.vocab_unsorted(repeated) == 1
+            assert K.vocab_unsorted(v) == -1
+            big = SortedTerms.from_terms([f"t{i:05d}" for i in range(3000)][::-1])
+            assert K.vocab_unsorted(big) == -1
+            swapped = big.order.copy()
+            swapped[[100, 2000]] = swapped[[2000, 100]]
+            assert K.vocab_unsorted(SortedTerms(big.blob, big.offsets, swapped)) == 101
+        finally:
+            config.VOCAB_CHECK_KERNEL = old
 
 
 def test_the_vocabulary_is_opened_mapped_and_grows_by_an_update(tmp_path, rng):

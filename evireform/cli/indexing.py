@@ -195,7 +195,9 @@ def _cmd_update(args: Any) -> int:
     if args.add and not Path(args.add).exists():
         raise ValueError(f"--add {args.add}: no such file or folder")
     _check_update_target(args)
-    peek = PropositionIndex.load(args.index_dir)  # the embedder and the folder roots
+    # the embedder and the folder roots: the fast tier (apply_update verifies in full under
+    # the lock, where it counts; a stale stamp must not make both loads full ones)
+    peek = PropositionIndex.load(args.index_dir, verify="fast", stamp=False)
     emb = _index_embedder(args, peek) if args.add else None
     if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
         loaded = _read_paths(args, [args.add], emb, whole=True, roots=document_roots(peek))
