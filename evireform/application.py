@@ -203,7 +203,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                  show_progress: bool = False,
                  before_save: Callable[[Update], bool] | None = None,
                  delete_where: FilterSpec = None, delete_all: bool = False,
-                 namespace: str | None = None) -> Update:
+                 namespace: str | None = None, refit: bool = False) -> Update:
     """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``
     (passages, records, or a :class:`~evireform.documents.Loaded` read from files and
     folders: the index is made to match those files) to the index saved at ``index_dir``,
@@ -223,7 +223,10 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     ``namespace``: a tenant's update, confined to its passages: added passages get it as
     their ``namespace`` metadata (another one is refused), ids to delete or replace are
     judged inside it (another tenant's id is unknown here, or taken), and ``delete_where``
-    is and-ed with it ("every passage" then means every passage of the namespace)."""
+    is and-ed with it ("every passage" then means every passage of the namespace).
+    ``refit``: the extractor's corpus statistics learnt again from every passage of the
+    namespaces added to, instead of updated from the counts the index carries
+    (:meth:`PropositionIndex.add`)."""
     if not isinstance(add, Loaded) and not add:
         add = None  # an empty list adds nothing
     if add is None and not delete and delete_where is None:
@@ -263,7 +266,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
             _merge(out.changes, idx.changes)
         if add is not None:
             out.extractor = ext = update_extractor(idx, extractor)
-            kw = dict(show_progress=show_progress, extractor=ext)
+            kw = dict(show_progress=show_progress, extractor=ext, refit=refit)
             if isinstance(add, Loaded):
                 def chunk(p):  # a chunk of a text file read (not a corpus record)
                     src = p.metadata.get("source")

@@ -92,6 +92,12 @@ class PropositionIndex:
     #: ``"derived": (operation, parent, ...)`` (delete and subset: the kept propositions and
     #: passages, as masks), so the parent's are carried over
     search_plan: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the raw counts the extractor's corpus statistics came from (JSON data, or a loaded
+    #: index's file, read when needed: :func:`carried_counts`), carried through adds and
+    #: deletes and saved with the index, so that an update adds its passages' counts instead
+    #: of fitting the extractor on every passage again; None for an extractor without
+    #: statistics, or an index that has none (it is fitted, then carries them)
+    extract_counts: Any = field(default=None, repr=False, compare=False)
     #: what this index derives on first use and keeps (passage id -> position, passage ->
     #: propositions, :meth:`memo`): true as long as the index, which never changes in place
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
@@ -351,6 +357,7 @@ class PropositionIndex:
                                           "embedder_spec": spec_of(embedder),
                                           **({"extractor_choice": dict(choice)}
                                              if choice else {})})
+        idx.extract_counts = _counts_of(extractor)
         log.info("built an index of %d passages: %d propositions, %d entities (%s, %s), "
                  "%.2f s", idx.n_passages, idx.n_props, idx.n_entities, extractor.name,
                  embedder.name, time.perf_counter() - t0)
@@ -389,7 +396,8 @@ class PropositionIndex:
 
     # ------------------------------------------------------------------ updates
     def add(self, passages: Sequence[Any], embedder: Embedder, *, extractor: Extractor | None = None,
-            batch_size: int = 64, show_progress: bool = False) -> "PropositionIndex":
+            batch_size: int = 64, show_progress: bool = False,
+            refit: bool = False) -> "PropositionIndex":
         """A new index with ``passages`` appended: only they are extracted and embedded; the
         entity table grows by the new names (in first-mention order, as a build would), and
         the incidence, its transpose and the degree terms are recomputed from the combined
@@ -408,7 +416,13 @@ class PropositionIndex:
         same file twice adds nothing and never replaces another passage.  The embedder must
         return one unit row of the index's dimension per proposition; nothing is kept
         otherwise.  This index is not changed, so retrievers using it keep working; save the
-        result with :meth:`save`."""
+        result with :meth:`save`.
+
+        An extractor with corpus statistics (prose, phrases, auto) starts from the raw
+        counts the index carries (:attr:`extract_counts`) and adds the new passages' counts
+        to them, reading no other passage; a namespace without counts, or whose counts have
+        drifted past what they can say (:data:`~evireform.extract.base.DRIFT_SHARE`), is
+        fitted again from every passage of it, as ``refit=True`` does for all."""
         new = as_passages(passages)
         if len({p.id for p in new}) != len(new):
             raise ValueError("duplicate passage ids among the passages to add")
@@ -435,7 +449,13 @@ class PropositionIndex:
                              "--extractor)")
         fit = getattr(extractor, "fit", None)
         if callable(fit) and new:  # corpus statistics over the index and the new passages
-            fit(Concat(self.passages, new), new=new)
+            carried = carried_counts(self)
+            restore = getattr(extractor, "restore", None)
+            restored = carried is not None and callable(restore) and restore(carried)
+            if restored and not refit:  # the carried counts plus the new passages'
+                extractor.grow(Concat(self.passages, new), new)  # type: ignore[attr-defined]
+            else:
+                fit(Concat(self.passages, new), new=new)
         # the build's three steps over the new passages (shape checked there)
         try:
             props, emb = embedded_propositions(new, extractor, embedder,
@@ -461,7 +481,9 @@ class PropositionIndex:
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
             embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
-            embedder_name=self.embedder_name, meta=dict(self.meta))
+            embedder_name=self.embedder_name, meta=dict(self.meta),
+            extract_counts=_counts_of(extractor) if callable(fit) and new
+            else self.extract_counts)
         per = getattr(extractor, "choices", None)
         if isinstance(per, dict) and isinstance(self.meta.get("extractor_choice"), dict):
             # an auto-v* index: the namespaces this add measured are recorded with the rest
@@ -487,6 +509,7 @@ class PropositionIndex:
         keep = [j for j in range(self.n_passages) if j not in drop]
         out = subset_index(self, keep)
         out.changes = {"deleted": list(dict.fromkeys(passage_ids))}
+        out.extract_counts = _shrunk_counts(self, [self.passages[j] for j in sorted(drop)])
         kept = np.zeros(self.n_passages, dtype=bool)
         kept[keep] = True
         # the engine's HNSW graph marks the removed items deleted (evireform.engine.structures)
@@ -538,6 +561,7 @@ class PropositionIndex:
                   meta=dict(got.manifest.get("meta", {})),
                   verified=got.manifest.get("verified", ""))
         idx.search_state = got.search  # the structures the directory holds
+        idx.extract_counts = got.extract_counts  # read when an update needs them
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
@@ -554,6 +578,37 @@ def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:
     return (all(xa[n].dtype == xb[n].dtype and np.array_equal(xa[n], xb[n]) for n in xa)
             and a.passages == b.passages and a.prop_texts == b.prop_texts
             and a.entity_names == b.entity_names and a.embedder_name == b.embedder_name)
+
+
+def _counts_of(extractor: Any) -> Any:
+    """The extractor's raw counts (JSON data), or None when it keeps none."""
+    counts = getattr(extractor, "counts", None)
+    return counts() if callable(counts) else None
+
+
+def carried_counts(index: PropositionIndex) -> Any:
+    """The raw counts ``index`` carries as JSON data (a loaded index's file read now), or
+    None (none, or a file that changed or does not parse: the extractor is then fitted)."""
+    c = index.extract_counts
+    if c is None or isinstance(c, dict):
+        return c
+    got = c.read()
+    if got is None:
+        log.warning("%s: not read (changed or unreadable); the extractor is fitted again",
+                    getattr(c, "path", c))
+    return got
+
+
+def _shrunk_counts(index: PropositionIndex, removed: Sequence[Passage]) -> Any:
+    """The counts ``index`` carries less those of ``removed`` (a delete), or None."""
+    carried = carried_counts(index)
+    if carried is None:
+        return None
+    ext = extractor_recorded(index.meta.get("extractor"), index.meta.get("extractor_choice"))
+    if ext is None or not callable(getattr(ext, "restore", None)) or not ext.restore(carried):
+        return None
+    ext.shrink(removed)  # type: ignore[attr-defined]
+    return _counts_of(ext)
 
 
 def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:

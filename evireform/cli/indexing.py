@@ -209,6 +209,7 @@ def _cmd_update(args: Any) -> int:
     up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
                       delete_where=where, delete_all=args.all, namespace=args.namespace,
                       upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
+                      refit=args.refit,
                       before_save=lambda u: not _fallbacks_refused(
                           args, "update", u.extractor, len(loaded.passages) if loaded else 0))
     if not up.saved:
@@ -396,6 +397,11 @@ def add_update_parser(sub: Any) -> None:
     up.add_argument("--device", default=None, help="device for the index's embedder")
     up.add_argument("--extractor", choices=(*EXTRACTORS, "llm"), default=None,
                     help="the extractor for --add (default: the one the index was built with)")
+    up.add_argument("--refit", action="store_true",
+                    help="learn the extractor's corpus statistics (hub names, lower-case words, "
+                         "phrases) again from every passage of the namespaces added to, "
+                         "instead of adding the new passages' counts to those the index "
+                         "carries (which an update refits by itself once they drift)")
     up.add_argument("--json", action="store_true",
                     help="print what changed as JSON (passages and propositions before and "
                          "after, changes by kind, files skipped, warnings)")

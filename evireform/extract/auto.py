@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from ..strings import Take
 from ..types import Passage, Proposition
-from .base import Extractor, _namespace_label, _namespace_of, namespaces_of
+from .base import COUNTS_VERSION, Extractor, _namespace_label, _namespace_of, namespaces_of
 from .heuristic import HeuristicExtractor
 from .phrases import PhraseExtractor
 from .prose import ProseExtractor
@@ -141,6 +141,49 @@ class NamespaceAutoExtractor(Extractor):
                 getattr(self, kind).fit(Take(passages, sorted(pos)), None if new is None else
                                         [p for p in new if self._which(p.metadata) == kind])
         return self
+
+    # ------------------------------------------------------------ carried statistics
+    def counts(self) -> dict[str, Any] | None:
+        """The raw counts of its phrase and prose namespaces (see
+        :meth:`evireform.extract.base._FittedExtractor.counts`)."""
+        kinds = {k: c for k in ("phrases", "prose") if (c := getattr(self, k).counts())}
+        return {"extractor": self.name, "version": COUNTS_VERSION, "kinds": kinds} \
+            if kinds else None
+
+    def restore(self, counts: Any) -> bool:
+        if not isinstance(counts, dict) or counts.get("extractor") != self.name \
+                or counts.get("version") != COUNTS_VERSION \
+                or not isinstance(counts.get("kinds"), dict):
+            return False
+        return all(getattr(self, k).restore(c) for k, c in counts["kinds"].items()
+                   if k in ("phrases", "prose"))
+
+    def grow(self, passages: Sequence[Passage], new: Sequence[Passage]) -> list[Any]:
+        """:meth:`fit` for an add, from the carried counts where they serve (each kind's
+        :meth:`~evireform.extract.base._FittedExtractor.grow`); a namespace without a
+        choice is measured first, from its passages, as :meth:`fit` does."""
+        seen = {}
+        for p in new:
+            g = _namespace_of(p.metadata, self.group_by)
+            seen.setdefault(_namespace_label(g), g)
+        missing = {label: g for label, g in seen.items() if label not in self.choices}
+        if missing:
+            groups = namespaces_of(passages, self.group_by)
+            for label, g in missing.items():
+                pos = [i for i, x in enumerate(groups) if x == g]
+                self.choices[label] = _rule(measure_case(Take(passages, pos)))
+        again: list[Any] = []
+        for kind in ("phrases", "prose"):
+            mine = [p for p in new if self._which(p.metadata) == kind]
+            if mine:
+                again += getattr(self, kind).grow(passages, mine)
+        return again
+
+    def shrink(self, removed: Sequence[Passage]) -> None:
+        for kind in ("phrases", "prose"):
+            mine = [p for p in removed if self._which(p.metadata) == kind]
+            if mine:
+                getattr(self, kind).shrink(mine)
 
     def extract(self, passage: Passage) -> list[Proposition]:
         which = self._which(passage.metadata)

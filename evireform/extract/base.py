@@ -55,6 +55,14 @@ class Extractor(Protocol):
 #: update reads at most this many old passages, whatever its namespace holds
 FIT_SAMPLE = 20_000
 
+#: the layout of the raw counts an index carries (``extract_counts.json``)
+COUNTS_VERSION = 1
+
+#: a prose namespace is fitted again, not updated from its counts, once more than this share
+#: of its lower-case words joined or left the words it had when its names were last counted
+#: (:meth:`evireform.extract.prose.ProseExtractor._tally`)
+DRIFT_SHARE = 0.01
+
 
 def fit_sample(passages: Sequence[Passage], positions: Sequence[int], limit: int | None
                ) -> list[int]:
@@ -137,6 +145,83 @@ class _FittedExtractor(Extractor):
 
     def _fitted(self) -> dict[Any, Any]:
         raise NotImplementedError
+
+    # ------------------------------------------------------------ carried statistics
+    #: namespace -> the raw counts :meth:`fit` derived its statistics from (``counts``
+    #: below): an index keeps them, so that an update adds its passages' counts to them
+    #: instead of reading every passage of the namespace again
+    raw: dict[Any, Any]
+
+    def _tally(self, g: Any, raw: Any, passages: Sequence[Passage], sign: int) -> bool:
+        """Add (``sign`` 1) or remove (-1) ``passages``' counts in namespace ``g``'s
+        ``raw`` counts and set its statistics from them; False when the counts cannot say
+        what a fit would (the caller then fits the namespace again)."""
+        return False
+
+    def _dump_raw(self, raw: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _load_raw(self, d: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _from_raw(self, g: Any, raw: Any) -> Any:
+        raise NotImplementedError
+
+    def counts(self) -> dict[str, Any] | None:
+        """The raw counts of every namespace fitted, as JSON data (what an index saves as
+        ``extract_counts.json``); None when there are none."""
+        out = {}
+        for g, raw in self.raw.items():
+            if g is None or g[0] == "key":  # a namespace a label gives back
+                out[_namespace_label(g)] = self._dump_raw(raw)
+        if not out:
+            return None
+        return {"extractor": self.name, "version": COUNTS_VERSION, "namespaces": out}
+
+    def restore(self, counts: Any) -> bool:
+        """Take the raw counts :meth:`counts` gave (of an extractor of this name) and the
+        statistics they make; False, taking nothing, for counts of another extractor or
+        version, or malformed ones."""
+        if not isinstance(counts, dict) or counts.get("extractor") != self.name \
+                or counts.get("version") != COUNTS_VERSION:
+            return False
+        try:
+            got = {(None if label == "" else _namespace_key(json.loads(label))):
+                   self._load_raw(d) for label, d in counts["namespaces"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return False
+        self.raw.update(got)
+        for g, raw in got.items():
+            self._fitted()[g] = self._from_raw(g, raw)
+        return True
+
+    def grow(self, passages: Sequence[Passage], new: Sequence[Passage]) -> list[Any]:
+        """``fit(passages, new=new)`` where the carried raw counts allow: a namespace with
+        counts gets ``new``'s added to them; the others (no counts, or counts that drifted
+        past what they can say: :meth:`_tally`) are fitted again from ``passages``.
+        Returns the namespaces fitted again."""
+        by: dict[Any, list[Passage]] = {}
+        for p in new:
+            by.setdefault(self._group(p.metadata), []).append(p)
+        again = [g for g, ps in by.items()
+                 if g not in self.raw or not self._tally(g, self.raw[g], ps, 1)]
+        if again:
+            wanted = set(again)
+            self.fit(passages, new=[p for p in new if self._group(p.metadata) in wanted])
+        return again
+
+    def shrink(self, removed: Sequence[Passage]) -> None:
+        """Remove the counts of ``removed`` (passages deleted from the index); a namespace
+        whose counts cannot say what a fit would loses them (and its statistics: the next
+        add fits it again)."""
+        by: dict[Any, list[Passage]] = {}
+        for p in removed:
+            by.setdefault(self._group(p.metadata), []).append(p)
+        for g, ps in by.items():
+            raw = self.raw.get(g)
+            if raw is not None and not self._tally(g, raw, ps, -1):
+                del self.raw[g]
+                self._fitted().pop(g, None)
 
     def extract_many(self, passages: Sequence[Passage],
                      show_progress: bool = False) -> list[list[Proposition]]:

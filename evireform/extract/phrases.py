@@ -76,6 +76,10 @@ class PhraseExtractor(_FittedExtractor):
         self.words_only = self.name == "phrases-v4"
         #: the vocabulary and longest phrase of each namespace (see the class docstring)
         self.vocabs: dict[str, Any] = {}
+        #: per namespace: the counts its vocabulary comes from (``n`` passages, each
+        #: phrase's passages, each title's passages, ``sampled`` when the fit read a
+        #: sample): exact under adds and deletes (:meth:`_tally`)
+        self.raw: dict[Any, dict[str, Any]] = {}
         self.max_df_share, self.max_df_min = float(max_df_share), int(max_df_min)
         self.max_title_tokens: int = int(max_title_tokens)
         self.title_prefix, self.title_entity = title_prefix, title_entity
@@ -117,25 +121,65 @@ class PhraseExtractor(_FittedExtractor):
             if wanted is None or g in wanted:
                 members.setdefault(g, []).append(i)
         for g, pos in members.items():
-            self.vocabs[g] = self._learn(Take(passages, fit_sample(passages, pos,
-                                                                   self.fit_sample)))
+            sample = fit_sample(passages, pos, self.fit_sample)
+            self.raw[g] = raw = {"n": 0, "df": Counter(), "titles": Counter(),
+                                 "sampled": len(sample) < len(pos)}
+            self._tally(g, raw, Take(passages, sample), 1)
         return self
 
-    def _learn(self, passages: Sequence[Passage]) -> tuple[set, int]:
-        """(vocabulary, longest phrase) of one namespace's passages."""
-        df: Counter = Counter()
-        vocab: set[Any] = set()
+    def _count(self, raw: dict[str, Any], passages: Sequence[Passage], sign: int) -> None:
+        """Add (or remove) each passage's title and its phrases (once a passage)."""
+        df, titles = raw["df"], raw["titles"]
         for p in passages:
             t = tuple(tokens(p.title))
             if 0 < len(t) <= self.max_title_tokens and not all(x in self.stopwords for x in t):
-                vocab.add(t)
+                titles[t] += sign
             seen = set()
             for sent in self._sentences(p.text):
                 seen.update(g for g in self._grams(tokens(sent)) if self._ok_edges(g))
-            df.update(seen)
-        cap = max(self.max_df_min, int(self.max_df_share * len(passages)))
-        vocab.update(g for g, c in df.items() if self.min_df <= c <= cap)
-        return vocab, max((len(g) for g in vocab), default=1)
+            if sign > 0:
+                df.update(seen)
+            else:
+                df.subtract(seen)
+        raw["n"] += sign * len(passages)
+        if sign < 0:
+            for c in (df, titles):
+                for k in [k for k, v in c.items() if v <= 0]:
+                    del c[k]
+
+    def _from_raw(self, g: Any, raw: dict[str, Any]) -> tuple[set, int]:
+        cap = max(self.max_df_min, int(self.max_df_share * raw["n"]))
+        vocab: set[Any] = {t for t, c in raw["titles"].items() if c > 0}
+        vocab.update(x for x, c in raw["df"].items() if self.min_df <= c <= cap)
+        return vocab, max((len(x) for x in vocab), default=1)
+
+    def _tally(self, g: Any, raw: dict[str, Any], passages: Sequence[Passage],
+               sign: int) -> bool:
+        """Exact: a phrase's count is the number of passages that hold it, whatever the
+        others hold."""
+        self._count(raw, passages, sign)
+        if raw["n"] <= 0:
+            return False
+        self.vocabs[g] = self._from_raw(g, raw)
+        return True
+
+    #: joins a phrase's tokens in the saved counts (no token holds it)
+    _SEP = "\x1f"
+
+    def _dump_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return {"n": raw["n"], "sampled": bool(raw["sampled"]),
+                "df": {self._SEP.join(k): v for k, v in raw["df"].items()},
+                "titles": {self._SEP.join(k): v for k, v in raw["titles"].items()}}
+
+    def _load_raw(self, d: dict[str, Any]) -> dict[str, Any]:
+        raw = {"n": int(d["n"]), "sampled": bool(d["sampled"]),
+               "df": Counter({tuple(k.split(self._SEP)): v for k, v in d["df"].items()}),
+               "titles": Counter({tuple(k.split(self._SEP)): v
+                                  for k, v in d["titles"].items()})}
+        if raw["n"] <= 0 or not all(isinstance(v, int) and v > 0
+                                    for c in (raw["df"], raw["titles"]) for v in c.values()):
+            raise ValueError("malformed phrase counts")
+        return raw
 
     def _spot(self, toks: list[str], vocab: set[Any], longest: int) -> list[str]:
         out, i, n = [], 0, len(toks)

@@ -60,6 +60,10 @@ class ProseExtractor(_FittedExtractor):
         self.group_by: str | None = group_by
         #: per namespace: (hub names, lower-case words)
         self.stats: dict[Any, tuple[frozenset[str], frozenset[str]]] = {}
+        #: per namespace: the counts its statistics come from (``n`` passages, each
+        #: lower-case word's count, each name's passages counted with the lower-case words
+        #: ``lower_fit``, ``sampled`` when the fit read a sample): :meth:`_tally`
+        self.raw: dict[Any, dict[str, Any]] = {}
         self.cjk = PhraseExtractor(group_by=group_by, fit_sample=self.fit_sample)
 
     def _fitted(self) -> dict[Any, Any]:
@@ -87,7 +91,6 @@ class ProseExtractor(_FittedExtractor):
         """Learn each namespace's hubs and lower-case words from its passages (with ``new``:
         only the namespaces those passages belong to), and the character phrases of the
         passages in caseless scripts."""
-        from ..entities import canonical_entity
         groups = namespaces_of(passages, self.group_by)
         wanted = None if new is None else {self._group(p.metadata) for p in new}
         members: dict[Any, list[int]] = {}
@@ -96,8 +99,8 @@ class ProseExtractor(_FittedExtractor):
                 members.setdefault(g, []).append(i)
         texts = column(passages, "texts")
         read: list[int] = []  # the passages learnt from, every namespace's
-        for g, pos in members.items():
-            pos = fit_sample(passages, pos, self.fit_sample)
+        for g, all_pos in members.items():
+            pos = fit_sample(passages, all_pos, self.fit_sample)
             read += pos
             lower_counts: Counter = Counter()
             for j in pos:
@@ -105,14 +108,77 @@ class ProseExtractor(_FittedExtractor):
             lower = frozenset(w for w, n in lower_counts.items() if n >= 2)
             df: Counter = Counter()
             for j in pos:
-                df.update({canonical_entity(m) for sent in self._sentences(texts[j])
-                           for m in self._mentions(sent, lower)})
-            cap = max(self.max_df_min, int(self.max_df_share * len(pos)))
-            self.stats[g] = (frozenset(n for n, c in df.items() if c > cap), lower)
+                df.update(self._names(texts[j], lower))
+            self.raw[g] = raw = {"n": len(pos), "lower_counts": lower_counts, "df": df,
+                                 "lower_fit": lower, "sampled": len(pos) < len(all_pos)}
+            self.stats[g] = self._from_raw(g, raw)
         cjk = [j for j in sorted(read) if _CJK_CHAR.search(texts[j])]
         if cjk:
             self.cjk.fit(Take(passages, cjk))
         return self
+
+    def _names(self, text: str, lower: frozenset[str]) -> set[str]:
+        """The canonical names a passage's text mentions (before the hub test)."""
+        from ..entities import canonical_entity
+        return {canonical_entity(m) for sent in self._sentences(text)
+                for m in self._mentions(sent, lower)}
+
+    def _from_raw(self, g: Any, raw: dict[str, Any]):
+        cap = max(self.max_df_min, int(self.max_df_share * raw["n"]))
+        return (frozenset(n for n, c in raw["df"].items() if c > cap),
+                frozenset(w for w, n in raw["lower_counts"].items() if n >= 2))
+
+    def _tally(self, g: Any, raw: dict[str, Any], passages: Sequence[Passage],
+               sign: int) -> bool:
+        """The counts of ``passages`` added (or removed) in place.  The lower-case words'
+        counts and the number of passages are exact; a name's count is the number of
+        passages that mention it as their text's lower-case words made it when they were
+        counted, so it is exact while those words stay those of the last fit
+        (``lower_fit``).  More than :data:`~evireform.extract.base.DRIFT_SHARE` of them
+        joining or leaving: False (fitted again).  Passages in a caseless script: False
+        (their phrases are fitted with the namespace)."""
+        if any(_CJK_CHAR.search(p.text) for p in passages) or g in self.cjk.vocabs:
+            return False
+        lc: Counter = raw["lower_counts"]
+        for p in passages:
+            words = LOWER_WORD.findall(p.text)
+            if sign > 0:
+                lc.update(words)
+            else:
+                lc.subtract(words)
+        for w in [w for w, n in lc.items() if n <= 0]:
+            del lc[w]
+        lower = frozenset(w for w, n in lc.items() if n >= 2)
+        drift = len(lower ^ raw["lower_fit"])
+        raw["n"] += sign * len(passages)
+        if raw["n"] <= 0 or drift > max(1.0, _base.DRIFT_SHARE * len(raw["lower_fit"])):
+            return False
+        df: Counter = raw["df"]
+        for p in passages:
+            names = self._names(p.text, lower)
+            if sign > 0:
+                df.update(names)
+            else:
+                df.subtract(names)
+        for n in [n for n, c in df.items() if c <= 0]:
+            del df[n]
+        self.stats[g] = self._from_raw(g, raw)
+        return True
+
+    def _dump_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return {"n": raw["n"], "lower_counts": dict(raw["lower_counts"]),
+                "df": dict(raw["df"]), "lower_fit": sorted(raw["lower_fit"]),
+                "sampled": bool(raw["sampled"])}
+
+    def _load_raw(self, d: dict[str, Any]) -> dict[str, Any]:
+        raw = {"n": int(d["n"]), "lower_counts": Counter(d["lower_counts"]),
+               "df": Counter(d["df"]), "lower_fit": frozenset(d["lower_fit"]),
+               "sampled": bool(d["sampled"])}
+        if raw["n"] <= 0 or not all(isinstance(k, str) and isinstance(v, int) and v > 0
+                                    for c in (raw["lower_counts"], raw["df"])
+                                    for k, v in c.items()):
+            raise ValueError("malformed prose counts")
+        return raw
 
     def extract(self, passage: Passage) -> list[Proposition]:
         from ..entities import canonical_entity

@@ -88,6 +88,39 @@ LEXICAL_ARRAYS = {f"lexical_{level}_{part}.npy": (level, part, dtype)
                                       ("counts", np.float32))}
 LEXICAL_FILES = (*VOCAB_FILES, *LEXICAL_ARRAYS)
 
+#: the raw counts the extractor's corpus statistics come from (JSON; an update adds its
+#: passages' counts to them instead of reading every passage again:
+#: evireform.extract.base._FittedExtractor.counts); derived data, optional
+EXTRACT_COUNTS = "extract_counts.json"
+
+
+@dataclass(frozen=True)
+class CountsFile:
+    """A loaded index's :data:`EXTRACT_COUNTS`, read when an update needs it: its bytes
+    are taken only while they are the ones the index was loaded with (the sha256 its
+    manifest gave), so a directory replaced since (a later update) never lends its
+    counts to an older generation."""
+
+    path: Path
+    sha256: str
+
+    def data(self) -> bytes | None:
+        try:
+            raw = self.path.read_bytes()
+        except OSError:
+            return None
+        return raw if hashlib.sha256(raw).hexdigest() == self.sha256 else None
+
+    def read(self) -> Any:
+        """The counts (JSON data), or None when the file changed or does not parse."""
+        raw = self.data()
+        if raw is None:
+            return None
+        try:
+            return _json_loads(raw.decode("utf-8"), str(self.path))
+        except (ValueError, UnicodeDecodeError):
+            return None
+
 
 class IndexFormatError(ValueError):
     """A saved index directory is missing, truncated, edited, inconsistent or of another format
@@ -122,11 +155,11 @@ SPECS = array_specs()
 FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
                          [STRINGS_FILE, OFFSETS_FILE, SHARED_METADATA_FILE, HNSW_FILE,
                           HNSW_IDS_FILE, CODES_FILE,
-                          SCALE_FILE, *LEXICAL_FILES, LEXICAL_TERMS])
+                          SCALE_FILE, *LEXICAL_FILES, LEXICAL_TERMS, EXTRACT_COUNTS])
 
 
 OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE, *LEXICAL_FILES,
-                            LEXICAL_TERMS])
+                            LEXICAL_TERMS, EXTRACT_COUNTS])
 
 
 def _required_files(version: int) -> frozenset[Any]:
@@ -209,6 +242,13 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
         for name, (level, part, dtype) in LEXICAL_ARRAYS.items():
             np.save(tmp / name, np.ascontiguousarray(getattr(lex.counts(level), part),
                                                      dtype=dtype), allow_pickle=False)
+    counts = getattr(idx, "extract_counts", None)
+    if isinstance(counts, CountsFile):  # a loaded index's, unchanged: its bytes copied
+        raw = counts.data()
+        if raw is not None:
+            (tmp / EXTRACT_COUNTS).write_bytes(raw)
+    elif counts:
+        _write_json(tmp / EXTRACT_COUNTS, counts)
     if s is None:
         s = SearchStructures()
     if s.codes is not None:

@@ -21,7 +21,7 @@ from ..types import Passage
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from .atomic import _dir_lock, _siblings, recover
-from .format import (CODES_FILE, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, VOCAB_BLOB,
+from .format import (CODES_FILE, EXTRACT_COUNTS, CountsFile, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, VOCAB_BLOB,
                      VOCAB_FILES, VOCAB_OFFSETS, VOCAB_ORDER, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
                      HNSW_IDS_FILE, IndexFormatError, looks_like_index, MANIFEST, OFFSETS_FILE,
                      READ_VERSIONS, _required_files, SCALE_FILE, SPECS, stamp_matches,
@@ -51,6 +51,9 @@ class Loaded:
     code_scale: np.ndarray | None = None
     #: the lexical index (:class:`evireform.search_data.LexicalIndex`), or None
     lexical: Any = None
+    #: the extractor's raw counts (:class:`~evireform.store.format.CountsFile`, read when an
+    #: update needs them), or None
+    extract_counts: Any = None
 
     @property
     def search(self) -> Any:
@@ -523,7 +526,9 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True,
             write_stamp(path, files, "full")
     man = dict(man, verified=tier)
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids,
-                  codes, scale, lexical)
+                  codes, scale, lexical,
+                  CountsFile(path / EXTRACT_COUNTS, files[EXTRACT_COUNTS]["sha256"])
+                  if EXTRACT_COUNTS in files else None)
 
 
 def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool,
