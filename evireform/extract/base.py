@@ -64,6 +64,19 @@ COUNTS_VERSION = 1
 DRIFT_SHARE = 0.01
 
 
+def tally(counter: Any, groups: Any, sign: int) -> None:
+    """Add (``sign`` 1) or remove (-1) each group's items in ``counter``; counts that fall to
+    zero or below are dropped."""
+    for items in groups:
+        if sign > 0:
+            counter.update(items)
+        else:
+            counter.subtract(items)
+    if sign < 0:
+        for k in [k for k, v in counter.items() if v <= 0]:
+            del counter[k]
+
+
 def fit_sample(passages: Sequence[Passage], positions: Sequence[int], limit: int | None
                ) -> list[int]:
     """``positions`` (of ``passages``) when at most ``limit`` (None: no limit), else the

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from ..strings import Take
 from ..types import Passage, Proposition
 from . import base as _base
-from .base import _FittedExtractor, fit_sample, namespaces_of
+from .base import _FittedExtractor, fit_sample, namespaces_of, tally
 from .tokens import STOPWORDS, is_cjk, tokens
 
 
@@ -129,23 +129,13 @@ class PhraseExtractor(_FittedExtractor):
 
     def _count(self, raw: dict[str, Any], passages: Sequence[Passage], sign: int) -> None:
         """Add (or remove) each passage's title and its phrases (once a passage)."""
-        df, titles = raw["df"], raw["titles"]
-        for p in passages:
-            t = tuple(tokens(p.title))
-            if 0 < len(t) <= self.max_title_tokens and not all(x in self.stopwords for x in t):
-                titles[t] += sign
-            seen = set()
-            for sent in self._sentences(p.text):
-                seen.update(g for g in self._grams(tokens(sent)) if self._ok_edges(g))
-            if sign > 0:
-                df.update(seen)
-            else:
-                df.subtract(seen)
+        titles = [[t] for p in passages if 0 < len(t := tuple(tokens(p.title)))
+                  <= self.max_title_tokens and not all(x in self.stopwords for x in t)]
+        tally(raw["titles"], titles, sign)
+        tally(raw["df"], ({g for sent in self._sentences(p.text)
+                           for g in self._grams(tokens(sent)) if self._ok_edges(g)}
+                          for p in passages), sign)
         raw["n"] += sign * len(passages)
-        if sign < 0:
-            for c in (df, titles):
-                for k in [k for k, v in c.items() if v <= 0]:
-                    del c[k]
 
     def _from_raw(self, g: Any, raw: dict[str, Any]) -> tuple[set, int]:
         cap = max(self.max_df_min, int(self.max_df_share * raw["n"]))

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from ..strings import Take, column
 from ..types import Passage, Proposition
 from . import base as _base
-from .base import _FittedExtractor, fit_sample, namespaces_of
+from .base import _FittedExtractor, fit_sample, namespaces_of, tally
 from .phrases import PhraseExtractor
 from .tokens import (_CJK_CHAR, _CONNECT, _STOP, LOWER_WORD, identifiers, is_cjk, name_spans,
                      placed, tokens)
@@ -140,28 +140,13 @@ class ProseExtractor(_FittedExtractor):
         if any(_CJK_CHAR.search(p.text) for p in passages) or g in self.cjk.vocabs:
             return False
         lc: Counter = raw["lower_counts"]
-        for p in passages:
-            words = LOWER_WORD.findall(p.text)
-            if sign > 0:
-                lc.update(words)
-            else:
-                lc.subtract(words)
-        for w in [w for w, n in lc.items() if n <= 0]:
-            del lc[w]
+        tally(lc, (LOWER_WORD.findall(p.text) for p in passages), sign)
         lower = frozenset(w for w, n in lc.items() if n >= 2)
         drift = len(lower ^ raw["lower_fit"])
         raw["n"] += sign * len(passages)
         if raw["n"] <= 0 or drift > max(1.0, _base.DRIFT_SHARE * len(raw["lower_fit"])):
             return False
-        df: Counter = raw["df"]
-        for p in passages:
-            names = self._names(p.text, lower)
-            if sign > 0:
-                df.update(names)
-            else:
-                df.subtract(names)
-        for n in [n for n, c in df.items() if c <= 0]:
-            del df[n]
+        tally(raw["df"], (self._names(p.text, lower) for p in passages), sign)
         self.stats[g] = self._from_raw(g, raw)
         return True
 
