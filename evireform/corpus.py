@@ -27,6 +27,7 @@ from ._checks import as_list, loads as _json_loads
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from ._checks import check_json_value, check_passage
@@ -162,13 +163,19 @@ def as_passages(items: Any, what: str = "passages") -> list[Passage]:
                                 "metadata": p.metadata} for p in items])
 
 
-def load_corpus(path: StrPath) -> list[Passage]:
-    """Read a corpus file; raises ``ValueError`` for an empty or malformed corpus."""
+def load_corpus(path: StrPath, *, under: StrPath | None = None) -> list[Passage]:
+    """Read a corpus file; raises ``ValueError`` for an empty or malformed corpus.
+    ``under``: the folder a walk found it in, from which it is opened one step at a time,
+    no step following a link (:func:`evireform.formats.read_file_bytes`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        if under is None:
+            text = path.read_text(encoding="utf-8")
+        else:
+            from .formats import read_file_bytes
+            text = read_file_bytes(path, sys.maxsize, under=under).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"corpus {path} is not UTF-8 text ({exc})") from None
     try:

@@ -348,7 +348,8 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
     default_include = not include
     include = list(include) if include else [f"*{s}" for s in TEXT_SUFFIXES + CORPUS_SUFFIXES]
     out = Loaded([])
-    files: list[tuple[Path, str, str]] = []  # (path, root, path below the root)
+    # (path, root, path below the root, the folder walked to find it: read from there)
+    files: list[tuple[Path, str, str, str | None]] = []
     for p in map(Path, paths):
         _name_ok(str(p))
         if p.is_dir() and looks_like_index(p) or p.is_file() and looks_like_index(p.parent):
@@ -362,7 +363,7 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
             n_dirs = len(out.skipped_dirs)
             for f, rel in _walk(real, include, exclude, out, skip_errors, default_include):
                 below = Path(scope, rel).as_posix() if scope not in ("", ".") else rel
-                files.append((f, root, below))
+                files.append((f, root, below, real))
             for k in range(n_dirs, len(out.skipped_dirs)):  # as (root, path below the root)
                 rel = out.skipped_dirs[k][1]
                 rel = "" if rel == "." else rel
@@ -374,7 +375,7 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
             below = Path(os.path.relpath(parent, root), p.name).as_posix() \
                 if parent != root else p.name
             out.scopes.append((root, below, False))
-            files.append((p, root, below))
+            files.append((p, root, below, None))
         elif p.exists():
             raise ValueError(f"{p}: not a regular file or folder (a FIFO, device or socket)")
         else:
@@ -384,7 +385,7 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
     if show_progress:
         from tqdm.auto import tqdm
         files = tqdm(files, desc="read", unit="file")
-    for f, root, below in files:
+    for f, root, below, walked in files:
         src = _source_of(root, below)
         if src in seen:
             continue
@@ -392,11 +393,11 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
         try:
             _name_ok(str(f))
             if f.suffix.lower() in CORPUS_SUFFIXES:
-                got = load_corpus(f)
+                got = load_corpus(f, under=walked)
             elif f.suffix.lower() in DOCUMENT_SUFFIXES:
-                got = _document_file(f, src, chunk_tokens, chunk_overlap, count)
+                got = _document_file(f, src, chunk_tokens, chunk_overlap, count, walked)
             elif f.suffix.lower() in TEXT_SUFFIXES or f.suffix == "":
-                got = _text_file(f, src, chunk_tokens, chunk_overlap, count)
+                got = _text_file(f, src, chunk_tokens, chunk_overlap, count, walked)
             else:
                 raise ValueError(f"{f}: unsupported file type {f.suffix!r} (text: "
                                  f"{TEXT_SUFFIXES}, corpora: {CORPUS_SUFFIXES})")
@@ -456,10 +457,12 @@ def unread_summary(unread: dict[str, int], needs_extra: dict[str, str] | None = 
     return f"skipped {n} file{'s' if n != 1 else ''}: " + ", ".join(parts) + tail
 
 
-def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
-    """A plain-text file's passages: front matter as metadata, the rest chunked."""
+def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any,
+               under: str | None = None):
+    """A plain-text file's passages: front matter as metadata, the rest chunked; ``under``:
+    the folder walked to find it (opened from there, no step following a link)."""
     try:
-        text = read_file_bytes(f).decode("utf-8").lstrip("\ufeff")  # a byte-order mark
+        text = read_file_bytes(f, under=under).decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     front, text = front_matter(text, str(f))
@@ -467,11 +470,14 @@ def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: 
     return _passages(doc, f, src, chunk_tokens, chunk_overlap, count, block_sep=" ")
 
 
-def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any):
+def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any,
+                   under: str | None = None):
     """A Markdown, HTML, PDF or DOCX file's passages (:func:`evireform.formats.read_document`):
     each section chunked on its own, its heading the first line of its first chunk, its
-    heading path in the passage's ``section`` (and ``page`` for a PDF page)."""
-    return _passages(read_document(f), f, src, chunk_tokens, chunk_overlap, count)
+    heading path in the passage's ``section`` (and ``page`` for a PDF page); ``under``: the
+    folder walked to find it."""
+    return _passages(read_document(f, under=under), f, src, chunk_tokens, chunk_overlap,
+                     count)
 
 
 #: file names that say what a file is, not what it is about: titled with their folder

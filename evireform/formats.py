@@ -1294,13 +1294,46 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
     getattr(os, "O_CLOEXEC", 0)
 
 
-def read_file_bytes(path: StrPath, limit: int | None = None) -> bytes:
+def _open_below(path: StrPath, under: StrPath) -> int:
+    """A descriptor of the file ``path`` opened from the folder ``under`` one step at a
+    time, no step following a link: a folder on the way swapped for a link (to somewhere
+    outside ``under``) after the walk saw it is refused, not followed."""
+    import errno
+    rel = os.path.relpath(path, under)
+    parts = Path(rel).parts
+    if not parts or parts[0] == ".." or os.path.isabs(rel):
+        raise ValueError(f"{path}: not inside {under}")
+    fd = os.open(str(under), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) |
+                 getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW,
+                              dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):
+                    raise ValueError(f"{path}: its folder {part!r} is a symbolic link or "
+                                     "not a folder now, not followed (replaced after the "
+                                     "folder was walked)") from None
+                raise
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], os.O_RDONLY | _NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def read_file_bytes(path: StrPath, limit: int | None = None, *,
+                    under: StrPath | None = None) -> bytes:
     """The bytes of the regular file at ``path``, opened once: without following a link
     at its last step, without blocking (a FIFO or device swapped in is refused, not waited
     on), checked on the open descriptor (a regular file, at most ``limit`` bytes) and read
-    from it, so what is read is what was checked.  ``ValueError`` naming the file."""
+    from it, so what is read is what was checked.  ``under``: the folder walked to find it
+    (a real path): the file is opened from there one step at a time, no step following a
+    link (:func:`_open_below`).  ``ValueError`` naming the file."""
     try:
-        fd = os.open(str(path), os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(str(path), os.O_RDONLY | _NOFOLLOW) if under is None else \
+            _open_below(path, under)
     except OSError as exc:
         import errno
         if exc.errno in (errno.ELOOP, errno.EMLINK):
@@ -1343,12 +1376,13 @@ READERS = {".md": _read_markdown, ".markdown": _read_markdown, ".html": _read_ht
 DOCUMENT_SUFFIXES = tuple(READERS)
 
 
-def read_document(path: StrPath) -> Document:
+def read_document(path: StrPath, *, under: StrPath | None = None) -> Document:
     """The :class:`Document` of the file at ``path`` by its suffix (``ValueError`` for
-    another suffix, :class:`MissingReader` when the format's parser is not installed)."""
+    another suffix, :class:`MissingReader` when the format's parser is not installed);
+    ``under``: the folder walked to find it (:func:`read_file_bytes`)."""
     path = Path(path)
     reader = READERS.get(path.suffix.lower())
     if reader is None:
         raise ValueError(f"{path}: no document reader for {path.suffix!r} "
                          f"(documents: {', '.join(DOCUMENT_SUFFIXES)})")
-    return reader(path, read_file_bytes(path))
+    return reader(path, read_file_bytes(path, under=under))

@@ -267,6 +267,44 @@ def test_a_file_swapped_after_the_walk_is_not_read(tmp_path, monkeypatch, swap):
     assert any(why in msg for _, msg in got.errors)
 
 
+@pytest.mark.parametrize("name", ["b.md", "b.txt", "b.jsonl"])
+def test_a_folder_swapped_for_a_link_after_the_walk_is_not_followed(tmp_path, monkeypatch,
+                                                                     name):
+    """Issue 81 (round 7): sub/ replaced by a link to a folder outside the walked one, between
+    the walk and the read: the file is opened from the walked folder one step at a time, no
+    step following a link, so nothing outside is read (the document, text and corpus
+    readers alike); named and skipped under --skip-errors."""
+    import shutil
+    from evireform import documents
+    from evireform.documents import load_paths
+    d = tmp_path / "notes"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.md").write_text("# A\n\nAlpha text.")
+    body = '{"id": "x", "title": "B", "text": "Beta text."}\n' if name.endswith(".jsonl") \
+        else "# B\n\nBeta text."
+    (d / "sub" / name).write_text(body)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / name).write_text(body.replace("Beta text.", "the secret outside"))
+    walk = documents._walk
+
+    def walk_then_swap(*a, **kw):
+        yield from walk(*a, **kw)  # the walk saw sub/ as a folder; now it is a link
+        if not (d / "sub").is_symlink():
+            shutil.rmtree(d / "sub")
+            (d / "sub").symlink_to(outside, target_is_directory=True)
+    monkeypatch.setattr(documents, "_walk", walk_then_swap)
+    got = load_paths(d, skip_errors=True)
+    assert all("secret" not in p.text for p in got.passages)
+    assert [p.metadata.get("source") for p in got.passages] == ["notes/a.md"]
+    assert any("symbolic link" in msg and "sub" in msg for _, msg in got.errors), got.errors
+    (d / "sub").unlink()  # the folder as the walk will see it, swapped again after
+    (d / "sub").mkdir()
+    (d / "sub" / name).write_text(body)
+    with pytest.raises(ValueError, match="sub.*symbolic link"):
+        load_paths(d)  # without --skip-errors: refused, naming the file
+
+
 # ------------------------------------------------------------ round 6: what readers read
 def test_a_pdf_glyph_mapped_to_a_lone_surrogate_is_one_replaced_character(tmp_path,
                                                                           monkeypatch):
