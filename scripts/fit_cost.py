@@ -7,8 +7,12 @@ prose-v1 and phrases-v2 all of them.
 
 The passages are the manual-page development set's, repeated under new ids to each size;
 each line is one ``fit(old + new, new=new)`` with five new passages, in seconds (this
-machine, one process, one thread).  Prints Markdown."""
+machine, one process, one thread); the "carried counts" lines are what an update of an
+index that carries its extractor's counts does instead (issue 84): the counts read from
+their JSON, restored, and grown by the five passages (``restore`` + ``grow``).  Prints
+Markdown."""
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,7 +42,9 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in a.sizes.split(",")]
     print("| extractor | " + " | ".join(f"{n:,} passages" for n in sizes) + " |")
     print("|---|" + "---:|" * len(sizes))
-    cells: dict[str, list[str]] = {name: [] for name, _ in kinds}
+    carried = [("prose-v2, carried counts", lambda: ProseExtractor()),
+               ("phrases-v4, carried counts", lambda: PhraseExtractor())]
+    cells: dict[str, list[str]] = {name: [] for name, _ in kinds + carried}
     for n in sizes:
         old = [Passage(id=f"p{i}", title=base[i % len(base)].title,
                        text=base[i % len(base)].text) for i in range(n)]
@@ -47,6 +53,14 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             make().fit(Concat(old, new), new=new)
             cells[name].append(f"{time.perf_counter() - t:.2f} s")
+        for name, make in carried:
+            saved = json.dumps(make().fit(old).counts())  # what the index carries
+            t = time.perf_counter()
+            ext = make()
+            assert ext.restore(json.loads(saved))
+            again = ext.grow(Concat(old, new), new)
+            cells[name].append(f"{time.perf_counter() - t:.2f} s"
+                               + (" (fitted again)" if again else ""))
     for name, row in cells.items():
         print(f"| {name} | " + " | ".join(row) + " |")
     return 0

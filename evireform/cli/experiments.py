@@ -391,7 +391,8 @@ def add_bench_parser(sub: Any) -> None:
                     help="run only these case groups (repeatable): "
                          "propagate, propagate_batch, readout, cosine, hnsw, retrieve_core, "
                          "build, build_encoder (full runs), update, filter, limit, "
-                         "lexical; with "
+                         "lexical, user (fresh processes of the command: an update of one "
+                         "file beside a cold query); with "
                          "--backend gpu: gpu_copy, "
                          "gpu_cosine, gpu_cosine_fp16, gpu_propagate, gpu_readout, "
                          "gpu_retrieve")
