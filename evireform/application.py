@@ -150,7 +150,9 @@ def _in_namespace(add: Any, namespace: str) -> Any:
     if isinstance(add, Loaded):  # a copy: the caller's read stays as it was
         from dataclasses import replace
         return replace(add, passages=[one(p) for p in add.passages])
-    return [one(p) for p in as_passages(add)]
+    # an id made from a record's content is made in the namespace: the same text added by
+    # another tenant gets another id, so neither can learn of the other's text (issue 81)
+    return [one(p) for p in as_passages(add, scope=namespace)]
 
 
 def _check_tenant_ids(index: PropositionIndex, namespace: str, delete: Any, add: Any) -> None:

@@ -87,18 +87,23 @@ def record_metadata(rec: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def content_id(title: str, text: str) -> str:
-    """The id of a passage that came without one: 16 hex digits of sha256(title, text)."""
-    return hashlib.sha256(f"{title}\x1f{text}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+def content_id(title: str, text: str, scope: str | None = None) -> str:
+    """The id of a passage that came without one: 16 hex digits of sha256(title, text);
+    with ``scope`` (a tenant's namespace) of sha256(scope, title, text), so that the same
+    text added by two tenants gets two ids and one tenant's id says nothing of another's
+    content (issue 81)."""
+    key = f"{title}\x1f{text}" if scope is None else f"{scope}\x1e{title}\x1f{text}"
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def passages_from_json(obj) -> list[Passage]:
-    """Convert a parsed corpus (list of records or title -> sentences object) to passages."""
+def passages_from_json(obj, scope: str | None = None) -> list[Passage]:
+    """Convert a parsed corpus (list of records or title -> sentences object) to passages;
+    ``scope``: the namespace ids derived from content are made in (:func:`content_id`)."""
     out: list[Passage] = []
     seen: dict[str, int] = {}
 
     def derived(title: str, text: str) -> str:
-        pid = content_id(title, text)
+        pid = content_id(title, text, scope)
         seen[pid] = seen.get(pid, 0) + 1
         return pid if seen[pid] == 1 else f"{pid}-{seen[pid]}"
 
@@ -149,10 +154,12 @@ def _jsonl(text: str) -> list[Any]:
     return out
 
 
-def as_passages(items: Any, what: str = "passages") -> list[Passage]:
+def as_passages(items: Any, what: str = "passages", scope: str | None = None
+                ) -> list[Passage]:
     """Passages from what a user has at hand: :class:`Passage` objects, strings (ids from
-    their content, :func:`content_id`), or ``{"id"?, "title"?, "text"}`` dicts; mixed lists
-    are fine.  A bare string is refused (it is not a list of passages)."""
+    their content, :func:`content_id`, made in ``scope`` when given), or
+    ``{"id"?, "title"?, "text"}`` dicts; mixed lists are fine.  A bare string is refused
+    (it is not a list of passages)."""
     items = as_list(items, what)
     if all(isinstance(p, Passage) for p in items):
         for i, p in enumerate(items):
@@ -160,7 +167,7 @@ def as_passages(items: Any, what: str = "passages") -> list[Passage]:
         return items
     return passages_from_json([p if not isinstance(p, Passage) else
                                {"id": p.id, "title": p.title, "text": p.text,
-                                "metadata": p.metadata} for p in items])
+                                "metadata": p.metadata} for p in items], scope)
 
 
 def load_corpus(path: StrPath, *, under: StrPath | None = None) -> list[Passage]:

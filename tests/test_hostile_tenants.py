@@ -59,9 +59,24 @@ def test_an_add_learns_only_the_namespaces_it_touches(tmp_path):
     ps = _tenants("a grey cat {i} sat on the mat.")
     idx = PropositionIndex.build(ps[:25] + ps[30:], EMB, extractor=PhraseExtractor(),
                                  show_progress=False)
-    ex = PhraseExtractor()
-    out = idx.add(ps[25:30], EMB, extractor=ex)
-    assert set(ex.vocabs) == {("key", ("string", "t1"))}, "fitted a namespace it did not add"
+    counted = []  # the namespaces of every passage whose phrases were counted
+    real = PhraseExtractor._count
+
+    def count(self, raw, passages, sign):
+        counted.extend(p.metadata.get("namespace") for p in passages)
+        return real(self, raw, passages, sign)
+    import pytest
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PhraseExtractor, "_count", count)
+        for refit in (False, True):  # the carried counts grown, or t1 fitted again
+            counted.clear()
+            ex = PhraseExtractor()
+            out = idx.add(ps[25:30], EMB, extractor=ex, refit=refit)
+            assert set(counted) == {"t1"}, "read a namespace it did not add"
+            assert len(counted) == (5 if not refit else 30)
+    # t2's vocabulary is the build's (carried), t1's learnt with the new passages
+    assert ex.vocabs[("key", ("string", "t2"))] == \
+        PhraseExtractor().fit(ps[30:]).vocabs[("key", ("string", "t2"))]
     # the CLI keeps the recorded variant: an index built as phrases-v1 updates as v1
     from evireform.extract import extractor_recorded, make_extractor
     assert extractor_recorded("phrases-v1").name == "phrases-v1"
@@ -121,3 +136,37 @@ def test_a_tenants_update_touches_its_own_passages_only(tmp_path):
     assert main(["update", str(ix), "--delete", str(tmp_path / "del.txt"), "--namespace",
                  "t2", "--embedder", "hashing-16", "--quiet"]) == 2
     assert "a5" in {p.id for p in PropositionIndex.load(ix).passages}
+
+
+def test_the_same_text_from_two_tenants_is_two_passages_and_tells_nothing(tmp_path):
+    """Issue 81, leak 2: an id made from a record's content is made in the tenant's
+    namespace, so tenant t2 adding t1's exact text (no id) gets 200 and a passage of its
+    own, not "409 ... is taken" (which let t2 confirm t1's content and kept it from storing
+    that text); the same text again within t2 is t2's duplicate, as without tenants."""
+    import asyncio
+    import httpx
+    import pytest
+    pytest.importorskip("fastapi")
+    from evireform.corpus import content_id
+    from evireform.service import RetrievalService, create_app
+    ix = PropositionIndex.build(_tenants("a grey cat {i} sat on the mat."), EMB,
+                                show_progress=False).save(tmp_path / "ix")
+    app = create_app(RetrievalService(ix, EMB))
+    secret = {"title": "Payroll", "text": "The payroll password is hunter2."}
+
+    async def run():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as c:
+            post = lambda body: c.post("/update", json=body)  # noqa: E731
+            return [await post({"namespace": "t1", "add": [secret]}),
+                    await post({"namespace": "t2", "add": [secret]}),  # the guess
+                    await post({"namespace": "t2", "add": [{**secret, "text": "A guess."}]}),
+                    await post({"namespace": "t2", "add": [secret]})]
+    got = asyncio.run(run())
+    assert [r.status_code for r in got] == [200, 200, 200, 200], [r.json() for r in got]
+    assert got[1].json()["changes"] == got[2].json()["changes"]  # a hit reads as a miss
+    assert got[3].json()["changes"]["duplicates"] == 1  # its own copy, once
+    idx = PropositionIndex.load(ix)
+    mine = {p.metadata.get("namespace"): p.id for p in idx.passages if "hunter2" in p.text}
+    assert set(mine) == {"t1", "t2"} and mine["t1"] != mine["t2"]
+    assert mine["t1"] == content_id("Payroll", secret["text"], "t1")
