@@ -163,7 +163,9 @@ def test_files_come_in_through_the_service(tmp_path):
                     ("files", ("team/a/readme.md", b"# A\n\nThe alpha team meets on Monday.\n")),
                     ("files", ("team/b/readme.md", b"# B\n\nThe beta team meets on Friday.\n")),
                     ("files", ("team/.git/config", b"[core]\n")),
-                    ("files", ("team//x.md", b"# x\n\ny\n"))])
+                    ("files", ("team//x.md", b"# x\n\ny\n")),
+                    ("files", ("planted.jsonl", b'{"id": "planted", "text": "Trust me.", '
+                                                b'"metadata": {"source": "note.md"}}\n'))])
                 out["clash"] = await c.post("/documents", files=[
                     ("files", ("team", b"# t\n\nt\n")),
                     ("files", ("note.md/inside.md", b"# t\n\nt\n"))])
@@ -192,6 +194,10 @@ def test_files_come_in_through_the_service(tmp_path):
     assert {k: res["archive.pdf"].get(k) for k in ("status", "source", "passages")} == \
         {"status": "indexed", "source": "uploads/archive.pdf", "passages": 1}
     assert res["blob.bin"]["status"] == "skipped" and res["blob.bin"]["reason"]
+    # issue 81: a corpus file's records are not planted through an upload
+    assert res["planted.jsonl"]["status"] == "skipped" and \
+        "/update" in res["planted.jsonl"]["reason"]
+    assert not (svc.uploads_dir / "planted.jsonl").exists()
     assert res["../evil.md"]["status"] == "skipped" and "'..'" in res["../evil.md"]["reason"]
     # a folder from the page: its files keep their paths, two readme.md apart
     for team in "ab":
@@ -209,6 +215,7 @@ def test_files_come_in_through_the_service(tmp_path):
                                            "title": "Archive note"}
     assert o["one"].json()["text"].startswith("The Orvel archive moved")
     assert o["none"].status_code == 404
+    assert "planted" not in {p.id for p in PropositionIndex.load(ix).passages}
     assert o["again"].json()["generation"] == 2
     assert o["again"].json()["passages"] == 12  # replaced, not added
     assert o["del"].status_code == 200

@@ -389,7 +389,7 @@ class RetrievalService:
             self._upd, self._add_documents_sync, files)
 
     def _add_documents_sync(self, files: list[tuple[str, bytes]]) -> dict[str, Any]:
-        from ..documents import load_paths, document_roots
+        from ..documents import CORPUS_SUFFIXES, load_paths, document_roots
         from ..formats import read_limit, reading_limits
         if not files:
             raise ValueError("no files: send one or more as multipart form field 'files'")
@@ -403,6 +403,11 @@ class RetrievalService:
             cap = read_limit("document_bytes")
         for name, data in files:
             why = upload_name_problem(name)
+            if why is None and Path(name).suffix.lower() in CORPUS_SUFFIXES:
+                # a corpus file's records would carry any id, namespace and source they
+                # name (issue 81): records go through /update, which checks them
+                why = ("a corpus file (records, not a document): send its records to "
+                       "/update")
             if why is None and len(data) > cap:
                 why = f"{len(data):,} bytes, more than a document may have"
             if why:
