@@ -59,3 +59,62 @@ def test_a_loopback_service_refuses_other_host_names(index_dir):
     assert ok.status_code == 200 and v6.status_code == 200
     assert evil.status_code == 421 and evil_page.status_code == 421
     assert "127.0.0.1" in evil.json()["error"]
+
+
+def test_a_keyless_service_refuses_another_sites_pages(index_dir):
+    """Issue 81 (cross-site writes): without a key, a request that is not a read sent by a
+    page of another site (its Origin, or Sec-Fetch-Site: cross-site) is refused with 403:
+    a multipart POST /documents needs no CORS preflight, and Host says localhost.  The
+    service's own page (same origin), clients that are not browsers, and the origins named
+    with --cors-origin go through; reads are CORS's; with a key the key decides; "*" without
+    a key is refused."""
+    import asyncio
+
+    import httpx
+    import pytest
+
+    from evireform.service import RetrievalService, create_app
+    from evireform.service.guard import LOOPBACK_HOSTS
+    svc = RetrievalService(index_dir, EMB)
+    keyless = create_app(svc, allowed_hosts=LOOPBACK_HOSTS,
+                         cors_origins=["https://app.example.org"])
+    keyed = create_app(svc, api_key="s3cret", allowed_hosts=LOOPBACK_HOSTS)
+    q = {"question": QUESTIONS[0], "k": 2}
+    upload = {"files": ("x.md", b"# Planted\n\nPlanted by a page.\n")}
+    evil = {"Origin": "https://evil.example"}
+
+    async def run():
+        await svc.start()
+        try:
+            out = {}
+            for name, app in (("keyless", keyless), ("keyed", keyed)):
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                             base_url="http://localhost:8000") as c:
+                    auth = {"Authorization": "Bearer s3cret"} if name == "keyed" else {}
+                    out[name] = {
+                        "docs": await c.post("/documents", files=upload,
+                                             headers={**evil, **auth}),
+                        "fetch": await c.post("/update", json={"delete": ["p0"]}, headers={
+                            "Sec-Fetch-Site": "cross-site", **auth}),
+                        "null": await c.post("/query", json=q, headers={"Origin": "null",
+                                                                       **auth}),
+                        "own": await c.post("/query", json=q, headers={
+                            "Origin": "http://localhost:8000", "Sec-Fetch-Site":
+                            "same-origin", **auth}),
+                        "named": await c.post("/query", json=q, headers={
+                            "Origin": "https://app.example.org", **auth}),
+                        "curl": await c.post("/query", json=q, headers=auth),
+                        "read": await c.get("/sources", headers={**evil, **auth})}
+            return out
+        finally:
+            await svc.stop()
+    got = asyncio.run(run())
+    k = {n: r.status_code for n, r in got["keyless"].items()}
+    assert k["docs"] == k["fetch"] == k["null"] == 403, k
+    assert "--cors-origin" in got["keyless"]["docs"].json()["error"]
+    assert k["own"] == k["named"] == k["curl"] == k["read"] == 200, k
+    keyed_codes = {n: r.status_code for n, r in got["keyed"].items()}
+    assert keyed_codes["docs"] == 200 and keyed_codes["null"] == 200, keyed_codes
+    with pytest.raises(ValueError, match="'\\*' on a service without a key"):
+        create_app(svc, cors_origins=["*"])
+    create_app(svc, api_key="s3cret", cors_origins=["*"])  # with a key: the key decides

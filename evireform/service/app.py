@@ -28,7 +28,10 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     """The FastAPI application over ``service`` (see the module docstring).
     ``cors_origins``: the web origins (``https://app.example.org``) whose pages may call the
     service from a browser (CORS; none by default): their preflight requests are answered
-    before the key check, the requests themselves still need the key.  ``allowed_hosts``:
+    before the key check, the requests themselves still need the key.  Without a key, a
+    request that is not a read (POST ...) from another site's page (its ``Origin``, or
+    ``Sec-Fetch-Site``) is refused with 403 unless its origin is one of these, and ``"*"``
+    is refused.  ``allowed_hosts``:
     the names a request's ``Host`` may give, others answered 421 (None: any; :func:`serve`
     bound to loopback passes its loopback names).  ``max_upload``: the largest body
     ``POST /documents`` takes (files, bytes)."""
@@ -274,7 +277,11 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     app.openapi = openapi
 
-    guarded = _Guard(app, m, api_key, max_body, allowed_hosts, max_upload)
+    if api_key is None and "*" in cors_origins:
+        raise ValueError("cors_origins '*' on a service without a key would let every web "
+                         "page read and change the index; name the origins, or set a key "
+                         "(--api-key-env)")
+    guarded = _Guard(app, m, api_key, max_body, allowed_hosts, max_upload, cors_origins)
     if not cors_origins:
         return guarded
     from starlette.middleware.cors import CORSMiddleware

@@ -52,8 +52,11 @@ class _Guard:
         return path in cls.PUBLIC or (path.startswith("/static/") and "/" not in path[8:])
 
     def __init__(self, app, metrics: Metrics, api_key, max_body: int, allowed_hosts=None,
-                 max_upload: int | None = None):
+                 max_upload: int | None = None, cors_origins=()):
         self.app, self.m, self.max_body = app, metrics, max_body
+        #: the web origins whose pages may call the service (CORS), which a cross-site
+        #: request of a keyless service may come from
+        self.cors_origins = frozenset(o.rstrip("/").lower() for o in cors_origins)
         self.max_upload = max_body if max_upload is None else max_upload
         #: the names a request's Host header may give (None: any): a service bound to
         #: loopback answers only its loopback names, so a page on another site whose name
@@ -65,6 +68,24 @@ class _Guard:
             raise ValueError("the API key is empty or holds whitespace (a key read with its "
                              "newline would lock every client out); strip it")
         self.api_key = api_key.encode() if api_key is not None else None
+
+    #: the methods that change nothing (a browser's cross-site reads are CORS's to allow)
+    SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+    def _cross_site(self, headers: dict[bytes, bytes]) -> bool:
+        """Whether a browser marks the request as sent by a page of another site: an
+        ``Origin`` that is neither the service's own (its ``Host``) nor one of
+        ``cors_origins``, or ``Sec-Fetch-Site`` other than same-origin / none.  Clients
+        that are not browsers send neither."""
+        origin = headers.get(b"origin")
+        if origin is not None:
+            o = origin.decode("latin-1").strip().rstrip("/").lower()
+            if o in self.cors_origins:
+                return False
+            own = (headers.get(b"host") or b"").decode("latin-1").strip().lower()
+            return o == "null" or o.partition("://")[2] != own
+        site = (headers.get(b"sec-fetch-site") or b"").strip().lower()
+        return site not in (b"", b"same-origin", b"none")
 
     def _authorised(self, header: bytes | None) -> bool:
         if self.api_key is None:
@@ -124,6 +145,17 @@ class _Guard:
                 await self._send_json(counting_send, 421, "this service answers requests "
                                       "addressed to " + ", ".join(sorted(self.allowed_hosts))
                                       + " only")
+                return
+            if self.api_key is None and scope.get("method") not in self.SAFE_METHODS \
+                    and self._cross_site(headers):
+                # a service without a key trusts whoever reaches it, and a browser reaches
+                # a local one for any page it shows: a write (or a question) sent by another
+                # site's page is refused (issue 81: a multipart POST /documents needs no
+                # CORS preflight, and the Host check cannot tell, the browser says localhost)
+                await self._send_json(counting_send, 403, "a request from another site's "
+                                      "web page to a service without a key is refused; "
+                                      "name its origin with --cors-origin, or set a key "
+                                      "(--api-key-env)")
                 return
             if not self.public(path) and not self._authorised(headers.get(b"authorization")):
                 await self._send_json(counting_send, 401, "missing or wrong bearer token",
