@@ -1008,10 +1008,20 @@ def _read_xlsx(path: Path, data: bytes) -> Document:
             warnings.simplefilter("ignore")  # openpyxl's notes on styles it does not know
             wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
         sections: list[Section] = []
+        # the cells' text is bounded as a part is: one shared string may fill any number of
+        # cells, so a small file could otherwise expand to gigabytes (issue 81)
+        cap, spent = read_limit("part_bytes"), [0]
+
+        def bounded(row):
+            cells = [("" if v is None else str(v)) for v in row]
+            spent[0] += sum(len(c) for c in cells)
+            if spent[0] > cap:
+                raise ValueError(f"{path}: its cells hold more than {_size(cap)} of text "
+                                 f"{_setting('part_bytes')}")
+            return cells
         try:
             for ws in wb.worksheets:
-                rows = ([("" if v is None else str(v)) for v in r]
-                        for r in ws.iter_rows(values_only=True))
+                rows = (bounded(r) for r in ws.iter_rows(values_only=True))
                 sections += _rows_to_sections(path, rows, (ws.title,))
                 _too_many(path, len(sections), "rows")
             props = wb.properties

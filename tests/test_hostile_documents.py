@@ -417,3 +417,62 @@ def test_a_pdf_drawing_more_than_its_budget_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(F, "MAX_PDF_CONTENT_BYTES", 1200)  # one page's worth, not three
     with pytest.raises(ValueError, match=r"heavy.pdf: its pages draw more than"):
         F.read_document(f)
+
+
+def _shared_string_workbook(path, text: str, n_rows: int, n_cols: int) -> None:
+    """An XLSX whose every cell names shared string 0, ``text`` (written by hand: openpyxl
+    writes strings inline)."""
+    import zipfile
+    ns = "http://schemas.openxmlformats.org"
+    rel = f"{ns}/officeDocument/2006/relationships"
+    cols = [chr(ord("A") + c) for c in range(n_cols)]
+    rows = "".join(f'<row r="{r}">' + "".join(f'<c r="{c}{r}" t="s"><v>0</v></c>'
+                                              for c in cols) + "</row>"
+                   for r in range(1, n_rows + 1))
+    ct = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+    files = {
+        "[Content_Types].xml":
+            f'<?xml version="1.0"?><Types xmlns="{ns}/package/2006/content-types">'
+            '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+            'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+            f'<Override PartName="/xl/workbook.xml" ContentType="{ct}.sheet.main+xml"/>'
+            f'<Override PartName="/xl/worksheets/sheet1.xml" ContentType="{ct}.worksheet+xml"/>'
+            f'<Override PartName="/xl/sharedStrings.xml" ContentType="{ct}.sharedStrings+xml"/>'
+            '</Types>',
+        "_rels/.rels": f'<?xml version="1.0"?><Relationships xmlns="{ns}/package/2006/'
+                       f'relationships"><Relationship Id="rId1" Type="{rel}/officeDocument" '
+                       'Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": f'<?xml version="1.0"?><workbook xmlns="{ns}/spreadsheetml/2006/'
+                           f'main" xmlns:r="{rel}"><sheets><sheet name="S" sheetId="1" '
+                           'r:id="rId1"/></sheets></workbook>',
+        "xl/_rels/workbook.xml.rels":
+            f'<?xml version="1.0"?><Relationships xmlns="{ns}/package/2006/relationships">'
+            f'<Relationship Id="rId1" Type="{rel}/worksheet" Target="worksheets/sheet1.xml"/>'
+            f'<Relationship Id="rId2" Type="{rel}/sharedStrings" Target="sharedStrings.xml"/>'
+            '</Relationships>',
+        "xl/worksheets/sheet1.xml": f'<?xml version="1.0"?><worksheet xmlns="{ns}/'
+                                    f'spreadsheetml/2006/main"><sheetData>{rows}</sheetData>'
+                                    '</worksheet>',
+        "xl/sharedStrings.xml": f'<?xml version="1.0"?><sst xmlns="{ns}/spreadsheetml/2006/'
+                                f'main" count="1" uniqueCount="1"><si><t>{text}</t></si></sst>'}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, body in files.items():
+            z.writestr(name, body)
+
+
+def test_an_xlsx_whose_one_string_fills_many_cells_is_bounded(tmp_path):
+    """Issue 81 (round 7): a small workbook whose one shared string fills many cells
+    expands to far more text than any of its parts holds; the cells' text is bounded as a
+    part is (ReadLimits.part_bytes), refused naming the file and the setting, instead of
+    growing to gigabytes."""
+    pytest.importorskip("openpyxl")
+    from evireform.formats import ReadLimits, read_document, reading_limits
+    f = tmp_path / "bomb.xlsx"
+    _shared_string_workbook(f, "word " * 20_000, 20, 10)  # 100 KB string, 200 cells
+    assert f.stat().st_size < 20_000  # stored once, compressed
+    with reading_limits(ReadLimits(part_bytes=1 << 20)):
+        with pytest.raises(ValueError, match=r"bomb.xlsx: its cells hold more than .*part="):
+            read_document(f)
+    with reading_limits(ReadLimits(part_bytes=64 << 20)):  # within the bound: read
+        doc = read_document(f)
+    assert sum(len(b.text) for s in doc.sections for b in s.blocks) >= 19_000_000
