@@ -39,6 +39,9 @@ def test_a_loopback_service_refuses_other_host_names(index_dir):
     from evireform.service import RetrievalService, create_app
     from evireform.service.guard import LOOPBACK_HOSTS, _host_name
     assert _host_name(b"[::1]:8000") == "::1" and _host_name(b"LocalHost:80") == "localhost"
+    assert _host_name(b"[::1]") == "::1"
+    for bad in (b"[::1]evil.example", b"[::1]:80x", b"[::1", b"[::1]:"):  # issue 81
+        assert _host_name(bad) not in LOOPBACK_HOSTS, bad
     svc = RetrievalService(index_dir, EMB)
     app = create_app(svc, allowed_hosts=LOOPBACK_HOSTS)
 

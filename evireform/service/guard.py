@@ -19,8 +19,12 @@ class _BodyTooLarge(Exception):
 def _host_name(header: bytes | None) -> str:
     """The host name of a ``Host`` header, without its port ("[::1]:8000" -> "::1")."""
     h = (header or b"").decode("latin-1").strip().lower()
-    if h.startswith("["):
-        return h[1:h.find("]")] if "]" in h else h
+    if h.startswith("["):  # an IPv6 literal: only ":port" may follow its bracket
+        end = h.find("]")
+        rest = h[end + 1:] if end > 0 else None
+        if rest is None or not (rest == "" or (rest[:1] == ":" and rest[1:].isdigit())):
+            return h  # "[::1]evil.example": no loopback name
+        return h[1:end]
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 
