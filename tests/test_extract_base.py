@@ -1,4 +1,5 @@
-"""The extractors' corpus statistics carried by the index (issue 84): an update adds the new
+"""The extractors' corpus statistics carried by the index (evireform.extract.base, issue
+84): an update adds the new
 passages' raw counts to those the index saved instead of fitting the extractor on every
 passage again; the statistics equal a fit's wherever the counts are exact (phrases always,
 prose while its lower-case words do not drift), a drifted prose namespace is fitted again,
