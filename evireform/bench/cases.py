@@ -777,13 +777,13 @@ def _lexical_corpus(inp: Any, M: int):
 
 
 def _lexical_ours(docs: Sequence[str]):
-    """Our lexical index over ``docs`` (tokenized, counted, weighted): (terms, matrix)."""
+    """Our lexical index over ``docs`` (tokenized, counted, weighted): (term -> id, matrix)."""
     from ..engine.lexical import LexicalIndex
     from ..kernels.lexical import bm25_weights
-    terms: list[str] = []
-    ids: dict[str, int] = {}
-    counts = LexicalIndex._rows(docs, terms, ids)
-    return ids, bm25_weights(counts, len(terms))
+    from ..search_data import Vocabulary
+    vocab = Vocabulary()
+    counts = LexicalIndex._rows(docs, vocab)
+    return vocab.extra_ids, bm25_weights(counts, len(vocab))
 
 
 @case(*[f"lexical/{s} b{B} vs bm25s" for s in _LEX_SIZES.values() for B in (1, 64)],
