@@ -90,11 +90,6 @@ class Vocabulary:
     def __iter__(self):
         return (self[t] for t in range(len(self)))
 
-    def __eq__(self, other: Any) -> bool:
-        if not isinstance(other, (Vocabulary, list, tuple)):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-
     def copy(self) -> "Vocabulary":
         """A vocabulary that can grow without changing this one (the mapped part shared)."""
         out = Vocabulary.__new__(Vocabulary)
@@ -162,10 +157,6 @@ class LexicalIndex:
     passages: TermCounts
     _weights: dict[str, LexicalMatrix] = field(default_factory=dict, repr=False)
     _lock: Any = field(default_factory=threading.Lock, repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.terms, Vocabulary):
-            self.terms = Vocabulary(extra=self.terms)
 
     @property
     def n_terms(self) -> int:
