@@ -661,13 +661,55 @@ def score_parts(pmap: PassageMap, seed_indptr: ArrayLike, seed_ids: ArrayLike,
     split = _check_split(split, len(P))
     out_q = np.empty(P.shape)
     out_r = np.empty(P.shape)
-    code = _kernels().score_parts(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, split,
-                                  _check_alpha(alpha), P.astype(np.int64, copy=False),
-                                  out_q, out_r)
+    twin = (_score_parts_numpy if _numba_free(len(ids), config.PARTS_NUMPY_ENTRIES)
+            else _kernels().score_parts)
+    code = twin(pmap.owner, pmap.inv_sqrt, indptr, ids, vals, split, _check_alpha(alpha),
+                P.astype(np.int64, copy=False), out_q, out_r)
     if code == 4:
         raise ValueError(f"P's passages must lie in [0, {pmap.n_passages}) (-1: none)")
     _seed_error(code, M, "seed", len(ids))
     return out_q, out_r
+
+
+def _check_csr_numpy(indptr, ids, vals, M) -> int:
+    """The kernels' ``check_csr`` with numpy: 1 for the first bad id, 2 for the first
+    value that is not finite (whichever comes first; an id before a value), 3 for indptr."""
+    bad_id = np.flatnonzero((ids < 0) | (ids >= M))
+    bad_val = np.flatnonzero(~np.isfinite(vals))
+    if len(bad_id) or len(bad_val):
+        return 1 if len(bad_id) and (not len(bad_val) or bad_id[0] <= bad_val[0]) else 2
+    if len(indptr) < 1 or indptr[0] != 0 or indptr[-1] != len(ids) \
+            or np.any(indptr[1:] < indptr[:-1]):
+        return 3
+    return 0
+
+
+def _score_parts_numpy(owner, inv_sqrt, indptr, ids, vals, split, alpha, P, out_q,
+                       out_r) -> int:
+    """The kernels' ``score_parts`` with numpy, bitwise: each part's float64 sum of
+    ``alpha * v`` per passage in seed order from 0.0 (``np.add.at`` adds its entries in
+    order, unbuffered), times ``inv_sqrt``."""
+    code = _check_csr_numpy(indptr, ids, vals, len(owner))
+    if code:
+        return code
+    if P.size and (P.max() >= len(inv_sqrt) or P.min() < -1):
+        return 4
+    for b in range(P.shape[0]):
+        lo, hi = int(indptr[b]), int(indptr[b + 1])
+        mid = lo + min(max(int(split[b]), 0), hi - lo)
+        row, have = P[b], P[b] >= 0
+        w = (np.asarray(inv_sqrt)[np.maximum(row, 0)].astype(np.float64) if len(inv_sqrt)
+             else np.zeros(len(row)))
+        for a, z, out in ((lo, mid, out_q[b]), (mid, hi, out_r[b])):
+            u, inv = np.unique(np.asarray(owner)[ids[a:z]].astype(np.int64),
+                               return_inverse=True)
+            sums = np.zeros(len(u))
+            np.add.at(sums, inv, alpha * vals[a:z].astype(np.float64))
+            at = np.minimum(np.searchsorted(u, row), max(len(u) - 1, 0))
+            found = have & (u[at] == row) if len(u) else np.zeros(len(row), bool)
+            out[:] = np.where(found, sums[at] if len(u) else 0.0, 0.0) * w
+            out[~have] = 0.0
+    return 0
 
 
 # --------------------------------------------------------------------------- readout
@@ -758,8 +800,12 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
         allowed = _as1d(allowed, np.bool_)
         if len(allowed) == 0:  # a mask of nothing allows nothing
             return np.zeros(0, np.int64), np.zeros(len(rows), np.int64)
-    got, counts, code = _kernels().mentions_outside(indptr, np.asarray(indices), owner, rows,
+    if _numba_free(len(rows), config.MENTIONS_NUMPY_ROWS):
+        got, counts, code = _mentions_outside_numpy(indptr, np.asarray(indices), owner, rows,
                                                     excluded, allowed, limit)
+    else:
+        got, counts, code = _kernels().mentions_outside(indptr, np.asarray(indices), owner,
+                                                        rows, excluded, allowed, limit)
     if code == 1:
         raise ValueError(f"indptr's rows must lie within indices (0 to {len(indices)}) and "
                          "not decrease")
@@ -767,6 +813,44 @@ def mentions_outside(indptr: ArrayLike, indices: ArrayLike, owner: ArrayLike, ro
         raise ValueError(f"indices must lie in [0, {len(owner)}) (owner's length) and their "
                          "owners be >= 0")
     return got, counts
+
+
+def _mentions_outside_numpy(indptr, indices, owner, rows, excluded, allowed, limit):
+    """The kernel's :func:`mentions_outside` with numpy, a row at a time (the same checks and
+    codes, the same entries)."""
+    n_ind, n_own = len(indices), len(owner)
+    check = len(allowed) > 0
+    got, counts = [], np.zeros(len(rows), np.int64)
+    for t, r in enumerate(rows.tolist()):
+        lo, hi = int(indptr[r]), int(indptr[r + 1])
+        if lo < 0 or hi < lo or hi > n_ind:
+            return np.zeros(0, np.int64), counts, 1
+        seg = np.asarray(indices[lo:hi], np.int64)
+        valid = (seg >= 0) & (seg < n_own)
+        o = np.full(len(seg), -1, np.int64)
+        o[valid] = owner[seg[valid]]
+        valid &= o >= 0
+        ok = valid & ~np.isin(o, excluded)
+        if check:
+            ok &= o < len(allowed)
+            ok[ok] = allowed[o[ok]]
+        # the kernel reads a row's entries until it has kept `limit`: a bad entry counts
+        # only when fewer were kept before it
+        before = np.cumsum(ok) - ok
+        if np.any(~valid & (before < limit)):
+            return np.zeros(0, np.int64), counts, 2
+        kept = seg[ok][:limit]
+        got.append(kept)
+        counts[t] = len(kept)
+    return (np.concatenate(got) if got else np.zeros(0, np.int64)), counts, 0
+
+
+def _numba_free(size: int, most: int) -> bool:
+    """True when a call of ``size`` (at most ``most``) comes in a process that has not
+    loaded the numba kernels: a small call then runs its numpy twin (the same results), so
+    that a one-shot command on a small index (an update, a question) does not pay numba's
+    start, about a second, for microseconds of work."""
+    return size <= most and _CPU_MODULE not in sys.modules
 
 
 def w_nnz(graph: EntityGraph) -> int:
@@ -853,7 +937,7 @@ def vocab_lookup(vocab: SortedTerms, queries: Any) -> tuple[np.ndarray, np.ndarr
     enc = [q.encode("utf-8") if isinstance(q, str) else bytes(q) for q in queries]
     n = len(enc)
     pos, ids = np.zeros(n, np.int64), np.full(n, -1, np.int64)
-    if n and len(vocab) and n <= config.VOCAB_LOOKUP_PYTHON and _CPU_MODULE not in sys.modules:
+    if n and len(vocab) and _numba_free(n, config.VOCAB_LOOKUP_PYTHON):
         # a few terms in a process that has not loaded numba (an update of one file): the
         # same binary search in Python costs microseconds a term, loading numba a second
         blob, off, order = vocab.blob, vocab.offsets, vocab.order

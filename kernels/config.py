@@ -118,3 +118,24 @@ VOCAB_CHECK_KERNEL = 200_000
 #: numba kernels yet runs its binary search in Python (kernels.vocab_lookup; the same
 #: results), so that a command needing no other kernel does not load numba for it
 VOCAB_LOOKUP_PYTHON = 4096
+
+#: a one-shot question (``evireform query``: make_engine(..., one_shot=True)) on an index of
+#: at most this many propositions, in a process that has not loaded numba, runs the device
+#: engine's array code on numpy: milliseconds of numpy on such an index against numba's
+#: start (about a second)
+ONE_SHOT_NUMPY_PROPS = 200_000
+
+#: the graph reformulator's look ahead (kernels.mentions_outside) over at most this many
+#: entities, in a process that has not loaded the numba kernels yet, runs with numpy (the
+#: same entries), for the same reason
+MENTIONS_NUMPY_ROWS = 4096
+
+#: score parts (kernels.score_parts) of at most this many seed entries, in a process that has
+#: not loaded the numba kernels yet, run with numpy (bitwise the same parts)
+PARTS_NUMPY_ENTRIES = 1 << 16
+
+#: BM25 weights of at most this many postings, in a process that has not loaded the numba
+#: kernels yet, are computed with numpy (kernels.lexical.bm25_weights; bitwise the same
+#: weights, with int64/float64 temporaries per posting): a one-shot question on a small
+#: index then needs no numba at all
+BM25_NUMPY_POSTINGS = 2_000_000

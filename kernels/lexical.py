@@ -12,12 +12,19 @@ needs.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from . import config
+
 __all__ = ["TermCounts", "LexicalMatrix", "SortedTerms", "bm25_weights", "K1", "B"]
+
+#: the numba kernels' module: a process that has not loaded it computes small weight
+#: matrices with numpy (:func:`bm25_weights`)
+_CPU_MODULE = __name__.rsplit(".", 1)[0] + "._cpu"
 
 #: BM25's term-frequency saturation and length normalisation (bm25s's and Lucene's defaults)
 K1, B = 1.5, 0.75
@@ -198,9 +205,16 @@ def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float =
     if len(counts.terms) and int(counts.terms.max()) >= n_terms:
         raise ValueError(f"n_terms is {n_terms} but the counts have term id "
                          f"{int(counts.terms.max())}")
-    from . import _cpu as kern  # numba, loaded on first use (as runtime._kernels does)
-    dl = np.empty(n_docs, np.float64)
-    kern.doc_lengths(*_read_only(counts.indptr, counts.counts), dl)
+    numpy_path = (len(counts.terms) <= config.BM25_NUMPY_POSTINGS
+                  and _CPU_MODULE not in sys.modules)
+    if numpy_path:  # a small index in a process without numba (a one-shot question)
+        kern = None
+        rows = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(counts.indptr))
+        dl = np.bincount(rows, weights=counts.counts.astype(np.float64), minlength=n_docs)
+    else:
+        from . import _cpu as kern  # numba, loaded on first use (as runtime._kernels does)
+        dl = np.empty(n_docs, np.float64)
+        kern.doc_lengths(*_read_only(counts.indptr, counts.counts), dl)
     if keep is None:
         keep = np.ones(n_docs, bool)
         N, total = n_docs, float(dl.sum())
@@ -216,6 +230,18 @@ def bm25_weights(counts: TermCounts, n_terms: int, *, k1: float = K1, b: float =
     np.cumsum(df, out=indptr[1:])
     nnz = int(indptr[-1])
     out_docs, out_w = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
+    if kern is None:
+        # the kernel's operations in its order, elementwise (the same float32 weights: dl
+        # sums integers, exact in float64 either way); a stable sort by term keeps the
+        # documents ascending within a term, as the kernel's counting sort does
+        sel = np.repeat(keep, np.diff(counts.indptr))
+        t, r = counts.terms[sel], rows[sel]
+        tf = counts.counts[sel].astype(np.float64)
+        norm = k1 * (1.0 - b + b * dl[r] / avgdl)
+        o = np.argsort(t, kind="stable")
+        out_docs[:] = r[o]
+        out_w[:] = (idf[t] * tf / (tf + norm))[o].astype(np.float32)
+        return LexicalMatrix(indptr, out_docs, out_w, int(n_docs))
     kern.bm25_fill(*_read_only(counts.indptr, counts.terms, counts.counts), keep, idf, dl,
                    float(avgdl), float(k1), float(b), indptr, out_docs, out_w)
     return LexicalMatrix(indptr, out_docs, out_w, int(n_docs))

@@ -147,6 +147,29 @@ def test_query_backend_and_precision_go_to_make_engine(tmp_path, capsys):
             [(w["id"], round(w["score"], 6)) for w in want]
 
 
+def test_one_question_on_a_small_index_needs_no_numba(tmp_path, capsys):
+    """``evireform query`` with one question on a small index answers on numpy (make_engine's
+    one_shot) in a fresh process: numba is never imported, and the passages and their scores
+    are the CPU kernels' (``--backend cpu``, in this process)."""
+    from evireform.embed import HashingEmbedder
+    ix = PropositionIndex.build([f"Alpha {i} met Beta {i % 4} in Rome. Beta {i % 4} wrote "
+                                 f"Gamma {i % 3}." for i in range(30)],
+                                HashingEmbedder(32), show_progress=False).save(tmp_path / "ix")
+    q = ["query", str(ix), "Whom did Alpha 3 meet?", "-k", "5", "--json"]
+    code = ("import sys; from evireform.cli import main\n"
+            f"rc = main({q!r})\n"
+            "print('NUMBA', 'numba' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "NUMBA False" in r.stderr, r.stderr
+    got = json.loads(r.stdout)["passages"]
+    assert main(q + ["--backend", "cpu"]) == 0
+    want = json.loads(capsys.readouterr().out)["passages"]
+    assert [g["id"] for g in got] == [w["id"] for w in want] and len(got) == 5
+    for g, w in zip(got, want):
+        for key in ("score", "from_question", "from_residual", "from_propagation"):
+            assert abs(g[key] - w[key]) <= 1e-6 * max(1.0, abs(w[key])), key
+
+
 def test_every_option_of_every_command_says_what_it_does():
     """Help text for every argument, and the defaults shown where they say something."""
     import argparse

@@ -53,6 +53,28 @@ def test_make_engine_picks_once(idx, monkeypatch):
         EviReform(idx, embedder=EMB, engine=dev, backend="cpu")
 
 
+def test_one_shot_runs_numpy_only_where_it_answers_as_the_cpu(idx, monkeypatch):
+    """make_engine(..., one_shot=True): the numpy device engine for an "auto" backend on a
+    small index without HNSW in a process without numba; the CPU engine otherwise."""
+    import evireform.engine as E
+    monkeypatch.setattr(E.K, "_numba_free", lambda size, most: size <= most)
+    got = make_engine(idx, "auto", one_shot=True)
+    assert isinstance(got, DeviceEngine) and not got.device.ns.on_device
+    assert isinstance(make_engine(idx, "auto"), CpuEngine)  # not one-shot
+    assert isinstance(make_engine(idx, "cpu", one_shot=True), CpuEngine)  # asked for
+    assert isinstance(make_engine(idx, "auto", precision="float32", one_shot=True), CpuEngine)
+    monkeypatch.setattr(E.K.config, "ONE_SHOT_NUMPY_PROPS", idx.n_props - 1)
+    assert isinstance(make_engine(idx, "auto", one_shot=True), CpuEngine)  # too large
+    monkeypatch.undo()
+    monkeypatch.setattr(E.K, "_numba_free", lambda size, most: size <= most)
+    import types  # an HNSW graph: its approximate search is the CPU engine's alone
+    monkeypatch.setattr(E, "structures_of", lambda i: types.SimpleNamespace(hnsw=object()))
+    assert isinstance(make_engine(idx, "auto", one_shot=True), CpuEngine)
+    monkeypatch.undo()
+    import evireform.kernels._cpu  # noqa: F401  (numba is loaded: its kernels answer)
+    assert isinstance(make_engine(idx, "auto", one_shot=True), CpuEngine)
+
+
 def test_auto_on_a_small_index_does_not_import_cupy(idx, tmp_path):
     idx.save(tmp_path / "ix")
     code = ("import sys; from evireform import EviReform, PropositionIndex\n"

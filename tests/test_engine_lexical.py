@@ -83,6 +83,27 @@ def test_bm25_weights_match_reference(rng, n_docs, n_terms):
         assert (got.data > 0).all()
 
 
+@pytest.mark.parametrize("n_docs, n_terms", [(0, 0), (1, 1), (4, 2), (60, 25), (3000, 700)])
+def test_bm25_weights_numpy_path_is_the_kernels_bitwise(rng, n_docs, n_terms, monkeypatch):
+    """A process that has not loaded numba computes small weight matrices with numpy (a
+    one-shot question needs no numba): the kernel's weights bit for bit, filtered or not,
+    with documents of no terms and terms of no documents among them."""
+    from evireform.kernels import lexical
+    c = _random_counts(rng, n_docs, n_terms) if n_terms else TermCounts.from_rows([])
+    for docs in (None, rng.random(n_docs) < 0.5, np.zeros(n_docs, bool)):
+        monkeypatch.setattr(K.config, "BM25_NUMPY_POSTINGS", -1)
+        want = bm25_weights(c, n_terms + 3, docs=docs)  # the numba kernels
+        monkeypatch.setattr(K.config, "BM25_NUMPY_POSTINGS", 1 << 40)
+        monkeypatch.delitem(sys.modules, lexical._CPU_MODULE)  # as in a fresh process
+        got = bm25_weights(c, n_terms + 3, docs=docs)
+        assert lexical._CPU_MODULE not in sys.modules  # the numpy path ran
+        monkeypatch.undo()
+        for a in ("indptr", "docs", "weights"):
+            x, y = getattr(got, a), getattr(want, a)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), a
+        assert got.n_docs == want.n_docs
+
+
 @pytest.mark.parametrize("threads", [False, True])
 @pytest.mark.parametrize("n_docs, n_terms", [(1, 1), (5, 3), (80, 30), (700, 150), (5000, 900)])
 def test_lexical_topk_matches_reference(rng, n_docs, n_terms, threads, monkeypatch):

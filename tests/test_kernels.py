@@ -737,9 +737,18 @@ def test_rank_topk_batch_is_propagate_then_readout_bitwise(rng, B):
     assert not ws.pacc.any() and not ws.pmark.any()
 
 
+@pytest.fixture(params=["numba", "numpy"])
+def twin_path(request, monkeypatch):
+    """Both paths of a kernel with a numpy twin (score_parts, mentions_outside): the numba
+    kernel, and the twin a process that has not loaded numba runs for a small call (a
+    one-shot question on a small index)."""
+    monkeypatch.setattr(K, "_numba_free", lambda size, most: request.param == "numpy")
+    return request.param
+
+
 @pytest.mark.parametrize("B", [0, 1, 4, 30])
 @pytest.mark.parametrize("M,N", [(1, 1), (40, 6), (900, 200)])
-def test_score_parts_matches_reference_bitwise(rng, B, M, N):
+def test_score_parts_matches_reference_bitwise(rng, B, M, N, twin_path):
     """Each ranked passage's question and residual parts against the reference's
     dictionaries: empty seeds, repeated ids, splits of 0, of the whole row, past its end and
     negative, passages without propositions, -1 slots; the kernel's sums bit for bit."""
@@ -765,7 +774,7 @@ def test_score_parts_matches_reference_bitwise(rng, B, M, N):
 
 @pytest.mark.parametrize("B", [0, 1, 4, K.config.SMALL_BATCH + 3])
 @pytest.mark.parametrize("M,N", [(1, 1), (40, 6), (900, 200)])
-def test_rank_topk_batch_with_split_gives_score_parts_in_its_pass(rng, B, M, N):
+def test_rank_topk_batch_with_split_gives_score_parts_in_its_pass(rng, B, M, N, twin_path):
     """``split=`` makes the one-pass ranking return each ranked passage's parts too: the
     same passages and scores as without, and parts bitwise score_parts' over them, on the
     calling thread and in threads (B past SMALL_BATCH), splits of 0, past the row and
@@ -788,7 +797,21 @@ def test_rank_topk_batch_with_split_gives_score_parts_in_its_pass(rng, B, M, N):
         K.rank_topk_batch(g, pm, indptr, ids, vals, 0.5, 3, split=[0] * (B + 1))
 
 
-def test_score_parts_refuses_bad_input(rng):
+def test_check_csr_numpy_twin_gives_the_kernels_codes(rng):
+    from evireform.kernels import _cpu
+    for _ in range(400):
+        n = int(rng.integers(0, 6))
+        ids = rng.integers(-1, 5, n).astype(np.int64)
+        vals = rng.choice([0.5, 1.0, np.nan, np.inf], n).astype(np.float64)
+        indptr = np.sort(rng.integers(0, n + 1, int(rng.integers(0, 4)))).astype(np.int64)
+        if rng.random() < 0.5:
+            indptr = np.r_[0, indptr, n].astype(np.int64)
+        if rng.random() < 0.2 and len(indptr) > 2:
+            indptr = indptr[::-1].copy()
+        assert K._check_csr_numpy(indptr, ids, vals, 4) == _cpu.check_csr(indptr, ids, vals, 4)
+
+
+def test_score_parts_refuses_bad_input(rng, twin_path):
     g, pm = random_graph(rng, 30, 5), random_passages(rng, 30, 6)
     ids, vals = np.array([1, 2, 3]), np.array([0.2, 0.3, 0.5])
     P = np.array([[0, 1, -1]])
@@ -811,7 +834,7 @@ def test_score_parts_refuses_bad_input(rng):
 # ------------------------------------------------------------------ mentions outside passages
 @pytest.mark.parametrize("M,Ne,N", [(1, 1, 1), (10, 3, 4), (300, 50, 40), (3000, 400, 200),
                                     (40, 7, 1)])
-def test_mentions_outside_matches_reference(rng, M, Ne, N):
+def test_mentions_outside_matches_reference(rng, M, Ne, N, twin_path):
     g = random_graph(rng, M, Ne)  # isolated propositions, entities of degree 0 included
     owner = np.sort(rng.integers(0, N, M)).astype(np.int32)
     for _ in range(6):
@@ -828,7 +851,28 @@ def test_mentions_outside_matches_reference(rng, M, Ne, N):
         assert got[1].sum() == len(got[0]) and (got[1] <= limit).all()
 
 
-def test_mentions_outside_degenerate_and_bad_input():
+def test_mentions_outside_numpy_twin_reads_and_refuses_as_the_kernel(rng):
+    """The numpy twin gives the kernel's entries, counts and error codes on bad input too (an
+    entry past ``owner``, a negative owner, before or after a row's ``limit`` kept ones)."""
+    from evireform.kernels import _cpu
+    for _ in range(300):
+        n_own, n_rows = int(rng.integers(1, 8)), int(rng.integers(1, 5))
+        lens = rng.integers(0, 5, n_rows)
+        indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+        indices = rng.integers(-1, n_own + 1, int(indptr[-1])).astype(np.int32)
+        owner = rng.integers(-1, 4, n_own).astype(np.int32)
+        rows = rng.integers(0, n_rows, int(rng.integers(0, 4))).astype(np.int64)
+        excluded = rng.integers(0, 4, int(rng.integers(0, 3))).astype(np.int64)
+        allowed = rng.random(int(rng.integers(0, 5))) < 0.6
+        limit = int(rng.integers(1, 4))
+        a = K._mentions_outside_numpy(indptr, indices, owner, rows, excluded, allowed, limit)
+        b = _cpu.mentions_outside(indptr, indices, owner, rows, excluded, allowed, limit)
+        assert a[2] == b[2]
+        if a[2] == 0:
+            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_mentions_outside_degenerate_and_bad_input(twin_path):
     # e0 has no mention; e1 is mentioned by p0 (passage 0) and p2 (passage 1); e2 by p1, p2
     g = EntityGraph.from_lists([[1], [2], [1, 2]], n_entities=3)
     owner = np.array([0, 0, 1], np.int32)

@@ -846,7 +846,7 @@ def case_lexical(inp: Any, out: Any) -> None:
                 "agree": same, "overlap": overlap}
 
 
-@case("user/update-one-file vs cold query")
+@case("user/update-one-file vs cold query", "user/cold-query vs numba's start")
 def case_user(inp: Any, out: Any) -> None:
     """What a user waits for, from cold processes (issue 84): ``evireform update IDX --add
     note.md`` (one three-line file) beside a cold ``evireform query IDX "..."`` on the same
@@ -855,7 +855,10 @@ def case_user(inp: Any, out: Any) -> None:
     built with the default embedder.  ratio = the cold query's wall time / the update's (the
     issue's targets: an update within 1.5 s, a cold query within 1.0 s, on 5k passages).
     Each timing is the median of three fresh processes (a fresh copy of the index each
-    update)."""
+    update).  The cold query (one question on a small index: numpy, make_engine's
+    ``one_shot``) also runs beside the same question with ``--backend cpu`` (the numba
+    kernels, started cold): ratio = that one's wall / the default's, and the printed
+    passages must be the same."""
     import shutil
     import subprocess
     import sys
@@ -887,13 +890,22 @@ def case_user(inp: Any, out: Any) -> None:
             subprocess.run(cmd + args, check=True, capture_output=True, env=env)
             return time.perf_counter() - t
         wall(["index", str(docs), str(work / "ix"), "--quiet"])
-        ups, qs = [], []
+        ups, qs, numba = [], [], []
+        ask = ["query", str(work / "ix"), "Who directed the film that won the award?", "-k",
+               "3", "--no-text"]
+        printed = []
+
+        def answer(args: list[str]) -> float:
+            t = time.perf_counter()
+            r = subprocess.run(cmd + args, check=True, capture_output=True, env=env, text=True)
+            printed.append(r.stdout)
+            return time.perf_counter() - t
         for i in range(3):
             shutil.copytree(work / "ix", work / f"u{i}")
             wall(["verify", str(work / f"u{i}")])  # a copy is stamped before use
             ups.append(wall(["update", str(work / f"u{i}"), "--add", str(note), "--quiet"]))
-            qs.append(wall(["query", str(work / "ix"), "Who directed the film that won the "
-                            "award?", "-k", "3", "--no-text"]))
+            qs.append(answer(ask))
+            numba.append(answer(ask + ["--backend", "cpu"]))
         from ..index import PropositionIndex
         got = PropositionIndex.load(work / "u0")
         t_up, t_q = float(np.median(ups)), float(np.median(qs))
@@ -904,5 +916,13 @@ def case_user(inp: Any, out: Any) -> None:
             "update_s": ups, "cold_query_s": qs,
             "note": "fresh processes of python -m evireform; ratio = cold query / update "
                     "(the update at most twice a cold query: floor 0.5)"}
+        t_n = float(np.median(numba))
+        out["user/cold-query vs numba's start"] = {
+            "size": f"{got.n_passages - 1:,} passages", "ours_s": t_q, "peer_s": t_n,
+            "peer": "the same cold query with --backend cpu (numba)",
+            "speedup": t_n / t_q, "agree": len(set(printed)) == 1,
+            "cold_query_s": qs, "numba_s": numba,
+            "note": "fresh processes of python -m evireform; ratio = numba's / the default's "
+                    "(one question on a small index answers on numpy)"}
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -90,14 +90,19 @@ def _cmd_query(args: Any) -> int:
         qs = read_questions(args.questions)
     flt = _filter_arg(args.filter)
     idx = PropositionIndex.load(args.index_dir)
-    engine = make_engine(idx, args.backend, precision=args.precision)
+    # one question on a small index: numpy answers in milliseconds, numba takes a second to
+    # start (make_engine's one_shot)
+    engine = make_engine(idx, args.backend, precision=args.precision,
+                         one_shot=args.questions is None)
     # a key no passage has, or an unknown id: refused before any query (and kept by the
     # engine the question then runs on)
     restrict(engine, flt)
     args.filter = flt
-    # the kernels load (numba, about a second cold) while the encoder loads; main() joins
-    # the thread on every exit path
-    warm_up_in_background(args.questions is not None)
+    if getattr(getattr(engine, "device", None), "ns", None) is None \
+            or engine.device.ns.on_device:
+        # the kernels load (numba, about a second cold) while the encoder loads; main()
+        # joins the thread on every exit path
+        warm_up_in_background(args.questions is not None)
     emb = _index_embedder(args, idx)
     client = _llm_client(args)
     retriever = make_method(args.method, idx, emb, llm=client, engine=engine,

@@ -235,6 +235,12 @@ class Scope:
                     restriction=self.restriction, split=split)
 
 
+def _numpy_answers(index: PropositionIndex) -> bool:
+    """Whether a one-shot question on ``index`` runs on numpy (see :func:`make_engine`)."""
+    return (K._numba_free(index.n_props, K.config.ONE_SHOT_NUMPY_PROPS)
+            and structures_of(index).hnsw is None)
+
+
 @functools.lru_cache(maxsize=1)
 def gpu_usable() -> bool:
     """True when CuPy imports and reports a CUDA device (checked once per process)."""
@@ -243,7 +249,8 @@ def gpu_usable() -> bool:
 
 
 
-def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str = "auto", searcher: Any=None) -> Engine:
+def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str = "auto", searcher: Any=None,
+                one_shot: bool = False) -> Engine:
     """The engine for ``index``, the one reader of the backend and precision settings.
 
     ``backend`` is ``"auto"``, ``"cpu"``, ``"gpu"`` (the index's
@@ -253,7 +260,15 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
     (a ``DeviceIndex`` is wrapped in a :class:`DeviceEngine`).  ``precision`` is one of
     :data:`PRECISIONS`: ``"int8"`` runs on the CPU and ``"fp16"`` on the GPU (``"auto"``
     backends follow; an explicit other backend is refused, never ignored).  ``searcher``
-    (sharded search) runs on the CPU."""
+    (sharded search) runs on the CPU.
+
+    ``one_shot=True`` (a process that answers one question and ends: ``evireform query``):
+    an ``"auto"`` backend on an index of at most ``config.ONE_SHOT_NUMPY_PROPS``
+    propositions without an HNSW graph, in a process that has not loaded numba, runs the
+    device engine's array code on numpy (:func:`to_device` with ``namespace="numpy"``, the
+    code CI verifies the GPU's with): the question's few milliseconds of numpy instead of
+    numba's start, about a second.  The same rankings; scores may differ from the CPU
+    kernels' in the last bits (another summation order)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
     if not isinstance(backend, str):
@@ -274,6 +289,8 @@ def make_engine(index: PropositionIndex, backend: Any="auto", *, precision: str 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
     if backend == "auto":
+        if one_shot and precision == "auto" and searcher is None and _numpy_answers(index):
+            return DeviceEngine(index, to_device(index, "numpy"))
         if precision == "fp16":
             backend = "gpu"
         elif precision != "int8" and searcher is None \
