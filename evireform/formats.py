@@ -544,7 +544,7 @@ def read_html_text(text: str) -> Document:
     """HTML parsed with ``html.parser`` (see the module docstring)."""
     p = _HTMLText()
     try:
-        p.feed(_drop_open_comment(text.lstrip("\ufeff")))
+        p.feed(_drop_open_comment(_drop_internal_subset(text.lstrip("\ufeff"))))
         p.close()
     except AssertionError as exc:  # html.parser asserts on some malformed markup
         # ("<![ x", an unknown marked section): one line, never a traceback
@@ -576,6 +576,40 @@ def _html_encoding(raw: bytes) -> str:
     except (LookupError, UnicodeError):
         return "utf-8"
     return enc
+
+
+_DOCTYPE_SUBSET = re.compile(r"<!DOCTYPE[^\[>]*\[(.*?)\]\s*>", re.I | re.S)
+_DECLARED = re.compile(r"<!ENTITY\s+%?\s*([A-Za-z_:][\w.:-]*)", re.I)
+
+
+def _drop_internal_subset(text: str) -> str:
+    """An XHTML chapter's DOCTYPE with an internal subset (``<!DOCTYPE html [<!ENTITY x
+    ...>]>``, how an XML entity attack is written) dropped whole, and the references to
+    the entities it declares with it: HTML's parser ends a declaration at its first ``>``,
+    so the subset's rest (``]>``) and the unexpanded ``&x;`` would otherwise be text.
+    Nothing is expanded, ever."""
+    at = text.find("<!", 0, 4096)  # a document's one DOCTYPE comes first: one match tried
+    while at >= 0 and text.startswith("<!--", at):
+        at = text.find("<!", at + 4, 4096)
+    m = _DOCTYPE_SUBSET.match(text, at, at + (1 << 16)) if at >= 0 else None
+    if m is None:
+        return text
+    names = set(_DECLARED.findall(m.group(1)))
+    text = text[:m.start()] + text[m.end():]
+    if names:
+        text = re.sub(r"&(%s);" % "|".join(map(re.escape, sorted(names))), "", text)
+    return text
+
+
+def _unreadable(path: Path, what: str, exc: BaseException) -> ValueError:
+    """``PATH: not WHAT (Error: its message)`` on one line, the parser's message cut at 200
+    characters: a parser's own text (several lines, a traceback's worth) never reaches a
+    user's terminal or an upload's report as it is."""
+    said = " ".join(str(exc).split())
+    if len(said) > 200:
+        said = said[:199] + "…"
+    return ValueError(f"{path}: not {what} ({type(exc).__name__}" + (f": {said})" if said
+                                                                       else ")"))
 
 
 def _drop_open_comment(text: str) -> str:
@@ -633,8 +667,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     except ValueError:
         raise
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable PDF ({type(exc).__name__}: {exc})") \
-            from None
+        raise _unreadable(path, "a readable PDF", exc) from None
     meta = {}
     for key, name in (("/Author", "author"), ("/Subject", "subject"),
                       ("/Keywords", "keywords")):
@@ -848,8 +881,7 @@ def _read_docx(path: Path, data: bytes) -> Document:
             default = ""
         body = d.element.body
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable DOCX file ({type(exc).__name__}: {exc})") \
-            from None
+        raise _unreadable(path, "a readable DOCX file", exc) from None
     out = _Sections()
     title = None
     count = 0
@@ -913,8 +945,7 @@ def _zip(path: Path, data: bytes, what: str, limit: int | None = None):
         z = zipfile.ZipFile(io.BytesIO(data))
         infos = z.infolist()
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable {what} file ({type(exc).__name__}: {exc})") \
-            from None
+        raise _unreadable(path, f"a readable {what} file", exc) from None
     for info in infos:
         if info.file_size > limit:
             raise ValueError(f"{path}: its part {info.filename!r} unpacks to "
@@ -1030,8 +1061,7 @@ def _read_xlsx(path: Path, data: bytes) -> Document:
     except ValueError:
         raise
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable XLSX file ({type(exc).__name__}: {exc})") \
-            from None
+        raise _unreadable(path, "a readable XLSX file", exc) from None
     return Document(_meta_value(props.title), _core_meta(props, "creator"), sections)
 
 
@@ -1081,8 +1111,7 @@ def _read_pptx(path: Path, data: bytes) -> Document:
     except ValueError:
         raise
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable PPTX file ({type(exc).__name__}: {exc})") \
-            from None
+        raise _unreadable(path, "a readable PPTX file", exc) from None
     first = next((s.path[0] for s in sections if s.path), None)
     return Document(_meta_value(cp.title) or first, _core_meta(cp), sections)
 
@@ -1122,8 +1151,7 @@ def _read_epub(path: Path, data: bytes) -> Document:
     except ValueError:
         raise
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable EPUB file ({type(exc).__name__}: {exc})") \
-            from None
+        raise _unreadable(path, "a readable EPUB file", exc) from None
 
     def local(e):
         return e.tag.rsplit("}", 1)[-1]
@@ -1173,8 +1201,7 @@ def _read_rst(path: Path, data: bytes) -> Document:
     try:
         tree = publish_doctree(text, source_path=str(path), settings_overrides=settings)
     except Exception as exc:
-        raise ValueError(f"{path}: not readable reStructuredText ({type(exc).__name__}: "
-                         f"{str(exc)[:200]})") from None
+        raise _unreadable(path, "readable reStructuredText", exc) from None
     out = _Sections()
     meta: dict[str, Any] = {}
     skip = (nodes.comment, nodes.system_message, nodes.substitution_definition,

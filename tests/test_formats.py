@@ -349,7 +349,7 @@ def _xlsx(path, sheets):
     wb.save(str(path))
 
 
-def _epub(path, chapters, title="A Field Guide", author="Rowan Ash"):
+def _epub(path, chapters, title="A Field Guide", author="Rowan Ash", prolog=""):
     import zipfile
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("mimetype", "application/epub+zip")
@@ -369,7 +369,7 @@ def _epub(path, chapters, title="A Field Guide", author="Rowan Ash"):
                    f'</metadata><manifest>{items}</manifest><spine>{spine}</spine></package>')
         for n, (head, text) in enumerate(chapters):
             z.writestr(f"OEBPS/text/c{n}.xhtml",
-                       f'<html xmlns="http://www.w3.org/1999/xhtml"><head><title>{head}'
+                       f'{prolog}<html xmlns="http://www.w3.org/1999/xhtml"><head><title>{head}'
                        f'</title></head><body><h1>{head}</h1><p>{text}</p></body></html>')
 
 
@@ -448,6 +448,48 @@ def test_xlsx_and_csv_a_passage_per_row_headers_kept(tmp_path):
     t = tmp_path / "one.tsv"
     t.write_text("only\trow\n")
     assert [p.text for p in load_paths([t]).passages] == ["only; row"]
+
+
+def test_an_epub_chapters_entity_declarations_are_neither_text_nor_expanded(tmp_path):
+    """Issue 81 (round 7, item 6): a chapter's DOCTYPE with an internal subset (an XML
+    entity attack's shape) is dropped whole with the references to what it declares: no
+    ``]>``, no ``&xxe;``, nothing read from the file it names; the text around them kept, a
+    DOCTYPE without a subset and HTML's own entities read as before."""
+    from evireform.formats import read_document, read_html_text
+    f = tmp_path / "x.epub"
+    _epub(f, [("Mosses", "Mosses &xxe; hold &amp; keep water &lt;&b;.")],
+          prolog='<?xml version="1.0"?>\n<!-- a comment --><!DOCTYPE html [\n<!ENTITY xxe '
+                 'SYSTEM "file:///etc/passwd">\n<!ENTITY b "BOOM">]>\n')
+    text = " ".join(b.text for s in read_document(f).sections for b in s.blocks)
+    assert text == "Mosses hold & keep water <.", text
+    doc = read_html_text('<!DOCTYPE html><p>plain &foo; text</p>')  # no subset: as before
+    assert [b.text for s in doc.sections for b in s.blocks] == ["plain &foo; text"]
+    # an unclosed subset is one bounded match, not a scan per "<!DOCTYPE"
+    import time
+    t = time.perf_counter()
+    read_html_text("<!DOCTYPE x [" * 20_000)
+    assert time.perf_counter() - t < 5
+
+
+def test_a_parsers_long_message_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    """A reader's refusal is one line naming the file, the parser's own message (several
+    lines from openpyxl) folded and cut (issue 81, round 7, item 6)."""
+    openpyxl = pytest.importorskip("openpyxl")
+    from evireform.formats import read_document
+
+    def broken(*a, **k):
+        raise KeyError("There is no item named 'xl/workbook.xml'\n  in the archive\n\n"
+                       + "x" * 500)
+    monkeypatch.setattr(openpyxl, "load_workbook", broken)
+    f = tmp_path / "bad.xlsx"
+    import zipfile
+    with zipfile.ZipFile(f, "w") as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+    with pytest.raises(ValueError) as got:
+        read_document(f)
+    said = str(got.value)
+    assert "\n" not in said and said.startswith(f"{f}: not a readable XLSX file (KeyError: ")
+    assert "in the archive" in said and len(said) < len(str(f)) + 260
 
 
 def test_epub_chapters_in_reading_order(tmp_path):

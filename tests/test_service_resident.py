@@ -226,6 +226,68 @@ def test_files_come_in_through_the_service(tmp_path):
     assert (svc.uploads_dir / "note.md").read_bytes().startswith(b"# Dana\n\nDana Ruiz left")
 
 
+def test_an_uploads_files_are_what_it_reports_and_go_when_refused_or_deleted(tmp_path,
+                                                                              monkeypatch):
+    """Issue 81 (round 7, item 6): a name twice in one upload is read once (the later one
+    skipped, saying why); a refused upload leaves none of its files and brings back the
+    ones it replaced; a replacement no reader takes keeps the file the index still holds;
+    a source deleted through /update takes its uploaded file (and emptied folders) along."""
+    from helpers import minimal_pdf
+
+    from evireform.service import RetrievalService, create_app
+    ix = PropositionIndex.build(_records(8), EMB, show_progress=False).save(tmp_path / "ix")
+    svc = RetrievalService(ix, EMB)
+    app = create_app(svc, max_body=4096, max_upload=1 << 20)
+    pdf = minimal_pdf([["The Orvel archive moved to Quito in 1998."]], title="Archive note")
+    old = b"# Dana\n\nDana Ruiz runs the build farm.\n"
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                out = {}
+                out["twice"] = await c.post("/documents", files=[
+                    ("files", ("note.md", old)),
+                    ("files", ("note.md", b"# Other\n\nSomething else entirely.\n")),
+                    ("files", ("deep/er/archive.pdf", pdf))])
+                real = svc._update_sync
+
+                def refuse(*a, **k):
+                    raise ValueError("refused for the test")
+                monkeypatch.setattr(svc, "_update_sync", refuse)
+                out["refused"] = await c.post("/documents", files=[
+                    ("files", ("note.md", b"# Dana\n\nKim runs it now.\n")),
+                    ("files", ("fresh.md", b"# Fresh\n\nA new file.\n"))])
+                monkeypatch.setattr(svc, "_update_sync", real)
+                out["garbage"] = await c.post("/documents", files=[
+                    ("files", ("deep/er/archive.pdf", b"%PDF-1.4 not really"))])
+                out["kept"] = (svc.uploads_dir / "deep" / "er" / "archive.pdf").read_bytes()
+                out["del"] = await c.post("/update", json={
+                    "delete_where": {"source": "uploads/deep/er/archive.pdf"}})
+                return out
+        finally:
+            await svc.stop()
+    o = asyncio.run(run())
+    twice = {(f["file"], f["status"]): f for f in o["twice"].json()["files"]}
+    assert len(o["twice"].json()["files"]) == 3
+    assert twice[("note.md", "skipped")]["reason"] == \
+        "the same name appears earlier in this upload"
+    assert twice[("note.md", "indexed")]["passages"] == 1
+    up = svc.uploads_dir
+    assert (up / "note.md").read_bytes() == old
+    assert o["refused"].status_code == 400
+    assert (up / "note.md").read_bytes() == old and not (up / "fresh.md").exists()
+    assert sorted(p.name for p in up.rglob("*") if p.name.startswith(".")) == []
+    g = o["garbage"].json()["files"][0]
+    assert g["status"] == "skipped"
+    assert o["kept"] == pdf  # the index still holds its passages
+    assert o["del"].status_code == 200
+    assert not (up / "deep").exists() and (up / "note.md").is_file()
+    srcs = {p.metadata.get("source") for p in PropositionIndex.load(ix).passages}
+    assert "uploads/note.md" in srcs and "uploads/deep/er/archive.pdf" not in srcs
+
+
 def test_uploads_read_under_the_services_read_limits(tmp_path):
     """Issue 69: `serve --read-limit` holds for POST /documents: a CSV of more rows than the
     service's setting is skipped with the reason naming the setting; the same file within

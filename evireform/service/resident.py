@@ -366,6 +366,8 @@ class RetrievalService:
             new = self._generation(PropositionIndex.load(self.index_dir),
                                    self.gen.number + 1)
             self.gen, self._ident, self._broken = new, self._files_identity(), None
+            if up.changes.get("deleted") or up.changes.get("replaced"):
+                self._drop_orphan_uploads(new.index)
         self.metrics.generation.set(new.number)
         return {"generation": new.number, "passages": new.index.n_passages,
                 "propositions": new.index.n_props, "changes": up.counts()}
@@ -401,8 +403,16 @@ class RetrievalService:
         paths = []
         with reading_limits(self.read_limits):
             cap = read_limit("document_bytes")
+        seen: set[str] = set()
+        #: what this upload wrote: (the file, what it replaced: a hidden copy, or None),
+        #: undone when the upload is refused
+        written: list[tuple[Path, Path | None]] = []
         for name, data in files:
             why = upload_name_problem(name)
+            if why is None and name in seen:  # one file a name: the first is read
+                why = "the same name appears earlier in this upload"
+            if isinstance(name, str):
+                seen.add(name)
             if why is None and Path(name).suffix.lower() in CORPUS_SUFFIXES:
                 # a corpus file's records would carry any id, namespace and source they
                 # name (issue 81): records go through /update, which checks them
@@ -415,10 +425,16 @@ class RetrievalService:
                 continue
             target = up / name
             tmp = target.parent / f".{target.name}.part"
+            prev = target.parent / f".{target.name}.prev"
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp.write_bytes(data)
+                kept = None
+                if target.is_file():  # kept until the upload is saved (or refused)
+                    os.replace(target, prev)
+                    kept = prev
                 os.replace(tmp, target)
+                written.append((target, kept))
             except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
                 if tmp.parent.is_dir():
                     tmp.unlink(missing_ok=True)
@@ -428,6 +444,26 @@ class RetrievalService:
                 results.append({"file": name, "status": "skipped", "reason": why})
                 continue
             paths.append((name, target))
+        try:
+            out = self._index_uploads(up, paths, results)
+        except BaseException:  # refused: the files go, the ones they replaced come back
+            for target, kept in reversed(written):
+                target.unlink(missing_ok=True)
+                if kept is not None:
+                    os.replace(kept, target)
+            raise
+        for target, kept in written:
+            if kept is not None:  # replaced: the old copy goes; skipped: it comes back
+                if target.exists():
+                    kept.unlink(missing_ok=True)
+                else:
+                    os.replace(kept, target)
+        return out
+
+    def _index_uploads(self, up: Path, paths: list, results: list) -> dict[str, Any]:
+        """Read the uploaded files written to ``paths`` and save the update (the rest of
+        :meth:`_add_documents_sync`, whose caller undoes the files when this raises)."""
+        from ..documents import load_paths, document_roots
         loaded = None
         if paths:
             loaded = load_paths([t for _, t in paths], embedder=self.embedder,
@@ -457,6 +493,25 @@ class RetrievalService:
                     "changes": {}}
         done = self._update_sync(loaded, False, None)
         return {"files": results, **done}
+
+    def _drop_orphan_uploads(self, index: Any) -> None:
+        """Uploaded files whose source has no passage left (deleted with ``/update``'s
+        ``delete_where {"source": "uploads/NAME"}``, or by id) removed from the uploads
+        area, and their emptied folders; nothing else there is touched."""
+        up = self.uploads_dir
+        if not up.is_dir():
+            return
+        from ..strings import metadata_values
+        held = {s for s in metadata_values(index.passages, "source") if isinstance(s, str)
+                and s.startswith("uploads/")}
+        for f in sorted(up.rglob("*"), reverse=True):  # files before their folders
+            rel = f.relative_to(up).as_posix()
+            if any(part.startswith(".") for part in rel.split("/")):
+                continue  # an upload in flight (.part) or a replaced file's copy (.prev)
+            if f.is_file() and not f.is_symlink() and f"uploads/{rel}" not in held:
+                f.unlink(missing_ok=True)
+            elif f.is_dir() and not f.is_symlink() and not any(f.iterdir()):
+                f.rmdir()
 
     def sources(self) -> list[dict[str, Any]]:
         """The documents the index holds passages of: ``{"source", "passages", "title"}``
