@@ -90,6 +90,8 @@ def _cmd_query(args: Any) -> int:
         qs = read_questions(args.questions)
     flt = _filter_arg(args.filter)
     idx = PropositionIndex.load(args.index_dir)
+    emb = _index_embedder(args, idx)
+    _prepare_encoder(emb)  # its session loads (no GIL held) while the rest is set up
     # one question on a small index: numpy answers in milliseconds, numba takes a second to
     # start (make_engine's one_shot)
     engine = make_engine(idx, args.backend, precision=args.precision,
@@ -103,7 +105,6 @@ def _cmd_query(args: Any) -> int:
         # the kernels load (numba, about a second cold) while the encoder loads; main()
         # joins the thread on every exit path
         warm_up_in_background(args.questions is not None)
-    emb = _index_embedder(args, idx)
     client = _llm_client(args)
     retriever = make_method(args.method, idx, emb, llm=client, engine=engine,
                             max_workers=args.llm_workers or 1, config=_config(args))
@@ -139,6 +140,26 @@ def _cmd_query(args: Any) -> int:
             + (f"; {up * 1e3:.0f} ms from process start" if up is not None else ""),
             file=sys.stderr)
     return _strict_status(args, [res])
+
+
+def _prepare_encoder(emb: Any) -> None:
+    """The question encoder's ONNX session created on a thread of its own: ONNX Runtime
+    releases the GIL while it loads and optimises the graph (a third of a second), so the
+    engine, the roles and the lexical weights are set up meanwhile; the first
+    ``encode_queries`` waits for it under the embedder's lock.  A daemon thread (it holds no
+    numba state, so the process may end while it runs), and errors are left for the first
+    question to raise."""
+    prepare = getattr(emb, "query_encoder", None)
+    if not callable(prepare):
+        return
+
+    def run():
+        try:
+            prepare()
+        except Exception:  # the first question reports it
+            pass
+    import threading
+    threading.Thread(target=run, daemon=True, name="evireform-encoder").start()
 
 
 def format_passage(rank: int, p, question: str, *, text: bool = True, width: int = 320,
