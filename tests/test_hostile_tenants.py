@@ -170,3 +170,127 @@ def test_the_same_text_from_two_tenants_is_two_passages_and_tells_nothing(tmp_pa
     mine = {p.metadata.get("namespace"): p.id for p in idx.passages if "hunter2" in p.text}
     assert set(mine) == {"t1", "t2"} and mine["t1"] != mine["t2"]
     assert mine["t1"] == content_id("Payroll", secret["text"], "t1")
+
+
+ACME, GLOBEX, OPERATOR = "acme-key-0123456789", "globex-key-0123456789", "operator-key-0123456"
+
+
+def test_a_tenant_key_sees_and_changes_its_namespace_only_on_every_endpoint(tmp_path):
+    """Issue 81, item 8: keys per tenant (``serve --tenant-keys``). A tenant's key confines
+    every endpoint to its namespace whatever the body says: its questions rank as the
+    operator's filtered to that namespace, its updates and uploads land there (uploads under
+    uploads/NAMESPACE/, reported by the names sent), /sources and /passages show only its
+    own (another tenant's passage is as unknown as a missing one), a request naming another
+    namespace is 403, a read-only key changes nothing, /metrics is the operator's; no key
+    or a wrong one is 401."""
+    import asyncio
+    import httpx
+    import pytest
+    pytest.importorskip("fastapi")
+    from evireform.service import RetrievalService, create_app
+    from evireform.service.guard import Tenant
+    ps = [Passage(p.id, p.title, p.text, {**p.metadata, "source": f"{p.id[0]}.md",
+                                          "namespace": {"t1": "acme", "t2": "globex"}[
+                                              p.metadata["namespace"]]})
+          for p in _tenants("the red fox {i} ran past the grey cat.")]
+    ix = PropositionIndex.build(ps, EMB, show_progress=False).save(tmp_path / "ix")
+    svc = RetrievalService(ix, EMB)
+    app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("acme", True),
+                                                     GLOBEX: Tenant("globex")})
+    q = {"question": "where did the red fox run?", "k": 5}
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                def h(key):
+                    return {"Authorization": f"Bearer {key}"}
+                out = {}
+                out["acme"] = await c.post("/query", json=q, headers=h(ACME))
+                out["op_acme"] = await c.post("/query", json={**q, "namespace": "acme"},
+                                              headers=h(OPERATOR))
+                out["op_all"] = await c.post("/query", json=q, headers=h(OPERATOR))
+                out["acme_asks_globex"] = await c.post("/query", json={
+                    **q, "namespace": "globex"}, headers=h(ACME))
+                out["batch"] = await c.post("/query_batch", json={
+                    "questions": [q["question"]], "k": 5}, headers=h(GLOBEX))
+                out["batch_other"] = await c.post("/query_batch", json={
+                    "questions": [q["question"]], "k": 5, "namespace": "acme"},
+                    headers=h(GLOBEX))
+                out["none"] = await c.post("/query", json=q)
+                out["wrong"] = await c.post("/query", json=q, headers=h("x" * 20))
+                out["ro_update"] = await c.post("/update", json={"add": [
+                    {"title": "G", "text": "Globex writes."}]}, headers=h(GLOBEX))
+                out["ro_docs"] = await c.post("/documents", files=[
+                    ("files", ("g.md", b"# G\n\nGlobex uploads.\n"))], headers=h(GLOBEX))
+                out["update"] = await c.post("/update", json={"add": [
+                    {"id": "acme-new", "title": "Memo", "text": "Ann signs the memo."}]},
+                    headers=h(ACME))
+                out["update_other"] = await c.post("/update", json={
+                    "namespace": "globex", "delete": ["b1"]}, headers=h(ACME))
+                out["delete_theirs"] = await c.post("/update", json={"delete": ["b1"]},
+                                                    headers=h(ACME))
+                out["docs"] = await c.post("/documents", files=[
+                    ("files", ("note.md", b"# Note\n\nThe acme build farm is run by Orla.\n"))],
+                    headers=h(ACME))
+                out["sources_acme"] = await c.get("/sources", headers=h(ACME))
+                out["sources_op"] = await c.get("/sources", headers=h(OPERATOR))
+                out["own"] = await c.get("/passages/a1", headers=h(ACME))
+                out["theirs"] = await c.get("/passages/b1", headers=h(ACME))
+                out["metrics"] = await c.get("/metrics", headers=h(ACME))
+                out["metrics_op"] = await c.get("/metrics", headers=h(OPERATOR))
+                return out
+        finally:
+            await svc.stop()
+    o = asyncio.run(run())
+    ids = lambda r: [(p["id"], round(p["score"], 6)) for p in r.json()["passages"]]  # noqa: E731
+    assert o["acme"].status_code == 200 and ids(o["acme"]) == ids(o["op_acme"])
+    assert all(i.startswith("a") for i, _ in ids(o["acme"]))
+    assert any(i.startswith("b") for i, _ in ids(o["op_all"]))  # the operator sees both
+    for k in ("acme_asks_globex", "batch_other", "ro_update", "ro_docs", "update_other",
+              "metrics"):
+        assert o[k].status_code == 403, (k, o[k].text)
+    assert "acme" in o["acme_asks_globex"].json()["error"]
+    got = o["batch"].json()["results"][0]["passages"]
+    assert got and all(p["id"].startswith("b") for p in got)
+    assert o["none"].status_code == 401 and o["wrong"].status_code == 401
+    assert o["update"].status_code == 200 and o["delete_theirs"].status_code == 404
+    d = o["docs"].json()
+    assert o["docs"].status_code == 200 and d["files"][0]["file"] == "note.md"
+    assert d["files"][0]["source"] == "uploads/acme/note.md"
+    assert (svc.uploads_dir / "acme" / "note.md").is_file()
+    idx = PropositionIndex.load(ix)
+    spaces = {p.id: p.metadata.get("namespace") for p in idx.passages}
+    assert spaces["acme-new"] == "acme" and "b1" in spaces
+    assert {spaces[p.id] for p in idx.passages
+            if p.metadata.get("source") == "uploads/acme/note.md"} == {"acme"}
+    mine = {s["source"] for s in o["sources_acme"].json()["sources"]}
+    assert mine == {"a.md", "uploads/acme/note.md"}
+    assert {"a.md", "b.md"} <= {s["source"] for s in o["sources_op"].json()["sources"]}
+    assert o["own"].status_code == 200 and o["theirs"].status_code == 404
+    assert o["theirs"].json()["error"] == o["own"].json().get("error",
+                                                              "no passage with id 'b1'")
+    assert o["metrics_op"].status_code == 200
+
+
+def test_tenant_keys_are_checked_when_read(tmp_path):
+    import json
+    import pytest
+    from evireform.service.guard import Tenant, read_tenant_keys
+    assert read_tenant_keys(json.dumps({ACME: {"namespace": "acme", "write": True},
+                                        GLOBEX: "globex"})) == \
+        {ACME: Tenant("acme", True), GLOBEX: Tenant("globex", False)}
+    for bad, said in (("[]", "JSON object"), ("{", "not JSON"),
+                      (json.dumps({"short": "acme"}), "shorter than 16"),
+                      (json.dumps({ACME: {"namespace": "../x"}}), "not a name"),
+                      (json.dumps({ACME: {"namespace": "acme", "write": "yes"}}), "true or"),
+                      (json.dumps({ACME: {"namespace": "acme", "admin": True}}), "give")):
+        with pytest.raises(ValueError, match=said) as got:
+            read_tenant_keys(bad, "keys.json")
+        assert ACME not in str(got.value)  # a key is never echoed
+    f = tmp_path / "keys.json"
+    f.write_text(json.dumps({ACME: "acme"}))
+    from evireform.cli import main
+    assert main(["serve", str(tmp_path / "none.idx"), "--tenant-keys",
+                 str(tmp_path / "missing.json")]) == 2

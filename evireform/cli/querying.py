@@ -292,10 +292,28 @@ def _api_key(args: Any, what: str) -> str | None:
     return key
 
 
+def _tenant_keys(path: str | None):
+    """``--tenant-keys FILE``: the tenants' keys (:func:`~evireform.service.guard.
+    read_tenant_keys`), or None."""
+    if path is None:
+        return None
+    from ..service.guard import read_tenant_keys
+    try:
+        text = read_text_file(path, "--tenant-keys", limit=1 << 20)
+    except OSError as exc:
+        raise ValueError(f"--tenant-keys {path}: cannot read the file ({exc.strerror})") \
+            from None
+    return read_tenant_keys(text, f"--tenant-keys {path}")
+
+
 def _cmd_serve(args: Any) -> int:
     """``evireform serve``: the index, the embedder and the LLM roles loaded once, behind
     HTTP (:mod:`evireform.service`)."""
-    key = _api_key(args, "query and update the index")
+    tenants = _tenant_keys(args.tenant_keys)
+    if tenants and not args.api_key_env:  # the warning is about a service open to anyone
+        key = None
+    else:
+        key = _api_key(args, "query and update the index")
     idx = PropositionIndex.load(args.index_dir)
     make_engine(idx, args.backend, precision=args.precision)  # refused before any model loads
     emb = _index_embedder(args, idx)
@@ -308,7 +326,7 @@ def _cmd_serve(args: Any) -> int:
                            max_queue=args.max_queue, backend=args.backend,
                            precision=args.precision, config=_config(args),
                            read_limits=read_limits(args))
-    serve(svc, host=args.host, port=args.port, api_key=key,
+    serve(svc, host=args.host, port=args.port, api_key=key, tenants=tenants,
           header_timeout=args.header_timeout, max_connections=args.max_connections,
           cors_origins=args.cors_origin,
           banner=f"evireform serve: {args.index_dir} on http://{args.host}:{args.port} "
@@ -435,6 +453,11 @@ def add_serve_parser(sub: Any) -> None:
     sv.add_argument("--api-key-env", metavar="VAR",
                     help="require 'Authorization: Bearer $VAR' on the data endpoints (not on "
                          "/health, the search page, the docs or the schema)")
+    sv.add_argument("--tenant-keys", metavar="FILE",
+                    help="tenants' keys, JSON {\"KEY\": {\"namespace\": \"acme\", "
+                         "\"write\": true}}: each key reads (and writes) its namespace only, "
+                         "on every endpoint; --api-key-env is then the operator's key, for "
+                         "all namespaces and /metrics")
     sv.add_argument("--max-batch", type=_positive_int, default=64,
                     help="questions per micro-batch (one retrieve_many)")
     sv.add_argument("--max-wait-ms", type=_nonneg_float, default=2.0,

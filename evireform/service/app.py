@@ -7,14 +7,14 @@ import logging
 import sys
 import time
 from contextlib import asynccontextmanager
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..application import DeletesEverything
 from ..corpus import DuplicatePassageIds
 from ..embed import EmbedderOutputError
 from ..filters import FilterTargetMissing, json_schemas
 from ..index import PassageConflict
-from .guard import LOOPBACK_HOSTS, _error_of, _Guard
+from .guard import LOOPBACK_HOSTS, Tenant, _error_of, _Guard
 from .models import BatchOut, QueryOut, http_models, metadata_schemas
 from .resident import Overloaded, RetrievalService, Unavailable, _no_paths
 
@@ -24,7 +24,7 @@ log = logging.getLogger("evireform.service")
 def create_app(service: RetrievalService, *, api_key: str | None = None,
                max_body: int = 1 << 20, max_k: int = 1000, max_questions: int = 256,
                cors_origins: Sequence[str] = (), allowed_hosts: Sequence[str] | None = None,
-               max_upload: int = 64 << 20):
+               max_upload: int = 64 << 20, tenants: Mapping[str, Tenant] | None = None):
     """The FastAPI application over ``service`` (see the module docstring).
     ``cors_origins``: the web origins (``https://app.example.org``) whose pages may call the
     service from a browser (CORS; none by default): their preflight requests are answered
@@ -34,9 +34,14 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     is refused.  ``allowed_hosts``:
     the names a request's ``Host`` may give, others answered 421 (None: any; :func:`serve`
     bound to loopback passes its loopback names).  ``max_upload``: the largest body
-    ``POST /documents`` takes (files, bytes)."""
+    ``POST /documents`` takes (files, bytes).  ``tenants``: tenant keys
+    (:func:`~evireform.service.guard.read_tenant_keys`), each confined to its namespace on
+    every endpoint: its questions search only it, its updates and uploads land only in it
+    (uploads under ``uploads/NAMESPACE/``), ``/sources`` and ``/passages`` show only it, a
+    request naming another namespace is refused (403), a read-only key changes nothing, and
+    ``/metrics`` is the operator's (``api_key``, which reads and writes everything)."""
     try:
-        from fastapi import FastAPI, File, UploadFile
+        from fastapi import FastAPI, File, Request, UploadFile
         from fastapi.exceptions import RequestValidationError
         from fastapi.openapi.utils import get_openapi
         from fastapi.responses import JSONResponse, Response
@@ -55,6 +60,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     why = {400: "a request the index cannot answer (a malformed filter)",
            401: "missing or wrong bearer token",
+           403: "a tenant key naming another namespace, changing the index with a read-only "
+                "key, or reading /metrics",
            404: "a passage id or metadata key the index does not have (a filter's, one to "
                 "delete), or a delete_where no passage matches",
            409: "a passage id the index holds with other content (upsert replaces it), "
@@ -70,7 +77,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     def errors(*codes):
         out = {}
         for c in codes:
-            if c == 401 and api_key is None:
+            if (c == 401 and api_key is None and not tenants) or (c == 403 and not tenants):
                 continue
             out[c] = {"model": ErrorOut, "description": why[c]}
             if c == 503:
@@ -131,6 +138,23 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         h = service.health()
         return JSONResponse(h, status_code=200 if h["status"] == "ok" else 503)
 
+    class _OtherNamespace(Exception):
+        """A tenant's request naming a namespace that is not its own."""
+
+    def scoped(request, asked: str | None) -> str | None:
+        """The namespace a request runs in: its tenant key's (a request naming another is
+        refused), or the one it asks for under the operator's key."""
+        t = getattr(request.state, "tenant", None)
+        if t is None:
+            return asked
+        if asked is not None and asked != t.namespace:
+            raise _OtherNamespace(f"this key reads namespace {t.namespace!r} only")
+        return t.namespace
+
+    @app.exception_handler(_OtherNamespace)
+    async def other_namespace(request, exc):
+        return error(403, str(exc))
+
     def refused(exc: Exception):
         """The answer to a question the service could not answer: a full queue or files it
         cannot serve (503), its own embedder's fault (500), a filter naming what the index
@@ -150,12 +174,13 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                           "generation that answered. A filter or namespace restricts the "
                           "search exactly; 404 when a filter names a key or id the index "
                           "lacks, 503 with Retry-After when the queue is full.",
-              responses=errors(400, 401, 404, 413, 422, 500, 503))
-    async def query(body: QueryIn):
+              responses=errors(400, 401, 403, 404, 413, 422, 500, 503))
+    async def query(body: QueryIn, request: Request):
         t0 = time.perf_counter()
+        ns = scoped(request, body.namespace)
         try:
             res, gen = await service.query(body.question, body.k, body.method,
-                                           service.request_filter(body.filter, body.namespace))
+                                           service.request_filter(body.filter, ns))
         except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
             return refused(exc)
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
@@ -165,13 +190,13 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
               tags=["retrieval"], summary="The passages for many questions at once",
               description="Every question's result record, in the order asked, answered in "
                           "one batched pass (the same rankings as one /query each).",
-              responses=errors(400, 401, 404, 413, 422, 500, 503))
-    async def query_batch(body: BatchIn):
+              responses=errors(400, 401, 403, 404, 413, 422, 500, 503))
+    async def query_batch(body: BatchIn, request: Request):
         t0 = time.perf_counter()
+        ns = scoped(request, body.namespace)
         try:
             results, gen = await service.query_batch(body.questions, body.k, body.method,
-                                                     service.request_filter(body.filter,
-                                                                            body.namespace))
+                                                     service.request_filter(body.filter, ns))
         except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
             return refused(exc)
         took = time.perf_counter() - t0
@@ -184,13 +209,13 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                           "409), deletes by id (404 for an unknown one) or by a where clause "
                           "(matching every passage only with all: true), and serves the new "
                           "generation once it is written (507 when the disk is full).",
-              responses=errors(400, 401, 404, 409, 413, 422, 500, 507))
-    async def update(body: UpdateIn):
+              responses=errors(400, 401, 403, 404, 409, 413, 422, 500, 507))
+    async def update(body: UpdateIn, request: Request):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
+        ns = scoped(request, body.namespace)
         try:
             return JSONResponse(await service.update(add, body.upsert, body.delete,
-                                                     body.delete_where, body.all,
-                                                     body.namespace))
+                                                     body.delete_where, body.all, ns))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
         except (PassageConflict, DuplicatePassageIds, DeletesEverything) as exc:
@@ -208,13 +233,13 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                           "then the new generation. A file's name may be a relative path "
                           "(a folder's files: notes/2024/a.md); a name uploaded before "
                           "replaces its passages; its source reads uploads/NAME.",
-              responses=errors(400, 401, 413, 422, 500, 507))
-    async def add_documents(files: list[UploadFile] = File(
+              responses=errors(400, 401, 403, 413, 422, 500, 507))
+    async def add_documents(request: Request, files: list[UploadFile] = File(
             ..., description="the files to index", min_length=1,
             max_length=service.MAX_UPLOAD_FILES)):
         got = [(f.filename or "", await f.read()) for f in files]
         try:
-            return JSONResponse(await service.add_documents(got))
+            return JSONResponse(await service.add_documents(got, scoped(request, None)))
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))
 
@@ -224,18 +249,18 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                          "upload) with its passage count and title; delete one with /update "
                          "and delete_where {\"source\": ...}.",
              responses=errors(401, 500))
-    async def sources():
-        return JSONResponse({"sources": service.sources(),
+    async def sources(request: Request):
+        return JSONResponse({"sources": service.sources(scoped(request, None)),
                              "generation": service.current().number})
 
     @app.get("/passages/{passage_id:path}", response_model=PassageOut,
              operation_id="passage", tags=["index"], summary="One passage by id",
              description="The passage's title, text and metadata (its id URL-encoded: "
                          "'#' as %23).",
-             responses=errors(401, 404, 422, 500))
-    async def passage(passage_id: str):
+             responses=errors(401, 403, 404, 422, 500))
+    async def passage(passage_id: str, request: Request):
         try:
-            return JSONResponse(service.passage(passage_id))
+            return JSONResponse(service.passage(passage_id, scoped(request, None)))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
 
@@ -249,7 +274,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                         **{c: {"description": r["description"], "content": {
                             "application/json": {"schema": {
                                 "$ref": "#/components/schemas/ErrorOut"}}}}
-                           for c, r in errors(401, 500).items()}})
+                           for c, r in errors(401, 403, 500).items()}})
     async def metrics():
         return PrometheusText(m.text())
 
@@ -265,7 +290,7 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             doc.setdefault("components", {}).setdefault("schemas", {}).update(
                 {**json_schemas(), **metadata_schemas()})
             describe_fields(doc)
-            if api_key is not None:
+            if api_key is not None or tenants:
                 doc.setdefault("components", {})["securitySchemes"] = {
                     "bearer": {"type": "http", "scheme": "bearer"}}
                 for path, ops in doc["paths"].items():
@@ -277,11 +302,12 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
 
     app.openapi = openapi
 
-    if api_key is None and "*" in cors_origins:
+    if api_key is None and not tenants and "*" in cors_origins:
         raise ValueError("cors_origins '*' on a service without a key would let every web "
                          "page read and change the index; name the origins, or set a key "
                          "(--api-key-env)")
-    guarded = _Guard(app, m, api_key, max_body, allowed_hosts, max_upload, cors_origins)
+    guarded = _Guard(app, m, api_key, max_body, allowed_hosts, max_upload, cors_origins,
+                     tenants)
     if not cors_origins:
         return guarded
     from starlette.middleware.cors import CORSMiddleware
@@ -443,7 +469,8 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
           api_key: str | None = None, log_level: str = "warning",
           header_timeout: float = 10.0, keep_alive: float = 5.0,
           max_connections: int = 1000, banner: str | None = None,
-          cors_origins: Sequence[str] = ()) -> None:
+          cors_origins: Sequence[str] = (), tenants: Mapping[str, Tenant] | None = None
+          ) -> None:
     """Run the service with uvicorn until interrupted: request heads within
     ``header_timeout`` seconds, idle keep-alive connections closed after ``keep_alive``
     seconds, at most ``max_connections`` connections (beyond, 503).  The socket is bound
@@ -458,7 +485,7 @@ def serve(service: RetrievalService, *, host: str = "127.0.0.1", port: int = 800
     faulthandler.enable(sys.stderr)
     # bound to loopback: only its loopback names (DNS rebinding); bound wider, any name
     loopback = host in LOOPBACK_HOSTS or host.startswith("127.")
-    app = create_app(service, api_key=api_key, cors_origins=cors_origins,
+    app = create_app(service, api_key=api_key, cors_origins=cors_origins, tenants=tenants,
                      allowed_hosts=(*LOOPBACK_HOSTS, host) if loopback else None)
     sock = bound_socket(host, port)
     if banner:

@@ -2,10 +2,13 @@
 endpoint and status, and a JSON answer for anything that escapes."""
 
 import errno
+import hashlib
 import hmac
 import json
 import logging
+import re
 import time
+from dataclasses import dataclass
 
 from .metrics import Metrics
 
@@ -31,6 +34,50 @@ def _host_name(header: bytes | None) -> str:
 #: a loopback service's own names
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
+#: what a tenant's namespace may be named: its uploads are kept in a folder of that name
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """Whom a tenant key lets in: one namespace, read-only unless ``write``."""
+
+    namespace: str
+    write: bool = False
+
+
+def read_tenant_keys(text: str, where: str = "the tenant keys") -> dict[str, Tenant]:
+    """Tenant keys from JSON: ``{"KEY": {"namespace": "acme", "write": true}, ...}`` (or
+    ``"KEY": "acme"``, read-only).  Every key at least 16 characters without whitespace, every
+    namespace a name of letters, digits, ``.``, ``_`` and ``-`` (at most 64, not starting
+    with a dot or dash); ``ValueError`` naming ``where`` and what is wrong, never the key."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{where}: a JSON object of key -> {{\"namespace\": ..., "
+                         "\"write\": true|false}, with at least one key")
+    out: dict[str, Tenant] = {}
+    for n, (key, spec) in enumerate(raw.items(), 1):
+        if len(key) < 16 or any(c.isspace() for c in key):
+            raise ValueError(f"{where}: key {n} is shorter than 16 characters or holds "
+                             "whitespace")
+        if isinstance(spec, str):
+            spec = {"namespace": spec}
+        if not isinstance(spec, dict) or set(spec) - {"namespace", "write"}:
+            raise ValueError(f"{where}: key {n}: give {{\"namespace\": NAME, \"write\": "
+                             "true|false}")
+        ns, write = spec.get("namespace"), spec.get("write", False)
+        if not isinstance(ns, str) or not TENANT_NAME.fullmatch(ns):
+            raise ValueError(f"{where}: key {n}: namespace {ns!r:.80} is not a name of "
+                             "letters, digits, '.', '_' and '-' (at most 64, not starting "
+                             "with '.', '_' or '-')")
+        if not isinstance(write, bool):
+            raise ValueError(f"{where}: key {n}: write must be true or false")
+        out[key] = Tenant(ns, write)
+    return out
+
 
 class _Guard:
     """Pure ASGI middleware (cheaper than Starlette's BaseHTTPMiddleware): bearer token,
@@ -55,8 +102,13 @@ class _Guard:
     def public(cls, path: str) -> bool:
         return path in cls.PUBLIC or (path.startswith("/static/") and "/" not in path[8:])
 
+    #: what a tenant key may not do: the service's metrics are the operator's (all tenants)
+    OPERATOR_ONLY = ("/metrics",)
+    #: the paths that change the index: a read-only tenant key is refused there
+    WRITES = ("/update", "/documents")
+
     def __init__(self, app, metrics: Metrics, api_key, max_body: int, allowed_hosts=None,
-                 max_upload: int | None = None, cors_origins=()):
+                 max_upload: int | None = None, cors_origins=(), tenants=None):
         self.app, self.m, self.max_body = app, metrics, max_body
         #: the web origins whose pages may call the service (CORS), which a cross-site
         #: request of a keyless service may come from
@@ -72,6 +124,11 @@ class _Guard:
             raise ValueError("the API key is empty or holds whitespace (a key read with its "
                              "newline would lock every client out); strip it")
         self.api_key = api_key.encode() if api_key is not None else None
+        #: tenant keys by their SHA-256 (a lookup that compares digests, not keys)
+        self.tenants = {hashlib.sha256(k.encode()).digest(): t
+                        for k, t in (tenants or {}).items()}
+        if self.api_key is not None and hashlib.sha256(self.api_key).digest() in self.tenants:
+            raise ValueError("the operator's key (--api-key-env) is also a tenant key")
 
     #: the methods that change nothing (a browser's cross-site reads are CORS's to allow)
     SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -91,12 +148,25 @@ class _Guard:
         site = (headers.get(b"sec-fetch-site") or b"").strip().lower()
         return site not in (b"", b"same-origin", b"none")
 
-    def _authorised(self, header: bytes | None) -> bool:
-        if self.api_key is None:
-            return True
+    #: who a request is: the operator (the ``api_key``, or anyone without keys), a
+    #: :class:`Tenant`, or nobody
+    OPERATOR = "operator"
+
+    def _principal(self, header: bytes | None):
+        """:attr:`OPERATOR`, the :class:`Tenant` whose key the bearer token is, or None."""
+        if self.api_key is None and not self.tenants:
+            return self.OPERATOR
         scheme, _, token = (header or b"").partition(b" ")
-        ok_scheme = scheme.lower() == b"bearer"
-        return hmac.compare_digest(token.strip(b" "), self.api_key) and ok_scheme
+        if scheme.lower() != b"bearer":
+            return None
+        token = token.strip(b" ")
+        if self.api_key is not None and hmac.compare_digest(token, self.api_key):
+            return self.OPERATOR
+        digest = hashlib.sha256(token).digest()
+        for known, tenant in self.tenants.items():
+            if hmac.compare_digest(digest, known):
+                return tenant
+        return None
 
     async def _send_json(self, send, status: int, message: str, headers=()):
         body = json.dumps({"error": message}).encode()
@@ -150,7 +220,8 @@ class _Guard:
                                       "addressed to " + ", ".join(sorted(self.allowed_hosts))
                                       + " only")
                 return
-            if self.api_key is None and scope.get("method") not in self.SAFE_METHODS \
+            if self.api_key is None and not self.tenants \
+                    and scope.get("method") not in self.SAFE_METHODS \
                     and self._cross_site(headers):
                 # a service without a key trusts whoever reaches it, and a browser reaches
                 # a local one for any page it shows: a write (or a question) sent by another
@@ -161,10 +232,23 @@ class _Guard:
                                       "name its origin with --cors-origin, or set a key "
                                       "(--api-key-env)")
                 return
-            if not self.public(path) and not self._authorised(headers.get(b"authorization")):
+            who = self._principal(headers.get(b"authorization"))
+            if not self.public(path) and who is None:
                 await self._send_json(counting_send, 401, "missing or wrong bearer token",
                                       [(b"www-authenticate", b"Bearer")])
                 return
+            if isinstance(who, Tenant):
+                if path in self.OPERATOR_ONLY:
+                    await self._send_json(counting_send, 403, "a tenant key does not read "
+                                          "the service's metrics (the operator's key does)")
+                    return
+                if path in self.WRITES and not who.write:
+                    await self._send_json(counting_send, 403, "this key reads namespace "
+                                          f"{who.namespace!r} and changes nothing")
+                    return
+            # the endpoints read whom they answer (request.state.tenant: None for the
+            # operator) and confine a tenant to its namespace
+            scope.setdefault("state", {})["tenant"] = who if isinstance(who, Tenant) else None
             size = headers.get(b"content-length")
             if size is not None and (not size.isdigit() or int(size) > cap):
                 await self._send_json(counting_send, 413, f"request body over {cap} bytes")

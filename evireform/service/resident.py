@@ -383,14 +383,18 @@ class RetrievalService:
         ``uploads/NAME``): a later upload of the same name replaces that file's passages."""
         return self.index_dir.parent / f".{self.index_dir.name}.uploads" / "uploads"
 
-    async def add_documents(self, files: list[tuple[str, bytes]]) -> dict[str, Any]:
+    async def add_documents(self, files: list[tuple[str, bytes]],
+                            namespace: str | None = None) -> dict[str, Any]:
         """Index uploaded ``(file name, bytes)`` with the readers and limits ``evireform
         index`` uses: each file's result (indexed with its passages, or skipped with the
-        reason), then the new generation (a file read before replaces its passages)."""
+        reason), then the new generation (a file read before replaces its passages).
+        ``namespace`` (a tenant's upload): its files are kept under ``uploads/NAMESPACE/``
+        and their passages land in the namespace."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._upd, self._add_documents_sync, files)
+            self._upd, self._add_documents_sync, files, namespace)
 
-    def _add_documents_sync(self, files: list[tuple[str, bytes]]) -> dict[str, Any]:
+    def _add_documents_sync(self, files: list[tuple[str, bytes]],
+                            namespace: str | None = None) -> dict[str, Any]:
         from ..documents import CORPUS_SUFFIXES, load_paths, document_roots
         from ..formats import read_limit, reading_limits
         if not files:
@@ -399,6 +403,9 @@ class RetrievalService:
             raise ValueError(f"{len(files)} files; at most {self.MAX_UPLOAD_FILES} an upload")
         up = self.uploads_dir
         up.mkdir(parents=True, exist_ok=True)
+        if namespace is not None:  # a tenant's files in a folder of its own
+            files = [(f"{namespace}/{n}" if upload_name_problem(n) is None else n, d)
+                     for n, d in files]
         results: list[dict[str, Any]] = []
         paths = []
         with reading_limits(self.read_limits):
@@ -445,13 +452,17 @@ class RetrievalService:
                 continue
             paths.append((name, target))
         try:
-            out = self._index_uploads(up, paths, results)
+            out = self._index_uploads(up, paths, results, namespace)
         except BaseException:  # refused: the files go, the ones they replaced come back
             for target, kept in reversed(written):
                 target.unlink(missing_ok=True)
                 if kept is not None:
                     os.replace(kept, target)
             raise
+        if namespace is not None:  # each file as the tenant named it
+            for r in out["files"]:
+                if r["file"].startswith(f"{namespace}/"):
+                    r["file"] = r["file"][len(namespace) + 1:]
         for target, kept in written:
             if kept is not None:  # replaced: the old copy goes; skipped: it comes back
                 if target.exists():
@@ -460,7 +471,8 @@ class RetrievalService:
                     os.replace(kept, target)
         return out
 
-    def _index_uploads(self, up: Path, paths: list, results: list) -> dict[str, Any]:
+    def _index_uploads(self, up: Path, paths: list, results: list,
+                       namespace: str | None = None) -> dict[str, Any]:
         """Read the uploaded files written to ``paths`` and save the update (the rest of
         :meth:`_add_documents_sync`, whose caller undoes the files when this raises)."""
         from ..documents import load_paths, document_roots
@@ -491,7 +503,7 @@ class RetrievalService:
             return {"files": results, "generation": g.number,
                     "passages": g.index.n_passages, "propositions": g.index.n_props,
                     "changes": {}}
-        done = self._update_sync(loaded, False, None)
+        done = self._update_sync(loaded, False, None, namespace=namespace)
         return {"files": results, **done}
 
     def _drop_orphan_uploads(self, index: Any) -> None:
@@ -513,14 +525,17 @@ class RetrievalService:
             elif f.is_dir() and not f.is_symlink() and not any(f.iterdir()):
                 f.rmdir()
 
-    def sources(self) -> list[dict[str, Any]]:
+    def sources(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """The documents the index holds passages of: ``{"source", "passages", "title"}``
-        per metadata ``source``, in name order."""
+        per metadata ``source``, in name order (``namespace``: of its passages only)."""
         from ..strings import column, metadata_values
         idx = self.current().index
         out: dict[str, dict[str, Any]] = {}
         titles = column(idx.passages, "titles")  # no text decoded, no metadata but sources
+        spaces = None if namespace is None else metadata_values(idx.passages, "namespace")
         for j, src in enumerate(metadata_values(idx.passages, "source")):
+            if spaces is not None and spaces[j] != namespace:
+                continue
             if isinstance(src, str):
                 e = out.get(src)
                 if e is None:
@@ -528,14 +543,17 @@ class RetrievalService:
                 e["passages"] += 1
         return [out[k] for k in sorted(out)]
 
-    def passage(self, pid: str) -> dict[str, Any]:
-        """One passage by id (``KeyError`` when the index has none)."""
+    def passage(self, pid: str, namespace: str | None = None) -> dict[str, Any]:
+        """One passage by id (``KeyError`` when the index has none, or none in
+        ``namespace``: another tenant's passage is as unknown as a missing one)."""
         idx = self.current().index
         try:
             j = idx.passage_index(pid)
         except KeyError:
             raise KeyError(f"no passage with id {pid!r:.200}") from None
         p = idx.passage(j)
+        if namespace is not None and p.metadata.get("namespace") != namespace:
+            raise KeyError(f"no passage with id {pid!r:.200}")
         return {"id": p.id, "title": p.title, "text": p.text, "metadata": dict(p.metadata)}
 
 
