@@ -1,0 +1,88 @@
+"""An offline look at a sufficiency judgment (issue 85) before building one into the
+retriever: from one ``run_eval`` of a set, EviReform's ranking with places reserved for the
+question's own evidence, single-hop and two-hop Answer@5 apart, beside ``base_dense_fill``
+(EviReform's question-only base), BM25, the hybrid and EviReform as it is.
+
+A rule reserves the first ``r`` places for the base's top ``r`` passages (in the base's
+order; the rest of EviReform's ranking follows, without them) when the question's evidence
+is judged strong: ``always``; ``agree`` when the base's top passage is also the top of
+dense passage retrieval or of BM25 (the question's two signals agree on it); ``agree-both``
+when it is the top of both.  Nothing here changes a ranking the library returns: it
+measures what a rule would do, on the same rankings, so that the one built next is chosen
+by its figures.
+
+    python scripts/sufficiency_probe.py --dataset pydoc-user [--data ../shared/data]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from evireform import load_corpus  # noqa: E402
+from evireform.embed import get_embedder  # noqa: E402
+from evireform.evaluation import DATASETS, run_eval  # noqa: E402
+from evireform.evaluation.metrics import per_question  # noqa: E402
+
+METHODS = ["dense", "bm25", "hybrid", "base_dense_fill", "evireform"]
+
+
+def reserved(evi, base, r):
+    """``evi`` with its first ``r`` places given to ``base``'s top ``r`` (base order)."""
+    head = [int(j) for j in list(base)[:r]]
+    return head + [int(j) for j in evi if int(j) not in set(head)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="pydoc-user")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    a = ap.parse_args(argv)
+    qf, cf = (Path(a.data) / x for x in DATASETS[a.dataset])
+    rep = run_eval(qf, cf, METHODS, embedder=get_embedder("minilm"), dataset=a.dataset,
+                   show_progress=False, answer_recall=True)
+    texts = [p.title + "\n" + p.text for p in load_corpus(cf)]
+    two = [i for i, q in enumerate(rep.questions) if q.type.startswith("bridge")]
+    one = [i for i in range(len(rep.questions)) if i not in set(two)]
+    R = rep.rankings
+    top = {m: [int(list(x)[0]) if len(x) else -1 for x in R[m]] for m in METHODS}
+    rules = {
+        "always": lambda i: True,
+        "agree": lambda i: top["base_dense_fill"][i] in (top["dense"][i], top["bm25"][i]),
+        "agree-both": lambda i: top["base_dense_fill"][i] == top["dense"][i] == top["bm25"][i],
+    }
+    rows = {m: R[m] for m in METHODS}
+    fired = {}
+    for name, rule in rules.items():
+        for r in (1, 2):
+            hit = [rule(i) for i in range(len(rep.questions))]
+            fired[f"evireform, {name}, r={r}"] = sum(hit)
+            rows[f"evireform, {name}, r={r}"] = [
+                reserved(e, b, r) if h else list(e)
+                for e, b, h in zip(R["evireform"], R["base_dense_fill"], hit)]
+
+    def a5(rk, sel):
+        if not sel:
+            return float("nan")
+        return 100 * float(np.mean(per_question(rk, rep.questions, (5,), texts)["answer@5"][sel]))
+
+    def c5(rk, sel):
+        return 100 * float(np.mean(per_question(rk, rep.questions, (5,))["chain@5"][sel])) \
+            if sel else float("nan")
+    print(f"{a.dataset}: {len(rep.questions)} questions ({len(one)} single-hop, {len(two)} "
+          f"two-hop), embedder {rep.embedder}")
+    print()
+    print("| ranking | A@5 | single-hop A@5 | two-hop A@5 | two-hop C@5 | rule fired |")
+    print("|---|---:|---:|---:|---:|---:|")
+    everyone = list(range(len(rep.questions)))
+    for name, rk in rows.items():
+        print(f"| {name} | {a5(rk, everyone):.2f} | {a5(rk, one):.2f} | {a5(rk, two):.2f} | "
+              f"{c5(rk, two):.2f} | {fired.get(name, '–')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
