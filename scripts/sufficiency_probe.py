@@ -69,18 +69,23 @@ def main(argv=None) -> int:
             return float("nan")
         return 100 * float(np.mean(per_question(rk, rep.questions, (5,), texts)["answer@5"][sel]))
 
+    def r5(rk, sel):
+        return 100 * float(np.mean(per_question(rk, rep.questions, (5,))["recall@5"][sel]))
+
     def c5(rk, sel):
         return 100 * float(np.mean(per_question(rk, rep.questions, (5,))["chain@5"][sel])) \
             if sel else float("nan")
     print(f"{a.dataset}: {len(rep.questions)} questions ({len(one)} single-hop, {len(two)} "
           f"two-hop), embedder {rep.embedder}")
     print()
-    print("| ranking | A@5 | single-hop A@5 | two-hop A@5 | two-hop C@5 | rule fired |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| ranking | A@5 | single-hop A@5 | two-hop A@5 | R@5 | C@5 | two-hop C@5 | "
+          "rule fired |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     everyone = list(range(len(rep.questions)))
     for name, rk in rows.items():
         print(f"| {name} | {a5(rk, everyone):.2f} | {a5(rk, one):.2f} | {a5(rk, two):.2f} | "
-              f"{c5(rk, two):.2f} | {fired.get(name, '–')} |")
+              f"{r5(rk, everyone):.2f} | {c5(rk, everyone):.2f} | {c5(rk, two):.2f} | "
+              f"{fired.get(name, '–')} |")
     return 0
 
 
