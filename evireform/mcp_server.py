@@ -47,6 +47,7 @@ def sdk():
 def create_server(service: RetrievalService, *, max_k: int = 1000):
     """An ``mcp.server.mcpserver.MCPServer`` answering from ``service`` (started on the
     first request, in the server's event loop)."""
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver.exceptions import ToolError
 
     from typing import Annotated, Literal
@@ -117,6 +118,7 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
             include_trace: Annotated[bool, Field(
                 strict=True, description="also return the method's trace (residual "
                                          "queries, candidates, timings)")] = False,
+            ctx: Context = None,  # type: ignore[assignment]
     ) -> Annotated[CallToolResult, RetrieveOut]:
         # a refusal reaches the caller as a tool error with its reason (what /query's 4xx
         # and 503 say); anything else stays a crash whose text stays on the server
@@ -129,6 +131,12 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
             raise ToolError(f"k: an integer from 1 to {max_k}")
         if method not in METHODS:
             raise ToolError(f"method: one of {', '.join(METHODS)}")
+        tenant = _tenant_of(ctx)
+        if tenant is not None:  # a tenant's key (HTTP): its namespace, whatever is asked
+            if namespace is not None and namespace != tenant.namespace:
+                raise ToolError(f"namespace: this key reads namespace "
+                                f"{tenant.namespace!r} only")
+            namespace = tenant.namespace
         svc = await ready()
         try:
             res, gen = await svc.query(question, k, method,
@@ -224,17 +232,32 @@ def render_passages(passages: list[dict[str, Any]], trace: dict[str, Any] | None
     return "\n".join(lines) if lines else "no passage matches"
 
 
-def bearer_only(app: Any, api_key: str) -> Any:
-    """``app`` (ASGI) answering HTTP requests only with ``Authorization: Bearer
-    <api_key>`` (compared in constant time); others get 401 with a JSON error."""
-    import hmac
-    want = api_key.encode()
+def _tenant_of(ctx: Any) -> Any:
+    """The :class:`~evireform.service.guard.Tenant` whose key an HTTP request carried (set
+    by :func:`bearer_only`), or None (the operator's key, or stdio)."""
+    try:
+        request = ctx.request_context.request
+    except (AttributeError, ValueError):  # no context, or not in a request
+        return None
+    return getattr(getattr(request, "state", None), "tenant", None)
+
+
+def bearer_only(app: Any, api_key: str | None, tenants: Any = None) -> Any:
+    """``app`` (ASGI) answering HTTP requests only with ``Authorization: Bearer <key>``:
+    ``api_key`` (the operator's) or one of ``tenants``' keys (a tenant's requests are then
+    confined to its namespace: the tool reads it from ``request.state.tenant``), compared
+    as :class:`~evireform.service.guard._Guard` compares them; others get 401 with a JSON
+    error."""
+    from .service.guard import Tenant, principal, tenant_digests
+    want = api_key.encode() if api_key else None
+    digests = tenant_digests(tenants)
 
     async def guarded(scope, receive, send):
         if scope["type"] == "http":
             header = dict(scope.get("headers") or ()).get(b"authorization") or b""
-            scheme, _, token = header.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), want):
+            who = principal(header, want, digests)
+            scope.setdefault("state", {})["tenant"] = who if isinstance(who, Tenant) else None
+            if who is None:
                 body = b'{"error": "missing or wrong bearer token"}'
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"),
@@ -247,7 +270,8 @@ def bearer_only(app: Any, api_key: str) -> Any:
 
 
 def run(service: RetrievalService, *, transport: str = "stdio", host: str = "127.0.0.1",
-        port: int = 8765, banner: str | None = None, api_key: str | None = None) -> None:
+        port: int = 8765, banner: str | None = None, api_key: str | None = None,
+        tenants: Any = None) -> None:
     """Serve until interrupted: over stdio (the protocol on stdout, nothing else there), or
     streamable HTTP on ``host:port`` at ``/mcp`` (``banner`` on stderr once bound;
     ``api_key``: every HTTP request must carry it as a bearer token)."""
@@ -264,8 +288,8 @@ def run(service: RetrievalService, *, transport: str = "stdio", host: str = "127
 
     from .service.app import bound_socket
     app = server.streamable_http_app(host=host)
-    if api_key:
-        app = bearer_only(app, api_key)
+    if api_key or tenants:
+        app = bearer_only(app, api_key, tenants)
     sock = bound_socket(host, port)
     if banner:
         print(banner, file=sys.stderr, flush=True)

@@ -243,3 +243,51 @@ def test_a_reply_for_every_request_malformed_unicode_included(index_dir):
     finally:
         proc.kill()
         proc.wait(20)
+
+
+def test_a_tenant_key_over_http_searches_its_namespace_only(tmp_path):
+    """Issue 81, item 8: ``mcp --transport http --tenant-keys FILE``: a tenant's retrieve
+    searches its namespace whatever the call says (the operator's answer for that namespace);
+    a call naming another namespace is a tool error; an unknown key is 401."""
+    import os
+    import httpx
+    import httpx2
+    recs = [{**r, "metadata": {"namespace": "acme" if i % 2 else "globex"}}
+            for i, r in enumerate(_records(40))]
+    ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
+    acme, op = "acme-key-0123456789", "operator-key-0123456"
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({acme: {"namespace": "acme"}}))
+    proc, port = _http_server(ix, "--tenant-keys", str(keys), "--api-key-env", "MCP_KEY",
+                              env={**os.environ, "MCP_KEY": op})
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        async def call(key, args):
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"},
+                                          timeout=60) as hc, \
+                    streamable_http_client(url, http_client=hc) as (read, write), \
+                    ClientSession(read, write) as s:
+                await s.initialize()
+                tools = {t.name: t for t in (await s.list_tools()).tools}
+                assert "ctx" not in tools["retrieve"].input_schema["properties"]
+                return await s.call_tool("retrieve", args)
+
+        async def run():
+            q = {"question": QUESTIONS[0], "k": 6}
+            return (await call(acme, q), await call(op, {**q, "namespace": "acme"}),
+                    await call(acme, {**q, "namespace": "globex"}), await call(op, q))
+        mine, theirs_view, other, everyone = asyncio.run(asyncio.wait_for(run(), 180))
+        no = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                        headers={"Accept": "application/json, text/event-stream",
+                                 "Authorization": "Bearer " + "x" * 20}, timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    idx = PropositionIndex.load(ix)
+    space = {p.id: p.metadata["namespace"] for p in idx.passages}
+    got = [p["id"] for p in mine.structured_content["passages"]]
+    assert not mine.is_error and got and {space[i] for i in got} == {"acme"}
+    assert mine.structured_content["passages"] == theirs_view.structured_content["passages"]
+    assert "globex" in {space[p["id"]] for p in everyone.structured_content["passages"]}
+    assert other.is_error and "acme" in other.content[0].text
+    assert no.status_code == 401

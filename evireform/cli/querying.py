@@ -339,7 +339,12 @@ def _cmd_mcp(args: Any) -> int:
     stdio or streamable HTTP; its questions go through the same service as ``serve``."""
     from ..mcp_server import sdk, run
     sdk()  # the SDK's absence refused before any model loads
-    key = _api_key(args, "query the index") if args.transport == "http" else None
+    tenants = _tenant_keys(args.tenant_keys)
+    if tenants and args.transport != "http":
+        raise ValueError("--tenant-keys: keys are sent over HTTP (--transport http); a stdio "
+                         "server answers the one process that launched it")
+    key = _api_key(args, "query the index") if args.transport == "http" and not (
+        tenants and not args.api_key_env) else None
     idx = PropositionIndex.load(args.index_dir)
     make_engine(idx, args.backend, precision=args.precision)
     emb = _index_embedder(args, idx)
@@ -347,7 +352,7 @@ def _cmd_mcp(args: Any) -> int:
                            backend=args.backend, precision=args.precision,
                            config=_config(args))
     run(svc, transport=args.transport, host=args.host, port=args.port, api_key=key,
-        banner=f"evireform mcp: {args.index_dir} on http://{args.host}:{args.port}/mcp")
+        tenants=tenants, banner=f"evireform mcp: {args.index_dir} on http://{args.host}:{args.port}/mcp")
     return 0
 
 
@@ -364,6 +369,10 @@ def add_mcp_parser(sub: Any) -> None:
     mc.add_argument("--api-key-env", metavar="VAR",
                     help="--transport http: require 'Authorization: Bearer $VAR' on every "
                          "request (the key read from this environment variable)")
+    mc.add_argument("--tenant-keys", metavar="FILE",
+                    help="--transport http: tenants' keys, JSON {\"KEY\": {\"namespace\": "
+                         "\"acme\"}} (as serve's): a tenant's retrieve searches its "
+                         "namespace only; --api-key-env is then the operator's key")
     mc.add_argument("--device", default=None, help="device for the index's embedder")
     _add_engine_args(mc)
     _add_index_embedder_args(mc)

@@ -79,6 +79,30 @@ def read_tenant_keys(text: str, where: str = "the tenant keys") -> dict[str, Ten
     return out
 
 
+def tenant_digests(tenants) -> dict[bytes, Tenant]:
+    """Tenant keys by their SHA-256 digest (what :func:`principal` looks them up by)."""
+    return {hashlib.sha256(k.encode()).digest(): t for k, t in (tenants or {}).items()}
+
+
+def principal(header: bytes | None, api_key: bytes | None, tenants: dict[bytes, Tenant]):
+    """Who an ``Authorization`` header is: ``"operator"`` (``api_key``, or anyone when
+    there are no keys at all), the :class:`Tenant` whose key (by SHA-256 digest, compared
+    in constant time) it carries, or None."""
+    if api_key is None and not tenants:
+        return _Guard.OPERATOR
+    scheme, _, token = (header or b"").partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    token = token.strip(b" ")
+    if api_key is not None and hmac.compare_digest(token, api_key):
+        return _Guard.OPERATOR
+    digest = hashlib.sha256(token).digest()
+    for known, tenant in tenants.items():
+        if hmac.compare_digest(digest, known):
+            return tenant
+    return None
+
+
 class _Guard:
     """Pure ASGI middleware (cheaper than Starlette's BaseHTTPMiddleware): bearer token,
     body-size limit, metrics per endpoint and status, and a JSON 500 for anything that
@@ -125,8 +149,7 @@ class _Guard:
                              "newline would lock every client out); strip it")
         self.api_key = api_key.encode() if api_key is not None else None
         #: tenant keys by their SHA-256 (a lookup that compares digests, not keys)
-        self.tenants = {hashlib.sha256(k.encode()).digest(): t
-                        for k, t in (tenants or {}).items()}
+        self.tenants = tenant_digests(tenants)
         if self.api_key is not None and hashlib.sha256(self.api_key).digest() in self.tenants:
             raise ValueError("the operator's key (--api-key-env) is also a tenant key")
 
@@ -154,19 +177,7 @@ class _Guard:
 
     def _principal(self, header: bytes | None):
         """:attr:`OPERATOR`, the :class:`Tenant` whose key the bearer token is, or None."""
-        if self.api_key is None and not self.tenants:
-            return self.OPERATOR
-        scheme, _, token = (header or b"").partition(b" ")
-        if scheme.lower() != b"bearer":
-            return None
-        token = token.strip(b" ")
-        if self.api_key is not None and hmac.compare_digest(token, self.api_key):
-            return self.OPERATOR
-        digest = hashlib.sha256(token).digest()
-        for known, tenant in self.tenants.items():
-            if hmac.compare_digest(digest, known):
-                return tenant
-        return None
+        return principal(header, self.api_key, self.tenants)
 
     async def _send_json(self, send, status: int, message: str, headers=()):
         body = json.dumps({"error": message}).encode()
