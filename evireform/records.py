@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - a core install without it: plain typin
     from typing import TypedDict  # type: ignore[assignment]
 
 __all__ = ["PassageRecord", "BridgeRecord", "EviReformTraceRecord", "BGRTraceRecord", "HiQNodeRecord",
-           "HiQTraceRecord", "TraceRecord", "GraphRecord", "ResultRecord", "SCORE_MEANING"]
+           "HiQTraceRecord", "SearchTraceRecord", "TraceRecord", "GraphRecord", "ResultRecord", "SCORE_MEANING"]
 
 #: what ``score`` means, per method (stated in every trace)
 SCORE_MEANING: dict[str, str] = {
@@ -44,6 +44,12 @@ SCORE_MEANING: dict[str, str] = {
            "chains, the intersection's passages first); 0 for passages filling up to k",
     "hiq": "1/(1 + rank) in the order read off the query tree (see trace.ranking); 0 for "
            "passages filling up to k",
+    "bm25": "BM25 (Lucene's idf, k1 1.5, b 0.75) of the question over the passage's title "
+            "and text; 0 for passages filling up to k",
+    "dense": "the readout of the question's top propositions by cosine (u normalised to sum "
+             "1, 1/sqrt(|P_j|) per passage); 0 for passages filling up to k",
+    "hybrid": "reciprocal-rank fusion of the bm25 and dense rankings: the sum of "
+              "1/(60 + rank) over the two; 0 for passages filling up to k",
 }
 
 
@@ -193,7 +199,18 @@ class HiQTraceRecord(TypedDict):
     timings_ms: dict[str, float]
 
 
-TraceRecord = Union[EviReformTraceRecord, BGRTraceRecord, HiQTraceRecord]
+class SearchTraceRecord(TypedDict):
+    """How a one-search method (bm25, dense, hybrid) ranked: one search, no hops."""
+
+    #: the method that answered
+    method: Literal["bm25", "dense", "hybrid"]
+    #: what the passages' scores mean
+    score: str
+    #: wall time per stage in milliseconds (evireform.timing; a batch's for a batch)
+    timings_ms: dict[str, float]
+
+
+TraceRecord = Union[EviReformTraceRecord, BGRTraceRecord, HiQTraceRecord, SearchTraceRecord]
 
 
 class GraphNodeRecord(TypedDict):

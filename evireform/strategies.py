@@ -1,4 +1,5 @@
-"""Two related multi-hop strategies on the same index and kernels: BGR and Hi-Q.
+"""Two related multi-hop strategies on the same index and kernels, BGR and Hi-Q, and the
+one-search methods a user may pick instead (:class:`Search`: BM25, dense, hybrid).
 
 Both return :class:`~evireform.retriever.RetrievalResult` objects whose
 :meth:`~evireform.retriever.RetrievalResult.evidence_graph` states how the evidence
@@ -72,8 +73,8 @@ if TYPE_CHECKING:  # annotations only
     from .types import FilterSpec
     from .records import BGRTraceRecord, HiQNodeRecord, HiQTraceRecord
 
-__all__ = ["BGR", "HiQ", "HiQNode", "StrategyTrace", "STRATEGIES", "STRATEGY_SETTINGS",
-           "HIQ_RANKINGS", "make_strategy",
+__all__ = ["BGR", "HiQ", "HiQNode", "Search", "StrategyTrace", "STRATEGIES",
+           "STRATEGY_SETTINGS", "SEARCHES", "HIQ_RANKINGS", "make_strategy",
            "split_query", "covers"]
 
 
@@ -184,6 +185,9 @@ class StrategyTrace:
         id, and what its scores mean."""
         name = lambda j: self.names.get(int(j), str(j))  # noqa: E731
         events = list(self.role_events)
+        if self.method in SEARCHES:
+            return {"method": self.method, "score": SCORE_MEANING[self.method],
+                    "timings_ms": dict(self.timings_ms)}  # type: ignore[typeddict-item]
         if self.method == "hiq":
             def node(n: HiQNode) -> HiQNodeRecord:
                 return {"query": n.query, "depth": n.depth, "status": n.status,
@@ -204,6 +208,8 @@ class StrategyTrace:
 
     def format(self, passages: Sequence[Any] | None=None) -> str:
         name = (lambda j: passages[j].title or passages[j].id) if passages else str
+        if self.method in SEARCHES:
+            return ""  # one search: no chain, no tree
         if self.tree is not None:
             return self.tree.format(name)
         return "\n".join([
@@ -214,23 +220,24 @@ class StrategyTrace:
 
 
 def _result(index: PropositionIndex, question: str, order: list[int], k: int, edges, trace,
-            scope: Scope, fold: bool = True) -> RetrievalResult:
+            scope: Scope, fold: bool = True, scores: Sequence[float] | None = None
+            ) -> RetrievalResult:
     """A result from a merged passage order (score = 1/(1 + rank): a merge has no common
-    scale), filled to ``k`` with the other passages of ``scope`` (those a filter allows) in
-    stored order at score 0 (as EviReform's ranking is); with ``fold``, a passage whose text
-    a better-ranked one holds is left out and named on it, as EviReform's result does
-    (:func:`~evireform.retriever.fold_repeats`)."""
+    scale; ``scores``: the order's own, for a single search), filled to ``k`` with the other
+    passages of ``scope`` (those a filter allows) in stored order at score 0 (as EviReform's
+    ranking is); with ``fold``, a passage whose text a better-ranked one holds is left out
+    and named on it, as EviReform's result does (:func:`~evireform.retriever.fold_repeats`)."""
     with stage("readout"):
-        return _assemble(index, question, order, k, edges, trace, scope, fold)
+        return _assemble(index, question, order, k, edges, trace, scope, fold, scores)
 
 
 def _assemble(index, question, order, k, edges, trace, scope: Scope,
-              fold=True) -> RetrievalResult:
+              fold=True, scores=None) -> RetrievalResult:
     def rows():
         taken = set()
         for r, j in enumerate(order):
             taken.add(j)
-            yield row(j, 1.0 / (1 + r))
+            yield row(j, 1.0 / (1 + r) if scores is None else float(scores[r]))
         allowed = scope.allowed
         universe = range(index.n_passages) if allowed is None else map(int, allowed)
         for j in universe:  # lazily: read only as far as the result needs
@@ -248,9 +255,9 @@ def _assemble(index, question, order, k, edges, trace, scope: Scope,
     return RetrievalResult(question, ranked, trace, edges=list(edges))
 
 
-def _fuse(lists, first=(), c: float = 60.0) -> list[int]:
-    """Reciprocal-rank fusion of passage lists (sum of 1/(c + rank)), ties by first
-    appearance; the ``first`` passages lead in their own order."""
+def _rrf(lists, c: float = 60.0) -> tuple[dict[int, float], dict[int, int]]:
+    """Reciprocal-rank fusion's scores of passage lists (sum of 1/(c + rank), ranks from 1)
+    and each passage's first appearance."""
     score: dict[int, float] = {}
     seen: dict[int, int] = {}
     for lst in lists:
@@ -258,6 +265,13 @@ def _fuse(lists, first=(), c: float = 60.0) -> list[int]:
             j = int(j)
             score[j] = score.get(j, 0.0) + 1.0 / (c + r + 1)
             seen.setdefault(j, len(seen))
+    return score, seen
+
+
+def _fuse(lists, first=(), c: float = 60.0) -> list[int]:
+    """Reciprocal-rank fusion of passage lists (:func:`_rrf`), ties by first appearance;
+    the ``first`` passages lead in their own order."""
+    score, seen = _rrf(lists, c)
     lead = list(dict.fromkeys(int(j) for j in first))
     led = set(lead)
     rest = sorted((j for j in score if j not in led), key=lambda j: (-score[j], seen[j]))
@@ -669,6 +683,66 @@ class HiQ(_Strategy):
                        self.fold_duplicates)
 
 
+# --------------------------------------------------------------------------- one search
+#: the one-search methods (:class:`Search`'s kinds)
+SEARCHES = ("bm25", "dense", "hybrid")
+
+
+class Search(_Strategy):
+    """One search, no hops: what a user may pick when a question needs no bridge, or to
+    compare (``--method bm25|dense|hybrid``).
+
+    ``kind``: ``"bm25"`` ranks passages by BM25 over their title and text with the index's
+    own lexical index and tokenizer (``evireform eval``'s ``bm25_engine``); ``"dense"`` is
+    the question's proposition search read out per passage (the top ``n_candidates``
+    propositions by cosine, ``u = max(0, h . h_q)`` normalised, ``1/sqrt(|P_j|)`` per
+    passage: the first search BGR and Hi-Q make; no selection, no residual query, no
+    propagation, no lexical signal); ``"hybrid"``
+    fuses the two by reciprocal rank (c = 60), each ranked to ``pool`` passages (at least
+    ``k``), the hybrid search users pick.  Scores: BM25's, the dense readout's, or the
+    fused reciprocal ranks; passages filling up to ``k`` score 0.  Filters restrict both
+    searches as an index of the matching passages alone would."""
+
+    def __init__(self, index: PropositionIndex, embedder: Embedder | None = None, *,
+                 kind: str = "hybrid", n_candidates: int = 100, pool: int = 100,
+                 backend: Any = "auto", engine: Any = None, fold_duplicates: bool = True
+                 ) -> None:
+        if kind not in SEARCHES:
+            raise ValueError(f"kind must be one of {', '.join(SEARCHES)}; got {kind!r}")
+        self.kind: str = kind
+        self.name: str = kind
+        self.index = index
+        self.pool: int = positive_int(pool, "pool")
+        self.fold_duplicates: bool = bool(fold_duplicates)
+        self.search = _PassageSearch(index, embedder, positive_int(n_candidates,
+                                                                  "n_candidates"),
+                                     backend, engine)
+
+    def _lexical(self, question: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        with stage("lexical"):
+            ids, sc = self.search.scope.lexical([question], k, "passages")
+        keep = (ids[0] >= 0) & (sc[0] > 0)
+        return ids[0][keep].astype(np.int64), sc[0][keep]
+
+    def _one(self, question: str, k: int) -> RetrievalResult:
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question must be a non-empty string; got {question!r}")
+        if self.kind == "bm25":
+            order, scores = self._lexical(question, k)
+        elif self.kind == "dense":
+            order, scores = self.search.rank([question], k)[0]
+        else:
+            n = max(k, self.pool)
+            lex = self._lexical(question, n)[0]
+            dense = self.search.rank([question], n)[0][0]
+            score, seen = _rrf([lex, dense])
+            order = sorted(score, key=lambda j: (-score[j], seen[j]))[:k]
+            scores = [score[j] for j in order]
+        return _result(self.index, question, [int(j) for j in order], k, [],
+                       self._trace(), self.search.scope, self.fold_duplicates,
+                       scores=list(scores))
+
+
 #: every strategy by name, the one registry the CLI, the service, the eval and the docs
 #: read: (its class, the settings that make the variant, a sentence on it)
 STRATEGY_SETTINGS: dict[str, tuple[type, dict[str, Any], str]] = {
@@ -683,6 +757,12 @@ STRATEGY_SETTINGS: dict[str, tuple[type, dict[str, Any], str]] = {
                "the recorded Hi-Q replies were made with; the default reads 5)"),
     "hiq_resolved_first": (HiQ, {"ranking": "resolved_first"}, "Hi-Q ranking its resolved "
                            "leaves' passages first (the earlier behaviour)"),
+    "bm25": (Search, {"kind": "bm25"}, "one BM25 search over the passages' title and text "
+             "(the index's lexical index): no hops"),
+    "dense": (Search, {"kind": "dense"}, "one dense search: the question's top 100 "
+              "propositions read out per passage (BGR's and Hi-Q's first search): no hops"),
+    "hybrid": (Search, {"kind": "hybrid"}, "reciprocal-rank fusion (c = 60) of the bm25 and "
+               "dense searches, each to 100 passages: no hops"),
 }
 STRATEGIES: tuple[str, ...] = tuple(STRATEGY_SETTINGS)
 
@@ -697,6 +777,9 @@ def make_strategy(name: str, index: PropositionIndex, embedder: Embedder | None=
     if name not in STRATEGY_SETTINGS:
         raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
     cls, settings, _ = STRATEGY_SETTINGS[name]
+    if cls is Search:
+        return Search(index, embedder, engine=engine, fold_duplicates=fold_duplicates,
+                      **settings)
     if cls is BGR:
         ref = None
         if llm is not None:

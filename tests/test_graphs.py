@@ -457,3 +457,41 @@ def test_hiq_rewrites_the_dependent_from_the_resolved_prerequisite():
     got = LLMRewriter(Down()).rewrite("Which country is #1 in?", "Where?", "Paris")
     assert list(got) == ["Which country is Paris in?"]
     assert got.events() == ["hiq-rewrite:fallback:ConnectionError"]
+
+
+# --------------------------------------------------------------------------- one search
+def test_the_one_search_methods_are_their_signals_alone(toy):
+    """Issue 82: ``bm25``, ``dense`` and ``hybrid`` at query time (make_strategy, so the
+    CLI, the service, MCP and the page offer them): bm25 is the index's BM25 over passages
+    (eval's bm25_engine ranking), dense the question's proposition search read out per
+    passage (the first search BGR and Hi-Q make), hybrid their reciprocal-rank fusion; each with its own scores, filled to k at 0, and a filter ranks as a sub-index."""
+    from evireform.evaluation.baselines import engine_bm25_rankings
+    from evireform.index import subset_index
+    from evireform.strategies import Search, _rrf
+    idx, e = toy
+    q = "Who was the first president of the society that publishes Journal Zeta?"
+    bm = make_strategy("bm25", idx, e).retrieve(q, k=6)
+    scored = [p.index for p in bm.passages if p.score > 0]
+    assert scored and scored == list(engine_bm25_rankings(idx, [q], 6)[0])[:len(scored)]
+    assert bm.to_dict()["trace"]["method"] == "bm25" and len(bm.passages) == 6
+    dense = make_strategy("dense", idx, e).retrieve(q, k=6)
+    from evireform.strategies import _PassageSearch
+    order, sc = _PassageSearch(idx, e).rank([q], 6)[0]  # BGR's and Hi-Q's first search
+    got = [(p.index, p.score) for p in dense.passages if p.score > 0]
+    assert got == [(int(j), float(v)) for j, v in zip(order, sc)] and len(got) >= 2
+    hy = make_strategy("hybrid", idx, e).retrieve(q, k=6)
+    score, seen = _rrf([[p.index for p in make_strategy(m, idx, e).retrieve(q, k=6).passages
+                         if p.score > 0] for m in ("bm25", "dense")])
+    want = sorted(score, key=lambda j: (-score[j], seen[j]))
+    assert [p.index for p in hy.passages if p.score > 0] == want
+    assert [p.score for p in hy.passages if p.score > 0] == [score[j] for j in want]
+    keep = ["orvel", "quill", "d1", "d3"]
+    sub = subset_index(idx, [idx.passage_index(i) for i in keep])
+    for m in ("bm25", "dense", "hybrid"):
+        res = make_strategy(m, idx, e).retrieve(q, k=3, filter=keep)
+        assert {p.id for p in res.passages} <= set(keep) and len(res.passages) == 3
+        alone = make_strategy(m, sub, e).retrieve(q, k=3)
+        assert [(p.id, round(p.score, 6)) for p in res.passages] == \
+            [(p.id, round(p.score, 6)) for p in alone.passages]
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Search(idx, e, kind="sparse")

@@ -34,7 +34,10 @@ def index_dir(tmp_path_factory):
 
 
 def _method_of(name):
-    return "evireform" if name == "evireform" else STRATEGY_SETTINGS[name][0].name
+    if name == "evireform":
+        return "evireform"
+    cls, settings, _ = STRATEGY_SETTINGS[name]
+    return settings.get("kind") or cls.name  # a one-search method is named by its kind
 
 
 def _check_shape(rec, method):
@@ -57,6 +60,10 @@ def _check_shape(rec, method):
             assert set(n["passages"]) <= ids and n["status"]
             stack.extend(n["children"])
         assert tr["ranking"] in ("interleave", "resolved_first")
+    elif method in ("bm25", "dense", "hybrid"):  # one search: nothing but its timings
+        assert set(tr) == {"method", "score", "timings_ms"}
+        scores = [p["score"] for p in rec["passages"]]
+        assert scores == sorted(scores, reverse=True) and scores[0] > 0
     else:
         assert isinstance(tr["residual_queries"], list)
 
@@ -94,7 +101,7 @@ def test_the_service_schema_is_generated_from_the_record(index_dir):
     spec = create_app(RetrievalService(index_dir, EMB)).app.openapi()
     names = set(spec["components"]["schemas"])
     assert {"EviReformTraceRecord", "BGRTraceRecord", "HiQTraceRecord", "HiQNodeRecord",
-            "PassageRecord"} <= names, names
+            "SearchTraceRecord", "PassageRecord"} <= names, names
     hiq = spec["components"]["schemas"]["HiQTraceRecord"]["properties"]
     assert {"tree", "ranking", "role_events", "method", "score"} <= set(hiq)
 

@@ -311,7 +311,7 @@ def test_a_text_held_by_several_passages_is_shown_once_naming_the_others():
         EviReformConfig(fold_duplicates=1)
 
 
-@pytest.mark.parametrize("method", ["bgr", "hiq"])
+@pytest.mark.parametrize("method", ["bgr", "hiq", "bm25", "dense", "hybrid"])
 def test_bgr_and_hiq_show_a_repeated_text_once_too(method):
     """BGR and Hi-Q fold repeated texts as EviReform does (one copy, naming the others, k
     different texts, a filter naming its matching copies only); fold_duplicates=False

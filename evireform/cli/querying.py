@@ -120,8 +120,9 @@ def _cmd_query(args: Any) -> int:
     print(f"Q: {args.question}")
     for q in getattr(res.trace, "residual_queries", []):
         print(f"   residual query: {q}")
-    if hasattr(res.trace, "format"):  # Hi-Q's tree, BGR's chains
-        print(res.trace.format(idx.passages))
+    shown = res.trace.format(idx.passages) if hasattr(res.trace, "format") else ""
+    if shown:  # Hi-Q's tree, BGR's chains (a one-search method has neither)
+        print(shown)
     if not res.passages:
         print("   (no passage matches the filter)")
     reached = reached_by(res, idx)

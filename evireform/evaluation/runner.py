@@ -14,7 +14,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 import numpy as np
 
 from .._checks import positive_int
-from ..strategies import STRATEGY_SETTINGS, HiQ
+from ..strategies import SEARCHES, STRATEGY_SETTINGS, HiQ
 from .baselines import BASELINES, BaselineInputs
 from .data import Question, load_questions
 from .metrics import KS, metrics, per_question
@@ -82,8 +82,12 @@ METHODS: dict[str, Method] = {m.name: m for m in [
              "(lexical=False)", lexical=False),
     _variant("evireform_evidence", "EviReform with the do-no-harm beta rule "
              "(beta_rule='evidence')", beta_rule="evidence"),
-    # the strategies, from their one registry (evireform.strategies.STRATEGY_SETTINGS)
-    *(Method(name, desc, strategy=name) for name, (_, _, desc) in STRATEGY_SETTINGS.items()),
+    # the strategies, from their one registry (evireform.strategies.STRATEGY_SETTINGS); the
+    # one-search methods a user picks at query time (bm25, dense, hybrid) are the baselines
+    # above here: the protocol's reference implementations (bm25s, passage embeddings),
+    # with the index's own BM25 as bm25_engine
+    *(Method(name, desc, strategy=name) for name, (_, _, desc) in STRATEGY_SETTINGS.items()
+      if name not in SEARCHES),
 ]}
 DEFAULT_METHODS = ("dense", "evireform", "reform_only", "prop_only", "base")
 
