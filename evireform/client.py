@@ -14,6 +14,8 @@
         for p in ans["passages"]:
             print(p["score"], p["title"], p["metadata"].get("source"))
         c.update(delete_where={"source": "notes/old.md"})
+        c.add_documents(["notes/new.md"])          # POST /documents, as `index` reads them
+        print(c.sources(), c.passage("uploads/new.md#0")["text"])
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ __all__ = ["Client", "AsyncClient", "ServiceError", "BadRequest", "Unauthorized"
            "NotFound", "Conflict", "PayloadTooLarge", "InvalidRequest", "ServerError",
            "ServiceUnavailable", "InsufficientStorage", "DeadlineExceeded", "ResponseTooLarge",
            "UnexpectedResponse", "Answer", "BatchAnswer",
-           "UpdateAnswer", "Health"]
+           "UpdateAnswer", "DocumentsAnswer", "Health"]
 
 
 # --- what the service answers (its OpenAPI schema's response models) ---------------------
@@ -38,6 +40,16 @@ __all__ = ["Client", "AsyncClient", "ServiceError", "BadRequest", "Unauthorized"
 class UpdateAnswer(TypedDict):
     """``POST /update``: the generation written (unchanged for a no-op) and the counts."""
 
+    generation: int
+    passages: int
+    propositions: int
+    changes: dict[str, int]
+
+
+class DocumentsAnswer(TypedDict):
+    """``POST /documents``: each file's fate and the generation written."""
+
+    files: list[dict[str, Any]]
     generation: int
     passages: int
     propositions: int
@@ -197,6 +209,33 @@ def _ask(k: int, method: str, filter: Any, namespace: str | None,
     return body
 
 
+def _upload(files: Sequence[Any]) -> list[tuple[str, tuple[str, bytes]]]:
+    """``POST /documents``' multipart parts: each path read (its name sent), or each
+    ``(name, bytes)`` pair as it is."""
+    from pathlib import Path
+    if isinstance(files, (str, bytes, Path)) or (isinstance(files, tuple) and len(files) == 2
+                                                 and isinstance(files[1], bytes)):
+        files = [files]  # one file given alone
+    out = []
+    for f in files:
+        if isinstance(f, tuple):
+            name, data = f
+            out.append(("files", (str(name), bytes(data))))
+        else:
+            p = Path(f)
+            out.append(("files", (p.name, p.read_bytes())))
+    if not out:
+        raise ValueError("add_documents: give one or more files")
+    return out
+
+
+def _passage_path(passage_id: str) -> str:
+    """``/passages/{id}`` with the id percent-encoded ('#' as %23; '/' kept: the route
+    takes a path)."""
+    from urllib.parse import quote
+    return "/passages/" + quote(str(passage_id), safe="/")
+
+
 def _update_body(add, upsert, delete, delete_where) -> dict[str, Any]:
     body: dict[str, Any] = {"add": list(add or ()), "upsert": upsert,
                             "delete": list(delete or ())}
@@ -284,10 +323,11 @@ class Client(_Base):
         super().__init__(base_url, api_key, timeout, retries, max_wait, headers, transport,
                          httpx.Client, max_response_bytes)
 
-    def _fetch(self, method: str, path: str, body: Any, end: float) -> _Reply:
+    def _fetch(self, method: str, path: str, body: Any, end: float,
+               files: Any = None) -> _Reply:
         httpx = self._httpx
         try:
-            with self._http.stream(method, path, json=body,
+            with self._http.stream(method, path, json=body, files=files,
                                    timeout=httpx.Timeout(self._left(end))) as r:
                 parts, got = [], 0
                 for piece in r.iter_bytes():
@@ -299,14 +339,16 @@ class Client(_Base):
             self._left(end)  # past the deadline: DeadlineExceeded
             raise self._late() from None
 
-    def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True):
+    def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True,
+              files: Any = None):
         """One request within one deadline (``timeout``: connecting, retries and their
-        waits, reading the whole answer), its answer read whole up to the size cap."""
+        waits, reading the whole answer), its answer read whole up to the size cap;
+        ``files``: a multipart upload's ``[("files", (name, bytes)), ...]``."""
         end = time.monotonic() + self.timeout
         attempt = 0
         while True:
             try:
-                r = self._fetch(method, path, body, end)
+                r = self._fetch(method, path, body, end, files)
             except self._errors:
                 wait = self._wait(attempt, None)
                 if wait is None:
@@ -352,6 +394,21 @@ class Client(_Base):
         return self._call("POST", "/update",
                           _update_body(add, upsert, delete, delete_where)).json()
 
+    def add_documents(self, files: Sequence[Any]) -> DocumentsAnswer:
+        """Index files as ``evireform index`` reads them (``POST /documents``): paths, or
+        ``(name, bytes)`` pairs (a name may be a relative path, ``notes/a.md``); each file's
+        fate (indexed with its passages, or skipped with the reason) and the generation."""
+        return self._call("POST", "/documents", files=_upload(files)).json()
+
+    def sources(self) -> list[dict[str, Any]]:
+        """The documents the index holds (``GET /sources``): source, passages, title."""
+        return self._call("GET", "/sources").json()["sources"]
+
+    def passage(self, passage_id: str) -> dict[str, Any]:
+        """One passage by id (``GET /passages/{id}``): id, title, text, metadata;
+        :class:`NotFound` for an id the index (or the key's namespace) does not hold."""
+        return self._call("GET", _passage_path(passage_id)).json()
+
     def metrics(self) -> str:
         """The Prometheus text exposition."""
         return self._call("GET", "/metrics").text
@@ -383,10 +440,11 @@ class AsyncClient(_Base):
         super().__init__(base_url, api_key, timeout, retries, max_wait, headers, transport,
                          httpx.AsyncClient, max_response_bytes)
 
-    async def _fetch(self, method: str, path: str, body: Any, end: float) -> _Reply:
+    async def _fetch(self, method: str, path: str, body: Any, end: float,
+                     files: Any = None) -> _Reply:
         httpx = self._httpx
         try:
-            async with self._http.stream(method, path, json=body,
+            async with self._http.stream(method, path, json=body, files=files,
                                          timeout=httpx.Timeout(self._left(end))) as r:
                 parts, got = [], 0
                 async for piece in r.aiter_bytes():
@@ -398,13 +456,14 @@ class AsyncClient(_Base):
             self._left(end)
             raise self._late() from None
 
-    async def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True):
+    async def _call(self, method: str, path: str, body: Any = None, raise_for: bool = True,
+                    files: Any = None):
         end = time.monotonic() + self.timeout
         attempt = 0
         while True:
             try:
                 # the deadline holds even where a read blocks between pieces
-                r = await asyncio.wait_for(self._fetch(method, path, body, end),
+                r = await asyncio.wait_for(self._fetch(method, path, body, end, files),
                                            self._left(end))
             except asyncio.TimeoutError:
                 raise self._late() from None
@@ -447,6 +506,15 @@ class AsyncClient(_Base):
                      delete_where: dict[str, Any] | None = None) -> UpdateAnswer:
         r = await self._call("POST", "/update", _update_body(add, upsert, delete, delete_where))
         return r.json()
+
+    async def add_documents(self, files: Sequence[Any]) -> DocumentsAnswer:
+        return (await self._call("POST", "/documents", files=_upload(files))).json()
+
+    async def sources(self) -> list[dict[str, Any]]:
+        return (await self._call("GET", "/sources")).json()["sources"]
+
+    async def passage(self, passage_id: str) -> dict[str, Any]:
+        return (await self._call("GET", _passage_path(passage_id))).json()
 
     async def metrics(self) -> str:
         return (await self._call("GET", "/metrics")).text

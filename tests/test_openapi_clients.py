@@ -218,3 +218,36 @@ def test_schemathesis_finds_no_contract_mismatch(fuzzed_server, mode):
             seen.append((op.path, r.status_code))
         run()
     assert len({p for p, _ in seen}) == (8 if mode == "positive" else 4)
+
+
+def test_the_shipped_clients_upload_list_and_open(live, tmp_path):
+    """Issue 82, item 4: Client and AsyncClient call POST /documents (paths and (name,
+    bytes) pairs: the file read as `evireform index` reads it, sectioned), GET /sources and
+    GET /passages/{id} (an id with '#' and '/' encoded), with the key and typed refusals."""
+    from evireform.client import AsyncClient, Client, NotFound, Unauthorized
+    note = tmp_path / "farm.md"
+    note.write_text("# Farm\n\n## Owner\n\nThe build farm is run by Orla Quist.\n\n"
+                    "## Hours\n\nIt restarts every night at two.\n")
+    with Client(live.url, api_key=KEY) as c, Client(live.url) as anon:
+        up = c.add_documents([note, ("team/a.md", b"# A\n\nThe alpha team meets on Monday.\n")])
+        got = {f["file"]: f for f in up["files"]}
+        assert got["farm.md"]["status"] == "indexed" and got["farm.md"]["passages"] >= 1
+        assert got["team/a.md"]["source"] == "uploads/team/a.md"
+        srcs = {s["source"]: s for s in c.sources()}
+        assert {"uploads/farm.md", "uploads/team/a.md"} <= set(srcs)
+        one = c.passage("uploads/team/a.md#0")
+        assert one["id"] == "uploads/team/a.md#0" and "Monday" in one["text"]
+        with pytest.raises(NotFound):
+            c.passage("uploads/none.md#0")
+        with pytest.raises(Unauthorized):
+            anon.sources()
+        with pytest.raises(ValueError, match="one or more"):
+            c.add_documents([])
+
+    async def run():
+        async with AsyncClient(live.url, api_key=KEY) as c:
+            up = await c.add_documents([("b.md", b"# B\n\nThe beta team meets on Friday.\n")])
+            return up, await c.sources(), await c.passage("uploads/b.md#0")
+    up, srcs, one = asyncio.run(run())
+    assert up["files"][0]["status"] == "indexed"
+    assert "uploads/b.md" in {s["source"] for s in srcs} and "Friday" in one["text"]
