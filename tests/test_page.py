@@ -269,8 +269,15 @@ def test_files_uploaded_through_the_page_answer_first_and_can_be_deleted(
         assert w[0] == max(w) and min(w) < w[0]
         graph = page.locator("#graph")
         assert graph.is_visible() == (width > 600)
-        # the sources list deletes the PDF's passages
+        # the sources list deletes the PDF's passages once asked and confirmed (a dismissed
+        # question deletes nothing)
         page.click("#library summary")
+        asked = []
+        page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+        page.locator("#sources li[data-source='uploads/archive.pdf'] .del").click()
+        expect(page.locator("#sources li[data-source='uploads/archive.pdf']")).to_have_count(1)
+        assert asked and "uploads/archive.pdf" in asked[0] and "passage" in asked[0]
+        page.once("dialog", lambda d: d.accept())
         page.locator("#sources li[data-source='uploads/archive.pdf'] .del").click()
         expect(page.locator("#upstatus")).to_contain_text("Deleted uploads/archive.pdf")
         expect(page.locator("#sources li[data-source='uploads/archive.pdf']")).to_have_count(0)

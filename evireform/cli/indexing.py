@@ -341,10 +341,12 @@ def add_index_parser(sub: Any) -> None:
                     help="replace OUT_DIR even when it is a directory that is not an "
                          "evireform index (its contents are deleted)")
     ix.add_argument("--extractor", default="auto",
-                    help="'auto' (LLM-free, chosen by the corpus's letter case: heuristic for "
-                         "cased text, phrases otherwise; the choice and its measurement go "
-                         "in the manifest), 'heuristic' (LLM-free, capitalised names), "
-                         "'phrases' (LLM-free, "
+                    help="'auto' (LLM-free, chosen per namespace by the text's letter case: "
+                         "heuristic for text as capitalised as Wikipedia's, prose for "
+                         "ordinary cased prose such as documentation, phrases otherwise; the "
+                         "choice and its measurement go in the manifest), 'heuristic' "
+                         "(LLM-free, capitalised names), 'prose' (LLM-free, names and "
+                         "noun phrases of ordinary prose), 'phrases' (LLM-free, "
                          "corpus phrases: lower-case text, German, Chinese), 'llm' (the LLM "
                          "extractor; see the LLM options) or the path of a HippoRAG OpenIE "
                          "JSON file (one triple = one proposition)")

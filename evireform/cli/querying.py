@@ -118,17 +118,17 @@ def _cmd_query(args: Any) -> int:
         print(json.dumps(res.to_dict(graph=args.graph), indent=1))
         return _strict_status(args, [res])
     print(f"Q: {args.question}")
+    if not res.passages:
+        print("   (no passage matches the filter)")
+    reached = reached_by(res, idx)
+    for r, p in enumerate(res.passages, 1):  # the answer first, then how it was reached
+        print(format_passage(r, p, args.question, text=not args.no_text,
+                             queries=reached.get(p.index, ()), metadata=args.metadata))
     for q in getattr(res.trace, "residual_queries", []):
         print(f"   residual query: {q}")
     shown = res.trace.format(idx.passages) if hasattr(res.trace, "format") else ""
     if shown:  # Hi-Q's tree, BGR's chains (a one-search method has neither)
         print(shown)
-    if not res.passages:
-        print("   (no passage matches the filter)")
-    reached = reached_by(res, idx)
-    for r, p in enumerate(res.passages, 1):
-        print(format_passage(r, p, args.question, text=not args.no_text,
-                             queries=reached.get(p.index, ()), metadata=args.metadata))
     if args.graph:
         print("evidence graph (how each passage was reached):")
         print(res.evidence_graph().format())

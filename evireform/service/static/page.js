@@ -542,7 +542,7 @@ async function loadSources() {
       li.dataset.source = s.source;
       const del = el("button", "del", "Delete");
       del.type = "button";
-      del.addEventListener("click", () => removeSource(s.source));
+      del.addEventListener("click", () => removeSource(s.source, s.passages));
       li.append(el("span", "src", s.source), el("span", "n",
         ` ${s.passages} passage${s.passages === 1 ? "" : "s"} · ${s.title}`), del);
       return li;
@@ -552,7 +552,10 @@ async function loadSources() {
   }
 }
 
-async function removeSource(src) {
+async function removeSource(src, passages) {
+  // a deletion cannot be undone: say what goes, and ask
+  if (!window.confirm(`Delete ${src} and its ${passages} passage${passages === 1 ? "" : "s"} ` +
+                      "from the index?")) return;
   $("upstatus").textContent = `Deleting ${src}…`;
   const r = await fetch("update", { method: "POST", headers: headers(),
     body: JSON.stringify({ delete_where: { source: src } }) });
