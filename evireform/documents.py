@@ -228,6 +228,8 @@ class Loaded:
     #: too; their sources in ``skipped``: an update keeps what the index holds of them)
     unread: dict[str, int] = field(default_factory=dict)
     needs_extra: dict[str, str] = field(default_factory=dict)
+    #: the first few of those files, by their path below the folder (what the warning names)
+    unread_names: list[str] = field(default_factory=list)
     #: what ``skip_errors`` skipped: the sources of files that could not be read, and the
     #: folders that could not be listed as ``(root, path below it)``; an update keeps what
     #: the index holds of them (:func:`replace_sources`), never deletes it
@@ -294,10 +296,15 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool,
             rel = full.relative_to(folder).as_posix()
             if include and not any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g)
                                    for g in include):
-                if default_include:  # a file no reader takes: named, never silently left
-                    suffix = Path(f).suffix.lower() or "(no suffix)"
-                    out.unread[suffix] = out.unread.get(suffix, 0) + 1
-                continue
+                if default_include and _named_not_typed(f) and _sniffs_as_text(full):
+                    pass  # README, README.Debian, NEWS: text by its bytes, read as text
+                else:
+                    if default_include:  # a file no reader takes: named, never silently left
+                        suffix = Path(f).suffix.lower() or "(no suffix)"
+                        out.unread[suffix] = out.unread.get(suffix, 0) + 1
+                        if len(out.unread_names) < UNREAD_NAMED:
+                            out.unread_names.append(rel)
+                    continue
             if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g) for g in exclude or ()):
                 continue
             try:
@@ -396,7 +403,8 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
                 got = load_corpus(f, under=walked)
             elif f.suffix.lower() in DOCUMENT_SUFFIXES:
                 got = _document_file(f, src, chunk_tokens, chunk_overlap, count, walked)
-            elif f.suffix.lower() in TEXT_SUFFIXES or f.suffix == "":
+            elif f.suffix.lower() in TEXT_SUFFIXES or f.suffix == "" or (
+                    _named_not_typed(f.name) and _sniffs_as_text(f)):
                 got = _text_file(f, src, chunk_tokens, chunk_overlap, count, walked)
             else:
                 raise ValueError(f"{f}: unsupported file type {f.suffix!r} (text: "
@@ -405,6 +413,8 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
             suffix = f.suffix.lower()
             out.unread[suffix] = out.unread.get(suffix, 0) + 1
             out.needs_extra[suffix] = exc.extra
+            if len(out.unread_names) < UNREAD_NAMED:
+                out.unread_names.append(str(below) if below else f.name)
             out.skipped.add(src)
             continue
         except (OSError, ValueError) as exc:
@@ -419,7 +429,7 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
             out.files[src] = {"root": root, "path": below}
         out.passages.extend(got)
     if out.unread:
-        out.warnings.append(unread_summary(out.unread, out.needs_extra))
+        out.warnings.append(unread_summary(out.unread, out.needs_extra, out.unread_names))
     ids = [p.id for p in out.passages]
     if len(set(ids)) != len(ids):
         from collections import Counter
@@ -428,7 +438,7 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
     if not out.passages and not out.sources and not empty_ok:
         raise ValueError("no passages found in " + ", ".join(map(str, paths))
                          + (f" ({len(out.errors)} files skipped)" if out.errors else "")
-                         + (f"; {unread_summary(out.unread, out.needs_extra)}"
+                         + (f"; {unread_summary(out.unread, out.needs_extra, out.unread_names)}"
                             if out.unread else ""))
     return out
 
@@ -438,9 +448,50 @@ NO_READER_YET = (".ppt", ".xls", ".odt", ".ods", ".odp", ".rtf", ".doc", ".pages
                  ".numbers")
 
 
-def unread_summary(unread: dict[str, int], needs_extra: dict[str, str] | None = None) -> str:
-    """One line naming the files left unread, by suffix, most first: "skipped 3 files: 2
-    .pptx (install 'evireform[documents]'), 1 .bin (no reader)"."""
+#: how many of the files no reader takes the warning names
+UNREAD_NAMED = 5
+
+
+def _named_not_typed(name: str) -> bool:
+    """Whether a file name's last dot-part names no file type: no suffix (``README``,
+    ``NEWS``), or one longer than four characters or with a capital (``README.Debian``,
+    ``changelog.source``), where ``.js``, ``.svg`` or ``.cfg`` say what the file is.  Such
+    a file is read as text when its bytes are text (:func:`_sniffs_as_text`)."""
+    suffix = Path(name).suffix[1:]
+    return not suffix or len(suffix) > 4 or suffix != suffix.lower()
+
+
+def _sniffs_as_text(path: Path, size: int = 8192) -> bool:
+    """Whether the first ``size`` bytes of the regular file at ``path`` are UTF-8 text
+    without NUL bytes (opened without following a link or blocking; a last character cut
+    by the window counts as text).  False for anything that cannot be read."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, size)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if not head or b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"
+    return True
+
+
+def unread_summary(unread: dict[str, int], needs_extra: dict[str, str] | None = None,
+                   names: Sequence[str] = ()) -> str:
+    """One line naming the files left unread, by suffix, most first, and the first few of
+    them: "skipped 3 files: 2 .pptx (install 'evireform[documents]'), 1 .bin (no reader):
+    talk.pptx, deck.pptx, blob.bin"."""
     needs_extra = needs_extra or {}
     n = sum(unread.values())
 
@@ -454,7 +505,9 @@ def unread_summary(unread: dict[str, int], needs_extra: dict[str, str] | None = 
              for s, c in sorted(unread.items(), key=lambda x: (-x[1], x[0]))]
     tail = "" if set(unread) <= set(needs_extra) else \
         "; --include names files to read as text"
-    return f"skipped {n} file{'s' if n != 1 else ''}: " + ", ".join(parts) + tail
+    shown = "" if not names else ": " + ", ".join(sorted(names)[:UNREAD_NAMED]) + (
+        f" and {n - len(names[:UNREAD_NAMED])} more" if n > len(names[:UNREAD_NAMED]) else "")
+    return f"skipped {n} file{'s' if n != 1 else ''}: " + ", ".join(parts) + shown + tail
 
 
 def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any,

@@ -200,9 +200,38 @@ def test_a_folders_files_no_reader_takes_are_named(tmp_path):
     assert got.unread == {".key": 2, ".bin": 1}
     line = [w for w in got.warnings if w.startswith("skipped")]
     assert line == ["skipped 3 files: 2 .key (no reader yet; convert to PDF, HTML or text), "
-                    "1 .bin (no reader); --include names files to read as text"]
+                    "1 .bin (no reader): blob.bin, deck.key, deck2.key; --include names "
+                    "files to read as text"]
     # a pattern of the user's own says what to read: nothing else is reported
     assert load_paths(tmp_path / "notes", include=["*.md"]).unread == {}
+
+
+def test_text_files_whose_names_say_no_type_are_read_by_their_bytes(tmp_path):
+    """Issue 82, item 3: a folder's README, README.Debian or NEWS (no suffix, or a last
+    dot-part that is a name, not a type) is read as text when its first bytes are UTF-8
+    text; binary ones, and typed suffixes no reader takes (.js, .svg), are named in the
+    warning (the first five, then how many more)."""
+    from evireform.documents import load_paths
+    d = tmp_path / "pkg"
+    d.mkdir()
+    (d / "README").write_text("The build farm is run by Orla Quist.\n")
+    (d / "README.Debian").write_text("On Debian the service starts at boot.\n")
+    (d / "changelog.source").write_text("Version 2 drops the old parser.\n")
+    (d / "BLOB").write_bytes(b"\x00\x01binary")
+    (d / "Latin").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (d / "app.js").write_text("console.log('x');\n")
+    for i in range(6):
+        (d / f"pic{i}.png").write_bytes(b"\x89PNG\r\n")
+    got = load_paths(d)
+    assert sorted(got.sources) == ["pkg/README", "pkg/README.Debian", "pkg/changelog.source"]
+    text = " ".join(p.text for p in got.passages)
+    assert "Orla Quist" in text and "starts at boot" in text
+    assert got.unread == {"(no suffix)": 2, ".js": 1, ".png": 6}
+    (line,) = [w for w in got.warnings if w.startswith("skipped")]
+    assert ": BLOB, Latin, app.js, pic0.png, pic1.png and 4 more;" in line, line
+    # a file named on the command line is read the same way
+    assert load_paths(d / "README.Debian").sources == {"pkg/README.Debian": 1} or \
+        list(load_paths(d / "README.Debian").sources.values()) == [1]
 
 
 def test_what_a_documents_chunks_share_is_stored_once(tmp_path):

@@ -602,9 +602,10 @@ def test_a_format_whose_extra_is_missing_is_named_not_fatal(tmp_path, monkeypatc
     (d / "z.bin").write_bytes(b"\0")
     got = load_paths([d])
     assert got.unread == {".pptx": 2, ".bin": 1} and got.skipped == {"n/x.pptx", "n/y.pptx"}
-    assert unread_summary(got.unread, got.needs_extra) in got.warnings
+    assert unread_summary(got.unread, got.needs_extra, got.unread_names) in got.warnings
     assert got.warnings[-1] == ("skipped 3 files: 2 .pptx (install 'evireform[documents]'), "
-                                "1 .bin (no reader); --include names files to read as text")
+                                "1 .bin (no reader): x.pptx, y.pptx, z.bin; --include names "
+                                "files to read as text")
     with pytest.raises(ValueError, match=r"no passages found .*install 'evireform\[documents\]'"):
         load_paths([d / "x.pptx"])
 
