@@ -65,6 +65,8 @@ BLOCKS["devset-pydoc-user"] = [sys.executable, "scripts/devset_table.py", "--dat
 BLOCKS["devset-readmes"] = [sys.executable, "scripts/devset_table.py", "--dataset", "readmes"]
 BLOCKS["devset-readmes-plain"] = [sys.executable, "scripts/devset_table.py", "--dataset",
                                   "readmes-plain"]
+BLOCKS["devset-nodejs"] = [sys.executable, "scripts/devset_table.py", "--dataset", "nodejs"]
+BLOCKS["probe-nodejs"] = [sys.executable, "scripts/sufficiency_probe.py", "--dataset", "nodejs"]
 BLOCKS["lexical-fusions"] = [sys.executable, "scripts/lexical_fusions.py"]
 BLOCKS["lexical-fusions-llm"] = [sys.executable, "scripts/lexical_fusions.py", "--llm"]
 BLOCKS["devset-rule"] = [sys.executable, "scripts/devset_table.py", "--rule-only",

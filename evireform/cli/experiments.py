@@ -262,7 +262,8 @@ def _cmd_bench(args: Any) -> int:
 def add_eval_parser(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate methods on a question set in one run")
     ev.add_argument("--dataset", choices=("musique", "hotpotqa", "manpages", "pydoc",
-                                          "pydoc-user", "readmes", "readmes-plain"),
+                                          "pydoc-user", "readmes", "readmes-plain",
+                                          "nodejs"),
                     help="read the dataset from --data (default ../shared/data); manpages, "
                          "pydoc and readmes: the real-documents development sets shipped "
                          "with the package (Debian manual pages, English and Chinese; the "
