@@ -64,13 +64,13 @@ def test_a_loopback_service_refuses_other_host_names(index_dir):
     assert "127.0.0.1" in evil.json()["error"]
 
 
-def test_a_keyless_service_refuses_another_sites_pages(index_dir):
-    """Issue 81 (cross-site writes): without a key, a request that is not a read sent by a
+def test_a_service_refuses_another_sites_pages(index_dir):
+    """Issue 81 (cross-site writes): keyed or not, a request that is not a read sent by a
     page of another site (its Origin, or Sec-Fetch-Site: cross-site) is refused with 403:
     a multipart POST /documents needs no CORS preflight, and Host says localhost.  The
     service's own page (same origin), clients that are not browsers, and the origins named
-    with --cors-origin go through; reads are CORS's; with a key the key decides; "*" without
-    a key is refused."""
+    with --cors-origin go through; reads are CORS's; "*" names every origin on a keyed
+    service and is refused without a key."""
     import asyncio
 
     import httpx
@@ -82,6 +82,8 @@ def test_a_keyless_service_refuses_another_sites_pages(index_dir):
     keyless = create_app(svc, allowed_hosts=LOOPBACK_HOSTS,
                          cors_origins=["https://app.example.org"])
     keyed = create_app(svc, api_key="s3cret", allowed_hosts=LOOPBACK_HOSTS)
+    keyed_any = create_app(svc, api_key="s3cret", allowed_hosts=LOOPBACK_HOSTS,
+                           cors_origins=["*"])
     q = {"question": QUESTIONS[0], "k": 2}
     upload = {"files": ("x.md", b"# Planted\n\nPlanted by a page.\n")}
     evil = {"Origin": "https://evil.example"}
@@ -90,10 +92,10 @@ def test_a_keyless_service_refuses_another_sites_pages(index_dir):
         await svc.start()
         try:
             out = {}
-            for name, app in (("keyless", keyless), ("keyed", keyed)):
+            for name, app in (("keyless", keyless), ("keyed", keyed), ("any", keyed_any)):
                 async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                              base_url="http://localhost:8000") as c:
-                    auth = {"Authorization": "Bearer s3cret"} if name == "keyed" else {}
+                    auth = {"Authorization": "Bearer s3cret"} if name != "keyless" else {}
                     out[name] = {
                         "docs": await c.post("/documents", files=upload,
                                              headers={**evil, **auth}),
@@ -117,7 +119,12 @@ def test_a_keyless_service_refuses_another_sites_pages(index_dir):
     assert "--cors-origin" in got["keyless"]["docs"].json()["error"]
     assert k["own"] == k["named"] == k["curl"] == k["read"] == 200, k
     keyed_codes = {n: r.status_code for n, r in got["keyed"].items()}
-    assert keyed_codes["docs"] == 200 and keyed_codes["null"] == 200, keyed_codes
+    assert keyed_codes["docs"] == keyed_codes["fetch"] == keyed_codes["null"] == \
+        keyed_codes["named"] == 403, keyed_codes  # no origin named on this one
+    assert "--api-key-env" not in got["keyed"]["docs"].json()["error"]
+    assert keyed_codes["own"] == keyed_codes["curl"] == keyed_codes["read"] == 200
+    any_codes = {n: r.status_code for n, r in got["any"].items()}
+    assert 403 not in any_codes.values() and any_codes["docs"] == 200, any_codes
     with pytest.raises(ValueError, match="'\\*' on a service without a key"):
         create_app(svc, cors_origins=["*"])
     create_app(svc, api_key="s3cret", cors_origins=["*"])  # with a key: the key decides

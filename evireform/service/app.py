@@ -28,10 +28,10 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     """The FastAPI application over ``service`` (see the module docstring).
     ``cors_origins``: the web origins (``https://app.example.org``) whose pages may call the
     service from a browser (CORS; none by default): their preflight requests are answered
-    before the key check, the requests themselves still need the key.  Without a key, a
+    before the key check, the requests themselves still need the key.  Keyed or not, a
     request that is not a read (POST ...) from another site's page (its ``Origin``, or
-    ``Sec-Fetch-Site``) is refused with 403 unless its origin is one of these, and ``"*"``
-    is refused.  ``allowed_hosts``:
+    ``Sec-Fetch-Site``) is refused with 403 unless its origin is one of these; ``"*"``
+    names every origin, and is refused without a key.  ``allowed_hosts``:
     the names a request's ``Host`` may give, others answered 421 (None: any; :func:`serve`
     bound to loopback passes its loopback names).  ``max_upload``: the largest body
     ``POST /documents`` takes (files, bytes).  ``tenants``: tenant keys

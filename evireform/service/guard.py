@@ -161,6 +161,8 @@ class _Guard:
         ``Origin`` that is neither the service's own (its ``Host``) nor one of
         ``cors_origins``, or ``Sec-Fetch-Site`` other than same-origin / none.  Clients
         that are not browsers send neither."""
+        if "*" in self.cors_origins:  # every origin named (a keyed service only)
+            return False
         origin = headers.get(b"origin")
         if origin is not None:
             o = origin.decode("latin-1").strip().rstrip("/").lower()
@@ -231,17 +233,17 @@ class _Guard:
                                       "addressed to " + ", ".join(sorted(self.allowed_hosts))
                                       + " only")
                 return
-            if self.api_key is None and not self.tenants \
-                    and scope.get("method") not in self.SAFE_METHODS \
-                    and self._cross_site(headers):
-                # a service without a key trusts whoever reaches it, and a browser reaches
-                # a local one for any page it shows: a write (or a question) sent by another
-                # site's page is refused (issue 81: a multipart POST /documents needs no
-                # CORS preflight, and the Host check cannot tell, the browser says localhost)
+            if scope.get("method") not in self.SAFE_METHODS and self._cross_site(headers):
+                # a browser reaches a local service for any page it shows: a write (or a
+                # question) sent by another site's page is refused, keyed or not (issue 81:
+                # a multipart POST /documents needs no CORS preflight, and the Host check
+                # cannot tell, the browser says localhost); the origins named with
+                # --cors-origin go through ("*": any, with a key only)
+                keyless = self.api_key is None and not self.tenants
                 await self._send_json(counting_send, 403, "a request from another site's "
-                                      "web page to a service without a key is refused; "
-                                      "name its origin with --cors-origin, or set a key "
-                                      "(--api-key-env)")
+                                      "web page is refused; name its origin with "
+                                      "--cors-origin" + (", or set a key (--api-key-env)"
+                                                         if keyless else ""))
                 return
             who = self._principal(headers.get(b"authorization"))
             if not self.public(path) and who is None:
