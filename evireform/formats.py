@@ -1255,6 +1255,9 @@ def _utf8(path: Path, data: bytes) -> str:
 
 #: the largest file a reader reads (bytes): a document, not a disk image
 MAX_DOCUMENT_BYTES = 256 << 20
+#: the most text (characters) one document's reader may give, whatever its bytes expand to
+#: (a small file can name one string many times): a budget on what is read, not on the file
+MAX_TEXT_CHARS = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -1263,19 +1266,21 @@ class ReadLimits:
     ``document_bytes`` a file's size (:data:`MAX_DOCUMENT_BYTES`), ``part_bytes`` an
     archive member's unpacked size (:data:`MAX_PART_BYTES`), ``pdf_content_bytes`` a PDF's
     decoded drawing instructions (:data:`MAX_PDF_CONTENT_BYTES`), ``items`` the rows,
-    slides, chapters, pages or paragraphs of one file (:data:`MAX_ITEMS`).  Raise one for a
+    slides, chapters, pages or paragraphs of one file (:data:`MAX_ITEMS`), ``text_chars``
+    the text one document's reader gives (:data:`MAX_TEXT_CHARS`).  Raise one for a
     real document the default refuses; every refusal names the file and the setting."""
     document_bytes: int | None = None
     part_bytes: int | None = None
     pdf_content_bytes: int | None = None
     items: int | None = None
+    text_chars: int | None = None
 
     #: the command line's names (``--read-limit NAME=VALUE``) and the fields they set
     NAMES = {"document": "document_bytes", "part": "part_bytes",
-             "pdf-content": "pdf_content_bytes", "items": "items"}
+             "pdf-content": "pdf_content_bytes", "items": "items", "text": "text_chars"}
 
     def __post_init__(self) -> None:
-        for f in ("document_bytes", "part_bytes", "pdf_content_bytes", "items"):
+        for f in ("document_bytes", "part_bytes", "pdf_content_bytes", "items", "text_chars"):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"ReadLimits.{f} must be a positive int or None; got {v!r}")
@@ -1301,7 +1306,8 @@ class ReadLimits:
 
 
 _DEFAULT_OF = {"document_bytes": "MAX_DOCUMENT_BYTES", "part_bytes": "MAX_PART_BYTES",
-               "pdf_content_bytes": "MAX_PDF_CONTENT_BYTES", "items": "MAX_ITEMS"}
+               "pdf_content_bytes": "MAX_PDF_CONTENT_BYTES", "items": "MAX_ITEMS",
+               "text_chars": "MAX_TEXT_CHARS"}
 _LIMITS: "ContextVar[ReadLimits | None]" = ContextVar("evireform_read_limits", default=None)
 
 
@@ -1422,4 +1428,18 @@ def read_document(path: StrPath, *, under: StrPath | None = None) -> Document:
     if reader is None:
         raise ValueError(f"{path}: no document reader for {path.suffix!r} "
                          f"(documents: {', '.join(DOCUMENT_SUFFIXES)})")
-    return reader(path, read_file_bytes(path, under=under))
+    doc = reader(path, read_file_bytes(path, under=under))
+    _text_budget(path, doc)
+    return doc
+
+
+def _text_budget(path: Path, doc: Document) -> None:
+    """``ValueError`` naming the file and the setting when ``doc``'s text (its blocks and
+    section headings) passes ``text_chars``: every reader is bounded by what it gives, not
+    only by the bytes it reads."""
+    cap, n = read_limit("text_chars"), 0
+    for sec in doc.sections:
+        n += sum(len(p) for p in sec.path) + sum(len(b.text) for b in sec.blocks)
+        if n > cap:
+            raise ValueError(f"{path}: more than {cap:,} characters of text "
+                             f"{_setting('text_chars')}")

@@ -476,3 +476,24 @@ def test_an_xlsx_whose_one_string_fills_many_cells_is_bounded(tmp_path):
     with reading_limits(ReadLimits(part_bytes=64 << 20)):  # within the bound: read
         doc = read_document(f)
     assert sum(len(b.text) for s in doc.sections for b in s.blocks) >= 19_000_000
+
+
+def test_every_reader_is_bounded_by_the_text_it_gives(tmp_path):
+    """Issue 81 (build item 3): a decoded-text budget per document (ReadLimits.text_chars,
+    ``--read-limit text=``) refuses a document whose reader gives more text than it allows,
+    naming the file and the setting, whatever its bytes were (HTML's entities, Markdown);
+    within the budget the same file reads."""
+    import pytest
+    from evireform.formats import ReadLimits, read_document, reading_limits
+    html = tmp_path / "entities.html"
+    html.write_text("<p>" + "&amp;" * 5000 + "</p>")  # 25 KB of bytes, 5,000 characters
+    md = tmp_path / "notes.md"
+    md.write_text("# Title\n\n" + "word " * 2000)
+    for f, n in ((html, 5000), (md, 10_000)):
+        with reading_limits(ReadLimits(text_chars=n // 2)):
+            with pytest.raises(ValueError, match=rf"{f.name}: more than .* characters of "
+                                                 rf"text .*--read-limit text="):
+                read_document(f)
+        with reading_limits(ReadLimits(text_chars=n * 2)):
+            assert read_document(f).sections
+    assert ReadLimits.parse(["text=1M"]).text_chars == 1 << 20

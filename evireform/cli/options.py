@@ -133,7 +133,8 @@ def _add_read_limit_arg(g) -> None:
                         "(a file's size, default 256M), part (an archive member unpacked: "
                         "DOCX, PPTX, XLSX, EPUB; 64M), pdf-content (a PDF's decoded drawing "
                         "instructions; 64M), items (rows, slides, pages, paragraphs of one "
-                        "file; 200000); sizes in bytes or with K, M, G")
+                        "file; 200000), text (the characters of text one document gives, "
+                        "whatever its bytes expand to; 256M); sizes in bytes or with K, M, G")
 
 
 def _read_limit(spec: str) -> str:
