@@ -79,6 +79,49 @@ def test_the_prose_extractor_reads_chinese_through_recurring_phrases():
     assert any(len(e) >= 2 and "配置" in e for e in ents), ents
 
 
+def _generated_shape(seed: int):
+    """A text maker of one random shape (issue 81, round 7: a property test's generator):
+    tokens drawn from short capitalised words, initials, hyphenated pairs and punctuation,
+    in a fixed random mixture, repeated to any length."""
+    import random
+    rng = random.Random(seed)
+    kinds = [lambda: rng.choice("ABCDEFGH") + rng.choice(["a", "b", "ab", ""]),  # Aa, B
+             lambda: rng.choice("ABCDE") + ".",                                   # A.
+             lambda: rng.choice("AB") + "-" + rng.choice(["a", "B", "1"]),         # A-a
+             lambda: rng.choice([".", ",", ";", ":", "!", "?", "--", "..."])]
+    weights = [rng.random() for _ in kinds]
+    unit = " ".join(rng.choices(kinds, weights)[0]() for _ in range(rng.randint(3, 40)))
+
+    def make(n):
+        return (unit + " ") * (n // (len(unit) + 1) + 1)
+    return make
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_prose_extractor_is_linear_on_generated_shapes(seed):
+    """Issue 81 (round 7, item 7): ten times the text costs about ten times the CPU time on
+    shapes a generator finds (the first is round 7's "Aa " repeated), as on the shapes of
+    issue 69 below; a ratio within one run, never an absolute time."""
+    import time
+
+    from evireform import Passage
+    from evireform.extract import EXTRACTORS
+    make = (lambda n: "Aa " * (n // 3)) if seed == 0 else _generated_shape(seed)
+
+    def cost(text):
+        best = float("inf")
+        for _ in range(2):
+            ex = EXTRACTORS["prose"]()
+            p = Passage("p", "T", text)
+            t = time.process_time()
+            ex.fit([p])
+            ex.extract(p)
+            best = min(best, time.process_time() - t)
+        return best
+    small, large = cost(make(50_000)), cost(make(500_000))
+    assert large <= 25 * max(small, 0.005), (seed, small, large)
+
+
 @pytest.mark.parametrize("name", ["heuristic", "phrases", "prose"])
 def test_extractors_are_linear_in_their_input(name):
     """Ten times the text costs about ten times the CPU time, not a hundred: a ratio within
