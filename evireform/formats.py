@@ -264,6 +264,12 @@ list mailing discord slack irc matrix gitter email e-mail contact tracker discus
 discussion community mastodon""".split())
 
 
+#: a MyST role's name right before its backticked text ("{ref}", "{py:func}")
+_MYST_ROLE = re.compile(r"\{[A-Za-z][\w:.+-]*\}$")
+#: a role text's explicit target ("pip freeze <pip-freeze>"): left out
+_ROLE_TARGET = re.compile(r"\s*<[^<>`]+>\s*$")
+
+
 def _inline_text(tok) -> str:
     """An inline token's text without markup: text and code spans; soft breaks as spaces,
     hard breaks as new lines; images (badges, logos, figures) and inline HTML dropped.  A
@@ -275,7 +281,12 @@ def _inline_text(tok) -> str:
     href: str | None = None
     start = 0
     for c in tok.children or ():
-        if c.type in ("text", "code_inline"):
+        if c.type == "code_inline" and out and (role := _MYST_ROLE.search(out[-1])):
+            # a MyST/Sphinx role ({ref}`pip freeze`, {mod}`ensurepip`, {doc}`text <target>`):
+            # the role's name is markup, its text is the text
+            out[-1] = out[-1][:role.start()]
+            out.append(_ROLE_TARGET.sub("", c.content) or c.content)
+        elif c.type in ("text", "code_inline"):
             out.append(c.content)
         elif c.type == "softbreak":
             out.append(" ")

@@ -277,6 +277,19 @@ def test_an_articles_own_header_is_its_text():
     assert "Site name" not in text and "Site footer" not in text
 
 
+def test_myst_roles_leave_their_text_not_their_names(tmp_path):
+    """Issue 82, item 5: MyST/Sphinx roles in Markdown ({ref}`pip freeze`,
+    {mod}`ensurepip`, {doc}`text <target>`) read as their text; braces that are no role
+    (a code span's, a word's) stay."""
+    from evireform.formats import read_document
+    f = tmp_path / "guide.md"
+    f.write_text("# Install\n\nRun {ref}`pip freeze <pip-freeze>` and see {mod}`ensurepip` "
+                 "or {py:func}`os.walk`; keep `{x}` and a {brace} word.\n")
+    got = [b.text for sec in read_document(f).sections for b in sec.blocks]
+    assert got == ["Run pip freeze and see ensurepip or os.walk; keep {x} and a {brace} "
+                   "word."]
+
+
 def test_markdown_titles_badges_and_addresses(tmp_path):
     """Issue 68: a document's title is its front matter's, else a level-1 heading that opens
     it and is its only one, else its file name (a generic one with its folder's); a section heading is never
