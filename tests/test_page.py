@@ -366,3 +366,49 @@ def test_a_text_held_twice_is_one_passage_naming_the_other(browser, tmp_path):
     finally:
         ctx.close()
         s.close()
+
+
+def test_a_tenant_key_on_the_page_sees_its_namespace_only(browser, tmp_path):
+    """Issue 81, item 8: the page with a tenant's key (serve --tenant-keys) shows only that
+    namespace's passages and sources, the same as /query answers that key; naming another
+    namespace in the page's options is refused with the service's message."""
+    import json
+
+    from playwright.sync_api import expect
+    recs = [{**r, "metadata": {"namespace": "acme" if i % 2 else "globex",
+                               "source": f"{'acme' if i % 2 else 'globex'}/{i}.md"}}
+            for i, r in enumerate(_records(40))]
+    ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
+    acme = "acme-page-key-0123456"
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({acme: {"namespace": "acme"}}))
+    s = Server(ix, "--tenant-keys", str(keys))
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+    page = ctx.new_page()
+    try:
+        page.goto(s.url + "/")
+        page.click("#options summary")  # k, the namespace and the key
+        page.fill("#key", acme)
+        page.fill("#question", QUESTIONS[0])
+        page.fill("#k", "6")
+        page.click("#go")
+        page.wait_for_selector("#passages li")
+        want = HTTP.post(s.url + "/query", json={"question": QUESTIONS[0], "k": 6},
+                         headers={"Authorization": f"Bearer {acme}"}).json()
+        items = page.locator("#passages li")
+        shown = [items.nth(i).get_attribute("data-id") for i in range(items.count())]
+        assert shown == [p["id"] for p in want["passages"]] and len(shown) == 6
+        space = {p.id: p.metadata["namespace"] for p in PropositionIndex.load(ix).passages}
+        assert {space[i] for i in shown} == {"acme"}
+        page.click("#library summary")
+        expect(page.locator("#sources li").first).to_be_visible()
+        srcs = page.locator("#sources li").evaluate_all(
+            "els => els.map(e => e.dataset.source)")
+        assert srcs and all(x.startswith("acme/") for x in srcs), srcs
+        page.fill("#namespace", "globex")
+        page.click("#go")
+        expect(page.locator("#status")).to_contain_text("403")
+        assert "acme" in page.locator("#status").inner_text()
+    finally:
+        ctx.close()
+        s.close()
