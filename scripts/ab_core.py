@@ -36,7 +36,10 @@ def export(rev: str, into: Path) -> Path:
         subprocess.run(["git", "-C", str(ROOT), "archive", rev], stdout=f, check=True)
     src = into / "src"
     with tarfile.open(tar) as t:
-        t.extractall(src, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+ (Debian 12's 3.11.2 lacks it)
+            t.extractall(src, filter="data")
+        else:  # a git archive of this repository: regular files and folders only
+            t.extractall(src)
     pkg = into / "pkg" / "evireform_old"
     shutil.copytree(src / "evireform", pkg)
     shutil.rmtree(pkg / "kernels", ignore_errors=True)

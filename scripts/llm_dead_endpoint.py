@@ -40,6 +40,7 @@ def main():
     print(f"{a.questions} questions, black-hole endpoint, deadline {a.deadline:g} s: "
           f"{time.perf_counter() - t:.1f} s; requests sent {len(script.requests)}; threads "
           f"+{threading.active_count() - th0}, fds +{len(os.listdir('/proc/self/fd')) - fd0}")
+    sys.stdout.flush()  # os._exit skips the interpreter's flush (stdout may be a pipe)
     os._exit(0)  # the scripted server's handlers are still sleeping
 
 
