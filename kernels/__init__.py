@@ -24,8 +24,8 @@ from .graph import EntityGraph, PassageMap
 from .lexical import LexicalMatrix, SortedTerms, TermCounts, bm25_weights
 from .runtime import (  # noqa: F401 - the policy is runtime's; these names are public here
     _DEVICE_COPIES, _OUT_KEPT, _device, _keep_buffers, _kernels, _n_threads, _on_caller,
-    _out_buffers, _pool, join_warm_up, machine_busy, release_buffers, warm_up,
-    warm_up_in_background)
+    _out_buffers, _pool, join_warm_up, machine_busy, release_buffers, start_native_thread,
+    warm_up, warm_up_in_background)
 
 if TYPE_CHECKING:  # annotations only
     from numpy.typing import ArrayLike

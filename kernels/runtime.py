@@ -20,7 +20,7 @@ from . import config
 from .graph import EntityGraph, PassageMap
 
 __all__ = ["machine_busy", "release_buffers", "warm_up", "warm_up_in_background",
-           "join_warm_up"]
+           "start_native_thread", "join_warm_up"]
 
 
 _CPU = None
@@ -224,8 +224,15 @@ def warm_up_in_background(batched: bool = True) -> threading.Thread:
     :func:`join_warm_up` can wait for it: a process must not exit while the thread is inside
     numba (the C++ runtime aborts with SIGABRT, "terminate called without an active
     exception"), so every entry point that starts one joins it on every exit path."""
-    t = threading.Thread(target=_warm_quietly, args=(batched,), daemon=True,
-                         name="evireform-warm-up")
+    return start_native_thread(_warm_quietly, (batched,), "evireform-warm-up")
+
+
+def start_native_thread(target, args: tuple = (), name: str = "evireform-native"
+                        ) -> threading.Thread:
+    """``target(*args)`` on a daemon thread registered with :func:`join_warm_up`: for work
+    inside native code (numba, ONNX Runtime) that a process must not exit under, so every
+    entry point that starts one joins it on every exit path."""
+    t = threading.Thread(target=target, args=args, daemon=True, name=name)
     with _WARMING_LOCK:
         _WARMING.append(t)
     t.start()
@@ -240,8 +247,8 @@ def _warm_quietly(batched: bool) -> None:
 
 
 def join_warm_up(timeout: float | None = None) -> bool:
-    """Wait for every thread :func:`warm_up_in_background` started; True when none is left
-    running."""
+    """Wait for every thread :func:`warm_up_in_background` or :func:`start_native_thread`
+    started; True when none is left running."""
     with _WARMING_LOCK:
         threads = list(_WARMING)
     for t in threads:

@@ -170,6 +170,28 @@ def test_one_question_on_a_small_index_needs_no_numba(tmp_path, capsys):
             assert abs(g[key] - w[key]) <= 1e-6 * max(1.0, abs(w[key])), key
 
 
+def test_the_encoder_thread_is_joined_on_every_exit_path(tmp_path, capsys, monkeypatch):
+    """evireform query loads its question encoder on a thread (native code: ONNX Runtime);
+    main() joins it before it returns, on a refused request too (a filter naming a key the
+    index lacks is refused after the thread started)."""
+    import threading
+    import time
+
+    from evireform.cli import querying
+    from evireform.embed import HashingEmbedder
+    ix = PropositionIndex.build(["Alpha met Beta in Rome."], HashingEmbedder(32),
+                                show_progress=False).save(tmp_path / "ix")
+    loading = []
+
+    class SlowSession(HashingEmbedder):
+        def query_encoder(self):  # a session that takes a while to load
+            loading.append(threading.current_thread())
+            time.sleep(0.5)
+    monkeypatch.setattr(querying, "_index_embedder", lambda args, idx: SlowSession(32))
+    assert main(["query", str(ix), "Who met Beta?", "--filter", '{"no_such_key": 1}']) == 2
+    assert loading and loading[0].name == "evireform-encoder" and not loading[0].is_alive()
+
+
 def test_every_option_of_every_command_says_what_it_does():
     """Help text for every argument, and the defaults shown where they say something."""
     import argparse

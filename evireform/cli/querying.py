@@ -24,7 +24,7 @@ from ..embed import encode_queries
 from ..engine import BACKENDS, PRECISIONS, make_engine, restrict
 from ..index import PropositionIndex
 from ..retriever import EviReformConfig
-from ..kernels import warm_up_in_background
+from ..kernels import start_native_thread, warm_up_in_background
 from ..service import RetrievalService, serve
 from .options import (
     _add_index_dir, _add_index_embedder_args, _add_llm_args, _add_read_limit_arg,
@@ -147,9 +147,9 @@ def _prepare_encoder(emb: Any) -> None:
     """The question encoder's ONNX session created on a thread of its own: ONNX Runtime
     releases the GIL while it loads and optimises the graph (a third of a second), so the
     engine, the roles and the lexical weights are set up meanwhile; the first
-    ``encode_queries`` waits for it under the embedder's lock.  A daemon thread (it holds no
-    numba state, so the process may end while it runs), and errors are left for the first
-    question to raise."""
+    ``encode_queries`` waits for it under the embedder's lock.  The thread is registered
+    like the kernels' warm-up (main() joins it on every exit path, errors included), and
+    its errors are left for the first question to raise."""
     prepare = getattr(emb, "query_encoder", None)
     if not callable(prepare):
         return
@@ -159,8 +159,7 @@ def _prepare_encoder(emb: Any) -> None:
             prepare()
         except Exception:  # the first question reports it
             pass
-    import threading
-    threading.Thread(target=run, daemon=True, name="evireform-encoder").start()
+    start_native_thread(run, name="evireform-encoder")
 
 
 def format_passage(rank: int, p, question: str, *, text: bool = True, width: int = 320,
