@@ -211,10 +211,11 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     folders: the index is made to match those files) to the index saved at ``index_dir``,
     and save the new generation atomically (the old one stays until the new one is in place).
 
-    Everything runs under the index's lock, from a fully verified load (a save would stamp
-    data nobody checked; the lexical counts are checked by checksum, not recounted) to the
-    save, so concurrent updates queue instead of losing each
-    other; read slow inputs *before* calling this (the lock is held throughout).
+    Everything runs under the index's lock, from a load that checks every file's sha256
+    and, unless the index's stamp says its files were fully verified, every value (a save
+    would stamp data nobody checked; the lexical counts are checked by checksum, not
+    recounted; ``verify="checksums"`` in :func:`evireform.store.load_index`) to the
+    save, so concurrent updates queue instead of losing each other; read slow inputs *before* calling this (the lock is held throughout).
     ``upsert``: passages whose ids exist are replaced instead of refused.  ``extractor``:
     see :func:`update_extractor`.  ``before_save(update)`` returning False leaves the saved
     index as it was (``Update.saved`` False): the CLI's ``--strict-llm``.  ``delete_where``:
@@ -243,11 +244,12 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
         if delete_where is not None:
             delete_where = {"$and": [{"namespace": namespace}, delete_where]}
     with index_lock(index_dir):
-        # the full tier (checksums and values; the lexical counts by checksum, not
-        # recounted): the save re-stamps what it copies, so bit rot the stamp's edge digest
-        # misses must be caught here; no stamp written: an update refused below leaves the
-        # directory as it was
-        idx = PropositionIndex.load(index_dir, verify="full", stamp=False)
+        # the checksums tier: the full one unless the stamp says these files were fully
+        # verified, and every file's sha256 either way (the save copies bytes and stamps
+        # them again, so bit rot the stamp's edge digest misses must be caught here; the
+        # lexical counts by checksum, not recounted); no stamp written: an update refused
+        # below leaves the directory as it was
+        idx = PropositionIndex.load(index_dir, verify="checksums", stamp=False)
         out = Update(idx, (idx.n_passages, idx.n_props))
         if namespace is not None:
             _check_tenant_ids(idx, namespace, delete, add)

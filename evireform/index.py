@@ -98,6 +98,9 @@ class PropositionIndex:
     #: of fitting the extractor on every passage again; None for an extractor without
     #: statistics, or an index that has none (it is fitted, then carries them)
     extract_counts: Any = field(default=None, repr=False, compare=False)
+    #: for an index made by :meth:`add`: its parent's embeddings, the first rows of this
+    #: one's (a save copies them from the parent's file instead of writing them again)
+    embedding_prefix: Any = field(default=None, repr=False, compare=False)
     #: what this index derives on first use and keeps (passage id -> position, passage ->
     #: propositions, :meth:`memo`): true as long as the index, which never changes in place
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
@@ -480,7 +483,7 @@ class PropositionIndex:
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
-            embeddings=np.concatenate([np.asarray(self.embeddings), emb]).astype(np.float32),
+            embeddings=np.concatenate([np.asarray(self.embeddings), emb], dtype=np.float32),
             embedder_name=self.embedder_name, meta=dict(self.meta),
             extract_counts=_counts_of(extractor) if callable(fit) and new
             else self.extract_counts)
@@ -491,6 +494,9 @@ class PropositionIndex:
                                             "namespaces": dict(sorted(per.items()))}
         # the engine's structures (codes, HNSW) are carried over when first needed
         out.search_plan = {**self.search_plan, "derived": ("add", self)}
+        # the rows before the new ones are this index's: a save copies them from its file
+        # when they are mapped from one (evireform.store.format: work as large as the add)
+        out.embedding_prefix = self.embeddings
         return out
 
     def delete(self, passage_ids: Iterable[str]) -> "PropositionIndex":

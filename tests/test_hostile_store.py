@@ -148,6 +148,9 @@ def test_an_update_refuses_data_its_fast_tier_would_have_trusted(tmp_path):
     f.write_bytes(bytes(raw))
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert PropositionIndex.load(ix).verified == "fast"  # the stamp still vouches for it
+    from evireform import IndexFormatError
+    with pytest.raises(IndexFormatError, match="embeddings.npy: sha256"):  # an update's tier
+        PropositionIndex.load(ix, verify="checksums")
     ids = tmp_path / "del.txt"
     ids.write_text("p0\n")
     assert main(["update", str(ix), "--delete", str(ids), "--quiet"]) == 2

@@ -290,3 +290,86 @@ def test_same_text_groups_passages_by_their_texts_bytes(tmp_path, monkeypatch):
     assert first_equal(["x", "y", "x", "z", "z"]).tolist() == [0, 1, 0, 3, 3]
     # a blank text is no copy: passages without text stay apart (a titles-only corpus)
     assert first_equal(["", " \n", "", "x", "x"]).tolist() == [0, 1, 2, 3, 3]
+
+
+def _texts(n, tag="p"):
+    return [Passage(f"{tag}{i}", f"Town {tag}{i}", f"Town {tag}{i} lies on the river Ilm{i % 7}. "
+                    f"Its mayor is Ada Brook{i}.") for i in range(n)]
+
+
+def test_an_add_saves_the_loaded_rows_by_a_kernel_copy(tmp_path, monkeypatch):
+    """An index made by add() from a loaded one saves its embeddings file as np.save
+    would, byte for byte, the parent's rows copied from the parent's file by the kernel
+    (os.copy_file_range: an update's save is as large as its add), only while that file is
+    still the one mapped (issue 84: a 50k-passage update wrote its 300 MB again)."""
+    import os
+    from evireform.store import format as F
+    calls = []
+    real = os.copy_file_range
+
+    def counted(*a, **k):
+        calls.append(a[2])
+        return real(*a, **k)
+    monkeypatch.setattr(os, "copy_file_range", counted)
+    PropositionIndex.build(_texts(40), EMB, show_progress=False).save(tmp_path / "ix")
+    loaded = PropositionIndex.load(tmp_path / "ix")
+    grown = loaded.add(_texts(3, "q"), EMB)
+    assert grown.embedding_prefix is loaded.embeddings
+    grown.save(tmp_path / "grown")
+    want = tmp_path / "want.npy"
+    np.save(want, np.ascontiguousarray(grown.embeddings), allow_pickle=False)
+    assert (tmp_path / "grown" / "embeddings.npy").read_bytes() == want.read_bytes()
+    assert sum(calls) == loaded.embeddings.nbytes  # the parent's rows, all by the kernel
+    assert PropositionIndex.load(tmp_path / "grown", verify="full").n_passages == 43
+    # the parent's directory replaced by another index (new inodes): nothing is copied
+    # from the file now under its name, and the bytes are still right
+    calls.clear()
+    PropositionIndex.build(_texts(40, "r"), EMB, show_progress=False).save(
+        tmp_path / "ix", overwrite=True)
+    grown.save(tmp_path / "again")
+    assert calls == []
+    assert (tmp_path / "again" / "embeddings.npy").read_bytes() == want.read_bytes()
+
+
+def test_save_array_copies_only_a_file_that_is_still_the_prefix(tmp_path):
+    """save_array: the bytes of np.save whatever the prefix; the kernel copies a mapped
+    prefix only from the file it was mapped from, unchanged (inode, size and mtime), and
+    the copied rows' ends must equal the rows in memory."""
+    import os
+    from evireform.store.format import remember_file, save_array
+    rng = np.random.default_rng(7)
+    arr = rng.standard_normal((50, 6)).astype(np.float32)
+    ref = tmp_path / "ref.npy"
+    np.save(ref, arr, allow_pickle=False)
+
+    def mapped(rows):
+        f = tmp_path / f"src{len(rows)}.npy"
+        np.save(f, rows, allow_pickle=False)
+        m = np.load(f, mmap_mode="r")
+        remember_file(m, f)
+        return m, f
+    for prefix in (None, arr[:20].copy(), mapped(arr[:20])[0], mapped(arr)[0],
+                   mapped(arr[:0])[0], mapped(arr[:, :3].copy())[0]):
+        save_array(tmp_path / "out.npy", arr, prefix)
+        assert (tmp_path / "out.npy").read_bytes() == ref.read_bytes()
+    # the file under the name rewritten with other rows (another inode and mtime): unused
+    m, f = mapped(arr[:30])
+    other = tmp_path / "other.npy"
+    np.save(other, arr[:30] + 1, allow_pickle=False)
+    os.replace(other, f)
+    save_array(tmp_path / "out.npy", arr, m)
+    assert (tmp_path / "out.npy").read_bytes() == ref.read_bytes()
+    # the same file edited in place with its stat put back: the ends differ, not used
+    m, f = mapped(arr[:30])
+    st = f.stat()
+    raw = bytearray(f.read_bytes())
+    raw[-1] ^= 0x10
+    f.write_bytes(bytes(raw))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    save_array(tmp_path / "out.npy", arr, m)
+    assert (tmp_path / "out.npy").read_bytes() == ref.read_bytes()
+    # a 3-d or empty array: the np.save bytes
+    for a in (np.zeros((0, 4), np.float32), rng.standard_normal((3, 2, 2)).astype(np.float32)):
+        np.save(ref, a, allow_pickle=False)
+        save_array(tmp_path / "out.npy", a, None)
+        assert (tmp_path / "out.npy").read_bytes() == ref.read_bytes()

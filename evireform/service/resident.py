@@ -362,7 +362,7 @@ class RetrievalService:
                               delete_where=delete_where, delete_all=delete_all,
                               upsert=upsert, namespace=namespace)
             # what was just saved, memory-mapped as a start loads it (the fast tier: the
-            # save stamped the files it wrote from a fully verified load)
+            # save stamped the files it wrote from a load that checked them)
             new = self._generation(PropositionIndex.load(self.index_dir),
                                    self.gen.number + 1)
             self.gen, self._ident, self._broken = new, self._files_identity(), None

@@ -52,7 +52,11 @@ puts the previous index back.  Leftover temporaries are removed by the next save
 
 ``verify="auto"`` (the default) runs the fast tier when the stamp matches every file and the
 full tier otherwise (a copied or downloaded index, an edited or replaced file, no stamp);
-``"full"`` and ``"fast"`` force a tier (``evireform verify INDEX`` is the full one).  A save
+``"full"`` and ``"fast"`` force a tier (``evireform verify INDEX`` is the full one).
+``"checksums"`` (an update's load: what it saves again it copies) is ``"auto"`` with every
+file's sha256 checked in the fast case too: a stamped index was fully verified when it was
+stamped, and the checksums catch what changed in its files since without a write (bit rot),
+which a save copying the bytes would otherwise seal into the new generation.  A save
 stamps what it wrote (the data came from this process).  The fast tier trusts the values of
 files it knows were verified; when forced on files that were not, it still cannot crash the
 process, only return wrong rankings (``tests/test_fuzz.py`` runs the crafted files against it).

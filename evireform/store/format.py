@@ -62,7 +62,7 @@ STAMP = "verified.json"
 CODES_FILE, SCALE_FILE = "codes.npy", "code_scale.npy"
 
 
-TIERS = ("auto", "fast", "full")
+TIERS = ("auto", "fast", "checksums", "full")
 
 
 HNSW_FILE = "hnsw.bin"
@@ -217,9 +217,92 @@ def index_arrays(idx: PropositionIndex) -> dict[str, np.ndarray]:
     return {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS}
 
 
+def remember_file(a: np.memmap, f: Path) -> None:
+    """Note on a memory-mapped array which file it maps (device, inode, size, modification
+    time, data offset): :func:`_copied_prefix` copies its bytes only while that file is
+    still the one under its name."""
+    try:
+        st = os.stat(f)
+        a._evireform_file = (str(f), st.st_dev, st.st_ino, st.st_size,  # type: ignore[attr-defined]
+                             st.st_mtime_ns, int(a.offset))
+    except (OSError, AttributeError):
+        pass
+
+
+def _copied_prefix(fh: Any, prefix: Any, arr: np.ndarray) -> int:
+    """Copy into ``fh`` (positioned after the header) the data bytes of ``prefix``, the
+    first rows of ``arr``, from the file ``prefix`` maps, in the kernel
+    (``os.copy_file_range``: no pass through this process's memory); the number of rows
+    copied, 0 when ``prefix`` maps no file, the file under its name is no longer the one
+    mapped, or the kernel cannot copy (the caller then writes the rows itself)."""
+    rec = getattr(prefix, "_evireform_file", None)
+    copy = getattr(os, "copy_file_range", None)
+    if rec is None or copy is None or prefix.dtype != arr.dtype or prefix.ndim != arr.ndim \
+            or prefix.shape[1:] != arr.shape[1:] or len(prefix) > len(arr) \
+            or not prefix.flags.c_contiguous:
+        return 0
+    name, dev, ino, size, mtime, offset = rec
+    n = int(prefix.nbytes)
+    start = fh.tell()
+    try:
+        src = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return 0
+    try:
+        st = os.fstat(src)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (dev, ino, size, mtime) \
+                or offset + n > st.st_size:
+            return 0
+        fh.flush()
+        dst, done = fh.fileno(), 0
+        while done < n:
+            got = copy(src, dst, n - done, offset + done, start + done)
+            if got <= 0:
+                raise OSError("copy_file_range copied nothing")
+            done += got
+    except OSError:
+        fh.seek(start)
+        fh.truncate()
+        return 0
+    finally:
+        os.close(src)
+    fh.seek(start + n)
+    # the two ends compared with the rows in memory: a file that is not these rows is
+    # caught here (a changed one has another inode or modification time already)
+    if n and not (np.array_equal(_rows_at(fh, start, arr, 0), arr[:1])
+                  and np.array_equal(_rows_at(fh, start, arr, len(prefix) - 1),
+                                     arr[len(prefix) - 1:len(prefix)])):
+        fh.seek(start)
+        fh.truncate()
+        return 0
+    return len(prefix)
+
+
+def _rows_at(fh: Any, start: int, arr: np.ndarray, i: int) -> np.ndarray:
+    row = int(arr[:1].nbytes) if len(arr) else 0
+    fh.flush()
+    raw = os.pread(fh.fileno(), row, start + i * row)
+    return np.frombuffer(raw, arr.dtype).reshape((1, *arr.shape[1:]))
+
+
+def save_array(path: Path, arr: np.ndarray, prefix: Any = None) -> None:
+    """``np.save(path, arr)`` (the same bytes); with ``prefix``, an array holding the first
+    rows of ``arr`` mapped from a file, those rows are copied from that file by the kernel
+    and only the rest written from memory (an add saves work as large as the add)."""
+    arr = np.ascontiguousarray(arr)
+    if prefix is None or arr.ndim == 0:
+        np.save(path, arr, allow_pickle=False)
+        return
+    with open(path, "w+b") as fh:  # read too: the copied rows are compared
+        np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(arr))
+        k = _copied_prefix(fh, prefix, arr)
+        fh.write(arr[k:].reshape(-1).view(np.uint8))
+
+
 def _write_files(idx: PropositionIndex, tmp: Path) -> None:
+    prefixes = {"embeddings": getattr(idx, "embedding_prefix", None)}
     for name, arr in index_arrays(idx).items():
-        np.save(tmp / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
+        save_array(tmp / f"{name}.npy", arr, prefixes.get(name))
     # what the passages of a document share is written once (their own parts copied as
     # bytes from a loaded index's blob, a new document's split from its passages)
     metadata = split_metadata(column(idx.passages, "metadata"))

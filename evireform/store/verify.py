@@ -22,7 +22,7 @@ from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from .atomic import _dir_lock, _siblings, recover
 from .format import (CODES_FILE, EXTRACT_COUNTS, CountsFile, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, VOCAB_BLOB,
-                     VOCAB_FILES, VOCAB_OFFSETS, VOCAB_ORDER, _fail, file_sha256, FORMAT, FORMAT_FILES, HNSW_FILE,
+                     VOCAB_FILES, VOCAB_OFFSETS, VOCAB_ORDER, _fail, file_sha256, remember_file, FORMAT, FORMAT_FILES, HNSW_FILE,
                      HNSW_IDS_FILE, IndexFormatError, looks_like_index, MANIFEST, OFFSETS_FILE,
                      READ_VERSIONS, _required_files, SCALE_FILE, SPECS, stamp_matches,
                      SHARED_METADATA_FILE, STRINGS_FILE, TIERS, write_stamp)
@@ -132,6 +132,8 @@ def _load_arrays(path: Path, sizes: dict[str, Any], mmap: bool) -> dict[str, np.
             _fail(f, f"unreadable ({exc})")
         if not isinstance(a, np.ndarray):
             _fail(f, "not a single array")
+        if isinstance(a, np.memmap):  # which file it maps: a save may copy it in the kernel
+            remember_file(a, f)
         if a.dtype != s.dtype:
             _fail(f, f"dtype {a.dtype}, the format stores {s.dtype}")
         want = tuple(sizes[x] for x in s.shape)
@@ -315,7 +317,8 @@ def load_index(path: StrPath, *, mmap: bool = True, verify: Any="auto",
                stamp: bool = True, recount: bool = False) -> Loaded:
     """Read and check an index directory (see the module docstring); raises
     :class:`IndexFormatError` naming the file and the value for any problem.  ``verify``:
-    ``"auto"`` (fast tier when the stamp matches, else full), ``"fast"``, ``"full"``.
+    ``"auto"`` (fast tier when the stamp matches, else full), ``"fast"``, ``"full"``, or
+    ``"checksums"`` (auto, the fast tier with every file's sha256 checked too).
     ``stamp=False``: a full verification writes no stamp (a read that must leave the
     directory as it found it, e.g. an update that may yet be refused).  ``recount``: the
     lexical counts are also counted again from the texts and compared (whatever the tier;
@@ -483,9 +486,12 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True,
     man, counts, files = _read_manifest(path)
     tier = _tier(verify)
     _check_files(path, files, False)  # present, regular, the size the manifest gives
-    if tier == "auto":
+    sums = tier == "checksums"  # auto, with every file's sha256 checked when fast
+    if tier in ("auto", "checksums"):
         tier = "fast" if stamp_matches(path, files) else "full"
     full = tier == "full"
+    if sums and not full:
+        _check_files(path, files, True)
     # the embeddings and codes are hashed while their values are checked, when memory-mapped
     streamed = ("embeddings.npy", CODES_FILE) if mmap else ()
     if full:
