@@ -134,49 +134,84 @@ def _matching_ids_or_none(index: PropositionIndex, flt: FilterSpec) -> list[str]
         return None
 
 
+def scoped_id(pid: str, namespace: str) -> str:
+    """Where a tenant's id ``pid`` is kept: ``NAMESPACE/pid`` (``pid`` itself when it
+    already starts so), so that two namespaces' ids never meet: one tenant's id cannot be
+    refused as taken by another's, nor tell of it (issue 81).  Ids made from content are
+    scoped by their hash instead (:func:`evireform.corpus.content_id`)."""
+    return pid if pid.startswith(f"{namespace}/") else f"{namespace}/{pid}"
+
+
+def tenant_passage(index: PropositionIndex, namespace: str, pid: Any) -> int | None:
+    """The position of the namespace's passage a tenant names ``pid`` (the id as stored,
+    or the id it sent when it added the passage: :func:`scoped_id`), or None when the
+    namespace has no such passage (another namespace's is as unknown as a missing one)."""
+    if not isinstance(pid, str):
+        return None
+    for cand in (pid, scoped_id(pid, namespace)):
+        if index.has_passage(cand):
+            j = index.passage_index(cand)
+            if index.passage(j).metadata.get("namespace") == namespace:
+                return j
+    return None
+
+
 def _in_namespace(add: Any, namespace: str) -> Any:
     """``add`` with every passage in ``namespace`` (its metadata's ``namespace`` set; a
-    passage naming another one refused)."""
+    passage naming another one refused) and every id given with a passage kept in it
+    (:func:`scoped_id`; read files' ids name their source and stay)."""
     if add is None:
         return None
     from .corpus import as_passages
 
-    def one(p: Passage) -> Passage:
+    def one(p: Passage, pid: str | None = None) -> Passage:
         have = p.metadata.get("namespace")
         if have is not None and have != namespace:
             raise ValueError(f"passage {p.id!r:.100}: its metadata names namespace "
                              f"{have!r:.100}, not this update's {namespace!r:.100}")
-        return Passage(p.id, p.title, p.text, {**p.metadata, "namespace": namespace})
+        return Passage(pid or p.id, p.title, p.text, {**p.metadata, "namespace": namespace})
     if isinstance(add, Loaded):  # a copy: the caller's read stays as it was
         from dataclasses import replace
         return replace(add, passages=[one(p) for p in add.passages])
+    from ._checks import as_list
+    items = as_list(add, "passages")
+    given = [p.id if isinstance(p, Passage) else
+             p.get("id") if isinstance(p, dict) and isinstance(p.get("id"), str) else None
+             for p in items]
     # an id made from a record's content is made in the namespace: the same text added by
     # another tenant gets another id, so neither can learn of the other's text (issue 81)
-    return [one(p) for p in as_passages(add, scope=namespace)]
+    return [one(p, None if g is None else scoped_id(g, namespace))
+            for p, g in zip(as_passages(items, scope=namespace), given)]
 
 
-def _check_tenant_ids(index: PropositionIndex, namespace: str, delete: Any, add: Any) -> None:
-    """A tenant's ids judged inside its namespace: an id to delete that is not its own is
-    unknown (as if the index had no such passage); an id to add that another namespace
-    holds is taken (409), without saying whose."""
-    def owner_of(pid: str) -> Any:  # the namespace holding the id; KeyError: no passage
-        return index.passage(index.passage_index(pid)).metadata.get("namespace", KeyError)
-
+def _tenant_ids(index: PropositionIndex, namespace: str, delete: Any, add: Any
+                ) -> tuple[Any, Any]:
+    """A tenant's ids judged inside its namespace: each id to delete is the namespace's
+    passage it names (:func:`tenant_passage`; another tenant's id is unknown, as if the
+    index had no such passage); an id to add that the namespace holds unscoped (a passage
+    added before ids were scoped) names that passage again.  Ids of different namespaces
+    never meet, so an add is refused as taken (409) only by the namespace's own."""
+    out = []
     for pid in delete or ():
-        try:
-            mine = owner_of(pid) == namespace
-        except KeyError:
-            mine = False
-        if not mine:
+        j = tenant_passage(index, namespace, pid)
+        if j is None:
             raise KeyError(f"unknown passage id {pid!r:.200}")
+        out.append(index.passage(j).id)
+    if add is not None and not isinstance(add, Loaded):
+        renamed = []
+        for p in add:
+            raw = p.id[len(namespace) + 1:] if p.id.startswith(f"{namespace}/") else None
+            if raw is not None and not index.has_passage(p.id) \
+                    and tenant_passage(index, namespace, raw) is not None:
+                p = Passage(raw, p.title, p.text, p.metadata)
+            renamed.append(p)
+        add = renamed
     passages = add.passages if isinstance(add, Loaded) else (add or ())
     for p in passages:
-        try:
-            theirs = owner_of(p.id) != namespace
-        except KeyError:
-            theirs = False
-        if theirs:
+        if index.has_passage(p.id) and \
+                index.passage(index.passage_index(p.id)).metadata.get("namespace") != namespace:
             raise PassageConflict(f"passage id {p.id!r:.200} is taken; choose another id")
+    return (out if delete is not None else None), add
 
 
 @dataclass
@@ -252,7 +287,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
         idx = PropositionIndex.load(index_dir, verify="checksums", stamp=False)
         out = Update(idx, (idx.n_passages, idx.n_props))
         if namespace is not None:
-            _check_tenant_ids(idx, namespace, delete, add)
+            delete, add = _tenant_ids(idx, namespace, delete, add)
         if delete_where is not None:
             every = delete_all
             if namespace is not None and not delete_all:  # every passage of the namespace

@@ -123,13 +123,15 @@ def test_a_tenants_update_touches_its_own_passages_only(tmp_path):
     assert got["add"].status_code == 200, got["add"].json()
     assert got["other"].status_code == 400
     assert got["del"].status_code == 404 and "a1" in got["del"].json()["error"]
-    assert got["steal"].status_code == 409 and "t1" not in got["steal"].json()["error"]
+    # t1's id named by t2 is t2's own id (kept as "t2/a2"): added, t1's passage untouched
+    assert got["steal"].status_code == 200 and got["steal"].json()["changes"]["added"] == 1
     assert got["where"].status_code == 200 and got["where"].json()["changes"]["deleted"] == 1
     assert got["all"].status_code == 409 and "namespace" in got["all"].json()["error"]
     assert got["fine"].status_code == 200
     idx = PropositionIndex.load(ix)
     ids = {p.id: p for p in idx.passages}
     assert "a1" in ids and ids["a2"].text.startswith("the red fox")  # t1 untouched
+    assert ids["t2/a2"].text == "overwritten by t2."  # (t2/b-new went by delete_where)
     assert "b3" not in ids and all(f"a{i}" in ids for i in range(30))
     # the CLI takes the namespace too
     (tmp_path / "del.txt").write_text("a5\n")
@@ -262,7 +264,7 @@ def test_a_tenant_key_sees_and_changes_its_namespace_only_on_every_endpoint(tmp_
     assert (svc.uploads_dir / "acme" / "note.md").is_file()
     idx = PropositionIndex.load(ix)
     spaces = {p.id: p.metadata.get("namespace") for p in idx.passages}
-    assert spaces["acme-new"] == "acme" and "b1" in spaces
+    assert spaces["acme/acme-new"] == "acme" and "b1" in spaces  # its id, in its namespace
     assert {spaces[p.id] for p in idx.passages
             if p.metadata.get("source") == "uploads/acme/note.md"} == {"acme"}
     mine = {s["source"] for s in o["sources_acme"].json()["sources"]}
@@ -294,3 +296,74 @@ def test_tenant_keys_are_checked_when_read(tmp_path):
     from evireform.cli import main
     assert main(["serve", str(tmp_path / "none.idx"), "--tenant-keys",
                  str(tmp_path / "missing.json")]) == 2
+
+
+def test_two_tenants_ids_never_meet(tmp_path):
+    """Issue 81, leak 2 (explicit ids): ids were global, so tenant A adding an id tenant B
+    holds got "409 ... is taken" (and a wrong guess 200): A could confirm B's ids and could
+    not use them. A tenant's ids are now kept in its namespace ("NS/id"): both add "memo",
+    each reads, finds, replaces and deletes its own by the id it sent (or as stored),
+    the other's is unknown under either name, and 409 comes only from its own."""
+    import asyncio
+    import httpx
+    import pytest
+    pytest.importorskip("fastapi")
+    from evireform.service import RetrievalService, create_app
+    from evireform.service.guard import Tenant
+    ix = PropositionIndex.build(_tenants("a grey cat {i} sat on the mat."), EMB,
+                                show_progress=False).save(tmp_path / "ix")
+    svc = RetrievalService(ix, EMB)
+    app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("t1", True),
+                                                     GLOBEX: Tenant("t2", True)})
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                def h(key):
+                    return {"Authorization": f"Bearer {key}"}
+                up = lambda key, body: c.post("/update", json=body, headers=h(key))  # noqa
+                o = {}
+                o["b"] = await up(GLOBEX, {"add": [{"id": "memo", "title": "Memo",
+                                                    "text": "Globex pays Ann in May."}]})
+                o["a"] = await up(ACME, {"add": [{"id": "memo", "title": "Memo",
+                                                  "text": "Acme hires Bo in June."}]})
+                o["a_again"] = await up(ACME, {"add": [{"id": "memo", "title": "Memo",
+                                                        "text": "Other text."}]})
+                o["a_get"] = await c.get("/passages/memo", headers=h(ACME))
+                o["a_get_stored"] = await c.get("/passages/t1/memo", headers=h(ACME))
+                o["a_get_theirs"] = await c.get("/passages/t2/memo", headers=h(ACME))
+                o["b_get"] = await c.get("/passages/memo", headers=h(GLOBEX))
+                o["a_query"] = await c.post("/query", json={
+                    "question": "who does acme hire?", "k": 3, "filter": ["memo"]},
+                    headers=h(ACME))
+                o["a_query_theirs"] = await c.post("/query", json={
+                    "question": "who does acme hire?", "k": 3, "filter": ["t2/memo"]},
+                    headers=h(ACME))
+                o["a_upsert"] = await up(ACME, {"upsert": True, "add": [
+                    {"id": "memo", "title": "Memo", "text": "Acme hires Cy in July."}]})
+                o["a_del_theirs"] = await up(ACME, {"delete": ["t2/memo"]})
+                o["b_del"] = await up(GLOBEX, {"delete": ["memo"]})
+                o["a_guess"] = await up(ACME, {"add": [{"id": "t2/memo", "title": "M",
+                                                        "text": "A guess."}]})
+                o["a_get_guess"] = await c.get("/passages/t2/memo", headers=h(ACME))
+                return o
+        finally:
+            await svc.stop()
+    o = asyncio.run(run())
+    assert o["b"].status_code == 200 and o["a"].status_code == 200, o["a"].text
+    assert o["a_again"].status_code == 409 and "t2" not in o["a_again"].text
+    assert o["a_guess"].status_code == 200  # kept as t1/t2/memo: tells nothing
+    assert o["a_get"].json()["text"] == "Acme hires Bo in June."
+    assert o["a_get_stored"].json() == o["a_get"].json() and o["a_get"].json()["id"] == "t1/memo"
+    assert o["a_get_theirs"].status_code == 404
+    assert o["b_get"].json()["text"] == "Globex pays Ann in May."
+    assert [p["id"] for p in o["a_query"].json()["passages"]] == ["t1/memo"]
+    assert o["a_query_theirs"].status_code == 404
+    assert o["a_upsert"].status_code == 200 and o["a_upsert"].json()["changes"]["replaced"] == 1
+    assert o["a_del_theirs"].status_code == 404
+    assert o["b_del"].status_code == 200
+    texts = {p.id: p.text for p in PropositionIndex.load(ix).passages}
+    assert texts["t1/memo"] == "Acme hires Cy in July." and "t2/memo" not in texts
+    assert texts["t1/t2/memo"] == "A guess." == o["a_get_guess"].json()["text"]

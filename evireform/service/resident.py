@@ -176,12 +176,12 @@ class RetrievalService:
         from ..filters import compile_filter, missing_key_error, unknown_ids_error
         idx = gen.index
         if isinstance(flt, list):  # ids judged inside the namespace: another's is unknown
-            unknown = [pid for pid in flt if not (
-                isinstance(pid, str) and idx.has_passage(pid)
-                and idx.passage(idx.passage_index(pid)).metadata.get("namespace") == namespace)]
+            from ..application import tenant_passage
+            found = [tenant_passage(idx, namespace, pid) for pid in flt]
+            unknown = [pid for pid, j in zip(flt, found) if j is None]
             if unknown:
                 raise unknown_ids_error(unknown)
-            return list(flt)
+            return [idx.passage(j).id for j in found]  # as stored (NAMESPACE/id)
         ns = {"namespace": namespace}
         if flt is None:
             return ns
@@ -547,13 +547,17 @@ class RetrievalService:
         """One passage by id (``KeyError`` when the index has none, or none in
         ``namespace``: another tenant's passage is as unknown as a missing one)."""
         idx = self.current().index
-        try:
-            j = idx.passage_index(pid)
-        except KeyError:
-            raise KeyError(f"no passage with id {pid!r:.200}") from None
+        if namespace is not None:  # the id as stored or as the tenant sent it
+            from ..application import tenant_passage
+            j = tenant_passage(idx, namespace, pid)
+            if j is None:
+                raise KeyError(f"no passage with id {pid!r:.200}")
+        else:
+            try:
+                j = idx.passage_index(pid)
+            except KeyError:
+                raise KeyError(f"no passage with id {pid!r:.200}") from None
         p = idx.passage(j)
-        if namespace is not None and p.metadata.get("namespace") != namespace:
-            raise KeyError(f"no passage with id {pid!r:.200}")
         return {"id": p.id, "title": p.title, "text": p.text, "metadata": dict(p.metadata)}
 
 
