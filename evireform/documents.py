@@ -296,8 +296,9 @@ def _walk(folder: str, include, exclude, out: Loaded, skip_errors: bool,
             rel = full.relative_to(folder).as_posix()
             if include and not any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(f, g)
                                    for g in include):
-                if default_include and _named_not_typed(f) and _sniffs_as_text(full):
-                    pass  # README, README.Debian, NEWS: text by its bytes, read as text
+                if default_include and (_named_not_typed(f) and _sniffs_as_text(full)
+                                        or _compressed_text(full, real_below=folder)):
+                    pass  # README, README.Debian, NEWS, NEWS.gz: text by its bytes
                 else:
                     if default_include:  # a file no reader takes: named, never silently left
                         suffix = Path(f).suffix.lower() or "(no suffix)"
@@ -399,7 +400,9 @@ def _load_paths(paths: Any, *, chunk_tokens: int, chunk_overlap: int,
         seen.add(src)
         try:
             _name_ok(str(f))
-            if f.suffix.lower() in CORPUS_SUFFIXES:
+            if f.suffix.lower() in COMPRESSED_SUFFIXES:
+                got = _compressed_file(f, src, chunk_tokens, chunk_overlap, count, walked)
+            elif f.suffix.lower() in CORPUS_SUFFIXES:
                 got = load_corpus(f, under=walked)
             elif f.suffix.lower() in DOCUMENT_SUFFIXES:
                 got = _document_file(f, src, chunk_tokens, chunk_overlap, count, walked)
@@ -521,6 +524,101 @@ def _text_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: 
     front, text = front_matter(text, str(f))
     doc = Document(None, front, [Section((), [Block(text)])])
     return _passages(doc, f, src, chunk_tokens, chunk_overlap, count, block_sep=" ")
+
+
+#: compressed files, read as the file inside when that is text or a document
+#: (``NEWS.gz``, ``changelog.Debian.gz``, ``guide.md.xz``), within the same budgets
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
+
+
+def _opener(suffix: str) -> Any:
+    import bz2
+    import gzip
+    import lzma
+    return {".gz": lambda fh: gzip.GzipFile(fileobj=fh, mode="rb"),
+            ".bz2": lambda fh: bz2.BZ2File(fh, "rb"), ".xz": lambda fh: lzma.LZMAFile(fh, "rb")
+            }[suffix]
+
+
+def _inflate(f: Path, raw: bytes, most: int) -> bytes:
+    """At most ``most`` bytes of what the compressed ``raw`` holds (``ValueError`` naming
+    the file when it is not valid or holds more than the document budget)."""
+    import io
+    try:
+        with _opener(f.suffix.lower())(io.BytesIO(raw)) as fh:
+            out = fh.read(most + 1)
+    except (OSError, EOFError, ValueError) as exc:
+        raise ValueError(f"{f}: not a valid {f.suffix} file ({exc})") from None
+    except Exception as exc:  # lzma.LZMAError and the like
+        raise ValueError(f"{f}: not a valid {f.suffix} file ({type(exc).__name__})") from None
+    return out
+
+
+def _inner_kind(f: Path, head: bytes) -> str | None:
+    """What the file inside the compressed ``f`` is, by its name and its first bytes:
+    "document" (a reader's suffix), "text" (``.txt``, or a name without a type whose bytes
+    are text), or None (an archive, a binary, a corpus)."""
+    inner = Path(f.name[:-len(f.suffix)])
+    s = inner.suffix.lower()
+    if s in (".tar", ".cpio") or not inner.name:
+        return None
+    if s in DOCUMENT_SUFFIXES:
+        return "document"
+    if s not in TEXT_SUFFIXES and not _named_not_typed(inner.name):
+        return None
+    if not head or b"\0" in head[:8192]:
+        return None
+    try:
+        head[:8192].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not (exc.start >= min(len(head), 8192) - 3
+                and exc.reason == "unexpected end of data"):
+            return None
+    return "text"
+
+
+def _compressed_text(path: Path, real_below: str | None = None) -> bool:
+    """Whether the walk reads the compressed file at ``path``: the file inside is a
+    document or text (its first 8 KiB inflated; False for anything unreadable)."""
+    if path.suffix.lower() not in COMPRESSED_SUFFIXES:
+        return False
+    inner = Path(path.name[:-len(path.suffix)])
+    if inner.suffix.lower() in DOCUMENT_SUFFIXES:
+        return True
+    try:
+        raw = read_file_bytes(path, under=real_below)
+        return _inner_kind(path, _inflate(path, raw, 8192)[:8192]) is not None
+    except (OSError, ValueError):
+        return False
+
+
+def _compressed_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any,
+                     under: str | None = None):
+    """A compressed file's passages: the file inside read as its name says (a document
+    by its reader, text chunked), inflated to at most the document budget
+    (``document_bytes``; a bigger one is refused naming the setting)."""
+    from .formats import _setting, read_limit
+    most = read_limit("document_bytes")
+    data = _inflate(f, read_file_bytes(f, under=under), most)
+    if len(data) > most:
+        raise ValueError(f"{f}: holds more than the {most:,} bytes a document may have "
+                         f"{_setting('document_bytes')}")
+    kind = _inner_kind(f, data)
+    if kind is None:
+        raise ValueError(f"{f}: holds no text or document this reads")
+    inner = f.with_name(f.name[:-len(f.suffix)])
+    if kind == "document":
+        from .formats import READERS, _text_budget
+        doc = READERS[inner.suffix.lower()](f, data)
+        _text_budget(f, doc)
+        return _passages(doc, inner, src, chunk_tokens, chunk_overlap, count)
+    try:
+        text = data.decode("utf-8").lstrip("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    front, text = front_matter(text, str(f))
+    doc = Document(None, front, [Section((), [Block(text)])])
+    return _passages(doc, inner, src, chunk_tokens, chunk_overlap, count, block_sep=" ")
 
 
 def _document_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, count: Any,

@@ -234,6 +234,62 @@ def test_text_files_whose_names_say_no_type_are_read_by_their_bytes(tmp_path):
         list(load_paths(d / "README.Debian").sources.values()) == [1]
 
 
+def test_compressed_text_is_read_as_the_file_inside(tmp_path):
+    """Issue 82, item 3: a folder holding README, README.Debian, NEWS.gz and
+    changelog.Debian.gz indexes all four (.gz, .bz2 and .xz inflated, the file inside read
+    as its name says: text, or a document by its reader); a compressed binary or archive is
+    skipped and named; a file inflating past the document budget is refused naming it."""
+    import bz2
+    import gzip
+    import io
+    import lzma
+    import tarfile
+    from evireform.documents import load_paths
+    from evireform.formats import ReadLimits
+    d = tmp_path / "pkg"
+    d.mkdir()
+    (d / "README").write_text("The build farm is run by Orla Quist.\n")
+    (d / "README.Debian").write_text("On Debian the service starts at boot.\n")
+    (d / "NEWS.gz").write_bytes(gzip.compress(b"Version 3 adds the Ilm importer.\n"))
+    (d / "changelog.Debian.gz").write_bytes(
+        gzip.compress(b"pkg (1.2-1) unstable; urgency=low\n\n  * Fixes the Brook crash.\n")
+        + gzip.compress(b"  * A second gzip member: the Tarn patch.\n"))
+    (d / "guide.md.bz2").write_bytes(bz2.compress(
+        b"# Guide\n\n## Install\n\nRun the Quorn installer.\n"))
+    (d / "TODO.xz").write_bytes(lzma.compress(b"Port the Vell module.\n"))
+    (d / "data.bin.gz").write_bytes(gzip.compress(b"\x00\x01\x02binary"))
+    (d / "BLOBS.gz").write_bytes(gzip.compress(b"\x00\x01\x02binary"))
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w:gz") as t:
+        info = tarfile.TarInfo("a.txt")
+        info.size = 3
+        t.addfile(info, io.BytesIO(b"abc"))
+    (d / "src.tar.gz").write_bytes(tar.getvalue())
+    (d / "broken.gz").write_bytes(b"not gzip at all")
+    got = load_paths(d)
+    assert sorted(got.sources) == ["pkg/NEWS.gz", "pkg/README", "pkg/README.Debian",
+                                   "pkg/TODO.xz", "pkg/changelog.Debian.gz",
+                                   "pkg/guide.md.bz2"]
+    text = " ".join(p.text for p in got.passages)
+    for said in ("Orla Quist", "starts at boot", "Ilm importer", "Brook crash", "Tarn patch",
+                 "Quorn installer", "Vell module"):
+        assert said in text, said
+    titles = {p.metadata["source"]: p.title for p in got.passages}
+    assert titles["pkg/NEWS.gz"] == "NEWS" and titles["pkg/guide.md.bz2"] == "Guide"
+    assert [p.metadata.get("section") for p in got.passages
+            if p.metadata["source"] == "pkg/guide.md.bz2"] == ["Install"]
+    assert got.unread == {".gz": 4}
+    (line,) = [w for w in got.warnings if w.startswith("skipped")]
+    assert "BLOBS.gz" in line and "src.tar.gz" in line and "data.bin.gz" in line
+    # named on the command line: read as in a folder; a bomb past the budget is refused
+    assert list(load_paths(d / "NEWS.gz").sources.values()) == [1]
+    (d / "big.txt.gz").write_bytes(gzip.compress(b"word " * 300_000))
+    with pytest.raises(ValueError, match="big.txt.gz: holds more than the 100,000 bytes"):
+        load_paths(d / "big.txt.gz", limits=ReadLimits(document_bytes=100_000))
+    with pytest.raises(ValueError, match="broken.gz: not a valid .gz file"):
+        load_paths(d / "broken.gz")
+
+
 def test_what_a_documents_chunks_share_is_stored_once(tmp_path):
     """Issue 69: a file's front matter, source and title are held once in the saved index
     (format version 4), not once per chunk; every passage's metadata reads back byte for
