@@ -371,12 +371,15 @@ class Client(_Base):
 
     def query(self, question: str, k: int = 10, *, method: str = "evireform",
               filter: dict[str, Any] | Sequence[str] | None = None,
-              namespace: str | None = None, graph: bool = False) -> Answer:
+              namespace: str | None = None, graph: bool = False,
+              answer: bool = False) -> Answer:
         """One question's passages (``POST /query``): ``filter`` a where clause over
         metadata or a list of passage ids, ``namespace`` a tenant, ``graph`` the evidence
-        graph."""
+        graph, ``answer`` an answer from the passages citing them (the record's
+        ``"answer"``)."""
         return self._call("POST", "/query", {"question": question,
-                                             **_ask(k, method, filter, namespace, graph)}).json()
+                                             **_ask(k, method, filter, namespace, graph),
+                                             **({"answer": True} if answer else {})}).json()
 
     def query_batch(self, questions: Sequence[str], k: int = 10, *, method: str = "evireform",
                     filter: dict[str, Any] | Sequence[str] | None = None,
@@ -488,9 +491,11 @@ class AsyncClient(_Base):
 
     async def query(self, question: str, k: int = 10, *, method: str = "evireform",
                     filter: dict[str, Any] | Sequence[str] | None = None,
-                    namespace: str | None = None, graph: bool = False) -> Answer:
+                    namespace: str | None = None, graph: bool = False,
+                    answer: bool = False) -> Answer:
         r = await self._call("POST", "/query", {"question": question,
-                                                **_ask(k, method, filter, namespace, graph)})
+                                                **_ask(k, method, filter, namespace, graph),
+                                                **({"answer": True} if answer else {})})
         return r.json()
 
     async def query_batch(self, questions: Sequence[str], k: int = 10, *,

@@ -65,6 +65,40 @@ class PassageConflict(ValueError):
     them; the service answers 409)."""
 
 
+class AppendedRows:
+    """An added index's embeddings kept as two parts until something reads them whole:
+    ``head``, the parent's rows (often mapped from its file), and ``tail``, the new rows.
+    A save writes them without joining them (the head copied from its file by the
+    kernel): an update that only saves never makes a copy of the whole matrix (issue 84:
+    joining 300 MB took a second of page faults)."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, head: Any, tail: np.ndarray) -> None:
+        self.head, self.tail = head, np.asarray(tail, dtype=np.float32)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.head) + len(self.tail), int(self.tail.shape[1]))
+
+    dtype = np.dtype(np.float32)
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail)
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``lo:hi``, joined only where the range spans both parts."""
+        n = len(self.head)
+        if hi <= n:
+            return np.asarray(self.head[lo:hi])
+        if lo >= n:
+            return self.tail[lo - n:hi - n]
+        return np.concatenate([np.asarray(self.head[lo:]), self.tail[:hi - n]])
+
+    def whole(self) -> np.ndarray:
+        return np.concatenate([np.asarray(self.head), self.tail], dtype=np.float32)
+
+
 @dataclass
 class PropositionIndex:
     passages: list[Passage]
@@ -121,7 +155,19 @@ class PropositionIndex:
 
     @property
     def dim(self) -> int:
-        return int(self.embeddings.shape[1])
+        return int(self.stored_embeddings().shape[1])
+
+    def stored_embeddings(self) -> Any:
+        """The embeddings as held: an array, or an added index's :class:`AppendedRows`
+        not yet read whole (reading :attr:`embeddings` joins them, once)."""
+        return self.__dict__["_embeddings"]
+
+    def embedding_rows(self, lo: int, hi: int | None = None) -> np.ndarray:
+        """Rows ``lo:hi`` of the embeddings, without joining an added index's parts when
+        they lie in one."""
+        e = self.stored_embeddings()
+        hi = len(e) if hi is None else hi
+        return e.rows(lo, hi) if isinstance(e, AppendedRows) else np.asarray(e)[lo:hi]
 
     @property
     def owner(self) -> np.ndarray:
@@ -483,7 +529,8 @@ class PropositionIndex:
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
-            embeddings=np.concatenate([np.asarray(self.embeddings), emb], dtype=np.float32),
+            embeddings=AppendedRows(self.stored_embeddings() if not isinstance(
+                self.stored_embeddings(), AppendedRows) else self.embeddings, emb),
             embedder_name=self.embedder_name, meta=dict(self.meta),
             extract_counts=_counts_of(extractor) if callable(fit) and new
             else self.extract_counts)
@@ -496,7 +543,7 @@ class PropositionIndex:
         out.search_plan = {**self.search_plan, "derived": ("add", self)}
         # the rows before the new ones are this index's: a save copies them from its file
         # when they are mapped from one (evireform.store.format: work as large as the add)
-        out.embedding_prefix = self.embeddings
+        out.embedding_prefix = out.stored_embeddings().head
         return out
 
     def delete(self, passage_ids: Iterable[str]) -> "PropositionIndex":
@@ -571,6 +618,21 @@ class PropositionIndex:
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
+
+
+def _get_embeddings(self: PropositionIndex) -> np.ndarray:
+    e = self.__dict__["_embeddings"]
+    if isinstance(e, AppendedRows):  # read whole: joined once, kept
+        e = self.__dict__["_embeddings"] = e.whole()
+    return e
+
+
+def _set_embeddings(self: PropositionIndex, value: Any) -> None:
+    self.__dict__["_embeddings"] = value
+
+
+#: float32 unit rows, one per proposition (an added index's joined when first read)
+PropositionIndex.embeddings = property(_get_embeddings, _set_embeddings)  # type: ignore
 
 
 def _same(a: Passage, b: Passage) -> bool:

@@ -246,6 +246,39 @@ class GraphRecord(TypedDict):
     edges: list[GraphEdgeRecord]
 
 
+class AnswerCiteRecord(TypedDict):
+    """A passage an answer cites."""
+
+    #: the passage's id
+    id: str
+    #: the passage's title
+    title: str
+    #: the passage's sentence that best matches the question (and the answer)
+    sentence: str
+
+
+class AnswerRecord(TypedDict):
+    """An answer from the retrieved passages (:meth:`evireform.answer.Answer.to_dict`)."""
+
+    #: the answer, or "not found in these documents"
+    text: str
+    #: whether the passages hold an answer
+    found: bool
+    #: "llm" (an LLM's answer from the passages) or "extractive" (the passages' sentence
+    #: that best matches the question, as it stands)
+    kind: str
+    #: the share of the question's content words the top 3 passages hold (0..1; LLM-free:
+    #: below 0.7, with the similarity below 0.5, the extractive answer says "not found")
+    confidence: float
+    #: the cosine of the question's best dense hit (null when the method has none)
+    similarity: float | None
+    #: the passages the answer cites, best first
+    cites: list[AnswerCiteRecord]
+    #: what happened on the way ("answer:fallback:ContractError": the LLM's reply was
+    #: refused twice and the extractive answer stands)
+    events: list[str]
+
+
 class _ResultFields(TypedDict):
     #: the question asked
     question: str
@@ -262,6 +295,8 @@ class ResultRecord(_ResultFields, total=False):
     id: str
     #: the evidence graph, when asked for
     graph: GraphRecord
+    #: the answer from the passages, when asked for (``evireform ask``, ``"answer": true``)
+    answer: AnswerRecord
 
 
 def field_docs(cls: type) -> dict[str, str]:

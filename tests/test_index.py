@@ -316,6 +316,12 @@ def test_an_add_saves_the_loaded_rows_by_a_kernel_copy(tmp_path, monkeypatch):
     grown = loaded.add(_texts(3, "q"), EMB)
     assert grown.embedding_prefix is loaded.embeddings
     grown.save(tmp_path / "grown")
+    # saved without joining its parts (an update that only saves never copies the matrix)
+    from evireform.index import AppendedRows
+    assert isinstance(grown.stored_embeddings(), AppendedRows)
+    n = len(loaded.embeddings)  # rows across the two parts
+    assert np.array_equal(grown.embedding_rows(n - 2, n + 2), np.concatenate(
+        [loaded.embeddings[n - 2:], grown.embeddings[n:n + 2]]))
     want = tmp_path / "want.npy"
     np.save(want, np.ascontiguousarray(grown.embeddings), allow_pickle=False)
     assert (tmp_path / "grown" / "embeddings.npy").read_bytes() == want.read_bytes()

@@ -232,8 +232,12 @@ def _replay_setup(args: Any) -> dict[str, Any]:
 
 
 def _llm_client(args: Any):
+    # an answer (ask, query --answer) takes an LLM whenever one is configured: an endpoint
+    # named, here or in $EVIREFORM_LLM_BASE_URL; the search's LLM roles only with --llm
+    answers = getattr(args, "answer", False) and (
+        getattr(args, "llm_base_url", None) or os.environ.get("EVIREFORM_LLM_BASE_URL"))
     if not (getattr(args, "llm", False) or getattr(args, "reader", False)
-            or getattr(args, "llm_replay", None)):
+            or getattr(args, "llm_replay", None) or answers):
         return None
     over = {k: v for k, v in dict(base_url=args.llm_base_url, model=args.llm_model,
                                   api_key_env=args.llm_key_env, cache_path=args.llm_cache,

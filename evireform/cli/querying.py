@@ -86,6 +86,9 @@ def _cmd_query(args: Any) -> int:
 
     if (args.question is None) == (args.questions is None):
         raise ValueError("give one question, or --questions FILE")
+    answering = getattr(args, "answer", False)
+    if answering and args.questions is not None:
+        raise ValueError("an answer is for one question (ask / query --answer QUESTION)")
     if args.questions is not None:  # the questions first: a bad file fails before any load
         qs = read_questions(args.questions)
     flt = _filter_arg(args.filter)
@@ -106,18 +109,29 @@ def _cmd_query(args: Any) -> int:
         # joins the thread on every exit path
         warm_up_in_background(args.questions is not None)
     client = _llm_client(args)
-    retriever = make_method(args.method, idx, emb, llm=client, engine=engine,
-                            max_workers=args.llm_workers or 1, config=_config(args))
+    # the LLM roles search only with --llm (or a replay); an answer takes any configured LLM
+    retriever = make_method(args.method, idx, emb, llm=client if args.llm else None,
+                            engine=engine, max_workers=args.llm_workers or 1,
+                            config=_config(args))
     if args.questions is not None:
         return _batch_query(args, retriever, qs)
     res = retriever.retrieve(args.question, args.k, filter=flt)
+    ans = None
+    if answering:
+        from ..answer import answer_question
+        ans = answer_question(args.question, res, client)
     summary = _replay_summary(client)
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
-        print(json.dumps(res.to_dict(graph=args.graph), indent=1))
-        return _strict_status(args, [res])
+        out = res.to_dict(graph=args.graph)
+        if ans is not None:
+            out["answer"] = ans.to_dict()
+        print(json.dumps(out, indent=1))
+        return _strict_status(args, [res], _fell_back(res) + _answer_fell_back(ans))
     print(f"Q: {args.question}")
+    if ans is not None:
+        print(format_answer(ans))
     if not res.passages:
         print("   (no passage matches the filter)")
     reached = reached_by(res, idx)
@@ -140,7 +154,30 @@ def _cmd_query(args: Any) -> int:
             f"{k} {v:.1f}" for k, v in t.items()) + ")"
             + (f"; {up * 1e3:.0f} ms from process start" if up is not None else ""),
             file=sys.stderr)
-    return _strict_status(args, [res])
+    return _strict_status(args, [res], _fell_back(res) + _answer_fell_back(ans))
+
+
+def _answer_fell_back(ans: Any) -> int:
+    return int(ans is not None and any(":fallback:" in e for e in ans.events))
+
+
+def format_answer(ans: Any) -> str:
+    """An :class:`~evireform.answer.Answer` for the terminal: the answer, what kind it is
+    and the confidence, then each passage it cites with its sentence."""
+    import textwrap
+    how = {"llm": "the LLM's answer from the passages",
+           "extractive": "extractive: the passages' sentence that best matches the "
+                         "question"}[ans.kind]
+    lines = textwrap.wrap(f"A: {ans.text}", 100, subsequent_indent="   ")
+    sim = "" if ans.similarity is None else f", best dense match {ans.similarity:.2f}"
+    lines.append(f"   ({how}; {ans.confidence:.0%} of the question's words in the top "
+                 f"passages{sim}" + (f"; {', '.join(ans.events)}" if ans.events else "")
+                 + ")")
+    for c in ans.cites:
+        label = "cites" if ans.found else "closest"
+        lines.extend(textwrap.wrap(f"{label} [{c['id']}] {c['title']}: {c['sentence']}", 100,
+                                   initial_indent="   ", subsequent_indent="     "))
+    return "\n".join(lines)
 
 
 def _prepare_encoder(emb: Any) -> None:
@@ -383,9 +420,25 @@ def add_mcp_parser(sub: Any) -> None:
 def add_query_parser(sub: Any) -> None:
     qu = sub.add_parser("query", help="retrieve passages for one question, or a file of "
                                       "questions, from a saved index")
+    _query_args(qu, 10)
+    qu.add_argument("--answer", action="store_true",
+                    help="also answer the question from the passages, citing them (what "
+                         "`evireform ask` prints)")
+    qu.set_defaults(func=_cmd_query)
+    ask = sub.add_parser(
+        "ask", help="answer a question from a saved index, citing the passages: an LLM's "
+                    "answer with --llm-base-url (or $EVIREFORM_LLM_BASE_URL), else the "
+                    "passages' best-matching sentence, marked extractive; 'not found in "
+                    "these documents' when they do not hold it")
+    _query_args(ask, 5)
+    ask.set_defaults(func=_cmd_query, answer=True)
+
+
+def _query_args(qu: Any, k: int) -> None:
+    """The arguments of ``query`` and ``ask`` (one command: ``ask`` is ``query --answer``)."""
     _add_index_dir(qu)
     qu.add_argument("question", nargs="?", help="one question (or --questions FILE)")
-    qu.add_argument("-k", type=_positive_int, default=10, help="passages to return")
+    qu.add_argument("-k", type=_positive_int, default=k, help=f"passages to return ({k})")
     qu.add_argument("--json", action="store_true",
                     help="print the result record as JSON (the service's /query shape)")
     qu.add_argument("--no-text", action="store_true",
@@ -421,7 +474,6 @@ def add_query_parser(sub: Any) -> None:
                          "the manifest), e.g. cuda")
     _add_index_embedder_args(qu)
     _add_llm_args(qu)
-    qu.set_defaults(func=_cmd_query)
 
 
 def _add_engine_args(p: Any) -> None:

@@ -111,7 +111,7 @@ def _carried(derived: tuple[Any, ...], index: PropositionIndex) -> SearchStructu
                                           np.asarray(derived[3], dtype=bool))
     if op == "add":
         n_old = parent.n_props
-        new_rows = np.asarray(index.embeddings)[n_old:]
+        new_rows = index.embedding_rows(n_old)  # an add's parts are not joined
         if ps.codes is not None:  # the new rows on the same scale, or all re-quantized
             try:
                 new_codes, _ = quantize_int8(new_rows, ps.code_scale)

@@ -34,13 +34,13 @@ from .cache import (  # noqa: F401
 from .client import (  # noqa: F401
     DEFAULT_DEADLINE, LLMClient, LLMConfig, PROMPT_VERSION, SCHEMAS)
 from .roles import (  # noqa: F401
-    LLMController, LLMExtractor, LLMFactFilter, LLMReader, LLMReformulator, LLMRewriter,
-    LLMSelector, LLMSplitter, context_within_budget, extractor_name)
+    LLMAnswerer, LLMController, LLMExtractor, LLMFactFilter, LLMReader, LLMReformulator,
+    LLMRewriter, LLMSelector, LLMSplitter, context_within_budget, extractor_name)
 
 __all__ = [
     "CircuitOpen", "ContextOverflow", "ContractError", "DeadlineExceeded", "OfflineMiss",
     "local_repair", "parse_json", "RateLimiter", "Usage", "estimate_tokens", "ReplayIndex",
     "ReplyCache", "read_reply_records", "DEFAULT_DEADLINE", "LLMClient", "LLMConfig",
-    "PROMPT_VERSION", "SCHEMAS", "LLMController", "LLMExtractor", "LLMFactFilter",
+    "PROMPT_VERSION", "SCHEMAS", "LLMAnswerer", "LLMController", "LLMExtractor", "LLMFactFilter",
     "LLMReader", "LLMReformulator", "LLMRewriter", "LLMSelector", "LLMSplitter",
     "context_within_budget", "extractor_name"]

@@ -99,6 +99,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                     "properties": {"query": {"type": "string"}}},
     "reader": {"type": "object", "required": ["answer"],
                "properties": {"answer": {"type": "string"}}},
+    "answer": {"type": "object", "required": ["found"], "properties": {
+        "found": {"type": "boolean"}, "answer": {"type": "string"},
+        "cites": {"type": "array", "items": {"type": "integer"}}}},
     "extract": {"type": "object", "required": ["propositions"], "properties": {
         "propositions": {"type": "array", "items": {"type": "object", "required": ["text"],
                          "properties": {"text": {"type": "string"},

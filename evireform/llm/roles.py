@@ -329,6 +329,50 @@ class LLMReader(_LLMRole):
         return value, events
 
 
+class LLMAnswerer(_LLMRole):
+    """A user's answer with its sources (``evireform ask``, ``/query``'s ``answer``):
+    ``{"found": bool, "answer": str, "cites": [passage numbers]}`` from the numbered
+    passages, within a 3,000-token context budget.  Without a valid reply: None (the
+    caller gives the extractive answer)."""
+
+    name = "llm-answer"
+
+    def __init__(self, client: LLMClient, budget_tokens: int = 3000) -> None:
+        super().__init__(client, None)
+        self.budget_tokens: int = budget_tokens
+
+    def answer(self, question: str, passages: Sequence[Any]
+               ) -> tuple[tuple[bool, str, list[int]] | None, list[str]]:
+        """((found, answer, the cited passages' 0-based places) or None, events)."""
+        ctx = context_within_budget(passages, self.budget_tokens)
+        docs = "\n".join(f"[{n}] " + _quote(f"{t}: {x}") for n, (t, x) in enumerate(ctx, 1))
+        messages = [
+            {"role": "system", "content": "Answer the question from the numbered passages "
+             "with a short phrase or sentence and cite the numbers of the passages it comes "
+             "from. If the passages do not say, reply with found false. " + _UNTRUSTED
+             + ' Reply with JSON: {"found": boolean, "answer": string, "cites": [numbers]}.'},
+            {"role": "user", "content": f"Question: {_quote(question)}\nPassages:\n{docs}"}]
+
+        def validate(obj) -> tuple[bool, str, list[int]]:
+            if not isinstance(obj, dict) or not isinstance(obj.get("found"), bool):
+                raise ContractError("no boolean 'found'")
+            if not obj["found"]:
+                return False, "", []
+            a, cites = obj.get("answer"), obj.get("cites")
+            if not isinstance(a, str) or not a.strip():
+                raise ContractError("found, but no string 'answer'")
+            if not isinstance(cites, list) or not cites or not all(
+                    isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= len(ctx)
+                    for c in cites):
+                raise ContractError(f"'cites' must list passage numbers 1..{len(ctx)}")
+            return True, a.strip(), list(dict.fromkeys(c - 1 for c in cites))
+
+        value, repaired, why = self._run("answer", messages, validate, lambda: None)
+        events = (["answer:repaired"] if repaired else []) + \
+            ([f"answer:fallback:{why}"] if why else [])
+        return value, events
+
+
 def extractor_name(model: str) -> str:
     """The name an LLM extractor records in the index manifest and cache keys."""
     return f"llm-extract:{model}:{PROMPT_VERSION}"

@@ -171,7 +171,9 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
               summary="The passages that answer a question",
               description="One question's ranked passages and the method's trace (the "
                           "record `evireform query --json` prints), with the index "
-                          "generation that answered. A filter or namespace restricts the "
+                          "generation that answered; with answer: true, also an answer "
+                          "from the passages citing them (or 'not found in these "
+                          "documents'). A filter or namespace restricts the "
                           "search exactly; 404 when a filter names a key or id the index "
                           "lacks, 503 with Retry-After when the queue is full.",
               responses=errors(400, 401, 403, 404, 413, 422, 500, 503))
@@ -183,8 +185,12 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                                            service.request_filter(body.filter, ns))
         except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
             return refused(exc)
+        said = await service.answer(body.question, res) if body.answer else None
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
-        return JSONResponse(answer(res, gen, body.graph, time.perf_counter() - t0))
+        out = answer(res, gen, body.graph, time.perf_counter() - t0)
+        if said is not None:
+            out["answer"] = said.to_dict()
+        return JSONResponse(out)
 
     @app.post("/query_batch", response_model=BatchOut, operation_id="query_batch",
               tags=["retrieval"], summary="The passages for many questions at once",

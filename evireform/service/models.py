@@ -132,6 +132,11 @@ def http_models(max_k: int, max_questions: int):
 
     class QueryIn(Ask):
         question: Question = Field(description="the question, in words")
+        answer: StrictBool = Field(
+            False, description="also answer the question from the passages, citing them: "
+            "the service's LLM's answer when it has one (serve --llm), else the passages' "
+            "best-matching sentence, marked extractive; 'not found in these documents' when "
+            "they do not hold it")
 
     class BatchIn(Ask):
         questions: list[Question] = Field(

@@ -525,6 +525,14 @@ class RetrievalService:
             elif f.is_dir() and not f.is_symlink() and not any(f.iterdir()):
                 f.rmdir()
 
+    async def answer(self, question: str, result: Any) -> Any:
+        """The :class:`~evireform.answer.Answer` to ``question`` from ``result``'s passages:
+        the service's LLM's (``llm``) on a worker thread, else the extractive one."""
+        from ..answer import answer_question
+        if self.llm is None:
+            return answer_question(question, result)
+        return await asyncio.to_thread(answer_question, question, result, self.llm)
+
     def sources(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """The documents the index holds passages of: ``{"source", "passages", "title"}``
         per metadata ``source``, in name order (``namespace``: of its passages only)."""

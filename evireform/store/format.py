@@ -212,9 +212,16 @@ def save_index(idx: PropositionIndex, path: StrPath, *, overwrite: bool = False)
                                 looks_like=looks_like_index)
 
 
-def index_arrays(idx: PropositionIndex) -> dict[str, np.ndarray]:
+def index_arrays(idx: PropositionIndex, joined: bool = True) -> dict[str, Any]:
+    """Every stored array of ``idx`` by name (``joined=False``: an added index's
+    embeddings as its :class:`~evireform.index.AppendedRows`, when not yet read whole)."""
     holders = {"graph": idx.graph, "pmap": idx.pmap, "index": idx}
-    return {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS}
+    out = {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS
+           if joined or s.name != "embeddings"}
+    if not joined:
+        held = idx.stored_embeddings() if hasattr(idx, "stored_embeddings") else None
+        out["embeddings"] = held if held is not None else np.asarray(idx.embeddings)
+    return out
 
 
 def remember_file(a: np.memmap, f: Path) -> None:
@@ -237,9 +244,9 @@ def _copied_prefix(fh: Any, prefix: Any, arr: np.ndarray) -> int:
     mapped, or the kernel cannot copy (the caller then writes the rows itself)."""
     rec = getattr(prefix, "_evireform_file", None)
     copy = getattr(os, "copy_file_range", None)
-    if rec is None or copy is None or prefix.dtype != arr.dtype or prefix.ndim != arr.ndim \
-            or prefix.shape[1:] != arr.shape[1:] or len(prefix) > len(arr) \
-            or not prefix.flags.c_contiguous:
+    if rec is None or copy is None or prefix.dtype != arr.dtype \
+            or prefix.ndim != len(arr.shape) or tuple(prefix.shape[1:]) != tuple(arr.shape[1:]) \
+            or len(prefix) > len(arr) or not prefix.flags.c_contiguous:
         return 0
     name, dev, ino, size, mtime, offset = rec
     n = int(prefix.nbytes)
@@ -269,39 +276,58 @@ def _copied_prefix(fh: Any, prefix: Any, arr: np.ndarray) -> int:
     fh.seek(start + n)
     # the two ends compared with the rows in memory: a file that is not these rows is
     # caught here (a changed one has another inode or modification time already)
-    if n and not (np.array_equal(_rows_at(fh, start, arr, 0), arr[:1])
-                  and np.array_equal(_rows_at(fh, start, arr, len(prefix) - 1),
-                                     arr[len(prefix) - 1:len(prefix)])):
+    last = len(prefix) - 1
+    if n and not (np.array_equal(_rows_at(fh, start, arr, 0), _rows(arr, 0, 1))
+                  and np.array_equal(_rows_at(fh, start, arr, last),
+                                     _rows(arr, last, last + 1))):
         fh.seek(start)
         fh.truncate()
         return 0
     return len(prefix)
 
 
-def _rows_at(fh: Any, start: int, arr: np.ndarray, i: int) -> np.ndarray:
-    row = int(arr[:1].nbytes) if len(arr) else 0
+def _rows_at(fh: Any, start: int, arr: Any, i: int) -> np.ndarray:
+    row = int(np.dtype(arr.dtype).itemsize * int(np.prod(arr.shape[1:])))
     fh.flush()
     raw = os.pread(fh.fileno(), row, start + i * row)
     return np.frombuffer(raw, arr.dtype).reshape((1, *arr.shape[1:]))
 
 
-def save_array(path: Path, arr: np.ndarray, prefix: Any = None) -> None:
+def _rows(arr: Any, lo: int, hi: int) -> np.ndarray:
+    return arr.rows(lo, hi) if hasattr(arr, "rows") else arr[lo:hi]
+
+
+def save_array(path: Path, arr: Any, prefix: Any = None) -> None:
     """``np.save(path, arr)`` (the same bytes); with ``prefix``, an array holding the first
     rows of ``arr`` mapped from a file, those rows are copied from that file by the kernel
-    and only the rest written from memory (an add saves work as large as the add)."""
-    arr = np.ascontiguousarray(arr)
-    if prefix is None or arr.ndim == 0:
-        np.save(path, arr, allow_pickle=False)
-        return
+    and only the rest written from memory (an add saves work as large as the add).
+    ``arr`` may be an added index's :class:`~evireform.index.AppendedRows`: its parts are
+    written one after the other, never joined."""
+    parts = hasattr(arr, "rows") and hasattr(arr, "head")
+    if not parts:
+        arr = np.ascontiguousarray(arr)
+        if prefix is None or arr.ndim == 0:
+            np.save(path, arr, allow_pickle=False)
+            return
     with open(path, "w+b") as fh:  # read too: the copied rows are compared
-        np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(arr))
-        k = _copied_prefix(fh, prefix, arr)
-        fh.write(arr[k:].reshape(-1).view(np.uint8))
+        np.lib.format.write_array_header_1_0(fh, {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(arr.dtype)),
+            "fortran_order": False, "shape": tuple(arr.shape)})
+        k = _copied_prefix(fh, prefix, arr) if prefix is not None else 0
+        if parts:
+            n = len(arr.head)
+            for lo in range(k, n, 1 << 16):  # what was not copied, a block at a time
+                fh.write(np.ascontiguousarray(arr.head[lo:lo + (1 << 16)],
+                                              dtype=arr.dtype).reshape(-1).view(np.uint8))
+            fh.write(np.ascontiguousarray(arr.tail[max(0, k - n):], dtype=arr.dtype)
+                     .reshape(-1).view(np.uint8))
+        else:
+            fh.write(arr[k:].reshape(-1).view(np.uint8))
 
 
 def _write_files(idx: PropositionIndex, tmp: Path) -> None:
     prefixes = {"embeddings": getattr(idx, "embedding_prefix", None)}
-    for name, arr in index_arrays(idx).items():
+    for name, arr in index_arrays(idx, joined=False).items():
         save_array(tmp / f"{name}.npy", arr, prefixes.get(name))
     # what the passages of a document share is written once (their own parts copied as
     # bytes from a loaded index's blob, a new document's split from its passages)
