@@ -597,20 +597,20 @@ def _compressed_file(f: Path, src: str, chunk_tokens: int, chunk_overlap: int, c
     """A compressed file's passages: the file inside read as its name says (a document
     by its reader, text chunked), inflated to at most the document budget
     (``document_bytes``; a bigger one is refused naming the setting)."""
-    from .formats import _setting, read_limit
+    from .formats import limit_setting, read_limit
     most = read_limit("document_bytes")
     data = _inflate(f, read_file_bytes(f, under=under), most)
     if len(data) > most:
         raise ValueError(f"{f}: holds more than the {most:,} bytes a document may have "
-                         f"{_setting('document_bytes')}")
+                         f"{limit_setting('document_bytes')}")
     kind = _inner_kind(f, data)
     if kind is None:
         raise ValueError(f"{f}: holds no text or document this reads")
     inner = f.with_name(f.name[:-len(f.suffix)])
     if kind == "document":
-        from .formats import READERS, _text_budget
+        from .formats import READERS, check_text_budget
         doc = READERS[inner.suffix.lower()](f, data)
-        _text_budget(f, doc)
+        check_text_budget(f, doc)
         return _passages(doc, inner, src, chunk_tokens, chunk_overlap, count)
     try:
         text = data.decode("utf-8").lstrip("\ufeff")

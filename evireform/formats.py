@@ -721,7 +721,7 @@ def _pdf_content_budget(path: Path, page, budget: list) -> None:
     if budget[0] < 0:
         cap = read_limit("pdf_content_bytes")
         raise ValueError(f"{path}: its pages draw more than {_size(cap)} of instructions "
-                         f"(decoded); not read {_setting('pdf_content_bytes')}")
+                         f"(decoded); not read {limit_setting('pdf_content_bytes')}")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -962,7 +962,7 @@ def _zip(path: Path, data: bytes, what: str, limit: int | None = None):
             raise ValueError(f"{path}: its part {info.filename!r} unpacks to "
                              f"{info.file_size:,} bytes, more than the {_size(limit)} a "
                              "document's part may have" +
-                             (" " + _setting("part_bytes") if setting else ""))
+                             (" " + limit_setting("part_bytes") if setting else ""))
     return z
 
 
@@ -970,7 +970,7 @@ def _too_many(path: Path, n: int, what: str) -> None:
     cap = read_limit("items")
     if n > cap:
         raise ValueError(f"{path}: more than {cap:,} {what}; split the file "
-                         f"{_setting('items')}")
+                         f"{limit_setting('items')}")
 
 
 def _size(n: int) -> str:
@@ -1059,7 +1059,7 @@ def _read_xlsx(path: Path, data: bytes) -> Document:
             spent[0] += sum(len(c) for c in cells)
             if spent[0] > cap:
                 raise ValueError(f"{path}: its cells hold more than {_size(cap)} of text "
-                                 f"{_setting('part_bytes')}")
+                                 f"{limit_setting('part_bytes')}")
             return cells
         try:
             for ws in wb.worksheets:
@@ -1340,7 +1340,7 @@ def reading_limits(limits: ReadLimits | None):
         _LIMITS.reset(token)
 
 
-def _setting(name: str) -> str:
+def limit_setting(name: str) -> str:
     """How a refusal names the setting that would raise it."""
     flag = {v: k for k, v in ReadLimits.NAMES.items()}[name]
     return f"(raise it with --read-limit {flag}=..., or ReadLimits({name}=...))"
@@ -1403,7 +1403,7 @@ def read_file_bytes(path: StrPath, limit: int | None = None, *,
         if st.st_size > limit:
             raise ValueError(f"{path}: {st.st_size:,} bytes, more than the "
                              f"{_size(limit)} a document may have" +
-                             (" " + _setting("document_bytes") if setting else ""))
+                             (" " + limit_setting("document_bytes") if setting else ""))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         chunks, total = [], 0
@@ -1440,11 +1440,11 @@ def read_document(path: StrPath, *, under: StrPath | None = None) -> Document:
         raise ValueError(f"{path}: no document reader for {path.suffix!r} "
                          f"(documents: {', '.join(DOCUMENT_SUFFIXES)})")
     doc = reader(path, read_file_bytes(path, under=under))
-    _text_budget(path, doc)
+    check_text_budget(path, doc)
     return doc
 
 
-def _text_budget(path: Path, doc: Document) -> None:
+def check_text_budget(path: Path, doc: Document) -> None:
     """``ValueError`` naming the file and the setting when ``doc``'s text (its blocks and
     section headings) passes ``text_chars``: every reader is bounded by what it gives, not
     only by the bytes it reads."""
@@ -1453,4 +1453,4 @@ def _text_budget(path: Path, doc: Document) -> None:
         n += sum(len(p) for p in sec.path) + sum(len(b.text) for b in sec.blocks)
         if n > cap:
             raise ValueError(f"{path}: more than {cap:,} characters of text "
-                             f"{_setting('text_chars')}")
+                             f"{limit_setting('text_chars')}")

@@ -142,6 +142,16 @@ def test_a_question_asked_in_the_browser_shows_passages_and_graph(browser, live)
             p["id"] for p in want["passages"]]
         first = want["passages"][0]
         assert first["text"] in items.nth(0).inner_text()
+        # the answer first (issue 82): above the passages, as /query's answer says it
+        said = HTTP.post(live.url + "/query", json={"question": QUESTIONS[0], "k": 5,
+                                                    "answer": True},
+                         headers={"Authorization": f"Bearer {KEY}"}).json()["answer"]
+        expect(page.locator("#reply .text")).to_have_text(said["text"])
+        assert page.locator("#reply .how").inner_text().startswith("extractive")
+        assert [c.get_attribute("data-id") for c in page.locator("#reply .cites li").all()] \
+            == [c["id"] for c in said["cites"]]
+        reply_y = page.locator("#reply").bounding_box()["y"]
+        assert reply_y < items.nth(0).bounding_box()["y"]
         assert page.locator("#trace ul.residual li").all_inner_texts() == \
             want["trace"]["residual_queries"]
         expect(page.locator("#trace .timings")).to_contain_text("encode_question")

@@ -438,7 +438,7 @@ def _query_args(qu: Any, k: int) -> None:
     """The arguments of ``query`` and ``ask`` (one command: ``ask`` is ``query --answer``)."""
     _add_index_dir(qu)
     qu.add_argument("question", nargs="?", help="one question (or --questions FILE)")
-    qu.add_argument("-k", type=_positive_int, default=k, help=f"passages to return ({k})")
+    qu.add_argument("-k", type=_positive_int, default=k, help="passages to return")
     qu.add_argument("--json", action="store_true",
                     help="print the result record as JSON (the service's /query shape)")
     qu.add_argument("--no-text", action="store_true",

@@ -133,7 +133,7 @@ async function loadSchema() {
 
 function request() {
   const body = { question: $("question").value, k: Number($("k").value) || 5,
-                 method: $("method").value, graph: true };
+                 method: $("method").value, graph: true, answer: true };
   const ns = $("namespace").value.trim();
   if (ns) body.namespace = ns;
   const f = $("filter").value.trim();
@@ -188,11 +188,38 @@ function show(res) {
     `${res.trace.method} · ${res.took_ms} ms · generation ${res.generation}`;
   const top = Math.max(...res.passages.map((p) => p.score), 0);
   const reached = reachedBy(res.trace);
+  showReply(res.answer);
   const list = $("passages");
   list.replaceChildren(...res.passages.map((p, i) => passageItem(
     p, i, top, termsOf([res.question, ...(reached.get(p.id) || [])]))));
   showTrace(res.trace);
   drawGraph(res.graph || { nodes: [], edges: [] });
+}
+
+// the answer above the passages (issue 82): an LLM's, or the best-matching sentence marked
+// extractive, or "not found in these documents"; the passages it cites with their sentences
+function showReply(a) {
+  const box = $("reply");
+  box.replaceChildren();
+  if (!a) return;
+  box.append(el("p", "text" + (a.found ? "" : " missing"), a.text));
+  const how = a.kind === "llm" ? "the LLM's answer from the passages"
+    : "extractive: the passages' sentence that best matches the question";
+  const sim = a.similarity === null || a.similarity === undefined ? ""
+    : `, best dense match ${a.similarity.toFixed(2)}`;
+  box.append(el("p", "how", `${how}; ${Math.round(100 * a.confidence)}% of the ` +
+                `question's words in the top passages${sim}`));
+  if (a.cites.length) {
+    const ul = el("ul", "cites");
+    for (const c of a.cites) {
+      const li = el("li");
+      li.dataset.id = c.id;
+      li.append(el("span", "cite", `${a.found ? "cites" : "closest"} [${c.id}] ${c.title}: `),
+                el("span", null, c.sentence));
+      ul.append(li);
+    }
+    box.append(ul);
+  }
 }
 
 function showTrace(trace) {
