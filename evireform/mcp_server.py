@@ -73,7 +73,7 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import BaseModel
 
-    from .records import PassageRecord
+    from .records import AnswerRecord, PassageRecord
 
     class RetrieveOut(BaseModel):
         """What ``retrieve`` answers, structured."""
@@ -85,6 +85,10 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
         trace: dict[str, Any] | None = Field(
             default=None, description="the method's trace (residual queries, candidates, "
                                       "timings), with include_trace only")
+        answer: AnswerRecord | None = Field(
+            default=None, description="with answer only: the passages' sentence that best "
+            "matches the question (extractive; or the service's LLM's answer), or 'not "
+            "found in these documents', with the passages it cites")
 
     @server.tool(description=(
         "Retrieve the passages that answer a question, multi-hop (EviReform: the first "
@@ -118,6 +122,11 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
             include_trace: Annotated[bool, Field(
                 strict=True, description="also return the method's trace (residual "
                                          "queries, candidates, timings)")] = False,
+            answer: Annotated[bool, Field(
+                strict=True, description="also answer from the passages: their sentence "
+                                         "that best matches the question (or the service's "
+                                         "LLM's answer) citing them, or 'not found in these "
+                                         "documents'")] = False,
             ctx: Context = None,  # type: ignore[assignment]
     ) -> Annotated[CallToolResult, RetrieveOut]:
         # a refusal reaches the caller as a tool error with its reason (what /query's 4xx
@@ -149,6 +158,12 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
         if include_trace:
             out["trace"] = rec["trace"]
         text = render_passages(rec["passages"], out.get("trace"))
+        if answer:
+            said = (await svc.answer(question, res)).to_dict()
+            out["answer"] = said
+            text = (f"Answer ({said['kind']}): {said['text']}\n" + "".join(
+                f"  cites [{c['id']}] {c['title']}: {c['sentence']}\n" for c in said["cites"]
+                if said["found"]) + "\n" + text)
         return CallToolResult(content=[TextContent(type="text", text=text)],
                               structured_content=out)
 

@@ -63,6 +63,9 @@ async def _session_calls(session):
     # issue 70: the trace only when asked for
     answers["traced"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": 5,
                                                              "include_trace": True})
+    # issue 82: an answer from the passages when asked for (extractive without an LLM)
+    answers["answered"] = await session.call_tool("retrieve", {"question": QUESTIONS[0], "k": 5,
+                                                               "answer": True})
     answers["prompts"] = (await session.list_prompts()).prompts
     answers["prompt"] = await session.get_prompt("answer_from_index",
                                                  {"question": QUESTIONS[0]})
@@ -73,7 +76,8 @@ async def _session_calls(session):
 def _check(tools, answers, stats, served):
     assert set(tools) == {"retrieve"}
     props = tools["retrieve"].input_schema["properties"]
-    assert {"question", "k", "filter", "method", "namespace", "include_trace"} <= set(props)
+    assert {"question", "k", "filter", "method", "namespace", "include_trace",
+            "answer"} <= set(props)
     for key, want in served.items():
         r = answers[key]
         assert not r.is_error, r.content
@@ -90,6 +94,10 @@ def _check(tools, answers, stats, served):
         assert "trace" not in text and len(text) < len(json.dumps(got))
     traced = answers["traced"].structured_content
     want = served[QUESTIONS[0]]
+    said = answers["answered"].structured_content
+    assert said["passages"] == want["passages"] and said["answer"]["kind"] == "extractive"
+    assert answers["answered"].content[0].text.startswith(
+        f"Answer (extractive): {said['answer']['text']}")
     assert untimed({"trace": traced["trace"]}) == untimed({"trace": want["trace"]})
     assert traced["passages"] == want["passages"]
     for key, words in (("missing", "no_such_key"), ("blank", "question"), ("k-bool", "k"),
