@@ -481,6 +481,12 @@ def _sniffs_as_text(path: Path, size: int = 8192) -> bool:
         return False
     finally:
         os.close(fd)
+    return _text_bytes(head)
+
+
+def _text_bytes(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes) is UTF-8 text without NUL bytes, a last
+    character cut by the window counting as text."""
     if not head or b"\0" in head:
         return False
     try:
@@ -566,15 +572,7 @@ def _inner_kind(f: Path, head: bytes) -> str | None:
         return "document"
     if s not in TEXT_SUFFIXES and not _named_not_typed(inner.name):
         return None
-    if not head or b"\0" in head[:8192]:
-        return None
-    try:
-        head[:8192].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if not (exc.start >= min(len(head), 8192) - 3
-                and exc.reason == "unexpected end of data"):
-            return None
-    return "text"
+    return "text" if _text_bytes(head[:8192]) else None
 
 
 def _compressed_text(path: Path, real_below: str | None = None) -> bool:

@@ -177,6 +177,25 @@ def test_the_same_text_from_two_tenants_is_two_passages_and_tells_nothing(tmp_pa
 ACME, GLOBEX, OPERATOR = "acme-key-0123456789", "globex-key-0123456789", "operator-key-0123456"
 
 
+def _served(svc, app, calls):
+    """``calls(client, headers_of_key)`` against ``app`` with ``svc`` started (then stopped)."""
+    import asyncio
+    import httpx
+
+    def h(key):
+        return {"Authorization": f"Bearer {key}"}
+
+    async def run():
+        await svc.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as c:
+                return await calls(c, h)
+        finally:
+            await svc.stop()
+    return asyncio.run(run())
+
+
 def test_a_tenant_key_sees_and_changes_its_namespace_only_on_every_endpoint(tmp_path):
     """Issue 81, item 8: keys per tenant (``serve --tenant-keys``). A tenant's key confines
     every endpoint to its namespace whatever the body says: its questions rank as the
@@ -201,51 +220,43 @@ def test_a_tenant_key_sees_and_changes_its_namespace_only_on_every_endpoint(tmp_
                                                      GLOBEX: Tenant("globex")})
     q = {"question": "where did the red fox run?", "k": 5}
 
-    async def run():
-        await svc.start()
-        try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://t") as c:
-                def h(key):
-                    return {"Authorization": f"Bearer {key}"}
-                out = {}
-                out["acme"] = await c.post("/query", json=q, headers=h(ACME))
-                out["op_acme"] = await c.post("/query", json={**q, "namespace": "acme"},
-                                              headers=h(OPERATOR))
-                out["op_all"] = await c.post("/query", json=q, headers=h(OPERATOR))
-                out["acme_asks_globex"] = await c.post("/query", json={
-                    **q, "namespace": "globex"}, headers=h(ACME))
-                out["batch"] = await c.post("/query_batch", json={
-                    "questions": [q["question"]], "k": 5}, headers=h(GLOBEX))
-                out["batch_other"] = await c.post("/query_batch", json={
-                    "questions": [q["question"]], "k": 5, "namespace": "acme"},
-                    headers=h(GLOBEX))
-                out["none"] = await c.post("/query", json=q)
-                out["wrong"] = await c.post("/query", json=q, headers=h("x" * 20))
-                out["ro_update"] = await c.post("/update", json={"add": [
-                    {"title": "G", "text": "Globex writes."}]}, headers=h(GLOBEX))
-                out["ro_docs"] = await c.post("/documents", files=[
-                    ("files", ("g.md", b"# G\n\nGlobex uploads.\n"))], headers=h(GLOBEX))
-                out["update"] = await c.post("/update", json={"add": [
-                    {"id": "acme-new", "title": "Memo", "text": "Ann signs the memo."}]},
-                    headers=h(ACME))
-                out["update_other"] = await c.post("/update", json={
-                    "namespace": "globex", "delete": ["b1"]}, headers=h(ACME))
-                out["delete_theirs"] = await c.post("/update", json={"delete": ["b1"]},
-                                                    headers=h(ACME))
-                out["docs"] = await c.post("/documents", files=[
-                    ("files", ("note.md", b"# Note\n\nThe acme build farm is run by Orla.\n"))],
-                    headers=h(ACME))
-                out["sources_acme"] = await c.get("/sources", headers=h(ACME))
-                out["sources_op"] = await c.get("/sources", headers=h(OPERATOR))
-                out["own"] = await c.get("/passages/a1", headers=h(ACME))
-                out["theirs"] = await c.get("/passages/b1", headers=h(ACME))
-                out["metrics"] = await c.get("/metrics", headers=h(ACME))
-                out["metrics_op"] = await c.get("/metrics", headers=h(OPERATOR))
-                return out
-        finally:
-            await svc.stop()
-    o = asyncio.run(run())
+    async def calls(c, h):
+        out = {}
+        out["acme"] = await c.post("/query", json=q, headers=h(ACME))
+        out["op_acme"] = await c.post("/query", json={**q, "namespace": "acme"},
+                                      headers=h(OPERATOR))
+        out["op_all"] = await c.post("/query", json=q, headers=h(OPERATOR))
+        out["acme_asks_globex"] = await c.post("/query", json={
+            **q, "namespace": "globex"}, headers=h(ACME))
+        out["batch"] = await c.post("/query_batch", json={
+            "questions": [q["question"]], "k": 5}, headers=h(GLOBEX))
+        out["batch_other"] = await c.post("/query_batch", json={
+            "questions": [q["question"]], "k": 5, "namespace": "acme"},
+            headers=h(GLOBEX))
+        out["none"] = await c.post("/query", json=q)
+        out["wrong"] = await c.post("/query", json=q, headers=h("x" * 20))
+        out["ro_update"] = await c.post("/update", json={"add": [
+            {"title": "G", "text": "Globex writes."}]}, headers=h(GLOBEX))
+        out["ro_docs"] = await c.post("/documents", files=[
+            ("files", ("g.md", b"# G\n\nGlobex uploads.\n"))], headers=h(GLOBEX))
+        out["update"] = await c.post("/update", json={"add": [
+            {"id": "acme-new", "title": "Memo", "text": "Ann signs the memo."}]},
+            headers=h(ACME))
+        out["update_other"] = await c.post("/update", json={
+            "namespace": "globex", "delete": ["b1"]}, headers=h(ACME))
+        out["delete_theirs"] = await c.post("/update", json={"delete": ["b1"]},
+                                            headers=h(ACME))
+        out["docs"] = await c.post("/documents", files=[
+            ("files", ("note.md", b"# Note\n\nThe acme build farm is run by Orla.\n"))],
+            headers=h(ACME))
+        out["sources_acme"] = await c.get("/sources", headers=h(ACME))
+        out["sources_op"] = await c.get("/sources", headers=h(OPERATOR))
+        out["own"] = await c.get("/passages/a1", headers=h(ACME))
+        out["theirs"] = await c.get("/passages/b1", headers=h(ACME))
+        out["metrics"] = await c.get("/metrics", headers=h(ACME))
+        out["metrics_op"] = await c.get("/metrics", headers=h(OPERATOR))
+        return out
+    o = _served(svc, app, calls)
     ids = lambda r: [(p["id"], round(p["score"], 6)) for p in r.json()["passages"]]  # noqa: E731
     assert o["acme"].status_code == 200 and ids(o["acme"]) == ids(o["op_acme"])
     assert all(i.startswith("a") for i, _ in ids(o["acme"]))
@@ -316,42 +327,34 @@ def test_two_tenants_ids_never_meet(tmp_path):
     app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("t1", True),
                                                      GLOBEX: Tenant("t2", True)})
 
-    async def run():
-        await svc.start()
-        try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://t") as c:
-                def h(key):
-                    return {"Authorization": f"Bearer {key}"}
-                up = lambda key, body: c.post("/update", json=body, headers=h(key))  # noqa
-                o = {}
-                o["b"] = await up(GLOBEX, {"add": [{"id": "memo", "title": "Memo",
-                                                    "text": "Globex pays Ann in May."}]})
-                o["a"] = await up(ACME, {"add": [{"id": "memo", "title": "Memo",
-                                                  "text": "Acme hires Bo in June."}]})
-                o["a_again"] = await up(ACME, {"add": [{"id": "memo", "title": "Memo",
-                                                        "text": "Other text."}]})
-                o["a_get"] = await c.get("/passages/memo", headers=h(ACME))
-                o["a_get_stored"] = await c.get("/passages/t1/memo", headers=h(ACME))
-                o["a_get_theirs"] = await c.get("/passages/t2/memo", headers=h(ACME))
-                o["b_get"] = await c.get("/passages/memo", headers=h(GLOBEX))
-                o["a_query"] = await c.post("/query", json={
-                    "question": "who does acme hire?", "k": 3, "filter": ["memo"]},
-                    headers=h(ACME))
-                o["a_query_theirs"] = await c.post("/query", json={
-                    "question": "who does acme hire?", "k": 3, "filter": ["t2/memo"]},
-                    headers=h(ACME))
-                o["a_upsert"] = await up(ACME, {"upsert": True, "add": [
-                    {"id": "memo", "title": "Memo", "text": "Acme hires Cy in July."}]})
-                o["a_del_theirs"] = await up(ACME, {"delete": ["t2/memo"]})
-                o["b_del"] = await up(GLOBEX, {"delete": ["memo"]})
-                o["a_guess"] = await up(ACME, {"add": [{"id": "t2/memo", "title": "M",
-                                                        "text": "A guess."}]})
-                o["a_get_guess"] = await c.get("/passages/t2/memo", headers=h(ACME))
-                return o
-        finally:
-            await svc.stop()
-    o = asyncio.run(run())
+    async def calls(c, h):
+        up = lambda key, body: c.post("/update", json=body, headers=h(key))  # noqa
+        o = {}
+        o["b"] = await up(GLOBEX, {"add": [{"id": "memo", "title": "Memo",
+                                            "text": "Globex pays Ann in May."}]})
+        o["a"] = await up(ACME, {"add": [{"id": "memo", "title": "Memo",
+                                          "text": "Acme hires Bo in June."}]})
+        o["a_again"] = await up(ACME, {"add": [{"id": "memo", "title": "Memo",
+                                                "text": "Other text."}]})
+        o["a_get"] = await c.get("/passages/memo", headers=h(ACME))
+        o["a_get_stored"] = await c.get("/passages/t1/memo", headers=h(ACME))
+        o["a_get_theirs"] = await c.get("/passages/t2/memo", headers=h(ACME))
+        o["b_get"] = await c.get("/passages/memo", headers=h(GLOBEX))
+        o["a_query"] = await c.post("/query", json={
+            "question": "who does acme hire?", "k": 3, "filter": ["memo"]},
+            headers=h(ACME))
+        o["a_query_theirs"] = await c.post("/query", json={
+            "question": "who does acme hire?", "k": 3, "filter": ["t2/memo"]},
+            headers=h(ACME))
+        o["a_upsert"] = await up(ACME, {"upsert": True, "add": [
+            {"id": "memo", "title": "Memo", "text": "Acme hires Cy in July."}]})
+        o["a_del_theirs"] = await up(ACME, {"delete": ["t2/memo"]})
+        o["b_del"] = await up(GLOBEX, {"delete": ["memo"]})
+        o["a_guess"] = await up(ACME, {"add": [{"id": "t2/memo", "title": "M",
+                                                "text": "A guess."}]})
+        o["a_get_guess"] = await c.get("/passages/t2/memo", headers=h(ACME))
+        return o
+    o = _served(svc, app, calls)
     assert o["b"].status_code == 200 and o["a"].status_code == 200, o["a"].text
     assert o["a_again"].status_code == 409 and "t2" not in o["a_again"].text
     assert o["a_guess"].status_code == 200  # kept as t1/t2/memo: tells nothing

@@ -219,8 +219,7 @@ def index_arrays(idx: PropositionIndex, joined: bool = True) -> dict[str, Any]:
     out = {s.name: np.asarray(getattr(holders[s.owner], s.name)) for s in SPECS
            if joined or s.name != "embeddings"}
     if not joined:
-        held = idx.stored_embeddings() if hasattr(idx, "stored_embeddings") else None
-        out["embeddings"] = held if held is not None else np.asarray(idx.embeddings)
+        out["embeddings"] = idx.stored_embeddings()
     return out
 
 
