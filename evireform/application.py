@@ -135,25 +135,89 @@ def _matching_ids_or_none(index: PropositionIndex, flt: FilterSpec) -> list[str]
 
 
 def scoped_id(pid: str, namespace: str) -> str:
-    """Where a tenant's id ``pid`` is kept: ``NAMESPACE/pid`` (``pid`` itself when it
-    already starts so), so that two namespaces' ids never meet: one tenant's id cannot be
-    refused as taken by another's, nor tell of it (issue 81).  Ids made from content are
-    scoped by their hash instead (:func:`evireform.corpus.content_id`)."""
-    return pid if pid.startswith(f"{namespace}/") else f"{namespace}/{pid}"
+    """Where a tenant's id ``pid`` is kept: ``NAMESPACE/pid``, so that two namespaces' ids
+    never meet: one tenant's id cannot be refused as taken by another's, nor tell of it
+    (issue 81).  :func:`shown_id` is its inverse: what the tenant reads back.  Ids made
+    from content are scoped by their hash instead (:func:`evireform.corpus.content_id`)."""
+    return f"{namespace}/{pid}"
+
+
+def _unprefixed(s: str, namespace: str) -> str | None:
+    """``s`` as a tenant of ``namespace`` names it (None when ``s`` is not kept in a
+    tenant's form): an id kept as ``NAMESPACE/id`` is ``id``, an upload's source or chunk
+    id kept as ``uploads/NAMESPACE/NAME`` is ``uploads/NAME``."""
+    if s.startswith(f"{namespace}/"):
+        return s[len(namespace) + 1:]
+    if s.startswith(f"uploads/{namespace}/"):
+        return "uploads/" + s[len(namespace) + 9:]
+    return None
+
+
+def shown_id(pid: str, namespace: str) -> str:
+    """What a tenant of ``namespace`` reads where the index keeps ``pid`` (an id or an
+    upload's source): what an index of the tenant's own would show (issue 81)."""
+    got = _unprefixed(pid, namespace)
+    return pid if got is None else got
+
+
+def stored_source(src: Any, namespace: str) -> Any:
+    """Where the index keeps the source a tenant names ``src``: its uploads are kept as
+    ``uploads/NAMESPACE/NAME``; any other source as named."""
+    if isinstance(src, str) and src.startswith("uploads/"):
+        return f"uploads/{namespace}/" + src[len("uploads/"):]
+    return src
 
 
 def tenant_passage(index: PropositionIndex, namespace: str, pid: Any) -> int | None:
-    """The position of the namespace's passage a tenant names ``pid`` (the id as stored,
-    or the id it sent when it added the passage: :func:`scoped_id`), or None when the
-    namespace has no such passage (another namespace's is as unknown as a missing one)."""
+    """The position of the namespace's passage a tenant names ``pid`` (as :func:`shown_id`
+    shows it: an id it sent, an upload's chunk ``uploads/NAME#N``; or as the index keeps
+    it: the operator's view, and ids the namespace held before ids were scoped), or None
+    when the namespace has no such passage (another namespace's is as unknown as a missing
+    one)."""
     if not isinstance(pid, str):
         return None
-    for cand in (pid, scoped_id(pid, namespace)):
+    cands = [scoped_id(pid, namespace)]
+    if pid.startswith("uploads/"):
+        cands.append(stored_source(pid, namespace))
+    cands.append(pid)
+    for cand in cands:
         if index.has_passage(cand):
             j = index.passage_index(cand)
             if index.passage(j).metadata.get("namespace") == namespace:
                 return j
     return None
+
+
+def tenant_source_filter(flt: Any, namespace: str) -> Any:
+    """A tenant's where clause as the index keeps its values: each ``source`` operand
+    naming an upload (``uploads/NAME``) becomes where the upload is kept
+    (:func:`stored_source`), so a tenant filters and deletes by the names it reads."""
+    if isinstance(flt, list):
+        return [tenant_source_filter(c, namespace) for c in flt]
+    if not isinstance(flt, dict):
+        return flt
+    out = {}
+    for key, val in flt.items():
+        if key == "source":
+            if isinstance(val, dict):
+                val = {op: ([stored_source(v, namespace) for v in arg]
+                            if isinstance(arg, list) else stored_source(arg, namespace))
+                       for op, arg in val.items()}
+            else:
+                val = stored_source(val, namespace)
+        elif key in ("$and", "$or"):
+            val = tenant_source_filter(val, namespace)
+        out[key] = val
+    return out
+
+
+def tenant_message(message: str, namespace: str) -> str:
+    """An error message for a tenant: the ids and sources it quotes as the tenant names
+    them (quoted ``'NAMESPACE/...`` or ``'uploads/NAMESPACE/...``)."""
+    for q in ("'", '"'):
+        message = message.replace(f"{q}uploads/{namespace}/", f"{q}uploads/").replace(
+            f"{q}{namespace}/", q)
+    return message
 
 
 def _in_namespace(add: Any, namespace: str) -> Any:
@@ -199,11 +263,12 @@ def _tenant_ids(index: PropositionIndex, namespace: str, delete: Any, add: Any
         out.append(index.passage(j).id)
     if add is not None and not isinstance(add, Loaded):
         renamed = []
-        for p in add:
-            raw = p.id[len(namespace) + 1:] if p.id.startswith(f"{namespace}/") else None
-            if raw is not None and not index.has_passage(p.id) \
-                    and tenant_passage(index, namespace, raw) is not None:
-                p = Passage(raw, p.title, p.text, p.metadata)
+        for p in add:  # an id the namespace keeps otherwise (unscoped, an upload's chunk)
+            raw = _unprefixed(p.id, namespace)
+            j = None if raw is None or index.has_passage(p.id) else \
+                tenant_passage(index, namespace, raw)
+            if j is not None:
+                p = Passage(index.passage(j).id, p.title, p.text, p.metadata)
             renamed.append(p)
         add = renamed
     passages = add.passages if isinstance(add, Loaded) else (add or ())

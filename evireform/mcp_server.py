@@ -149,18 +149,22 @@ def create_server(service: RetrievalService, *, max_k: int = 1000):
         svc = await ready()
         try:
             res, gen = await svc.query(question, k, method,
-                                       svc.request_filter(filter, namespace))
+                                       svc.request_filter(filter, namespace,
+                                                          tenant is not None))
         except (Overloaded, Unavailable, ValueError) as exc:  # FilterTargetMissing too
             # a reason quoting the request's text stays encodable (a reply for every call)
             raise ToolError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
         rec = res.to_dict()
+        if answer:
+            rec["answer"] = (await svc.answer(question, res)).to_dict()
+        if tenant is not None:  # as an index of the tenant's own would show it
+            rec = svc.tenant_view(rec, tenant.namespace, gen)
         out: dict[str, Any] = {"passages": rec["passages"], "generation": gen}
         if include_trace:
             out["trace"] = rec["trace"]
         text = render_passages(rec["passages"], out.get("trace"))
         if answer:
-            said = (await svc.answer(question, res)).to_dict()
-            out["answer"] = said
+            said = out["answer"] = rec["answer"]
             text = (f"Answer ({said['kind']}): {said['text']}\n" + "".join(
                 f"  cites [{c['id']}] {c['title']}: {c['sentence']}\n" for c in said["cites"]
                 if said["found"]) + "\n" + text)

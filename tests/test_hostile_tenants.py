@@ -1,4 +1,5 @@
 """Tenants that must not see each other: a namespace's extraction and ranking never depend on another namespace's text, and an add learns only the namespaces it touches."""
+import json
 import numpy as np
 from evireform import Passage, PropositionIndex
 
@@ -271,7 +272,7 @@ def test_a_tenant_key_sees_and_changes_its_namespace_only_on_every_endpoint(tmp_
     assert o["update"].status_code == 200 and o["delete_theirs"].status_code == 404
     d = o["docs"].json()
     assert o["docs"].status_code == 200 and d["files"][0]["file"] == "note.md"
-    assert d["files"][0]["source"] == "uploads/acme/note.md"
+    assert d["files"][0]["source"] == "uploads/note.md"  # as an index of its own names it
     assert (svc.uploads_dir / "acme" / "note.md").is_file()
     idx = PropositionIndex.load(ix)
     spaces = {p.id: p.metadata.get("namespace") for p in idx.passages}
@@ -279,7 +280,7 @@ def test_a_tenant_key_sees_and_changes_its_namespace_only_on_every_endpoint(tmp_
     assert {spaces[p.id] for p in idx.passages
             if p.metadata.get("source") == "uploads/acme/note.md"} == {"acme"}
     mine = {s["source"] for s in o["sources_acme"].json()["sources"]}
-    assert mine == {"a.md", "uploads/acme/note.md"}
+    assert mine == {"a.md", "uploads/note.md"}
     assert {"a.md", "b.md"} <= {s["source"] for s in o["sources_op"].json()["sources"]}
     assert o["own"].status_code == 200 and o["theirs"].status_code == 404
     assert o["theirs"].json()["error"] == o["own"].json().get("error",
@@ -359,10 +360,10 @@ def test_two_tenants_ids_never_meet(tmp_path):
     assert o["a_again"].status_code == 409 and "t2" not in o["a_again"].text
     assert o["a_guess"].status_code == 200  # kept as t1/t2/memo: tells nothing
     assert o["a_get"].json()["text"] == "Acme hires Bo in June."
-    assert o["a_get_stored"].json() == o["a_get"].json() and o["a_get"].json()["id"] == "t1/memo"
+    assert o["a_get_stored"].json() == o["a_get"].json() and o["a_get"].json()["id"] == "memo"
     assert o["a_get_theirs"].status_code == 404
     assert o["b_get"].json()["text"] == "Globex pays Ann in May."
-    assert [p["id"] for p in o["a_query"].json()["passages"]] == ["t1/memo"]
+    assert [p["id"] for p in o["a_query"].json()["passages"]] == ["memo"]
     assert o["a_query_theirs"].status_code == 404
     assert o["a_upsert"].status_code == 200 and o["a_upsert"].json()["changes"]["replaced"] == 1
     assert o["a_del_theirs"].status_code == 404
@@ -370,3 +371,85 @@ def test_two_tenants_ids_never_meet(tmp_path):
     texts = {p.id: p.text for p in PropositionIndex.load(ix).passages}
     assert texts["t1/memo"] == "Acme hires Cy in July." and "t2/memo" not in texts
     assert texts["t1/t2/memo"] == "A guess." == o["a_get_guess"].json()["text"]
+
+
+def _tenant_calls(methods=("evireform", "bgr", "hiq", "bm25", "dense", "hybrid")):
+    """One tenant's session through every endpoint (ACME's key), as ``_served``'s calls:
+    an explicit id, an upload, questions by every method with graphs, traces and answers,
+    id and source filters, the sources, passages by the names it reads, a refused add,
+    deletes by id and by source, and the questions again."""
+    async def calls(c, h):
+        o = []
+        post = lambda path, body: c.post(path, json=body, headers=h(ACME))  # noqa: E731
+        get = lambda path: c.get(path, headers=h(ACME))  # noqa: E731
+        o.append(await post("/update", {"add": [
+            {"id": "memo", "title": "Memo", "text": "Acme hires Bo in June. The red fox "
+                                                    "ran with Bo."}]}))
+        o.append(await c.post("/documents", files=[
+            ("files", ("notes/note.md", b"# Note\n\nThe red fox build farm is run by "
+                                        b"Orla.\n\n## Farm\n\nOrla met the blue heron.\n"))],
+            headers=h(ACME)))
+        q = "who hires Bo and where did the red fox run?"
+        for m in methods:
+            o.append(await post("/query", {"question": q, "k": 6, "graph": True,
+                                           "method": m, "answer": True}))
+        o.append(await post("/query_batch", {"questions": [q, "who met the blue heron?"],
+                                             "k": 4, "graph": True}))
+        o.append(await post("/query", {"question": q, "k": 3, "filter": ["memo"]}))
+        o.append(await post("/query", {"question": q, "k": 3, "filter": {
+            "source": {"$in": ["uploads/notes/note.md"]}}}))
+        o.append(await get("/sources"))
+        o.append(await get("/passages/memo"))
+        o.append(await get("/passages/uploads/notes/note.md%230"))
+        o.append(await post("/update", {"add": [{"id": "memo", "title": "Memo",
+                                                 "text": "Other text."}]}))
+        o.append(await post("/update", {"delete_where": {
+            "source": "uploads/notes/note.md"}}))
+        o.append(await post("/update", {"delete": ["memo"]}))
+        o.append(await post("/update", {"delete": ["memo"]}))
+        o.append(await post("/query", {"question": q, "k": 6, "graph": True}))
+        o.append(await get("/sources"))
+        return [(r.status_code, r.json()) for r in o]
+    return calls
+
+
+def _comparable(x):
+    """A response with its timings left out and its floats rounded."""
+    if isinstance(x, dict):
+        return {k: _comparable(v) for k, v in x.items() if k not in ("took_ms", "timings_ms")}
+    if isinstance(x, (list, tuple)):
+        return [_comparable(v) for v in x]
+    return round(x, 9) if isinstance(x, float) else x
+
+
+def test_a_tenant_key_reads_what_an_index_of_its_own_would_show(tmp_path):
+    """Issue 81, done when: "a namespace's key sees exactly what an index of its own would
+    show, through every endpoint". One tenant's session (an explicit id, an upload, every
+    method with graphs, traces and answers, filters by id and by source, sources, passages,
+    a refused add, deletes) answers byte for byte the same JSON on an index shared with
+    another tenant (whose passages come first and between) as on an index holding the
+    tenant's passages alone: ids as sent (``memo``, not the kept ``t1/memo``), uploads as
+    ``uploads/NAME``, graph and hit positions and update counts of its own."""
+    import pytest
+    pytest.importorskip("fastapi")
+    from evireform.service import RetrievalService, create_app
+    from evireform.service.guard import Tenant
+    ps = _tenants("a grey cat {i} sat on the mat.")
+    mine, theirs = ps[:30], ps[30:]
+    shared = theirs[:10] + [p for pair in zip(mine, theirs[10:]) for p in pair] + mine[20:]
+    got = {}
+    for name, passages in (("shared", shared), ("own", mine)):
+        ix = PropositionIndex.build(passages, EMB, show_progress=False).save(
+            tmp_path / name / "ix")
+        svc = RetrievalService(ix, EMB)
+        app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("t1", True)})
+        got[name] = _served(svc, app, _tenant_calls())
+    codes = [c for c, _ in got["own"]]
+    assert codes == [200] * 14 + [409, 200, 200, 404, 200, 200], codes
+    for n, (a, b) in enumerate(zip(got["shared"], got["own"])):
+        assert _comparable(a) == _comparable(b), n
+    text = json.dumps(got["shared"])
+    assert "t1/" not in text and "t2" not in text
+    # what the shared index keeps: the tenant's names in its namespace
+    idx = PropositionIndex.load(tmp_path / "shared" / "ix")
+    assert not any(p.id.startswith(("t1/", "uploads/t1/")) for p in idx.passages)  # deleted

@@ -255,13 +255,16 @@ def test_a_reply_for_every_request_malformed_unicode_included(index_dir):
 
 def test_a_tenant_key_over_http_searches_its_namespace_only(tmp_path):
     """Issue 81, item 8: ``mcp --transport http --tenant-keys FILE``: a tenant's retrieve
-    searches its namespace whatever the call says (the operator's answer for that namespace);
-    a call naming another namespace is a tool error; an unknown key is 401."""
+    searches its namespace whatever the call says (the operator's answer for that namespace,
+    with the ids the tenant reads: ``memo`` where the index keeps ``acme/memo``); a call
+    naming another namespace is a tool error; an unknown key is 401."""
     import os
     import httpx
     import httpx2
     recs = [{**r, "metadata": {"namespace": "acme" if i % 2 else "globex"}}
             for i, r in enumerate(_records(40))]
+    recs.append({"id": "acme/memo", "title": "Memo", "text": "Acme hires Bo in June.",
+                 "metadata": {"namespace": "acme"}})
     ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
     acme, op = "acme-key-0123456789", "operator-key-0123456"
     keys = tmp_path / "keys.json"
@@ -282,9 +285,13 @@ def test_a_tenant_key_over_http_searches_its_namespace_only(tmp_path):
 
         async def run():
             q = {"question": QUESTIONS[0], "k": 6}
+            m = {"question": "who does acme hire?", "k": 1, "include_trace": True}
             return (await call(acme, q), await call(op, {**q, "namespace": "acme"}),
-                    await call(acme, {**q, "namespace": "globex"}), await call(op, q))
-        mine, theirs_view, other, everyone = asyncio.run(asyncio.wait_for(run(), 180))
+                    await call(acme, {**q, "namespace": "globex"}), await call(op, q),
+                    await call(acme, {**m, "filter": ["memo"], "answer": True}),
+                    await call(op, {**m, "filter": ["acme/memo"], "namespace": "acme"}))
+        mine, theirs_view, other, everyone, memo, memo_op = asyncio.run(
+            asyncio.wait_for(run(), 180))
         no = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                         headers={"Accept": "application/json, text/event-stream",
                                  "Authorization": "Bearer " + "x" * 20}, timeout=30)
@@ -295,7 +302,14 @@ def test_a_tenant_key_over_http_searches_its_namespace_only(tmp_path):
     space = {p.id: p.metadata["namespace"] for p in idx.passages}
     got = [p["id"] for p in mine.structured_content["passages"]]
     assert not mine.is_error and got and {space[i] for i in got} == {"acme"}
-    assert mine.structured_content["passages"] == theirs_view.structured_content["passages"]
+    from evireform.application import shown_id
+    assert mine.structured_content["passages"] == [
+        {**p, "id": shown_id(p["id"], "acme")}
+        for p in theirs_view.structured_content["passages"]]
+    assert [p["id"] for p in memo.structured_content["passages"]] == ["memo"]
+    assert [c["id"] for c in memo.structured_content["answer"]["cites"]] == ["memo"]
+    assert "[memo]" in memo.content[0].text and "acme/memo" not in memo.content[0].text
+    assert [p["id"] for p in memo_op.structured_content["passages"]] == ["acme/memo"]
     assert "globex" in {space[p["id"]] for p in everyone.structured_content["passages"]}
     assert other.is_error and "acme" in other.content[0].text
     assert no.status_code == 401

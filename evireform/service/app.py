@@ -37,9 +37,11 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     ``POST /documents`` takes (files, bytes).  ``tenants``: tenant keys
     (:func:`~evireform.service.guard.read_tenant_keys`), each confined to its namespace on
     every endpoint: its questions search only it, its updates and uploads land only in it
-    (uploads under ``uploads/NAMESPACE/``), ``/sources`` and ``/passages`` show only it, a
-    request naming another namespace is refused (403), a read-only key changes nothing, and
-    ``/metrics`` is the operator's (``api_key``, which reads and writes everything)."""
+    (uploads kept under ``uploads/NAMESPACE/``), ``/sources`` and ``/passages`` show only
+    it, every answer reads as an index of its own would show it
+    (:meth:`~evireform.service.RetrievalService.tenant_view`), a request naming another
+    namespace is refused (403), a read-only key changes nothing, and ``/metrics`` is the
+    operator's (``api_key``, which reads and writes everything)."""
     try:
         from fastapi import FastAPI, File, Request, UploadFile
         from fastapi.exceptions import RequestValidationError
@@ -151,6 +153,23 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             raise _OtherNamespace(f"this key reads namespace {t.namespace!r} only")
         return t.namespace
 
+    def seen(request, out, generation: int | None = None):
+        """``out`` as the request's key reads it: a tenant's as an index of its own would
+        show it (ids, uploads' sources, positions, counts: ``service.tenant_view``)."""
+        t = getattr(request.state, "tenant", None)
+        return out if t is None else service.tenant_view(out, t.namespace, generation)
+
+    def said(request, message: str) -> str:
+        """An error message as the request's key reads it (a tenant: its ids)."""
+        t = getattr(request.state, "tenant", None)
+        if t is None:
+            return message
+        from ..application import tenant_message
+        return tenant_message(message, t.namespace)
+
+    def is_tenant(request) -> bool:
+        return getattr(request.state, "tenant", None) is not None
+
     @app.exception_handler(_OtherNamespace)
     async def other_namespace(request, exc):
         return error(403, str(exc))
@@ -182,15 +201,16 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         ns = scoped(request, body.namespace)
         try:
             res, gen = await service.query(body.question, body.k, body.method,
-                                           service.request_filter(body.filter, ns))
+                                           service.request_filter(body.filter, ns,
+                                                                  is_tenant(request)))
         except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
             return refused(exc)
-        said = await service.answer(body.question, res) if body.answer else None
+        reply = await service.answer(body.question, res) if body.answer else None
         # a JSONResponse of plain types: FastAPI's encoder walk is skipped
         out = answer(res, gen, body.graph, time.perf_counter() - t0)
-        if said is not None:
-            out["answer"] = said.to_dict()
-        return JSONResponse(out)
+        if reply is not None:
+            out["answer"] = reply.to_dict()
+        return JSONResponse(seen(request, out, gen))
 
     @app.post("/query_batch", response_model=BatchOut, operation_id="query_batch",
               tags=["retrieval"], summary="The passages for many questions at once",
@@ -201,13 +221,15 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
         t0 = time.perf_counter()
         ns = scoped(request, body.namespace)
         try:
-            results, gen = await service.query_batch(body.questions, body.k, body.method,
-                                                     service.request_filter(body.filter, ns))
+            results, gen = await service.query_batch(
+                body.questions, body.k, body.method,
+                service.request_filter(body.filter, ns, is_tenant(request)))
         except (Overloaded, Unavailable, EmbedderOutputError, ValueError) as exc:
             return refused(exc)
         took = time.perf_counter() - t0
-        return JSONResponse({"results": [answer(r, gen, body.graph, took) for r in results],
-                             "generation": gen, "took_ms": round(took * 1e3, 3)})
+        return JSONResponse(seen(request, {
+            "results": [answer(r, gen, body.graph, took) for r in results],
+            "generation": gen, "took_ms": round(took * 1e3, 3)}, gen))
 
     @app.post("/update", response_model=UpdateOut, operation_id="update", tags=["index"],
               summary="Add, replace or delete passages",
@@ -219,15 +241,19 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
     async def update(body: UpdateIn, request: Request):
         add = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.add]
         ns = scoped(request, body.namespace)
+        where = body.delete_where
+        if is_tenant(request) and where is not None:  # uploads named as the tenant reads them
+            from ..application import tenant_source_filter
+            where = tenant_source_filter(where, ns)
         try:
-            return JSONResponse(await service.update(add, body.upsert, body.delete,
-                                                     body.delete_where, body.all, ns))
+            return JSONResponse(seen(request, await service.update(
+                add, body.upsert, body.delete, where, body.all, ns)))
         except KeyError as exc:
-            return error(404, str(exc.args[0] if exc.args else exc))
+            return error(404, said(request, str(exc.args[0] if exc.args else exc)))
         except (PassageConflict, DuplicatePassageIds, DeletesEverything) as exc:
-            return error(409, str(exc))
+            return error(409, said(request, str(exc)))
         except (ValueError, TypeError) as exc:
-            return error(400, _no_paths(str(exc), service.index_dir))
+            return error(400, said(request, _no_paths(str(exc), service.index_dir)))
 
     @app.post("/documents", response_model=DocumentsOut, operation_id="add_documents",
               tags=["index"], summary="Index uploaded files",
@@ -245,7 +271,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
             max_length=service.MAX_UPLOAD_FILES)):
         got = [(f.filename or "", await f.read()) for f in files]
         try:
-            return JSONResponse(await service.add_documents(got, scoped(request, None)))
+            return JSONResponse(seen(request, await service.add_documents(
+                got, scoped(request, None))))
         except (ValueError, TypeError) as exc:
             return error(400, _no_paths(str(exc), service.index_dir))
 
@@ -256,8 +283,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
                          "and delete_where {\"source\": ...}.",
              responses=errors(401, 500))
     async def sources(request: Request):
-        return JSONResponse({"sources": service.sources(scoped(request, None)),
-                             "generation": service.current().number})
+        return JSONResponse(seen(request, {"sources": service.sources(scoped(request, None)),
+                                           "generation": service.current().number}))
 
     @app.get("/passages/{passage_id:path}", response_model=PassageOut,
              operation_id="passage", tags=["index"], summary="One passage by id",
@@ -266,7 +293,8 @@ def create_app(service: RetrievalService, *, api_key: str | None = None,
              responses=errors(401, 403, 404, 422, 500))
     async def passage(passage_id: str, request: Request):
         try:
-            return JSONResponse(service.passage(passage_id, scoped(request, None)))
+            return JSONResponse(seen(request, service.passage(passage_id,
+                                                              scoped(request, None))))
         except KeyError as exc:
             return error(404, str(exc.args[0] if exc.args else exc))
 

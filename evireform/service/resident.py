@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,16 @@ class Generation:
     engine: object = None
     #: namespace -> the metadata keys its passages have (filters are judged inside it)
     namespace_keys: dict[str, set[Any]] = field(default_factory=dict)
+    #: namespace -> (each passage's position among the namespace's, each proposition's
+    #: among the namespace's, passages, propositions): what a tenant reads
+    #: (:meth:`RetrievalService.tenant_view`)
+    namespace_positions: dict[str, tuple[Any, Any, int, int]] = field(default_factory=dict)
+
+
+#: the answers' fields that hold passage ids (strings, or lists of them), which a tenant
+#: reads as an index of its own would show them (:meth:`RetrievalService.tenant_view`)
+_ID_FIELDS = frozenset({"id", "passage", "src", "dst", "forward", "backward", "duplicates",
+                        "passages", "intersection"})
 
 
 class RetrievalService:
@@ -74,6 +85,9 @@ class RetrievalService:
         self.max_wait = float(max_wait)
         # ``index``: the index already loaded from ``index_dir`` (so it is not read twice)
         self._ident = self._files_identity()
+        #: the generations an answer being shown may come from (gone with their answers)
+        self._generations: weakref.WeakValueDictionary[int, Generation] = \
+            weakref.WeakValueDictionary()
         self.gen = self._generation(index if index is not None
                                     else PropositionIndex.load(self.index_dir), 0)
         self._broken: str | None = None  # why the files on disk cannot be served
@@ -92,8 +106,10 @@ class RetrievalService:
     def _generation(self, index, number: int) -> Generation:
         engine = self.backend(index) if callable(self.backend) else \
             make_engine(index, self.backend, precision=self.precision)
-        return Generation(number, index, self._method("evireform", index, engine),
-                          engine=engine)
+        gen = Generation(number, index, self._method("evireform", index, engine),
+                         engine=engine)
+        self._generations[number] = gen  # while an answer of it may still be shown
+        return gen
 
     def _method(self, method: str, index, engine):
         """``method`` over ``index`` on ``engine`` (:func:`evireform.application.make_method`):
@@ -160,14 +176,19 @@ class RetrievalService:
                              "retry shortly")
         self._inflight += n
 
-    def request_filter(self, flt: Any, namespace: str | None) -> Any:
+    def request_filter(self, flt: Any, namespace: str | None, tenant: bool = False) -> Any:
         """The filter a request asks for: ``flt`` (a where clause or an id list) with
         ``namespace`` and-ed in.  A namespace in an index where no passage has one yet (a
         fresh tenant) matches nothing, so the answer is empty, as an index of the tenant's
         own (no) passages would give; with an id list, the ids outside the namespace go
-        (unknown ids stay, for the filter to name)."""
+        (unknown ids stay, for the filter to name).  ``tenant``: a tenant key's request,
+        whose uploads' sources are named as it reads them
+        (:func:`~evireform.application.tenant_source_filter`)."""
         if namespace is None:
             return flt
+        if tenant and not isinstance(flt, list):
+            from ..application import tenant_source_filter
+            flt = tenant_source_filter(flt, namespace)
         gen = self.current()
         cache = getattr(gen.engine, "restrictions", None)
         columns = cache.columns if cache is not None else None
@@ -550,6 +571,59 @@ class RetrievalService:
                     e = out[src] = {"source": src, "passages": 0, "title": titles[j]}
                 e["passages"] += 1
         return [out[k] for k in sorted(out)]
+
+    def tenant_view(self, out: Any, namespace: str, generation: int | None = None) -> Any:
+        """``out`` (an answer's JSON: a result record, an update's or upload's report, a
+        passage, the sources) as a tenant of ``namespace`` reads it: what an index of the
+        tenant's own would show (issue 81).  Ids and uploads' sources as the tenant names
+        them (:func:`~evireform.application.shown_id`: ``memo``, not the kept
+        ``NAMESPACE/memo``; ``uploads/note.md``, not ``uploads/NAMESPACE/note.md``), the
+        evidence graph's passage positions and the hits' proposition positions counted
+        among the namespace's own, and an update's passage and proposition counts the
+        namespace's.  ``generation``: the one that answered (positions are its)."""
+        import numpy as np
+        from ..application import shown_id
+        from ..strings import metadata_values
+        gen = self._generations.get(generation) if generation is not None else None
+        gen = gen or self.current()
+        got = gen.namespace_positions.get(namespace)
+        if got is None:
+            idx = gen.index
+            mine = np.fromiter((v == namespace for v in metadata_values(
+                idx.passages, "namespace")), bool, idx.n_passages)
+            props = mine[np.asarray(idx.owner)] if idx.n_props else np.zeros(0, bool)
+            got = gen.namespace_positions[namespace] = (
+                np.cumsum(mine) - 1, np.cumsum(props) - 1, int(mine.sum()), int(props.sum()))
+        p_pos, i_pos, n_p, n_i = got
+
+        def src(v: Any) -> Any:  # a source: only an upload's is kept otherwise
+            return shown_id(v, namespace) if isinstance(v, str) and \
+                v.startswith(f"uploads/{namespace}/") else v
+
+        def view(x: Any, key: str | None) -> Any:
+            if isinstance(x, str):
+                return shown_id(x, namespace) if key in _ID_FIELDS else \
+                    src(x) if key == "source" else x
+            if isinstance(x, list):
+                return [view(v, key) for v in x]
+            if not isinstance(x, dict):
+                return x
+            d = {}
+            for k, v in x.items():
+                if k == "metadata" and isinstance(v, dict):
+                    d[k] = {m: src(w) if m == "source" else w for m, w in v.items()}
+                elif k == "index" and key == "nodes" and isinstance(v, int):
+                    d[k] = int(p_pos[v])
+                elif k == "proposition" and isinstance(v, int):
+                    d[k] = int(i_pos[v])
+                else:
+                    d[k] = view(v, k)
+            return d
+        out = view(out, None)
+        if isinstance(out, dict) and isinstance(out.get("passages"), int) \
+                and isinstance(out.get("propositions"), int):
+            out["passages"], out["propositions"] = n_p, n_i
+        return out
 
     def passage(self, pid: str, namespace: str | None = None) -> dict[str, Any]:
         """One passage by id (``KeyError`` when the index has none, or none in
