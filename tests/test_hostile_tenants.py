@@ -373,18 +373,27 @@ def test_two_tenants_ids_never_meet(tmp_path):
     assert texts["t1/t2/memo"] == "A guess." == o["a_get_guess"].json()["text"]
 
 
-def _tenant_calls(methods=("evireform", "bgr", "hiq", "bm25", "dense", "hybrid")):
+def _tenant_calls(methods=("evireform", "bgr", "hiq", "bm25", "dense", "hybrid"),
+                  other: bool = False):
     """One tenant's session through every endpoint (ACME's key), as ``_served``'s calls:
     an explicit id, an upload, questions by every method with graphs, traces and answers,
     id and source filters, the sources, passages by the names it reads, a refused add,
-    deletes by id and by source, and the questions again."""
+    deletes by id and by source, and the questions again.  ``other``: GLOBEX's key adds
+    the same id and uploads the same file name in between."""
     async def calls(c, h):
         o = []
         post = lambda path, body: c.post(path, json=body, headers=h(ACME))  # noqa: E731
         get = lambda path: c.get(path, headers=h(ACME))  # noqa: E731
+        if other:
+            await c.post("/update", json={"add": [{"id": "memo", "title": "Memo", "text":
+                                                   "Globex pays Ann."}]}, headers=h(GLOBEX))
         o.append(await post("/update", {"add": [
             {"id": "memo", "title": "Memo", "text": "Acme hires Bo in June. The red fox "
                                                     "ran with Bo."}]}))
+        if other:
+            await c.post("/documents", files=[("files", ("notes/note.md", b"# Note\n\nA "
+                                                         b"red fox at Globex.\n"))],
+                         headers=h(GLOBEX))
         o.append(await c.post("/documents", files=[
             ("files", ("notes/note.md", b"# Note\n\nThe red fox build farm is run by "
                                         b"Orla.\n\n## Farm\n\nOrla met the blue heron.\n"))],
@@ -427,9 +436,10 @@ def test_a_tenant_key_reads_what_an_index_of_its_own_would_show(tmp_path):
     show, through every endpoint". One tenant's session (an explicit id, an upload, every
     method with graphs, traces and answers, filters by id and by source, sources, passages,
     a refused add, deletes) answers byte for byte the same JSON on an index shared with
-    another tenant (whose passages come first and between) as on an index holding the
-    tenant's passages alone: ids as sent (``memo``, not the kept ``t1/memo``), uploads as
-    ``uploads/NAME``, graph and hit positions and update counts of its own."""
+    another tenant (whose passages come first and between, and who adds the same id and
+    uploads the same file name meanwhile) as on an index holding the tenant's passages
+    alone: ids as sent (``memo``, not the kept ``t1/memo``), uploads as ``uploads/NAME``,
+    graph and hit positions, update counts and generation numbers of its own."""
     import pytest
     pytest.importorskip("fastapi")
     from evireform.service import RetrievalService, create_app
@@ -442,8 +452,9 @@ def test_a_tenant_key_reads_what_an_index_of_its_own_would_show(tmp_path):
         ix = PropositionIndex.build(passages, EMB, show_progress=False).save(
             tmp_path / name / "ix")
         svc = RetrievalService(ix, EMB)
-        app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("t1", True)})
-        got[name] = _served(svc, app, _tenant_calls())
+        app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("t1", True),
+                                                         GLOBEX: Tenant("t2", True)})
+        got[name] = _served(svc, app, _tenant_calls(other=name == "shared"))
     codes = [c for c, _ in got["own"]]
     assert codes == [200] * 14 + [409, 200, 200, 404, 200, 200], codes
     for n, (a, b) in enumerate(zip(got["shared"], got["own"])):
@@ -453,3 +464,4 @@ def test_a_tenant_key_reads_what_an_index_of_its_own_would_show(tmp_path):
     # what the shared index keeps: the tenant's names in its namespace
     idx = PropositionIndex.load(tmp_path / "shared" / "ix")
     assert not any(p.id.startswith(("t1/", "uploads/t1/")) for p in idx.passages)  # deleted
+    assert {"t2/memo", "uploads/t2/notes/note.md#0"} <= {p.id for p in idx.passages}

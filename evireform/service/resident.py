@@ -49,6 +49,11 @@ class Generation:
     #: among the namespace's, passages, propositions): what a tenant reads
     #: (:meth:`RetrievalService.tenant_view`)
     namespace_positions: dict[str, tuple[Any, Any, int, int]] = field(default_factory=dict)
+    #: the generations that may have changed every namespace (updates without one, another
+    #: process's) and, per namespace, those that changed it alone: a tenant's generation
+    #: number is their sum, as a service of its own would count (:meth:`tenant_view`)
+    shared_changes: int = 0
+    namespace_changes: dict[str, int] = field(default_factory=dict)
 
 
 #: the answers' fields that hold passage ids (strings, or lists of them), which a tenant
@@ -103,11 +108,19 @@ class RetrievalService:
         self.metrics.generation.set(0)
 
     # ------------------------------------------------------------------ generations
-    def _generation(self, index, number: int) -> Generation:
+    def _generation(self, index, number: int, namespace: str | None = None) -> Generation:
+        """Generation ``number`` over ``index``, after the current one (if any) with an
+        update confined to ``namespace`` (None: one that may have changed any)."""
         engine = self.backend(index) if callable(self.backend) else \
             make_engine(index, self.backend, precision=self.precision)
         gen = Generation(number, index, self._method("evireform", index, engine),
                          engine=engine)
+        prev = getattr(self, "gen", None)
+        if prev is not None:
+            gen.shared_changes = prev.shared_changes + (namespace is None)
+            gen.namespace_changes = dict(prev.namespace_changes)
+            if namespace is not None:
+                gen.namespace_changes[namespace] = prev.namespace_changes.get(namespace, 0) + 1
         self._generations[number] = gen  # while an answer of it may still be shown
         return gen
 
@@ -385,7 +398,7 @@ class RetrievalService:
             # what was just saved, memory-mapped as a start loads it (the fast tier: the
             # save stamped the files it wrote from a load that checked them)
             new = self._generation(PropositionIndex.load(self.index_dir),
-                                   self.gen.number + 1)
+                                   self.gen.number + 1, namespace)
             self.gen, self._ident, self._broken = new, self._files_identity(), None
             if up.changes.get("deleted") or up.changes.get("replaced"):
                 self._drop_orphan_uploads(new.index)
@@ -580,7 +593,9 @@ class RetrievalService:
         ``NAMESPACE/memo``; ``uploads/note.md``, not ``uploads/NAMESPACE/note.md``), the
         evidence graph's passage positions and the hits' proposition positions counted
         among the namespace's own, and an update's passage and proposition counts the
-        namespace's.  ``generation``: the one that answered (positions are its)."""
+        namespace's, and generation numbers counting the updates that could have changed
+        the namespace (its own, and those confined to none).  ``generation``: the one that
+        answered (positions are its)."""
         import numpy as np
         from ..application import shown_id
         from ..strings import metadata_values
@@ -600,7 +615,13 @@ class RetrievalService:
             return shown_id(v, namespace) if isinstance(v, str) and \
                 v.startswith(f"uploads/{namespace}/") else v
 
+        def number(n: int) -> int:  # a generation as the tenant's own service would count
+            g = self._generations.get(n) or gen
+            return g.shared_changes + g.namespace_changes.get(namespace, 0)
+
         def view(x: Any, key: str | None) -> Any:
+            if key == "generation" and isinstance(x, int) and not isinstance(x, bool):
+                return number(x)
             if isinstance(x, str):
                 return shown_id(x, namespace) if key in _ID_FIELDS else \
                     src(x) if key == "source" else x
