@@ -300,6 +300,171 @@ def _merge(changes: dict[str, Any], new: dict[str, Any]) -> None:
         changes[key] = changes.get(key, []) + list(ids)
 
 
+def _prepared(add: Any, delete: Any, delete_where: Any, namespace: str | None
+              ) -> tuple[Any, Any]:
+    """An update's ``add`` and ``delete_where`` checked and put in its namespace, before
+    the index's lock is taken (what :func:`compute_update` takes)."""
+    if not isinstance(add, Loaded) and not add:
+        add = None  # an empty list adds nothing
+    if add is None and not delete and delete_where is None:
+        raise ValueError("give passages to add and/or ids or a filter to delete")
+    if delete_where is not None:
+        from .filters import compile_filter
+        compile_filter(delete_where)  # a malformed filter is refused before the lock
+    if namespace is not None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("namespace: a non-empty string")
+        add = _in_namespace(add, namespace)
+        if delete_where is not None:
+            delete_where = {"$and": [{"namespace": namespace}, delete_where]}
+    return add, delete_where
+
+
+def compute_update(idx: PropositionIndex, *, delete: Sequence[str] | None = None,
+                   add: Any = None, embedder: Embedder | None = None, upsert: bool = False,
+                   extractor: Extractor | None = None, show_progress: bool = False,
+                   delete_where: FilterSpec = None, delete_all: bool = False,
+                   namespace: str | None = None, refit: bool = False) -> Update:
+    """The update :func:`apply_update` makes, on the index ``idx`` in memory (``add`` and
+    ``delete_where`` as :func:`_prepared` gave them); nothing is saved.  The one place an
+    update's deletes and adds are worked out: a save, a journal record and a journal's
+    replay all run it."""
+    out = Update(idx, (idx.n_passages, idx.n_props))
+    if namespace is not None:
+        delete, add = _tenant_ids(idx, namespace, delete, add)
+    if delete_where is not None:
+        every = delete_all
+        if namespace is not None and not delete_all:  # every passage of the namespace
+            mine = _matching_ids_or_none(idx, {"namespace": namespace})
+            got = _matching_ids(idx, delete_where, True)
+            if mine is not None and len(got) == len(mine):
+                raise DeletesEverything(
+                    f"the filter matches every passage of namespace {namespace!r:.100} "
+                    f"({len(got):,}); nothing was deleted. To empty it on purpose, say "
+                    "so: --all (CLI) or \"all\": true (/update)")
+            every = True
+        delete = list(delete or []) + _matching_ids(idx, delete_where, every)
+    if delete:
+        idx = idx.delete(list(delete))
+        _merge(out.changes, idx.changes)
+    if add is not None:
+        out.extractor = ext = update_extractor(idx, extractor)
+        kw = dict(show_progress=show_progress, extractor=ext, refit=refit)
+        if isinstance(add, Loaded):
+            def chunk(p):  # a chunk of a text file read (not a corpus record)
+                src = p.metadata.get("source")
+                return src in add.sources and p.id.startswith(src + "#")
+            docs = [p for p in add.passages if chunk(p)]
+            rest = [p for p in add.passages if not chunk(p)]
+            if add.sources:  # chunked files: the index made to match them
+                idx = replace_sources(idx, Loaded(docs, add.sources, files=add.files,
+                                                  scopes=add.scopes, skipped=add.skipped,
+                                                  skipped_dirs=add.skipped_dirs),
+                                      embedder, **kw)
+                _merge(out.changes, idx.changes)
+        else:
+            rest = list(add)
+        if rest:
+            idx = idx.upsert(rest, embedder, **kw) if upsert else \
+                idx.add(rest, embedder, **kw)
+            _merge(out.changes, idx.changes)
+    out.index = idx
+    return out
+
+
+def _passage_json(p: Any) -> Any:
+    if isinstance(p, Passage):
+        return {"id": p.id, "title": p.title, "text": p.text, "metadata": dict(p.metadata)}
+    return p
+
+
+def _request_json(add: Any, delete: Any, upsert: bool, delete_where: Any, delete_all: bool,
+                  namespace: str | None) -> dict[str, Any] | None:
+    """An update as the journal records it (JSON data that reads back equal), or None when
+    it cannot be (the caller saves in full)."""
+    import json
+    if isinstance(add, Loaded):
+        add = {"loaded": {"passages": [_passage_json(p) for p in add.passages],
+                          "sources": add.sources, "files": add.files,
+                          "scopes": [list(x) for x in add.scopes],
+                          "skipped": sorted(add.skipped),
+                          "skipped_dirs": [list(x) for x in add.skipped_dirs]}}
+    elif add is not None:
+        from ._checks import as_list
+        add = [_passage_json(p) for p in as_list(add, "passages")]
+    req = {"add": add, "delete": None if delete is None else list(delete), "upsert": upsert,
+           "delete_where": delete_where, "delete_all": delete_all, "namespace": namespace}
+    try:  # what JSON keeps as it was (no tuples, no NaN, no objects)
+        if json.loads(json.dumps(req, allow_nan=False)) != req:
+            return None
+    except (TypeError, ValueError):
+        return None
+    if isinstance(add, dict) and any(  # scopes and skipped folders were tuples
+            not isinstance(x, list) for x in add["loaded"]["scopes"]):
+        return None
+    return req
+
+
+def _request_args(req: dict[str, Any]) -> dict[str, Any]:
+    """A journal record's request as :func:`apply_update`'s arguments."""
+    add = req.get("add")
+    if isinstance(add, dict) and "loaded" in add:
+        d = add["loaded"]
+        from .corpus import as_passages
+        add = Loaded(as_passages(d["passages"]), dict(d["sources"]), files=dict(d["files"]),
+                     scopes=[tuple(x) for x in d["scopes"]], skipped=set(d["skipped"]),
+                     skipped_dirs=[tuple(x) for x in d["skipped_dirs"]])
+    return {"add": add, "delete": req.get("delete"), "upsert": bool(req.get("upsert")),
+            "delete_where": req.get("delete_where"),
+            "delete_all": bool(req.get("delete_all")), "namespace": req.get("namespace")}
+
+
+def journal_update(index_dir: StrPath, base: PropositionIndex, still: Callable[[], bool], *,
+                   delete: Sequence[str] | None = None, add: Any = None,
+                   embedder: Embedder | None = None, upsert: bool = False,
+                   delete_where: FilterSpec = None, delete_all: bool = False,
+                   namespace: str | None = None) -> Update | None:
+    """:func:`apply_update` made on ``base`` (the index the directory holds, in memory:
+    its saved files plus its journal) and written as one journal record
+    (:mod:`evireform.store.journal`) instead of a full save: work as large as the change.
+    ``still()`` runs under the index's lock and says whether the directory is still what
+    ``base`` was read from; when it is not (another process saved meanwhile), or the update
+    cannot be recorded as JSON, nothing is done and None is returned (update the classic
+    way).  The returned update's ``index`` is the new one, in memory; a load of the
+    directory replays the journal to the same index."""
+    from .store.journal import RecordingEmbedder, append, manifest_digest
+    raw = _request_json(add, delete, upsert, delete_where, delete_all, namespace)
+    if raw is None:
+        return None
+    add, delete_where = _prepared(add, delete, delete_where, namespace)
+    with index_lock(index_dir):
+        if not still():
+            return None
+        rec = RecordingEmbedder(embedder)
+        out = compute_update(base, delete=delete, add=add, embedder=rec, upsert=upsert,
+                             delete_where=delete_where, delete_all=delete_all,
+                             namespace=namespace)
+        texts, rows = rec.recorded()
+        append(index_dir, manifest_digest(index_dir), raw, texts, rows)
+    return out
+
+
+def replay_journal(idx: PropositionIndex, index_dir: StrPath) -> PropositionIndex:
+    """``idx`` (the saved index at ``index_dir``) with the updates its journal holds made
+    again, in order, with the recorded embeddings (no encoder): the index the service that
+    wrote them served."""
+    from .store.journal import ReplayEmbedder, read
+    for req, texts, rows in read(index_dir):
+        args = _request_args(req)
+        add, where = _prepared(args["add"], args["delete"], args["delete_where"],
+                               args["namespace"])
+        emb = ReplayEmbedder(idx.embedder_name, idx.dim, texts, rows)
+        idx = compute_update(idx, delete=args["delete"], add=add, embedder=emb,
+                             upsert=args["upsert"], delete_where=where,
+                             delete_all=args["delete_all"], namespace=args["namespace"]).index
+    return idx
+
+
 def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add: Any=None,
                  embedder: Embedder | None=None, upsert: bool = False, extractor: Extractor | None=None,
                  show_progress: bool = False,
@@ -330,19 +495,7 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     ``refit``: the extractor's corpus statistics learnt again from every passage of the
     namespaces added to, instead of updated from the counts the index carries
     (:meth:`PropositionIndex.add`)."""
-    if not isinstance(add, Loaded) and not add:
-        add = None  # an empty list adds nothing
-    if add is None and not delete and delete_where is None:
-        raise ValueError("give passages to add and/or ids or a filter to delete")
-    if delete_where is not None:
-        from .filters import compile_filter
-        compile_filter(delete_where)  # a malformed filter is refused before the lock
-    if namespace is not None:
-        if not isinstance(namespace, str) or not namespace:
-            raise ValueError("namespace: a non-empty string")
-        add = _in_namespace(add, namespace)
-        if delete_where is not None:
-            delete_where = {"$and": [{"namespace": namespace}, delete_where]}
+    add, delete_where = _prepared(add, delete, delete_where, namespace)
     with index_lock(index_dir):
         # the checksums tier: the full one unless the stamp says these files were fully
         # verified, and every file's sha256 either way (the save copies bytes and stamps
@@ -350,46 +503,11 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
         # lexical counts by checksum, not recounted); no stamp written: an update refused
         # below leaves the directory as it was
         idx = PropositionIndex.load(index_dir, verify="checksums", stamp=False)
-        out = Update(idx, (idx.n_passages, idx.n_props))
-        if namespace is not None:
-            delete, add = _tenant_ids(idx, namespace, delete, add)
-        if delete_where is not None:
-            every = delete_all
-            if namespace is not None and not delete_all:  # every passage of the namespace
-                mine = _matching_ids_or_none(idx, {"namespace": namespace})
-                got = _matching_ids(idx, delete_where, True)
-                if mine is not None and len(got) == len(mine):
-                    raise DeletesEverything(
-                        f"the filter matches every passage of namespace {namespace!r:.100} "
-                        f"({len(got):,}); nothing was deleted. To empty it on purpose, say "
-                        "so: --all (CLI) or \"all\": true (/update)")
-                every = True
-            delete = list(delete or []) + _matching_ids(idx, delete_where, every)
-        if delete:
-            idx = idx.delete(list(delete))
-            _merge(out.changes, idx.changes)
-        if add is not None:
-            out.extractor = ext = update_extractor(idx, extractor)
-            kw = dict(show_progress=show_progress, extractor=ext, refit=refit)
-            if isinstance(add, Loaded):
-                def chunk(p):  # a chunk of a text file read (not a corpus record)
-                    src = p.metadata.get("source")
-                    return src in add.sources and p.id.startswith(src + "#")
-                docs = [p for p in add.passages if chunk(p)]
-                rest = [p for p in add.passages if not chunk(p)]
-                if add.sources:  # chunked files: the index made to match them
-                    idx = replace_sources(idx, Loaded(docs, add.sources, files=add.files,
-                                                      scopes=add.scopes, skipped=add.skipped,
-                                                      skipped_dirs=add.skipped_dirs),
-                                          embedder, **kw)
-                    _merge(out.changes, idx.changes)
-            else:
-                rest = list(add)
-            if rest:
-                idx = idx.upsert(rest, embedder, **kw) if upsert else \
-                    idx.add(rest, embedder, **kw)
-                _merge(out.changes, idx.changes)
-        out.index = idx
+        out = compute_update(idx, delete=delete, add=add, embedder=embedder, upsert=upsert,
+                             extractor=extractor, show_progress=show_progress,
+                             delete_where=delete_where, delete_all=delete_all,
+                             namespace=namespace, refit=refit)
+        idx = out.index
         if before_save is not None and not before_save(out):
             out.saved = False
             log.warning("update of %s not saved (refused before the save)", index_dir)

@@ -19,6 +19,7 @@ The on-disk format, its atomic save and its verified load live in :mod:`evirefor
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from .kernels import EntityGraph, PassageMap, w_nnz as _w_nnz
 from .kernels.graph import append_rows, remove_rows
 from .store import (
     IndexFormatError, UnsafeTargetError, disk_bytes, index_arrays, load_index, save_index)
+from .store.journal import JOURNAL
 from .strings import Concat, Take
 from .types import Passage, Proposition
 
@@ -97,6 +99,16 @@ class AppendedRows:
 
     def whole(self) -> np.ndarray:
         return np.concatenate([np.asarray(self.head), self.tail], dtype=np.float32)
+
+
+def _appended(held: Any, rows: np.ndarray) -> AppendedRows:
+    """``rows`` after the embeddings ``held``: an added index's parts stay two (its head,
+    its tail and the new rows), so a chain of adds never joins the head (a journalled
+    service's updates, one on another)."""
+    if isinstance(held, AppendedRows):
+        return AppendedRows(held.head, np.concatenate([held.tail, np.asarray(
+            rows, np.float32).reshape(-1, held.tail.shape[1])]))
+    return AppendedRows(held, rows)
 
 
 @dataclass
@@ -529,8 +541,7 @@ class PropositionIndex:
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
-            embeddings=AppendedRows(self.stored_embeddings() if not isinstance(
-                self.stored_embeddings(), AppendedRows) else self.embeddings, emb),
+            embeddings=_appended(self.stored_embeddings(), emb),
             embedder_name=self.embedder_name, meta=dict(self.meta),
             extract_counts=_counts_of(extractor) if callable(fit) and new
             else self.extract_counts)
@@ -595,7 +606,8 @@ class PropositionIndex:
 
     @classmethod
     def load(cls, path: StrPath, *, mmap: bool = True, verify: Any="auto",
-             stamp: bool = True, recount: bool = False) -> "PropositionIndex":
+             stamp: bool = True, recount: bool = False,
+             journal: bool = True) -> "PropositionIndex":
         """Load a saved index, checked first (:func:`evireform.store.load_index`; any problem
         raises :class:`IndexFormatError` naming the file).  ``verify="auto"`` runs the fast
         tier (what the kernels trust: shapes, dtypes, bounds, sizes) when the index's stamp
@@ -605,7 +617,9 @@ class PropositionIndex:
         written).  ``recount=True`` (``evireform verify --full``) also counts every text's
         lexical terms again and compares them with the stored counts (derived data, checked
         by checksum otherwise: a recount tokenizes the whole corpus).  Texts stay in the
-        memory-mapped string file until read."""
+        memory-mapped string file until read.  ``journal``: the updates a service recorded
+        in the directory's journal since its last save are made again (with the recorded
+        embeddings: :mod:`evireform.store.journal`); False loads the saved index alone."""
         t0 = time.perf_counter()
         got = load_index(path, mmap=mmap, verify=verify, stamp=stamp, recount=recount)
         idx = cls(passages=got.passages, prop_texts=got.propositions,
@@ -615,6 +629,11 @@ class PropositionIndex:
                   verified=got.manifest.get("verified", ""))
         idx.search_state = got.search  # the structures the directory holds
         idx.extract_counts = got.extract_counts  # read when an update needs them
+        if journal and os.path.exists(os.path.join(path, JOURNAL)):
+            from .application import replay_journal
+            n = idx.n_passages
+            idx = replay_journal(idx, path)
+            log.info("%s: its journal replayed (%d -> %d passages)", path, n, idx.n_passages)
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx

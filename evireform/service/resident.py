@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._checks import positive_int
-from ..application import apply_update, llm_roles, make_method
+from ..application import apply_update, journal_update, llm_roles, make_method
 from ..embed import encode_queries
 from ..engine import make_engine
 from ..filters import compile_filter
@@ -72,7 +72,7 @@ class RetrievalService:
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
                  max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
                  index=None, backend: str = "auto", precision: str = "auto",
-                 read_limits=None):
+                 read_limits=None, journal: bool = True, compact_after: float = 1.0):
         self.index_dir = Path(index_dir)
         #: the readers' bounds for uploaded files (:class:`~evireform.formats.ReadLimits`;
         #: None: the defaults)
@@ -104,19 +104,32 @@ class RetrievalService:
         self._work = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evireform-q")
         self._upd = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evireform-u")
         self._update_lock = threading.Lock()
+        #: updates are journalled (one record appended and fsynced: work as large as the
+        #: change) and saved in full once no update came for ``compact_after`` seconds
+        #: (:mod:`evireform.store.journal`); False: every update saves in full
+        self.journal = bool(journal)
+        self.compact_after = float(compact_after)
+        self._journalled = False  # the directory holds a journal this service wrote
+        self._journal_records = 0
+        self._compact_timer: asyncio.TimerHandle | None = None
         self.metrics = Metrics()
         self.metrics.generation.set(0)
 
     # ------------------------------------------------------------------ generations
-    def _generation(self, index, number: int, namespace: str | None = None) -> Generation:
+    def _generation(self, index, number: int, namespace: str | None = None,
+                    same: bool = False) -> Generation:
         """Generation ``number`` over ``index``, after the current one (if any) with an
-        update confined to ``namespace`` (None: one that may have changed any)."""
+        update confined to ``namespace`` (None: one that may have changed any); ``same``:
+        the current one's content read again (its journal saved in full), no update."""
         engine = self.backend(index) if callable(self.backend) else \
             make_engine(index, self.backend, precision=self.precision)
         gen = Generation(number, index, self._method("evireform", index, engine),
                          engine=engine)
         prev = getattr(self, "gen", None)
-        if prev is not None:
+        if prev is not None and same:
+            gen.shared_changes = prev.shared_changes
+            gen.namespace_changes = dict(prev.namespace_changes)
+        elif prev is not None:
             gen.shared_changes = prev.shared_changes + (namespace is None)
             gen.namespace_changes = dict(prev.namespace_changes)
             if namespace is not None:
@@ -271,6 +284,10 @@ class RetrievalService:
         self._batcher = asyncio.create_task(self._batch_loop())
 
     async def stop(self) -> None:
+        if self._compact_timer is not None:
+            self._compact_timer.cancel()
+        if self._journalled:  # the journal saved in full before the service goes
+            await asyncio.get_running_loop().run_in_executor(self._upd, self._compact_sync)
         if self._batcher is not None:
             self._batcher.cancel()
             try:
@@ -380,9 +397,55 @@ class RetrievalService:
         """Apply deletions then additions to the saved index under its lock, save the new
         generation atomically and swap it in; serialised.  ``namespace``: a tenant's update,
         confined to its passages (:func:`~evireform.application.apply_update`)."""
-        return await asyncio.get_running_loop().run_in_executor(
+        out = await asyncio.get_running_loop().run_in_executor(
             self._upd, self._update_sync, add, upsert, delete, delete_where, delete_all,
             namespace)
+        self._schedule_compaction()
+        return out
+
+    def _schedule_compaction(self) -> None:
+        """Save the journal in full ``compact_after`` seconds after the last update (each
+        update moves it later), on the update thread."""
+        if not self._journalled:
+            return
+        loop = asyncio.get_running_loop()
+        if self._compact_timer is not None:
+            self._compact_timer.cancel()
+        self._compact_timer = loop.call_later(
+            self.compact_after, lambda: loop.run_in_executor(self._upd, self._compact_sync))
+
+    def _compact_sync(self) -> None:
+        """The served index saved in full (the swap drops the journal) and served again from
+        its files, as the same generation; nothing when another process saved meanwhile
+        (the next question loads its generation)."""
+        with self._update_lock:
+            self._compact_locked()
+
+    #: the most journal records before an update saves in full itself (a replay on load,
+    #: and the chains of added parts in memory, stay short under a steady stream)
+    JOURNAL_MAX = 64
+
+    def _compact_locked(self) -> None:
+        """:meth:`_compact_sync` under the update lock the caller holds."""
+        if not self._journalled:
+            return
+        from ..store import index_lock
+        gen = self.gen
+        try:
+            with index_lock(self.index_dir):
+                if self._files_identity() != self._ident:  # another process saved
+                    self._journalled, self._journal_records = False, 0
+                    return
+                gen.index.save(self.index_dir)
+            new = self._generation(PropositionIndex.load(self.index_dir), gen.number,
+                                   same=True)
+        except Exception as exc:  # the journal stays: every load replays it
+            log.warning("%s: the journal was not saved in full (%s); it is replayed on "
+                        "load until the next save", self.index_dir, exc)
+            return
+        self.gen, self._ident, self._journalled = new, self._files_identity(), False
+        self._journal_records = 0
+        log.info("%s: journal saved in full (generation %d)", self.index_dir, gen.number)
 
     def _update_sync(self, add, upsert, delete, delete_where=None,
                      delete_all: bool = False, namespace: str | None = None
@@ -392,14 +455,31 @@ class RetrievalService:
             return {"generation": g.number, "passages": g.index.n_passages,
                     "propositions": g.index.n_props, "changes": {}}
         with self._update_lock:
-            up = apply_update(self.index_dir, delete=delete, add=add, embedder=self.embedder,
-                              delete_where=delete_where, delete_all=delete_all,
-                              upsert=upsert, namespace=namespace)
-            # what was just saved, memory-mapped as a start loads it (the fast tier: the
-            # save stamped the files it wrote from a load that checked them)
-            new = self._generation(PropositionIndex.load(self.index_dir),
-                                   self.gen.number + 1, namespace)
+            up = None
+            if self.journal and self._broken is None:  # one journal record: the change
+                gen = self.gen
+                up = journal_update(
+                    self.index_dir, gen.index,
+                    lambda: self.gen is gen and self._files_identity() == self._ident,
+                    delete=delete, add=add, embedder=self.embedder,
+                    delete_where=delete_where, delete_all=delete_all, upsert=upsert,
+                    namespace=namespace)
+            if up is not None:
+                new = self._generation(up.index, self.gen.number + 1, namespace)
+                self._journalled = True
+                self._journal_records += 1
+            else:
+                up = apply_update(self.index_dir, delete=delete, add=add,
+                                  embedder=self.embedder, delete_where=delete_where,
+                                  delete_all=delete_all, upsert=upsert, namespace=namespace)
+                # what was just saved, memory-mapped as a start loads it (the fast tier:
+                # the save stamped the files it wrote from a load that checked them)
+                new = self._generation(PropositionIndex.load(self.index_dir),
+                                       self.gen.number + 1, namespace)
+                self._journalled, self._journal_records = False, 0
             self.gen, self._ident, self._broken = new, self._files_identity(), None
+            if self._journal_records >= self.JOURNAL_MAX:
+                self._compact_locked()
             if up.changes.get("deleted") or up.changes.get("replaced"):
                 self._drop_orphan_uploads(new.index)
         self.metrics.generation.set(new.number)
@@ -424,8 +504,10 @@ class RetrievalService:
         reason), then the new generation (a file read before replaces its passages).
         ``namespace`` (a tenant's upload): its files are kept under ``uploads/NAMESPACE/``
         and their passages land in the namespace."""
-        return await asyncio.get_running_loop().run_in_executor(
+        out = await asyncio.get_running_loop().run_in_executor(
             self._upd, self._add_documents_sync, files, namespace)
+        self._schedule_compaction()
+        return out
 
     def _add_documents_sync(self, files: list[tuple[str, bytes]],
                             namespace: str | None = None) -> dict[str, Any]:

@@ -185,8 +185,12 @@ def disk_bytes(path: StrPath) -> int:
 
 # =========================================================================== saving
 def _write_json(path: Path, obj, indent=None) -> None:
+    # json.dumps, not json.dump: dump streams through the pure-Python encoder, dumps
+    # (without indent) through the C one, ten times as fast on the extractor's counts
+    # (the same bytes)
+    text = json.dumps(obj, ensure_ascii=False, indent=indent)
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, indent=indent)
+        fh.write(text)
 
 
 #: how the store gets an index's search structures to save (the engine's
@@ -460,7 +464,8 @@ def index_files(path: Path) -> set[str] | None:
     if not isinstance(man, dict) or man.get("format") != FORMAT \
             or not isinstance(man.get("files"), dict):
         return None
-    return {MANIFEST, STAMP, *map(str, man["files"])}
+    from .journal import JOURNAL
+    return {MANIFEST, STAMP, JOURNAL, *map(str, man["files"])}
 
 
 def check_target(path: StrPath, *, overwrite: bool = False) -> Path:
