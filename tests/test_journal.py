@@ -183,3 +183,18 @@ def test_a_torn_record_is_left_out_and_a_damaged_one_refused(tmp_path, caplog):
     (other / JOURNAL).write_bytes(whole)
     with pytest.raises(IndexFormatError, match="another saved index"):
         PropositionIndex.load(other)
+
+
+def test_verify_names_the_journal_it_replayed(tmp_path, capsys):
+    import json
+    from evireform.cli import main
+    ix = PropositionIndex.build(_corpus(), EMB, show_progress=False).save(tmp_path / "ix")
+    texts = ["Orla runs the farm.", "Orla"]
+    append(ix, manifest_digest(ix), {"add": [{"id": "n", "title": "N",
+                                              "text": "Orla runs the farm."}],
+                                     "delete": None, "upsert": False, "delete_where": None,
+                                     "delete_all": False, "namespace": None},
+           texts, EMB.encode(texts))
+    assert main(["verify", str(ix), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["journal_records"] == 1 and got["passages"] == 25

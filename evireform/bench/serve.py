@@ -175,3 +175,76 @@ def table(report) -> str:
                      f"= {ratio32:.2f}x in-process retrieve_many; failed requests {fails}; "
                      f"cold `evireform query` {r['cold_query_s']} s")
     return "\n".join(lines)
+
+
+class _TimedEmbedder:
+    """An embedder that adds the seconds its ``encode`` takes to ``spent``."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.spent = inner, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def encode(self, *args: Any, **kw: Any):
+        t = time.perf_counter()
+        try:
+            return self.inner.encode(*args, **kw)
+        finally:
+            self.spent += time.perf_counter() - t
+
+
+def service_update_cost(index_dir, n: int = 5, journal: bool = True,
+                        embedder: Any = None) -> dict[str, Any]:
+    """What one small passage added through a warmed
+    :class:`~evireform.service.RetrievalService` costs (issue 84: "<= 50 ms plus its
+    encoding"), on a copy of ``index_dir``: ``n`` updates of one new two-sentence passage
+    each (after one that pays the update path's imports), each timed whole and its
+    encoding apart (the service's embedder timed in place), and the question asked right
+    after each (the new generation's first).  ``journal``: the service's journal (False:
+    every update saved in full)."""
+    import shutil
+    import tempfile
+    from ..application import index_embedder
+    from ..index import PropositionIndex
+    from ..service import RetrievalService
+    work = Path(tempfile.mkdtemp(prefix="evireform-svc-update-"))
+    try:
+        ix = work / "ix"
+        shutil.copytree(index_dir, ix)
+        idx = PropositionIndex.load(ix)
+        emb = _TimedEmbedder(embedder or index_embedder(idx))
+        svc = RetrievalService(ix, emb, journal=journal)
+        walls, encs, asks = [], [], []
+
+        async def go():
+            await svc.start()
+            try:
+                await svc.query("who runs the build farm?", 5)  # warm
+                for i in range(n + 1):
+                    s = f"The build farm {i} is run by Orla Quist{i}. It restarts at {i} am."
+                    emb.spent = 0.0
+                    t = time.perf_counter()
+                    await svc.update([{"id": f"note{i}", "title": "Note", "text": s}])
+                    walls.append(time.perf_counter() - t)
+                    encs.append(emb.spent)
+                    t = time.perf_counter()
+                    await svc.query(f"who runs the build farm {i}?", 5)
+                    asks.append(time.perf_counter() - t)
+            finally:
+                await svc.stop()
+        asyncio.run(go())
+        w, e, q = (np.asarray(x[1:]) * 1e3 for x in (walls, encs, asks))
+        after = PropositionIndex.load(ix)
+        return {"passages": idx.n_passages, "propositions": idx.n_props,
+                "all_kept": after.n_passages == idx.n_passages + n + 1,
+                "embedder": idx.embedder_name, "journal": journal,
+                "update_ms": [round(float(x), 2) for x in w],
+                "encoding_ms": [round(float(x), 2) for x in e],
+                "beyond_encoding_ms": [round(float(x), 2) for x in w - e],
+                "question_after_ms": [round(float(x), 2) for x in q],
+                "update_p50_ms": float(np.median(w)),
+                "beyond_encoding_p50_ms": float(np.median(w - e)),
+                "question_after_p50_ms": float(np.median(q))}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -290,6 +290,8 @@ def _cmd_verify(args: Any) -> int:
     t1 = time.perf_counter()
     PropositionIndex.load(args.index_dir)
     fast = time.perf_counter() - t1
+    from ..store.journal import read as read_journal
+    journal = len(read_journal(Path(args.index_dir)))  # checked record by record
     if args.json:
         print(json.dumps({"index": str(args.index_dir), "verified": "full",
                           "passages": idx.n_passages, "propositions": idx.n_props,
@@ -297,7 +299,8 @@ def _cmd_verify(args: Any) -> int:
                           "stamped": wrote,
                           "not_stamped_because": None if wrote else
                           _why_unwritten(Path(args.index_dir)),
-                          "fast_load_seconds": round(fast, 2)}, indent=1))
+                          "fast_load_seconds": round(fast, 2),
+                          "journal_records": journal}, indent=1))
         return 0
     tail = (f"stamped: later loads take the fast tier ({fast:.2f} s)" if wrote else
             f"no stamp written ({_why_unwritten(Path(args.index_dir))}); a later load took "
@@ -305,7 +308,9 @@ def _cmd_verify(args: Any) -> int:
     print(f"{args.index_dir}: verified ({idx.n_passages:,} passages, {idx.n_props:,} "
           f"propositions, {idx.n_entities:,} entities): checksums, arrays, derived terms, "
           f"embedding norms, texts" + (", lexical counts recounted" if args.full else "") + (", HNSW graph" if structures_of(idx).hnsw is not None else "")
-          + f" in {took:.2f} s; {tail}")
+          + f" in {took:.2f} s; {tail}"
+          + (f"; its journal's {journal} update(s) replayed (each record's sha256 checked; "
+             "the next save folds them in)" if journal else ""))
     ready = prepare_query_encoder(idx)
     if ready:
         print(f"question encoder: {ready}")

@@ -12,6 +12,8 @@ An index is a directory::
     metadata_shared.npy  int64 per passage: the shared part its metadata opens with (-1: none)
     hnsw.bin             hnswlib graph (only when HNSW was built)
     verified.json        the stamp: what the last full verification saw of every file
+    journal.evj          a service's updates since the last save (only between saves:
+                         :mod:`evireform.store.journal`), replayed on load
 
 Versions 1 and 2 held passages.json, propositions.json and entities.json instead of the two
 string files; they load as before (version 1 without passage metadata).  Version 3 maps the
