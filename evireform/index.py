@@ -74,10 +74,12 @@ class AppendedRows:
     kernel): an update that only saves never makes a copy of the whole matrix (issue 84:
     joining 300 MB took a second of page faults)."""
 
-    __slots__ = ("head", "tail")
+    __slots__ = ("head", "tail", "buf")
 
-    def __init__(self, head: Any, tail: np.ndarray) -> None:
+    def __init__(self, head: Any, tail: np.ndarray, buf: "RowBuffer | None" = None) -> None:
         self.head, self.tail = head, np.asarray(tail, dtype=np.float32)
+        #: the buffer ``head`` is the first rows of (:class:`RowBuffer`), or None
+        self.buf = buf
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -97,18 +99,50 @@ class AppendedRows:
             return self.tail[lo - n:hi - n]
         return np.concatenate([np.asarray(self.head[lo:]), self.tail[:hi - n]])
 
-    def whole(self) -> np.ndarray:
-        return np.concatenate([np.asarray(self.head), self.tail], dtype=np.float32)
+    def whole(self) -> tuple[np.ndarray, "RowBuffer"]:
+        """The rows joined, and the buffer they are the first rows of: the head's own
+        buffer when the tail fits after it and no other index wrote there (the rows of
+        every earlier index stay as they were), else a new buffer with room for a quarter
+        more, so that a chain of adds read whole after each (a journalled service's
+        generations) copies the matrix once, not once an add."""
+        n, t = len(self.head), len(self.tail)
+        b = self.buf
+        if b is not None and b.used == n and n + t <= len(b.data):
+            b.data[n:n + t] = self.tail
+            b.used = n + t
+            return b.data[:n + t], b
+        data = np.empty((max(n + t + 1024, (n + t) * 5 // 4), self.tail.shape[1]),
+                        np.float32)
+        data[:n] = np.asarray(self.head)
+        data[n:n + t] = self.tail
+        b = RowBuffer(data, n + t)
+        return data[:n + t], b
 
 
-def _appended(held: Any, rows: np.ndarray) -> AppendedRows:
+class RowBuffer:
+    """Rows with room after them: ``data[:used]`` are some index's embeddings; rows are
+    only ever written after ``used`` (so an index reading ``data[:k]``, ``k <= used``,
+    never sees them change)."""
+
+    __slots__ = ("data", "used")
+
+    def __init__(self, data: np.ndarray, used: int) -> None:
+        self.data, self.used = data, int(used)
+
+
+def _appended(held: Any, rows: np.ndarray, buf: RowBuffer | None = None) -> AppendedRows:
     """``rows`` after the embeddings ``held``: an added index's parts stay two (its head,
     its tail and the new rows), so a chain of adds never joins the head (a journalled
-    service's updates, one on another)."""
+    service's updates, one on another); ``buf``: the buffer ``held`` is the first rows of
+    (an index whose parts were joined: the next join writes after them)."""
     if isinstance(held, AppendedRows):
         return AppendedRows(held.head, np.concatenate([held.tail, np.asarray(
-            rows, np.float32).reshape(-1, held.tail.shape[1])]))
-    return AppendedRows(held, rows)
+            rows, np.float32).reshape(-1, held.tail.shape[1])]), held.buf)
+    if buf is not None and not (isinstance(held, np.ndarray) and len(held) <= buf.used
+                                and held.__array_interface__["data"][0]
+                                == buf.data.__array_interface__["data"][0]):
+        buf = None
+    return AppendedRows(held, rows, buf)
 
 
 @dataclass
@@ -541,7 +575,8 @@ class PropositionIndex:
             entity_names=names, graph=append_rows(self.graph, rows, len(names)),
             pmap=PassageMap.from_owner(np.concatenate([self.owner, owner]),
                                        self.n_passages + len(new)),
-            embeddings=_appended(self.stored_embeddings(), emb),
+            embeddings=_appended(self.stored_embeddings(), emb,
+                                 self.__dict__.get("_row_buffer")),
             embedder_name=self.embedder_name, meta=dict(self.meta),
             extract_counts=_counts_of(extractor) if callable(fit) and new
             else self.extract_counts)
@@ -642,12 +677,14 @@ class PropositionIndex:
 def _get_embeddings(self: PropositionIndex) -> np.ndarray:
     e = self.__dict__["_embeddings"]
     if isinstance(e, AppendedRows):  # read whole: joined once, kept
-        e = self.__dict__["_embeddings"] = e.whole()
+        e, self.__dict__["_row_buffer"] = e.whole()
+        self.__dict__["_embeddings"] = e
     return e
 
 
 def _set_embeddings(self: PropositionIndex, value: Any) -> None:
     self.__dict__["_embeddings"] = value
+    self.__dict__.pop("_row_buffer", None)
 
 
 #: float32 unit rows, one per proposition (an added index's joined when first read)

@@ -379,3 +379,26 @@ def test_save_array_copies_only_a_file_that_is_still_the_prefix(tmp_path):
         np.save(ref, a, allow_pickle=False)
         save_array(tmp_path / "out.npy", a, None)
         assert (tmp_path / "out.npy").read_bytes() == ref.read_bytes()
+
+
+def test_a_chain_of_adds_read_whole_copies_the_matrix_once_and_never_changes_a_parent():
+    """Adds read whole one after another (a journalled service's generations) write each
+    new row after the last in one buffer with room (the matrix copied once, not once an
+    add); a second child of the same parent gets a buffer of its own, so no index's rows
+    ever change under it."""
+    base = PropositionIndex.build(_texts(30, "a"), EMB, show_progress=False)
+    a = base.add(_texts(2, "b"), EMB)
+    ea = a.embeddings.copy()
+    b = a.add(_texts(2, "c"), EMB)
+    eb = b.embeddings
+    assert np.shares_memory(a.embeddings, eb)  # written after a's rows, not a copy
+    c = a.add(_texts(2, "d"), EMB)  # another child of a: its own buffer
+    ec = c.embeddings
+    assert not np.shares_memory(eb, ec)
+    assert np.array_equal(a.embeddings, ea) and np.array_equal(b.embeddings[:len(ea)], ea)
+    fresh = [PropositionIndex.build(list(ps), EMB, show_progress=False).embeddings
+             for ps in (_texts(30, "a") + _texts(2, "b") + _texts(2, "c"),
+                        _texts(30, "a") + _texts(2, "b") + _texts(2, "d"))]
+    assert np.allclose(b.embeddings, fresh[0]) and np.allclose(c.embeddings, fresh[1])
+    d = b.add(_texts(2, "e"), EMB)
+    assert np.shares_memory(d.embeddings, eb) and np.array_equal(b.embeddings, eb)
