@@ -566,8 +566,12 @@ class PropositionIndex:
         names = list(self.entity_names)
         pos = {p.id: self.n_passages + j for j, p in enumerate(new)}
         owner = np.asarray([pos[pr.passage] for pr in props], np.int32)
+        # the parent's lookups extended, not rebuilt (a chain of adds: a journalled
+        # service's updates, each as large as its change)
+        known = self._derived.get("entity_pos")
+        ent_pos = dict(known) if known is not None else {n: i for i, n in enumerate(names)}
         rows = [np.unique(np.asarray(r, dtype=np.int64))
-                for r in fold_mentions(props, names, {n: i for i, n in enumerate(names)})]
+                for r in fold_mentions(props, names, ent_pos)]
         out = PropositionIndex(
             passages=Concat(self.passages, new),  # read in place: save copies their bytes
             prop_texts=Concat(self.prop_texts, [p.text for p in props]),
@@ -587,6 +591,9 @@ class PropositionIndex:
                                             "namespaces": dict(sorted(per.items()))}
         # the engine's structures (codes, HNSW) are carried over when first needed
         out.search_plan = {**self.search_plan, "derived": ("add", self)}
+        out._derived["entity_pos"] = ent_pos
+        if "pos" in self._derived:
+            out._derived["pos"] = {**self._derived["pos"], **pos}
         # the rows before the new ones are this index's: a save copies them from its file
         # when they are mapped from one (evireform.store.format: work as large as the add)
         out.embedding_prefix = out.stored_embeddings().head

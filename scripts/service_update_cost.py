@@ -32,7 +32,9 @@ def main(argv=None) -> int:
               f"update p50 {r['update_p50_ms']:.1f} ms, of it beyond the encoding "
               f"{r['beyond_encoding_p50_ms']:.1f} ms (each: "
               f"{', '.join(f'{x:.1f}' for x in r['beyond_encoding_ms'])}; target 50); "
-              f"the question right after p50 {r['question_after_p50_ms']:.1f} ms")
+              f"the question right after p50 {r['question_after_p50_ms']:.1f} ms"
+              + (f"; the journal's full save afterwards {r['compaction_ms']:.0f} ms"
+                 if journal else ""))
     return 0
 
 

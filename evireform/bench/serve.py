@@ -195,14 +195,15 @@ class _TimedEmbedder:
 
 
 def service_update_cost(index_dir, n: int = 5, journal: bool = True,
-                        embedder: Any = None) -> dict[str, Any]:
+                        embedder: Any = None, compact_after: float = 3600.0) -> dict[str, Any]:
     """What one small passage added through a warmed
     :class:`~evireform.service.RetrievalService` costs (issue 84: "<= 50 ms plus its
     encoding"), on a copy of ``index_dir``: ``n`` updates of one new two-sentence passage
     each (after one that pays the update path's imports), each timed whole and its
     encoding apart (the service's embedder timed in place), and the question asked right
     after each (the new generation's first).  ``journal``: the service's journal (False:
-    every update saved in full)."""
+    every update saved in full); its full save (the compaction, off the updates' path
+    unless one arrives while it runs) is timed once after them (``compaction_ms``)."""
     import shutil
     import tempfile
     from ..application import index_embedder
@@ -214,8 +215,8 @@ def service_update_cost(index_dir, n: int = 5, journal: bool = True,
         shutil.copytree(index_dir, ix)
         idx = PropositionIndex.load(ix)
         emb = _TimedEmbedder(embedder or index_embedder(idx))
-        svc = RetrievalService(ix, emb, journal=journal)
-        walls, encs, asks = [], [], []
+        svc = RetrievalService(ix, emb, journal=journal, compact_after=compact_after)
+        walls, encs, asks, compaction = [], [], [], []
 
         async def go():
             await svc.start()
@@ -231,6 +232,9 @@ def service_update_cost(index_dir, n: int = 5, journal: bool = True,
                     t = time.perf_counter()
                     await svc.query(f"who runs the build farm {i}?", 5)
                     asks.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                svc._compact_sync()
+                compaction.append(time.perf_counter() - t)
             finally:
                 await svc.stop()
         asyncio.run(go())
@@ -245,6 +249,7 @@ def service_update_cost(index_dir, n: int = 5, journal: bool = True,
                 "question_after_ms": [round(float(x), 2) for x in q],
                 "update_p50_ms": float(np.median(w)),
                 "beyond_encoding_p50_ms": float(np.median(w - e)),
-                "question_after_p50_ms": float(np.median(q))}
+                "question_after_p50_ms": float(np.median(q)),
+                "compaction_ms": round(compaction[0] * 1e3, 1) if journal else None}
     finally:
         shutil.rmtree(work, ignore_errors=True)

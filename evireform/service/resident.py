@@ -72,7 +72,7 @@ class RetrievalService:
     def __init__(self, index_dir, embedder, *, config=None, roles=None, llm=None,
                  max_batch: int = 64, max_wait: float = 0.002, max_queue: int = 256,
                  index=None, backend: str = "auto", precision: str = "auto",
-                 read_limits=None, journal: bool = True, compact_after: float = 1.0):
+                 read_limits=None, journal: bool = True, compact_after: float = 5.0):
         self.index_dir = Path(index_dir)
         #: the readers' bounds for uploaded files (:class:`~evireform.formats.ReadLimits`;
         #: None: the defaults)
