@@ -198,3 +198,33 @@ def test_verify_names_the_journal_it_replayed(tmp_path, capsys):
     assert main(["verify", str(ix), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["journal_records"] == 1 and got["passages"] == 25
+
+
+def test_an_append_that_fails_leaves_the_journal_as_it_was(tmp_path, monkeypatch):
+    """A full disk in the middle of a record: the partial bytes are cut off again, so the
+    records before it still replay and a later append lands after them (not after garbage
+    that would fail every later load); a planted link is no journal."""
+    import errno
+    import os
+    ix = PropositionIndex.build(_corpus(), EMB, show_progress=False).save(tmp_path / "ix")
+    base = manifest_digest(ix)
+    req = {"add": None, "delete": ["p1"], "upsert": False, "delete_where": None,
+           "delete_all": False, "namespace": None}
+    append(ix, base, req, [], np.zeros((0, 32), np.float32))
+    real = os.write
+
+    def short(fd, data):
+        real(fd, bytes(data)[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "write", short)
+    with pytest.raises(OSError):
+        append(ix, base, {**req, "delete": ["p2"]}, [], np.zeros((0, 32), np.float32))
+    monkeypatch.setattr(os, "write", real)
+    append(ix, base, {**req, "delete": ["p3"]}, [], np.zeros((0, 32), np.float32))
+    assert [r[0]["delete"] for r in read(ix)] == [["p1"], ["p3"]]
+    ids = {p.id for p in PropositionIndex.load(ix).passages}
+    assert "p2" in ids and not {"p1", "p3"} & ids
+    (ix / JOURNAL).unlink()
+    (ix / JOURNAL).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(IndexFormatError, match="symbolic link"):
+        read(ix)

@@ -63,11 +63,20 @@ def append(path: Path, base: str, request: dict[str, Any], texts: list[str],
     fd = os.open(f, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
                  0o644)
     try:
-        view = memoryview(rec)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
+        before = os.fstat(fd).st_size
+        try:
+            view = memoryview(rec)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except BaseException:  # a full disk, a kill signal: the journal as it was
+            try:
+                os.ftruncate(fd, before)
+                os.fsync(fd)
+            except OSError:
+                pass  # a torn last record: left out on read, and the next append fails
+            raise
         size = os.fstat(fd).st_size
     finally:
         os.close(fd)
@@ -84,6 +93,8 @@ def read(path: Path) -> list[tuple[dict[str, Any], list[str], np.ndarray]]:
     another saved index, raises :class:`~evireform.store.IndexFormatError`."""
     from .format import IndexFormatError
     f = Path(path) / JOURNAL
+    if f.is_symlink():
+        raise IndexFormatError(f"{f}: a symbolic link, not the index's journal")
     try:
         data = f.read_bytes()
     except FileNotFoundError:
