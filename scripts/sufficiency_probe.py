@@ -7,9 +7,15 @@ A rule reserves the first ``r`` places for the base's top ``r`` passages (in the
 order; the rest of EviReform's ranking follows, without them) when the question's evidence
 is judged strong: ``always``; ``agree`` when the base's top passage is also the top of
 dense passage retrieval or of BM25 (the question's two signals agree on it); ``agree-both``
-when it is the top of both.  Nothing here changes a ranking the library returns: it
-measures what a rule would do, on the same rankings, so that the one built next is chosen
-by its figures.
+when it is the top of both.  A second kind of rule gives the question's own search half
+the places: EviReform's ranking interleaved with a one-search ranking (EviReform's first,
+that ranking's first, EviReform's second, ..., each passage once): the eval's ``hybrid``
+(RRF of BM25 and *passage* embeddings, which an index does not hold), the library's
+``hybrid`` (:class:`~evireform.strategies.Search`: RRF of the index's BM25 and the
+question's top-100 propositions read out per passage) and ``maxsim`` (RRF of the index's
+BM25 and every passage's best proposition cosine).  Nothing here changes a ranking the
+library returns: it measures what a rule would do, on the same rankings, so that the one
+built next is chosen by its figures.
 
     python scripts/sufficiency_probe.py --dataset pydoc-user [--data ../shared/data]
 """
@@ -36,6 +42,55 @@ def reserved(evi, base, r):
     return head + [int(j) for j in evi if int(j) not in set(head)]
 
 
+def interleave(a, b, n=10):
+    """``a`` and ``b`` alternating from ``a``'s first, each passage once, to ``n``
+    places; then the rest of ``a``."""
+    out: list[int] = []
+    ia = ib = 0
+    while len(out) < n and (ia < len(a) or ib < len(b)):
+        for src, which in ((a, "a"), (b, "b")):
+            i = ia if which == "a" else ib
+            while i < len(src) and int(src[i]) in out:
+                i += 1
+            if i < len(src) and len(out) < n:
+                out.append(int(src[i]))
+                i += 1
+            if which == "a":
+                ia = i
+            else:
+                ib = i
+    return out + [int(j) for j in a if int(j) not in set(out)]
+
+
+def rrf(lists, k=60, n=100):
+    score: dict[int, float] = {}
+    for lst in lists:
+        for r, j in enumerate(list(lst)[:n]):
+            score[int(j)] = score.get(int(j), 0.0) + 1.0 / (k + r + 1)
+    return sorted(score, key=lambda j: -score[j])
+
+
+def library_searches(cf, questions, emb):
+    """Per question, the library's ``hybrid`` ranking and ``maxsim`` (RRF of the index's
+    BM25 and each passage's best proposition cosine), on the index ``eval`` uses."""
+    from evireform.cache import cached_index
+    from evireform.embed import encode_queries
+    from evireform.strategies import Search
+    idx, _, _ = cached_index(cf, emb, show_progress=False)
+    hyb = Search(idx, emb, kind="hybrid")
+    bm = Search(idx, emb, kind="bm25")
+    E, own = np.asarray(idx.embeddings, np.float32), np.asarray(idx.owner)
+    Q = encode_queries(emb, [q.question for q in questions])
+    lib, maxsim = [], []
+    for qi, q in enumerate(questions):
+        lib.append([int(p.index) for p in hyb.retrieve(q.question, 20).passages])
+        best = np.full(idx.n_passages, -1.0, np.float32)
+        np.maximum.at(best, own, E @ Q[qi])
+        lex = [int(p.index) for p in bm.retrieve(q.question, 100).passages]
+        maxsim.append(rrf([list(np.argsort(-best)[:100]), lex]))
+    return lib, maxsim, idx.meta.get("extractor")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="pydoc-user")
@@ -56,6 +111,11 @@ def main(argv=None) -> int:
     }
     rows = {m: R[m] for m in METHODS}
     fired = {}
+    lib, maxsim, extractor = library_searches(cf, rep.questions, get_embedder("minilm"))
+    for name, other in (("hybrid (passage embeddings)", R["hybrid"]),
+                        ("library hybrid", lib), ("maxsim", maxsim)):
+        rows[f"evireform interleaved with {name}"] = [
+            interleave(list(e), list(o)) for e, o in zip(R["evireform"], other)]
     for name, rule in rules.items():
         for r in (1, 2):
             hit = [rule(i) for i in range(len(rep.questions))]
@@ -76,7 +136,7 @@ def main(argv=None) -> int:
         return 100 * float(np.mean(per_question(rk, rep.questions, (5,))["chain@5"][sel])) \
             if sel else float("nan")
     print(f"{a.dataset}: {len(rep.questions)} questions ({len(one)} single-hop, {len(two)} "
-          f"two-hop), embedder {rep.embedder}")
+          f"two-hop), embedder {rep.embedder}, extractor {extractor}")
     print()
     print("| ranking | A@5 | single-hop A@5 | two-hop A@5 | R@5 | C@5 | two-hop C@5 | "
           "rule fired |")
