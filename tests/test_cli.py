@@ -107,7 +107,11 @@ def test_batch_query_jsonl_and_trec(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "questions/s" in err and "2 batches of up to 1, time per batch p50" in err
     single = main(["query", str(tmp_path / "ix"), "Whom did Alpha 3 meet?", "--json"])
-    assert single == 0 and json.loads(capsys.readouterr().out)["passages"][0]["id"] == "p 3"
+    got = json.loads(capsys.readouterr().out)["passages"]
+    assert single == 0 and got[0]["id"] == "p 3"
+    # the sentences the terminal shows, beside the whole text (issue 82)
+    assert all(p["excerpt"] == " ".join(p["text"].split()) for p in got)
+    assert all("excerpt" in p for r in recs for p in r["passages"])
     assert main(["query", str(tmp_path / "ix")]) == 2  # neither a question nor --questions
 
 
@@ -328,3 +332,25 @@ def test_update_and_verify_report_as_json(tmp_path, capsys):
     assert main(["verify", ix, "--json"]) == 0
     v = json.loads(capsys.readouterr().out)
     assert v["verified"] == "full" and v["passages"] == 2 and v["stamped"] is True
+
+
+def test_query_json_gives_each_long_passage_the_sentences_the_terminal_shows(tmp_path,
+                                                                               capsys):
+    """Issue 82: `query --json` printed the whole chunk but not the matched sentences the
+    terminal shows; each passage now has ``excerpt``, the same snippet."""
+    filler = " ".join(f"Filler sentence number {i} says nothing at all." for i in range(40))
+    recs = [{"id": "long", "title": "Long", "text": filler + " Orla Quist runs the build "
+             "farm in Oslo. " + filler},
+            {"id": "short", "title": "Short", "text": "Bo Chen met Orla Quist."}]
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(recs))
+    assert main(["index", str(f), str(tmp_path / "ix"), "--embedder", "hashing-64",
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    q = "Who runs the build farm in Oslo?"
+    assert main(["query", str(tmp_path / "ix"), q, "--json", "-k", "2"]) == 0
+    got = {p["id"]: p for p in json.loads(capsys.readouterr().out)["passages"]}
+    assert "Orla Quist runs the build farm in Oslo." in got["long"]["excerpt"]
+    assert len(got["long"]["excerpt"]) < len(got["long"]["text"]) / 3
+    assert main(["query", str(tmp_path / "ix"), q, "-k", "2"]) == 0
+    assert "Orla Quist runs the build farm in Oslo." in capsys.readouterr().out

@@ -124,7 +124,7 @@ def _cmd_query(args: Any) -> int:
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
-        out = res.to_dict(graph=args.graph)
+        out = with_excerpts(res.to_dict(graph=args.graph), res, idx, args.question)
         if ans is not None:
             out["answer"] = ans.to_dict()
         print(json.dumps(out, indent=1))
@@ -241,6 +241,18 @@ def format_passage(rank: int, p, question: str, *, text: bool = True, width: int
     return "\n".join(lines)
 
 
+def with_excerpts(record: dict, result, index, question: str, width: int = 320) -> dict:
+    """``record`` (a result's :meth:`to_dict`) with each passage's ``excerpt``: the whole
+    sentences that best match the question and the residual queries that reached it, what
+    the terminal prints (:func:`evireform.text.snippet`; the whole text when it fits)."""
+    from ..text import snippet
+    reached = reached_by(result, index)
+    for rec, p in zip(record.get("passages", ()), result.passages):
+        rec["excerpt"] = snippet(p.text, " ".join([question, *reached.get(p.index, ())]),
+                                 width)
+    return record
+
+
 def reached_by(result, index) -> dict[int, list[str]]:
     """Passage position -> the residual queries whose hits include one of its
     propositions (the words a passage's excerpt is chosen by, beside the question's)."""
@@ -293,8 +305,9 @@ def _batch_query(args: Any, retriever, qs: Sequence[str]) -> int:
                 lat.append(time.perf_counter() - t)  # a question waits for its batch
                 fell_back += sum(map(_fell_back, results))
                 for (qid, _), res in zip(chunk, results):
-                    out.write(json.dumps(res.to_dict(graph=args.graph, id=qid),
-                                         ensure_ascii=False) + "\n")
+                    rec = with_excerpts(res.to_dict(graph=args.graph, id=qid), res,
+                                        retriever.index, res.question)
+                    out.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     if trec is not None:
                         for r, (p, sc) in enumerate(zip(res.passages, trec_scores(
                                 [p.score for p in res.passages])), 1):
