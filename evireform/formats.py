@@ -20,7 +20,8 @@ The parsers, and why these:
   content=...>`` (description, author, keywords) as metadata.
 * PDF: ``pypdf`` (the ``documents`` extra; pure Python): text page by page (``page`` in
   the metadata), running headers, footers and page numbers dropped (lines that recur at
-  the top or bottom of half the pages, digits aside); an outline entry's section starts at
+  the top or bottom of half the pages, digits aside, and a chapter's header: a line opening
+  three pages or more, or two with its page number, and nowhere else); an outline entry's section starts at
   its heading's line on its page, so text before it stays in the previous section; the
   document information's title, author and subject.
 * DOCX: ``python-docx`` (the ``documents`` extra): paragraphs and tables in body order,
@@ -736,18 +737,32 @@ def _edge_key(line: str) -> str:
     return re.sub(r"\d+", "#", " ".join(line.split()).casefold())
 
 
+#: how many pages a line must open (digits aside) to be a running header of part of a
+#: document: a chapter's pages ("Chapter 2: ASN.1 structure handling 3")
+CHAPTER_HEADER_PAGES = 3
+
+
 def _strip_running_lines(pages: list[list[str]], edge: int = 2) -> list[list[str]]:
     """Each page's lines without its running header and footer: a line among a page's
     first or last ``edge`` lines that recurs (digits aside) at the edge of at least half the
-    pages (all of them for a two-page file), and a bare page number ("10", "Page 3 of 9",
-    "iv") at either end."""
+    pages (all of them for a two-page file); a first line that opens at least
+    :data:`CHAPTER_HEADER_PAGES` pages, or two whose last number counts the pages, and never
+    stands anywhere but first (a chapter's running header, which changes with the chapter);
+    and a bare page number ("10", "Page 3 of 9", "iv") at either end."""
     n = sum(1 for p in pages if p)
     seen: dict[str, int] = {}
-    for p in pages:
+    opens: dict[str, list[tuple[int, str]]] = {}
+    inside: set[str] = set()
+    for at, p in enumerate(pages):
         for key in {_edge_key(x) for x in p[:edge] + p[-edge:]}:
             seen[key] = seen.get(key, 0) + 1
+        if p:
+            opens.setdefault(_edge_key(p[0]), []).append((at, p[0]))
+            inside.update(_edge_key(x) for x in p[1:])
     need = n if n <= 2 else -(-n // 2)
     running = {k for k, c in seen.items() if n >= 2 and c >= need}
+    running |= {k for k, where in opens.items() if k not in inside and (
+        len(where) >= CHAPTER_HEADER_PAGES or (len(where) >= 2 and _counts_pages(where)))}
 
     def drop(line: str) -> bool:
         return _edge_key(line) in running or bool(_PAGE_NUMBER.fullmatch(line.strip()))
@@ -760,6 +775,19 @@ def _strip_running_lines(pages: list[list[str]], edge: int = 2) -> list[list[str
             hi -= 1
         out.append(p[lo:hi])
     return out
+
+
+def _counts_pages(where: list[tuple[int, str]]) -> bool:
+    """Whether the lines opening the pages ``where`` (``(page position, line)``) end with
+    a number that grows as the pages do (a running header's page number: "Chapter 3:
+    Utilities 6" then "... 7" on the next page)."""
+    nums = []
+    for _, line in where:
+        m = re.search(r"(\d+)\W*$", line)
+        if m is None:
+            return False
+        nums.append(int(m.group(1)))
+    return all(b - a == j - i for (i, _), (j, _), a, b in zip(where, where[1:], nums, nums[1:]))
 
 
 def _same_heading(line: str, title: str) -> bool:

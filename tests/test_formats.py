@@ -652,3 +652,43 @@ def test_pdf_sections_follow_the_headings_and_running_lines_go(tmp_path):
     g = tmp_path / "plain.pdf"
     g.write_bytes(minimal_pdf([[head, "Alpha text.", "7"], [head, "Beta text.", "8"]]))
     assert [p.text for p in load_paths([g]).passages] == ["Alpha text.", "Beta text."]
+
+
+def test_a_chapters_running_header_goes_and_a_recurring_text_line_stays():
+    """Issue 82: a real PDF's running header names its chapter ("Chapter 2: ASN.1
+    structure handling 3"), so it recurs on that chapter's pages only, fewer than half:
+    a line that opens three pages or more, and never stands elsewhere, is chrome too. A
+    text line that closes several pages, or opens pages and also stands inside one, stays."""
+    from evireform.formats import _strip_running_lines
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+
+    def body(n):
+        return [f"{words[n]} {w} text." for w in ("first", "second", "third", "fourth")]
+    pages = ([[f"Chapter 1: Intro {i}", *body(i), "Returns: zero."] for i in (1, 2, 3)]
+             + [["4", "2 Usage", *body(4)]]
+             + [[f"Chapter 2: Usage {i}", *body(i)] for i in (5, 6, 7)]
+             + [["Tip: read on.", *body(8)], ["Tip: read on.", *body(9)],
+                ["Tip: read on.", "a line.", "Tip: read on.", *body(0)]]
+             # two pages of a chapter whose header carries the page number; two that open
+             # with the same numbered line that is no page number (stays)
+             + [["Chapter 3: Tools 11", *body(1)], ["Chapter 3: Tools 12", *body(2)],
+                ["Step 1 of the setup.", *body(3)], ["Step 1 of the setup.", *body(4)]])
+    got = _strip_running_lines(pages)
+    assert got == ([[*body(i), "Returns: zero."] for i in (1, 2, 3)] + [["2 Usage", *body(4)]]
+                   + [body(i) for i in (5, 6, 7)]
+                   + [["Tip: read on.", *body(8)], ["Tip: read on.", *body(9)],
+                      ["Tip: read on.", "a line.", "Tip: read on.", *body(0)]]
+                   + [body(1), body(2), ["Step 1 of the setup.", *body(3)],
+                      ["Step 1 of the setup.", *body(4)]])
+
+
+def test_the_libtasn1_manuals_chapter_headers_are_not_text():
+    """The real PDF the issue names (Debian's libtasn1-doc), where it is installed."""
+    pytest.importorskip("pypdf")
+    from pathlib import Path
+    f = Path("/usr/share/doc/libtasn1-doc/libtasn1.pdf")
+    if not f.is_file():
+        pytest.skip("libtasn1-doc is not installed")
+    ps = load_paths([f]).passages
+    assert ps and not any("Chapter 2: ASN.1 structure handling" in p.text for p in ps)
+    assert any("ASN.1" in p.text for p in ps)
