@@ -380,14 +380,18 @@ def test_a_text_held_twice_is_one_passage_naming_the_other(browser, tmp_path):
 
 def test_a_tenant_key_on_the_page_sees_its_namespace_only(browser, tmp_path):
     """Issue 81, item 8: the page with a tenant's key (serve --tenant-keys) shows only that
-    namespace's passages and sources, the same as /query answers that key; naming another
-    namespace in the page's options is refused with the service's message."""
+    namespace's passages and sources, the same as /query answers that key, with the ids an
+    index of its own would show (``memo``, kept as ``acme/memo``); naming another namespace
+    in the page's options is refused with the service's message."""
     import json
 
     from playwright.sync_api import expect
     recs = [{**r, "metadata": {"namespace": "acme" if i % 2 else "globex",
                                "source": f"{'acme' if i % 2 else 'globex'}/{i}.md"}}
             for i, r in enumerate(_records(40))]
+    # a passage acme added with its own id (kept as acme/memo): the page shows "memo"
+    recs.append({"id": "acme/memo", "title": "Memo", "text": "Orla Quist runs the acme "
+                 "build farm.", "metadata": {"namespace": "acme", "source": "acme/memo.md"}})
     ix = PropositionIndex.build(recs, EMB, show_progress=False).save(tmp_path / "ix")
     acme = "acme-page-key-0123456"
     keys = tmp_path / "keys.json"
@@ -416,6 +420,13 @@ def test_a_tenant_key_on_the_page_sees_its_namespace_only(browser, tmp_path):
         srcs = page.locator("#sources li").evaluate_all(
             "els => els.map(e => e.dataset.source)")
         assert srcs and all(x.startswith("acme/") for x in srcs), srcs
+        page.fill("#question", "Who runs the acme build farm? Orla Quist memo")
+        page.fill("#k", "3")
+        page.click("#go")
+        expect(page.locator("#passages li").first).to_have_attribute("data-id", "memo")
+        assert "[acme/memo]" not in page.locator("#passages").inner_text()
+        assert "acme/memo" not in page.locator("#passages li").evaluate_all(
+            "els => els.map(e => e.dataset.id)")
         page.fill("#namespace", "globex")
         page.click("#go")
         expect(page.locator("#status")).to_contain_text("403")
