@@ -109,9 +109,16 @@ def test_batch_query_jsonl_and_trec(tmp_path, capsys):
     single = main(["query", str(tmp_path / "ix"), "Whom did Alpha 3 meet?", "--json"])
     got = json.loads(capsys.readouterr().out)["passages"]
     assert single == 0 and got[0]["id"] == "p 3"
+    assert not any("excerpt" in p for p in got)  # the service's record, unless asked
+    assert main(["query", str(tmp_path / "ix"), "Whom did Alpha 3 meet?", "--json",
+                 "--excerpts"]) == 0
+    got = json.loads(capsys.readouterr().out)["passages"]
     # the sentences the terminal shows, beside the whole text (issue 82)
     assert all(p["excerpt"] == " ".join(p["text"].split()) for p in got)
-    assert all("excerpt" in p for r in recs for p in r["passages"])
+    assert main(["query", str(tmp_path / "ix"), "--questions", str(qf), "--out", str(out),
+                 "-k", "3", "--excerpts", "--quiet"]) == 0
+    assert all("excerpt" in p for line in out.read_text().splitlines()
+               for p in json.loads(line)["passages"])
     assert main(["query", str(tmp_path / "ix")]) == 2  # neither a question nor --questions
 
 
@@ -337,7 +344,8 @@ def test_update_and_verify_report_as_json(tmp_path, capsys):
 def test_query_json_gives_each_long_passage_the_sentences_the_terminal_shows(tmp_path,
                                                                                capsys):
     """Issue 82: `query --json` printed the whole chunk but not the matched sentences the
-    terminal shows; each passage now has ``excerpt``, the same snippet."""
+    terminal shows; with ``--excerpts`` each passage has ``excerpt``, the same snippet (not
+    by default: the record is the service's /query record, shared by every door)."""
     filler = " ".join(f"Filler sentence number {i} says nothing at all." for i in range(40))
     recs = [{"id": "long", "title": "Long", "text": filler + " Orla Quist runs the build "
              "farm in Oslo. " + filler},
@@ -348,7 +356,7 @@ def test_query_json_gives_each_long_passage_the_sentences_the_terminal_shows(tmp
                  "--quiet"]) == 0
     capsys.readouterr()
     q = "Who runs the build farm in Oslo?"
-    assert main(["query", str(tmp_path / "ix"), q, "--json", "-k", "2"]) == 0
+    assert main(["query", str(tmp_path / "ix"), q, "--json", "--excerpts", "-k", "2"]) == 0
     got = {p["id"]: p for p in json.loads(capsys.readouterr().out)["passages"]}
     assert "Orla Quist runs the build farm in Oslo." in got["long"]["excerpt"]
     assert len(got["long"]["excerpt"]) < len(got["long"]["text"]) / 3

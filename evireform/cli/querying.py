@@ -124,7 +124,9 @@ def _cmd_query(args: Any) -> int:
     if summary:
         print(summary, file=sys.stderr)
     if args.json:
-        out = with_excerpts(res.to_dict(graph=args.graph), res, idx, args.question)
+        out = res.to_dict(graph=args.graph)
+        if args.excerpts:
+            with_excerpts(out, res, idx, args.question)
         if ans is not None:
             out["answer"] = ans.to_dict()
         print(json.dumps(out, indent=1))
@@ -305,8 +307,9 @@ def _batch_query(args: Any, retriever, qs: Sequence[str]) -> int:
                 lat.append(time.perf_counter() - t)  # a question waits for its batch
                 fell_back += sum(map(_fell_back, results))
                 for (qid, _), res in zip(chunk, results):
-                    rec = with_excerpts(res.to_dict(graph=args.graph, id=qid), res,
-                                        retriever.index, res.question)
+                    rec = res.to_dict(graph=args.graph, id=qid)
+                    if args.excerpts:
+                        with_excerpts(rec, res, retriever.index, res.question)
                     out.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     if trec is not None:
                         for r, (p, sc) in enumerate(zip(res.passages, trec_scores(
@@ -454,6 +457,11 @@ def _query_args(qu: Any, k: int) -> None:
     qu.add_argument("-k", type=_positive_int, default=k, help="passages to return")
     qu.add_argument("--json", action="store_true",
                     help="print the result record as JSON (the service's /query shape)")
+    qu.add_argument("--excerpts", action="store_true",
+                    help="with --json or --questions: each passage also gets 'excerpt', the "
+                         "sentences the terminal prints (those that best match the question "
+                         "and the residual queries that reached it); the record is otherwise "
+                         "the service's")
     qu.add_argument("--no-text", action="store_true",
                     help="one line a passage (rank, score, title, id, where it is) instead "
                          "of where it is and its sentences that best match the question")
