@@ -57,6 +57,8 @@ from .retriever import (EviReform, EviReformConfig, RankedPassage, RetrievalResu
 from .explain import EvidenceEdge, EvidenceGraph  # noqa: E402
 from .strategies import BGR, HiQ  # noqa: E402
 from .engine.shards import ShardedSearcher  # noqa: E402
+# the update code: it hands PropositionIndex.load the replay of a service's journal
+from . import application as _application  # noqa: E402,F401
 
 __all__ = ["Passage", "Proposition", "PropositionIndex", "IndexFormatError",
            "UnsafeTargetError", "load_corpus", "canonical_entity", "EviReform",

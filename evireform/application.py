@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence, TYPE_CHECKING
 from .documents import Loaded, replace_sources
 from .embed import embedder_from_spec, get_embedder
 from .extract import extractor_recorded, make_extractor
-from .index import PassageConflict, PropositionIndex
+from .index import PassageConflict, PropositionIndex, provide_journal_replay
 from .types import Passage
 from .llm import LLMController, LLMReformulator, LLMSelector
 from .retriever import EviReform
@@ -463,6 +463,9 @@ def replay_journal(idx: PropositionIndex, index_dir: StrPath) -> PropositionInde
                              upsert=args["upsert"], delete_where=where,
                              delete_all=args["delete_all"], namespace=args["namespace"]).index
     return idx
+
+
+provide_journal_replay(replay_journal)  # PropositionIndex.load replays with it
 
 
 def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add: Any=None,

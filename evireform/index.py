@@ -40,7 +40,7 @@ from .kernels import EntityGraph, PassageMap, w_nnz as _w_nnz
 from .kernels.graph import append_rows, remove_rows
 from .store import (
     IndexFormatError, UnsafeTargetError, disk_bytes, index_arrays, load_index, save_index)
-from .store.journal import JOURNAL
+from .store.format import JOURNAL
 from .strings import Concat, Take
 from .types import Passage, Proposition
 
@@ -672,13 +672,25 @@ class PropositionIndex:
         idx.search_state = got.search  # the structures the directory holds
         idx.extract_counts = got.extract_counts  # read when an update needs them
         if journal and os.path.exists(os.path.join(path, JOURNAL)):
-            from .application import replay_journal
+            if not _JOURNAL_REPLAY:  # evireform's package import provides it
+                raise RuntimeError("import evireform before loading an index with a journal")
             n = idx.n_passages
-            idx = replay_journal(idx, path)
+            idx = _JOURNAL_REPLAY[0](idx, path)
             log.info("%s: its journal replayed (%d -> %d passages)", path, n, idx.n_passages)
         log.info("loaded %s: %d passages, %d propositions, %s verification, %.2f s", path,
                  idx.n_passages, idx.n_props, idx.verified or "no", time.perf_counter() - t0)
         return idx
+
+
+#: how a directory's journal is replayed over its saved index: the update code, which lives
+#: in :mod:`evireform.application` (above this module) and hands it over when imported
+_JOURNAL_REPLAY: list[Any] = []
+
+
+def provide_journal_replay(fn: Any) -> None:
+    """Tell :meth:`PropositionIndex.load` how to replay a journal (``fn(index, path)`` ->
+    the index with the journal's updates made): :mod:`evireform.application` does."""
+    _JOURNAL_REPLAY[:] = [fn]
 
 
 def _get_embeddings(self: PropositionIndex) -> np.ndarray:

@@ -56,6 +56,8 @@ SHARED_METADATA_FILE = "metadata_shared.npy"
 
 
 STAMP = "verified.json"
+#: a service's updates since the last save (:mod:`evireform.store.journal`)
+JOURNAL = "journal.evj"
 
 
 #: int8 codes of the embeddings and their per-dimension scale (PropositionIndex.quantize)
@@ -464,7 +466,6 @@ def index_files(path: Path) -> set[str] | None:
     if not isinstance(man, dict) or man.get("format") != FORMAT \
             or not isinstance(man.get("files"), dict):
         return None
-    from .journal import JOURNAL
     return {MANIFEST, STAMP, JOURNAL, *map(str, man["files"])}
 
 

@@ -33,17 +33,19 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import _fsync_dir
+from .format import JOURNAL, MANIFEST, IndexFormatError
+
 log = logging.getLogger("evireform")
 
-#: the journal's file name in an index directory
-JOURNAL = "journal.evj"
+__all__ = ["JOURNAL", "append", "read", "manifest_digest", "ReplayEmbedder",
+           "RecordingEmbedder"]
 _MAGIC = b"EVJ1"
 _HEAD = struct.Struct("<4sQ32s")
 
 
 def manifest_digest(path: Path) -> str:
     """The sha256 of the saved index's manifest: what a journal record is bound to."""
-    from .format import MANIFEST
     return hashlib.sha256((Path(path) / MANIFEST).read_bytes()).hexdigest()
 
 
@@ -81,7 +83,6 @@ def append(path: Path, base: str, request: dict[str, Any], texts: list[str],
     finally:
         os.close(fd)
     if new:  # the file's name made durable too
-        from .atomic import _fsync_dir
         _fsync_dir(Path(path))
     return size
 
@@ -91,7 +92,6 @@ def read(path: Path) -> list[tuple[dict[str, Any], list[str], np.ndarray]]:
     ``(request, texts, rows)``; ``[]`` without a journal.  A torn last record is left out
     (with a warning); a record that fails its checksum before the end, or one bound to
     another saved index, raises :class:`~evireform.store.IndexFormatError`."""
-    from .format import IndexFormatError
     f = Path(path) / JOURNAL
     if f.is_symlink():
         raise IndexFormatError(f"{f}: a symbolic link, not the index's journal")
