@@ -399,9 +399,6 @@ def _request_json(add: Any, delete: Any, upsert: bool, delete_where: Any, delete
             return None
     except (TypeError, ValueError):
         return None
-    if isinstance(add, dict) and any(  # scopes and skipped folders were tuples
-            not isinstance(x, list) for x in add["loaded"]["scopes"]):
-        return None
     return req
 
 
