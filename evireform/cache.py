@@ -9,7 +9,7 @@ from pathlib import Path
 from .corpus import load_corpus
 from .embed import Embedder
 from .extract import Extractor, make_extractor
-from .index import IndexFormatError, PropositionIndex
+from .index import IndexFormatError, PropositionIndex, wants_passage_vectors
 from .store import file_sha256
 
 if TYPE_CHECKING:  # annotations only
@@ -46,7 +46,14 @@ def cached_index(corpus_path: StrPath, embedder: Embedder, *, extractor: Extract
     path = Path(cache_dir or default_cache_dir()) / "indexes" / key
     if (path / "manifest.json").exists():
         try:
-            return PropositionIndex.load(path), path, False
+            idx = PropositionIndex.load(path)
+            if idx.passage_embeddings is None and openie_path is None \
+                    and wants_passage_vectors(idx.meta.get("extractor")):
+                # cached before indexes held passage embeddings: the passages embedded
+                # now (the propositions' are kept) and the index saved again
+                idx = idx.with_passage_vectors(embedder, show_progress=show_progress)
+                idx.save(path, overwrite=True)
+            return idx, path, False
         except IndexFormatError:
             pass  # rebuilt below and replaced atomically
     if passages is None:

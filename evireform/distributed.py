@@ -275,11 +275,15 @@ def build_ray(passages: Sequence[Any], embedder: Embedder, *, extractor: Extract
         if sum(len(b["pos"]) for b in batches) != sum(int(r["rows"]) for r in out):
             raise RuntimeError("the shards hold a different number of rows than the pipeline "
                                "produced; a worker failed midway - build again")
-        from .index import PropositionIndex
-        return PropositionIndex.from_batches(
+        from .index import PropositionIndex, wants_passage_vectors
+        idx = PropositionIndex.from_batches(
             passages, batches, local.name, int(local.dim), hnsw=hnsw,
             meta={"extractor": ext_name, "embedder_spec": spec_of(local),
                   **({"extractor_choice": dict(choice)} if choice else {})})
+        if wants_passage_vectors(ext_name):  # as build() does; on the driver
+            idx = idx.with_passage_vectors(local, batch_size=embed_batch_size,
+                                           show_progress=show_progress)
+        return idx
     finally:
         ctx.enable_progress_bars = bars
         if tmp is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TYPE_CHECKING, TypeVar
 
@@ -41,6 +41,7 @@ from .kernels.graph import append_rows, remove_rows
 from .store import (
     IndexFormatError, UnsafeTargetError, disk_bytes, index_arrays, load_index, save_index)
 from .store.format import JOURNAL
+from .search_data import passage_text
 from .strings import Concat, Take
 from .types import Passage, Proposition
 
@@ -181,6 +182,11 @@ class PropositionIndex:
     #: for an index made by :meth:`add`: its parent's embeddings, the first rows of this
     #: one's (a save copies them from the parent's file instead of writing them again)
     embedding_prefix: Any = field(default=None, repr=False, compare=False)
+    #: float32 unit rows, one per passage (its title, a newline, its text embedded whole by
+    #: the index's embedder), or None: what the question's own passage search reads
+    #: (:attr:`EviReformConfig.own_search`, issue 85).  Made by :meth:`build` for ``prose``
+    #: indexes (``passage_vectors``), kept through adds, deletes and saves
+    passage_embeddings: Any = field(default=None, repr=False, compare=False)
     #: what this index derives on first use and keeps (passage id -> position, passage ->
     #: propositions, :meth:`memo`): true as long as the index, which never changes in place
     _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
@@ -363,6 +369,7 @@ class PropositionIndex:
             "isolated_propositions": int(np.sum(np.diff(self.graph.a_indptr) == 0)),
             "dim": self.dim,
             "embedder": self.embedder_name,
+            "passage_vectors": self.passage_embeddings is not None,
         }
         if with_w:
             out["w_nnz_if_materialised"] = _w_nnz(self.graph)
@@ -372,7 +379,8 @@ class PropositionIndex:
     @classmethod
     def from_propositions(cls, passages: Sequence[Passage], propositions: Sequence[Proposition],
                           embeddings: ArrayLike, embedder_name: str, *, meta: dict[str, Any] | None = None,
-                          hnsw: bool | None = None) -> "PropositionIndex":
+                          hnsw: bool | None = None,
+                          passage_embeddings: ArrayLike | None = None) -> "PropositionIndex":
         """Build from user-supplied propositions (with entity mentions) and their embeddings.
 
         ``embeddings`` has one row per proposition; rows are L2-normalised here (NaN/inf,
@@ -381,6 +389,9 @@ class PropositionIndex:
         ``hnsw``: whether the engine's search builds an HNSW graph over the propositions
         (None: at or above ``kernels.config.EXACT_SEARCH_MAX`` only); it is built when first
         needed (a search, a save: :mod:`evireform.engine.structures`).
+        ``passage_embeddings``: one row per passage (its whole text embedded by the same
+        embedder), for the question's own passage search (:attr:`passage_embeddings`);
+        None: none.
         """
         passages = list(passages)
         if not passages:
@@ -412,12 +423,19 @@ class PropositionIndex:
         idx = cls(passages=passages, prop_texts=[p.text for p in props], entity_names=names,
                   graph=graph, pmap=pmap, embeddings=emb, embedder_name=str(embedder_name),
                   meta=dict(meta or {}), search_plan={"hnsw": hnsw})
+        if passage_embeddings is not None:
+            pe = np.asarray(passage_embeddings)
+            if pe.ndim != 2 or pe.shape != (len(passages), emb.shape[1]):
+                raise ValueError(f"passage_embeddings must have shape ({len(passages)}, "
+                                 f"{emb.shape[1]}), one row per passage; got {pe.shape}")
+            idx.passage_embeddings = normalise_rows(pe, "passage embeddings")
         return idx
 
     @classmethod
     def build(cls, passages: Sequence[Passage | str | dict[str, Any]], embedder: Embedder, *,
               extractor: Extractor | str | None = None, batch_size: int = 64,
-              show_progress: bool = True, hnsw: bool | None = None) -> "PropositionIndex":
+              show_progress: bool = True, hnsw: bool | None = None,
+              passage_vectors: bool | None = None) -> "PropositionIndex":
         """Extract propositions from ``passages``, embed them in batches with ``embedder``,
         and build the index.  ``passages`` may be :class:`Passage` objects, plain strings or
         ``{"id"?, "title"?, "text"}`` dicts.
@@ -426,7 +444,13 @@ class PropositionIndex:
         (``"heuristic"``, ``"phrases"``), or ``"auto"`` / None (the default): the one
         :func:`~evireform.extract.choose_extractor` picks for the corpus's letter case
         (capitalised names for cased text, learnt phrases for lower-cased, all-capitals or
-        caseless scripts), its measurement recorded as ``meta["extractor_choice"]``."""
+        caseless scripts), its measurement recorded as ``meta["extractor_choice"]``.
+
+        ``passage_vectors``: also embed each passage whole (:attr:`passage_embeddings`, for
+        the question's own passage search); None (the default) does so for indexes the
+        ``prose`` extractor builds (documentation, prose: about a third more encoding),
+        where that search keeps what the question finds (docs/results.md), and not for
+        entity-titled text."""
         passages = as_passages(passages)
         if not passages:
             raise ValueError("passages is empty: an index needs at least one passage")
@@ -453,6 +477,11 @@ class PropositionIndex:
                                           **({"extractor_choice": dict(choice)}
                                              if choice else {})})
         idx.extract_counts = _counts_of(extractor)
+        if passage_vectors is None:
+            passage_vectors = wants_passage_vectors(extractor.name)
+        if passage_vectors:
+            idx.passage_embeddings = embedded_passages(passages, embedder, idx.dim,
+                                                       batch_size, show_progress)
         log.info("built an index of %d passages: %d propositions, %d entities (%s, %s), "
                  "%.2f s", idx.n_passages, idx.n_props, idx.n_entities, extractor.name,
                  embedder.name, time.perf_counter() - t0)
@@ -591,6 +620,9 @@ class PropositionIndex:
                                             "namespaces": dict(sorted(per.items()))}
         # the engine's structures (codes, HNSW) are carried over when first needed
         out.search_plan = {**self.search_plan, "derived": ("add", self)}
+        if self.passage_embeddings is not None:  # the new passages embedded whole too
+            pe = embedded_passages(new, embedder, self.dim, batch_size, show_progress)
+            out.passage_embeddings = np.concatenate([np.asarray(self.passage_embeddings), pe])
         out._derived["entity_pos"] = ent_pos
         if "pos" in self._derived:
             out._derived["pos"] = {**self._derived["pos"], **pos}
@@ -637,6 +669,20 @@ class PropositionIndex:
                        "replaced": known, "duplicates": out.changes.get("duplicates", [])}
         return out
 
+    def with_passage_vectors(self, embedder: Embedder, *, batch_size: int = 64,
+                             show_progress: bool = False) -> "PropositionIndex":
+        """This index with each passage embedded whole (:attr:`passage_embeddings`) by
+        ``embedder`` (the index's: checked), for an index built without them; the rest is
+        shared, not copied.  Returns this index when it has them already."""
+        if self.passage_embeddings is not None:
+            return self
+        self.check_embedder(embedder)
+        out = replace(self, search_plan=dict(self.search_plan))
+        out._derived.update(self._derived)
+        out.passage_embeddings = embedded_passages(self.passages, embedder, self.dim,
+                                                   batch_size, show_progress)
+        return out
+
     # ------------------------------------------------------------------ persistence
     def save(self, path: StrPath, *, overwrite: bool = False) -> Path:
         """Write the index directory atomically (:func:`evireform.store.save_index`).
@@ -671,6 +717,7 @@ class PropositionIndex:
                   verified=got.manifest.get("verified", ""))
         idx.search_state = got.search  # the structures the directory holds
         idx.extract_counts = got.extract_counts  # read when an update needs them
+        idx.passage_embeddings = got.passage_embeddings
         if journal and os.path.exists(os.path.join(path, JOURNAL)):
             if not _JOURNAL_REPLAY:  # evireform's package import provides it
                 raise RuntimeError("import evireform before loading an index with a journal")
@@ -710,6 +757,27 @@ def _set_embeddings(self: PropositionIndex, value: Any) -> None:
 PropositionIndex.embeddings = property(_get_embeddings, _set_embeddings)  # type: ignore
 
 
+def wants_passage_vectors(extractor_name: Any) -> bool:
+    """Whether an index built with this extractor embeds its passages whole by default
+    (:meth:`PropositionIndex.build`): the ``prose`` extractor's (``prose``, ``prose-v2``)."""
+    return str(extractor_name or "").startswith("prose")
+
+
+def embedded_passages(passages: Sequence[Passage], embedder: Embedder, dim: int,
+                      batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+    """Each passage's title, a newline and its text embedded whole (float32 unit rows,
+    ``(len(passages), dim)``; shape checked as the propositions' are)."""
+    if not passages:
+        return np.zeros((0, dim), np.float32)
+    got = np.asarray(embedder.encode([passage_text(p) for p in passages],
+                                     batch_size=batch_size, show_progress=show_progress))
+    if got.shape != (len(passages), dim):
+        raise EmbeddingShapeError(f"embedder {getattr(embedder, 'name', embedder)!r} returned "
+                                  f"passage embeddings of shape {got.shape}; expected "
+                                  f"({len(passages)}, {dim})")
+    return normalise_rows(got, "passage embeddings")
+
+
 def _same(a: Passage, b: Passage) -> bool:
     """The same passage content: title, text and metadata."""
     return (a.title, a.text, a.metadata) == (b.title, b.text, b.metadata)
@@ -718,6 +786,9 @@ def _same(a: Passage, b: Passage) -> bool:
 def arrays_equal(a: "PropositionIndex", b: "PropositionIndex") -> bool:
     """True when two indexes hold identical arrays (same dtypes), strings and embedder."""
     xa, xb = index_arrays(a), index_arrays(b)
+    pa, pb = a.passage_embeddings, b.passage_embeddings
+    if (pa is None) != (pb is None) or (pa is not None and not np.array_equal(pa, pb)):
+        return False
     return (all(xa[n].dtype == xb[n].dtype and np.array_equal(xa[n], xb[n]) for n in xa)
             and a.passages == b.passages and a.prop_texts == b.prop_texts
             and a.entity_names == b.entity_names and a.embedder_name == b.embedder_name)
@@ -773,6 +844,8 @@ def subset_index(idx: PropositionIndex, keep_passages) -> PropositionIndex:
                            pmap=pmap,
                            embeddings=np.ascontiguousarray(np.asarray(idx.embeddings)[props]),
                            embedder_name=idx.embedder_name, meta=dict(idx.meta))
+    if idx.passage_embeddings is not None:
+        out.passage_embeddings = np.ascontiguousarray(np.asarray(idx.passage_embeddings)[keep])
     # the engine carries the codes over and builds HNSW by the size rule
     out.search_plan = {"derived": ("subset", idx, mask, keep)}
     return out

@@ -139,6 +139,10 @@ class EviReformTraceRecord(TypedDict):
     #: each query's dense and lexical hits (the question first, then the residual queries;
     #: empty when the retriever scores with the embeddings alone)
     hits: list[QueryHitsRecord]
+    #: the ids of the passages the question's own search placed in the ranking (every
+    #: other place: ``EviReformConfig.own_search``), in ranking order; empty when it did
+    #: not run (an index without passage embeddings, an LLM's selection, "off")
+    own_search: list[str]
 
 
 class BGRTraceRecord(TypedDict):

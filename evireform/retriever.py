@@ -50,6 +50,9 @@ if TYPE_CHECKING:  # annotations only
 MODES = ("residual", "residual_only", "repeat_question")
 FILLS = ("corpus", "dense")
 BETA_RULES = ("evidence", "fixed")
+OWN_SEARCH = ("auto", "on", "off")
+#: how many passages each of the own search's two rankings (dense, BM25) reads
+OWN_SEARCH_POOL = 100
 LEXICAL_FUSIONS = ("seed", "mix", "rrf")
 #: reciprocal-rank fusion's constant (Cormack et al.; the hybrid baseline's too)
 RRF_K = 60
@@ -134,6 +137,16 @@ class EviReformConfig:
     #: spread over its propositions, weight ``lexical_passage_weight`` against b's 1); 0: none
     lexical_passages: int = 0
     lexical_passage_weight: float = 1.0
+    #: the question's own search keeps its places (issue 85): on an index holding passage
+    #: embeddings (:attr:`PropositionIndex.passage_embeddings`: the ``prose`` indexes of
+    #: documentation), the ranking alternates EviReform's passages with those of the
+    #: question's hybrid search (reciprocal-rank fusion, k = 60, of its dense passage and
+    #: BM25 passage rankings, each read to 100), EviReform's first, each passage once, so a
+    #: passage the question finds by itself is not pushed out by its residual queries.
+    #: "auto": for questions whose evidence the LLM-free selector chose (an LLM's choice is
+    #: precise: its ranking is left as it is); "on": for every question; "off": the paper's
+    #: ranking.  An index without passage embeddings ranks as "off" whichever is set
+    own_search: str = "auto"
 
     def __post_init__(self) -> None:
         # strict types: a string or a bool here is a caller's mistake, caught now rather than
@@ -170,6 +183,8 @@ class EviReformConfig:
             raise ValueError(f"fill must be one of {FILLS}; got {self.fill!r}")
         if self.beta_rule not in BETA_RULES:
             raise ValueError(f"beta_rule must be one of {BETA_RULES}; got {self.beta_rule!r}")
+        if self.own_search not in OWN_SEARCH:
+            raise ValueError(f"own_search must be one of {OWN_SEARCH}; got {self.own_search!r}")
 
     def with_(self, **kw: Any) -> "EviReformConfig":
         return replace(self, **kw)
@@ -302,6 +317,9 @@ class Trace:
     #: question's and every residual query's ``{"query", "dense", "lexical"}``, each a list
     #: of ``{"passage", "proposition", "score"}`` (the best :data:`TRACE_HITS`)
     hits: list[dict[str, Any]] = field(default_factory=list)
+    #: the ids of the passages the question's own search placed in the ranking
+    #: (:attr:`EviReformConfig.own_search`), in ranking order; empty when it did not run
+    own_search: list[str] = field(default_factory=list)
 
     def to_dict(self) -> EviReformTraceRecord:
         """The trace's record (:mod:`evireform.records`)."""
@@ -313,7 +331,8 @@ class Trace:
                 "timings_ms": dict(self.timings_ms),
                 "hits": [{"query": q["query"], "dense": [dict(h) for h in q["dense"]],
                           "lexical": [dict(h) for h in q["lexical"]]}
-                         for q in self.hits]}
+                         for q in self.hits],
+                "own_search": list(self.own_search)}
 
 
 @dataclass
@@ -688,6 +707,31 @@ class EviReform:
                 return folded
             k_rank = min(scope.clip(2 * k_rank), most)  # more repeats than read: read on
 
+    def _own_search(self, states: list["_QuestionState"], scope: Scope) -> bool:
+        """Each state's own search (``st.own``: reciprocal-rank fusion, k = 60, ties by the
+        lower position, of the question's dense passage ranking over the index's passage
+        embeddings and its BM25 passage ranking, each read to :data:`OWN_SEARCH_POOL`,
+        within the scope) where :attr:`EviReformConfig.own_search` applies to it; True when
+        one was made."""
+        cfg, pe = self.config, self.index.passage_embeddings
+        if pe is None or cfg.own_search == "off":
+            return False
+        todo = [st for st in states if cfg.own_search == "on" or not st.by_llm]
+        if not todo:
+            return False
+        n = scope.clip(OWN_SEARCH_POOL)
+        Q = np.stack([np.asarray(st.vector, np.float32) for st in todo])
+        d_i, _ = K.cosine_topk_batch(pe, Q, n, rows=scope.allowed)
+        l_i, l_s = scope.lexical([st.text for st in todo], n, "passages")
+        for st, di, li, ls in zip(todo, d_i.tolist(), l_i.tolist(), l_s.tolist()):
+            score: dict[int, float] = {}
+            for ranking in ([j for j in di if j >= 0],
+                            [j for j, v in zip(li, ls) if j >= 0 and v > 0]):
+                for r, j in enumerate(ranking):
+                    score[j] = score.get(j, 0.0) + 1.0 / (RRF_K + r + 1)
+            st.own = sorted(score, key=lambda j: (-score[j], j))
+        return True
+
     def _rank_rows(self, states: list["_QuestionState"], scope: Scope, k: int,
                    sw: Stopwatch | None) -> list[list[tuple]]:
         """Each state's top ``k`` passages as RankedPassage fields (position, id, title,
@@ -697,10 +741,12 @@ class EviReform:
         indptr, s_ids, s_vals = pack_seeds([(st.seed.s.ids, st.seed.s.vals)
                                             for st in states])
         split = np.array([st.seed.split for st in states], np.int64)
+        own = any(st.own is not None for st in states)
         # the score parts come with the ranking where the engine makes them in its pass
-        # (not when the dense fill changes the ranked passages afterwards)
-        got = scope.rank(indptr, s_ids, s_vals, alpha, k, propagation=cfg.propagation,
-                         split=split if cfg.fill != "dense" else None)
+        # (not when the dense fill or the own search changes the ranked passages after)
+        got = scope.rank(indptr, s_ids, s_vals, alpha, scope.clip(2 * k) if own else k,
+                         propagation=cfg.propagation,
+                         split=split if cfg.fill != "dense" and not own else None)
         if sw is not None:
             sw.lap("rank")
         P, S = np.asarray(got[0]), np.asarray(got[1], np.float64)
@@ -713,6 +759,23 @@ class EviReform:
                 sizes[b] = len(pids)
                 P[b, :len(pids)], S[b, :len(pids)] = pids, scores
                 P[b, len(pids):], S[b, len(pids):] = -1, 0.0
+        if own:  # EviReform's passages alternating with the question's own search's
+            # (a text shown once: passed over where a placed passage has it)
+            key = idx.same_text if cfg.fold_duplicates and idx.n_same_text else None
+            P2 = np.full((len(states), min(k, P.shape[1])), -1, np.int64)
+            S2 = np.zeros(P2.shape)
+            for b, st in enumerate(states):
+                evi = [j for j in P[b, :sizes[b]].tolist() if j >= 0]
+                got_s = dict(zip(evi, S[b, :len(evi)].tolist()))
+                if st.own is None:
+                    order = evi[:P2.shape[1]]
+                else:
+                    order, placed = interleave(evi, st.own, P2.shape[1], key)
+                    st.trace.own_search = [p.id for p in idx.passages_at(placed)]
+                sizes[b] = len(order)
+                P2[b, :len(order)] = order
+                S2[b, :len(order)] = [got_s.get(j, 0.0) for j in order]
+            P, S, got = P2, S2, got[:2]
         # each passage's score split into the question's and the residual queries' parts
         FQ, FR = got[2:] if len(got) == 4 else \
             K.score_parts(idx.pmap, indptr, s_ids, s_vals, split, alpha, P)
@@ -858,7 +921,7 @@ class EviReform:
             states.append(st)
         bs = self._map(lambda st: self._select(st.text, *st.cand_lists, st.trace), states)
         for t, (st, (b, by_llm)) in enumerate(zip(states, bs)):
-            st.b = b
+            st.b, st.by_llm = b, by_llm
             st.observed = self._observed(st.trace.selected)
             if cfg.lexical and cfg.lexical_fusion == "seed" and \
                     (cfg.lexical_seed_llm or not by_llm):
@@ -869,6 +932,8 @@ class EviReform:
                 st.observed += [j for j, s in zip(pids, ps)
                                 if j >= 0 and s > 0 and j not in st.observed]
         sw.lap("select")
+        if self._own_search(states, scope):
+            sw.lap("own_search")
         active = states
         for rnd in range(cfg.rounds):
             for st in active:
@@ -950,6 +1015,34 @@ class EviReform:
         return still
 
 
+def interleave(a: Sequence[int], b: Sequence[int], n: int, key: Any = None
+               ) -> tuple[list[int], list[int]]:
+    """``a``'s and ``b``'s items alternating from ``a``'s first, each item once (one already
+    placed is passed over; with ``key``, an array, one whose ``key[item]`` a placed item
+    has), to ``n`` places; when one runs out the other goes on.  Returns the order and the
+    items ``b`` placed (in order)."""
+    out: list[int] = []
+    placed: list[int] = []
+    seen: set[int] = set()
+    of = (lambda j: j) if key is None else (lambda j: int(key[j]))
+    at = [0, 0]
+    turn = 0
+    while len(out) < n and (at[0] < len(a) or at[1] < len(b)):
+        src = b if turn else a
+        i = at[turn]
+        while i < len(src) and of(src[i]) in seen:
+            i += 1
+        if i < len(src):
+            seen.add(of(src[i]))
+            out.append(src[i])
+            if turn:
+                placed.append(src[i])
+            i += 1
+        at[turn] = i
+        turn ^= 1
+    return out, placed
+
+
 @dataclass(eq=False)
 class _QuestionState:
     """One question's state across the rounds of a batch."""
@@ -964,6 +1057,8 @@ class _QuestionState:
     cand_lists: tuple[list[int], list[float]] = ((), ())  # cand as Python lists
     seed: Seed | None = None                 # s of the latest round
     result: RetrievalResult | None = None
+    by_llm: bool = False                     # an LLM selector chose its evidence
+    own: list[int] | None = None             # its own search's ranking (own_search)
 
     def pop_gap_queries(self) -> list[str] | None:
         q, self.gap_queries = self.gap_queries, None

@@ -81,14 +81,18 @@ def library_searches(cf, questions, emb):
     bm = Search(idx, emb, kind="bm25")
     E, own = np.asarray(idx.embeddings, np.float32), np.asarray(idx.owner)
     Q = encode_queries(emb, [q.question for q in questions])
-    lib, maxsim = [], []
+    cen = np.zeros((idx.n_passages, E.shape[1]), np.float32)
+    np.add.at(cen, own, E)  # each passage's propositions' mean direction
+    cen /= np.maximum(np.linalg.norm(cen, axis=1, keepdims=True), 1e-12)
+    lib, maxsim, centroid = [], [], []
     for qi, q in enumerate(questions):
         lib.append([int(p.index) for p in hyb.retrieve(q.question, 20).passages])
         best = np.full(idx.n_passages, -1.0, np.float32)
         np.maximum.at(best, own, E @ Q[qi])
         lex = [int(p.index) for p in bm.retrieve(q.question, 100).passages]
         maxsim.append(rrf([list(np.argsort(-best)[:100]), lex]))
-    return lib, maxsim, idx.meta.get("extractor")
+        centroid.append(rrf([list(np.argsort(-(cen @ Q[qi]))[:100]), lex]))
+    return lib, maxsim, centroid, idx.meta.get("extractor")
 
 
 def main(argv=None) -> int:
@@ -111,9 +115,10 @@ def main(argv=None) -> int:
     }
     rows = {m: R[m] for m in METHODS}
     fired = {}
-    lib, maxsim, extractor = library_searches(cf, rep.questions, get_embedder("minilm"))
+    lib, maxsim, centroid, extractor = library_searches(cf, rep.questions, get_embedder("minilm"))
     for name, other in (("hybrid (passage embeddings)", R["hybrid"]),
-                        ("library hybrid", lib), ("maxsim", maxsim)):
+                        ("library hybrid", lib), ("maxsim", maxsim),
+                        ("centroid", centroid)):
         rows[f"evireform interleaved with {name}"] = [
             interleave(list(e), list(o)) for e, o in zip(R["evireform"], other)]
     for name, rule in rules.items():

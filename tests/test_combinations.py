@@ -285,7 +285,8 @@ def test_the_service_and_query_json_equal_the_reference(corpus, engine_kind, fil
         assert set(b) - set(rec) == {"generation", "took_ms"} and set(rec) <= set(b)
         assert set(rec) == {"question", "passages", "trace"}
         assert set(rec["trace"]) == {"method", "score", "residual_queries", "bridges",
-                                     "beta", "role_events", "timings_ms", "hits"}
+                                     "beta", "role_events", "timings_ms", "hits",
+                                     "own_search"}
         # dense and lexical together: the question's hits each way, then each residual
         # query's, every hit a passage the filter lets through
         hits = rec["trace"]["hits"]

@@ -2,6 +2,8 @@
 index."""
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, TYPE_CHECKING
 
 import json
@@ -70,6 +72,7 @@ def _cmd_index(args: Any) -> int:
     loaded = _read_paths(args, args.paths, embedder, whole=True)
     passages = loaded.passages
     hnsw = {"auto": None, "on": True, "off": False}[args.hnsw]
+    vectors = {"auto": None, "on": True, "off": False}[args.passage_vectors]
     show = not args.quiet and not args.json
     choice = extractor = None
     if args.extractor == "auto":  # measured once here; the build records the choice
@@ -105,7 +108,8 @@ def _cmd_index(args: Any) -> int:
             args.llm = True
             extractor = LLMExtractor(_llm_client(args), max_workers=args.llm_workers or 4)
         idx = PropositionIndex.build(passages, embedder, extractor=extractor,
-                                     batch_size=args.batch_size, show_progress=show, hnsw=hnsw)
+                                     batch_size=args.batch_size, show_progress=show, hnsw=hnsw,
+                                     passage_vectors=vectors)
         if args.extractor == "llm":
             idx.meta["extraction_fallbacks"] = _extraction_fallbacks(extractor)
             if _fallbacks_refused(args, "index", extractor, len(passages)):
@@ -115,6 +119,11 @@ def _cmd_index(args: Any) -> int:
         idx = PropositionIndex.from_openie(openie, passages, embedder,
                                            batch_size=args.batch_size, show_progress=show,
                                            hnsw=hnsw, plain=args.openie_plain)
+    if vectors is not None and (idx.passage_embeddings is not None) != vectors:
+        # --ray and OpenIE builds follow the extractor: the flag's choice made here
+        idx = idx.with_passage_vectors(embedder, batch_size=args.batch_size,
+                                       show_progress=show) if vectors else \
+            dataclasses.replace(idx, passage_embeddings=None)
     if args.precision == "int8":
         quantize(idx, "int8")
     if loaded.sources:  # which passages are which file's chunks (update --add keys on it)
@@ -367,6 +376,10 @@ def add_index_parser(sub: Any) -> None:
                          "returning the same top-k")
     ix.add_argument("--hnsw", choices=("auto", "on", "off"), default="auto",
                     help="build HNSW: auto = at or above kernels.config.EXACT_SEARCH_MAX")
+    ix.add_argument("--passage-vectors", choices=("auto", "on", "off"), default="auto",
+                    help="also embed each passage whole, for the question's own search "
+                         "(EviReformConfig.own_search): auto = when the prose extractor "
+                         "builds the index (about a third more encoding)")
     ix.add_argument("--json", action="store_true", help="print the statistics as JSON")
     ix.add_argument("--quiet", action="store_true", help="no progress bars")
     g = ix.add_argument_group("distributed build (extra 'ray'; evireform.distributed)")

@@ -66,8 +66,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
              mode="repeat_question"),
     _variant("evireform_dense_fill", "EviReform, ranking filled by the question's dense order",
              fill="dense"),
-    _variant("base_dense_fill", "2x2 base cell, ranking filled by the question's dense order",
-             reformulation=False, propagation=False, fill="dense"),
+    _variant("base_dense_fill", "2x2 base cell, ranking filled by the question's dense order, "
+             "without the own search (own_search='off'): the question's seed alone, the "
+             "real-documents tables' base", reformulation=False, propagation=False,
+             fill="dense", own_search="off"),
     _variant("evireform_3rounds", "EviReform with up to 3 rounds and the sufficiency controller",
              rounds=3),
     _variant("evireform_select12", "EviReform, LLM-free selector filling all 12 selection slots",
@@ -80,6 +82,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
            reformulator="graph-v1"),
     _variant("evireform_dense", "EviReform as the paper has it: dense scores only "
              "(lexical=False)", lexical=False),
+    _variant("evireform_no_own", "EviReform without the question's own search "
+             "(own_search='off': the paper's ranking on every index)", own_search="off"),
     _variant("evireform_evidence", "EviReform with the do-no-harm beta rule "
              "(beta_rule='evidence')", beta_rule="evidence"),
     # the strategies, from their one registry (evireform.strategies.STRATEGY_SETTINGS); the

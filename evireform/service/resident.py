@@ -59,7 +59,7 @@ class Generation:
 #: the answers' fields that hold passage ids (strings, or lists of them), which a tenant
 #: reads as an index of its own would show them (:meth:`RetrievalService.tenant_view`)
 _ID_FIELDS = frozenset({"id", "passage", "src", "dst", "forward", "backward", "duplicates",
-                        "passages", "intersection"})
+                        "passages", "intersection", "own_search"})
 
 
 class RetrievalService:

@@ -62,6 +62,8 @@ JOURNAL = "journal.evj"
 
 #: int8 codes of the embeddings and their per-dimension scale (PropositionIndex.quantize)
 CODES_FILE, SCALE_FILE = "codes.npy", "code_scale.npy"
+#: each passage embedded whole (PropositionIndex.passage_embeddings), when the index has them
+PASSAGE_EMBEDDINGS_FILE = "passage_embeddings.npy"
 
 
 TIERS = ("auto", "fast", "checksums", "full")
@@ -157,11 +159,12 @@ SPECS = array_specs()
 FORMAT_FILES = frozenset([s.file for s in SPECS] + list(JSONS) +
                          [STRINGS_FILE, OFFSETS_FILE, SHARED_METADATA_FILE, HNSW_FILE,
                           HNSW_IDS_FILE, CODES_FILE,
-                          SCALE_FILE, *LEXICAL_FILES, LEXICAL_TERMS, EXTRACT_COUNTS])
+                          SCALE_FILE, *LEXICAL_FILES, LEXICAL_TERMS, EXTRACT_COUNTS,
+                          PASSAGE_EMBEDDINGS_FILE])
 
 
 OPTIONAL_FILES = frozenset([HNSW_FILE, HNSW_IDS_FILE, CODES_FILE, SCALE_FILE, *LEXICAL_FILES,
-                            LEXICAL_TERMS, EXTRACT_COUNTS])
+                            LEXICAL_TERMS, EXTRACT_COUNTS, PASSAGE_EMBEDDINGS_FILE])
 
 
 def _required_files(version: int) -> frozenset[Any]:
@@ -363,6 +366,10 @@ def _write_files(idx: PropositionIndex, tmp: Path) -> None:
             (tmp / EXTRACT_COUNTS).write_bytes(raw)
     elif counts:
         _write_json(tmp / EXTRACT_COUNTS, counts)
+    pe = getattr(idx, "passage_embeddings", None)
+    if pe is not None:
+        np.save(tmp / PASSAGE_EMBEDDINGS_FILE, np.ascontiguousarray(pe, dtype=np.float32),
+                allow_pickle=False)
     if s is None:
         s = SearchStructures()
     if s.codes is not None:

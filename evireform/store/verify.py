@@ -21,7 +21,7 @@ from ..types import Passage
 from .._checks import loads as _json_loads
 from ..kernels import EntityGraph, PassageMap
 from .atomic import _dir_lock, _siblings, recover
-from .format import (CODES_FILE, EXTRACT_COUNTS, CountsFile, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, VOCAB_BLOB,
+from .format import (CODES_FILE, PASSAGE_EMBEDDINGS_FILE, EXTRACT_COUNTS, CountsFile, LEXICAL_ARRAYS, LEXICAL_FILES, LEXICAL_TERMS, VOCAB_BLOB,
                      VOCAB_FILES, VOCAB_OFFSETS, VOCAB_ORDER, _fail, file_sha256, remember_file, FORMAT, FORMAT_FILES, HNSW_FILE,
                      HNSW_IDS_FILE, IndexFormatError, looks_like_index, MANIFEST, OFFSETS_FILE,
                      READ_VERSIONS, _required_files, SCALE_FILE, SPECS, stamp_matches,
@@ -54,6 +54,8 @@ class Loaded:
     #: the extractor's raw counts (:class:`~evireform.store.format.CountsFile`, read when an
     #: update needs them), or None
     extract_counts: Any = None
+    #: each passage's embedding (float32 unit rows), or None
+    passage_embeddings: np.ndarray | None = None
 
     @property
     def search(self) -> Any:
@@ -518,6 +520,7 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True,
         hnsw = load_hnsw(path / HNSW_FILE, n_labels, sizes["dim"],
                          arr["embeddings"] if full else None, hnsw_ids)
     codes, scale = _load_codes(path, files, sizes, mmap)
+    passage_emb = _load_passage_embeddings(path, files, sizes, mmap, full)
     lexical = _load_lexical(path, files, sizes, mmap, full, passages, props,
                             man.get("lexical_tokenizer", 1), recount)
     if full:  # one streamed pass: checksums, finite unit rows, codes within half a step
@@ -534,7 +537,27 @@ def _load_once(path: Path, mmap: bool, verify: Any, stamp: bool = True,
     return Loaded(man, graph, pmap, arr["embeddings"], passages, props, ents, hnsw, hnsw_ids,
                   codes, scale, lexical,
                   CountsFile(path / EXTRACT_COUNTS, files[EXTRACT_COUNTS]["sha256"])
-                  if EXTRACT_COUNTS in files else None)
+                  if EXTRACT_COUNTS in files else None, passage_emb)
+
+
+def _load_passage_embeddings(path: Path, files: dict[str, Any], sizes: dict[str, Any],
+                             mmap: bool, full: bool) -> np.ndarray | None:
+    """Each passage's embedding, if the index has them: float32 of shape (N, dim); the
+    full tier checks finite unit rows (its checksum was checked with the other files')."""
+    if PASSAGE_EMBEDDINGS_FILE not in files:
+        return None
+    f = path / PASSAGE_EMBEDDINGS_FILE
+    try:
+        pe = np.load(f, allow_pickle=False, mmap_mode="r" if mmap else None)
+    except Exception as exc:
+        _fail(f, f"unreadable ({exc})")
+    if not isinstance(pe, np.ndarray) or pe.dtype != np.float32 \
+            or pe.shape != (sizes["N"], sizes["dim"]):
+        _fail(f, f"must be float32 of shape ({sizes['N']}, {sizes['dim']}), one row per "
+                 "passage")
+    if full:
+        _check_unit_rows(f, pe)
+    return pe
 
 
 def _load_lexical(path: Path, files: dict[str, Any], sizes: dict[str, Any], mmap: bool,
