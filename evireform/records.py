@@ -39,7 +39,10 @@ __all__ = ["PassageRecord", "BridgeRecord", "EviReformTraceRecord", "BGRTraceRec
 SCORE_MEANING: dict[str, str] = {
     "evireform": "EviReform's passage score (Eq. 12-13): the readout of the seed mixed from "
                  "the question and the residual queries, spread one step through shared "
-                 "entities; from_question + from_residual + from_propagation add up to it",
+                 "entities; from_question + from_residual + from_propagation add up to it. "
+                 "On an index with passage embeddings the ranking alternates with the "
+                 "question's own search (trace.own_search): such a passage keeps the score "
+                 "EviReform gave it, 0 if none, so scores need not descend",
     "bgr": "1/(1 + rank) in the merged order (the question's ranking fused with the two "
            "chains, the intersection's passages first); 0 for passages filling up to k",
     "hiq": "1/(1 + rank) in the order read off the query tree (see trace.ranking); 0 for "

@@ -2,7 +2,8 @@
 questions apart: issue 85), R@5 and the two-hop questions' Chain@5 of dense, BM25, the hybrid (RRF of BM25 and dense), EviReform's question-only base
 filled by the question's dense order (``base_dense_fill``), EviReform (dense and lexical
 together, issue 67), its dense-only form as the paper has it (``evireform_dense``) and its
-variants, with the extractor ``--extractor auto``
+variants (``evireform_no_own``: without the question's own search, issue 85), with the
+extractor ``--extractor auto``
 picks (the prose extractor) and with the heuristic one, and EviReform's paired bootstrap
 differences against BM25, the hybrid, dense, ``base_dense_fill`` and ``evireform_dense``.
 
@@ -27,8 +28,8 @@ from evireform.evaluation.metrics import per_question  # noqa: E402
 from evireform.evaluation.stats import BASE_SEED, paired_bootstrap, seed_offset  # noqa: E402
 from evireform.extract import make_extractor  # noqa: E402
 
-METHODS = ["dense", "bm25", "hybrid", "base_dense_fill", "evireform", "evireform_dense",
-           "evireform_v1", "evireform_evidence"]
+METHODS = ["dense", "bm25", "hybrid", "base_dense_fill", "evireform", "evireform_no_own",
+           "evireform_dense", "evireform_v1", "evireform_evidence"]
 
 
 def main(argv=None) -> int:
@@ -68,11 +69,15 @@ def main(argv=None) -> int:
             rows.append(f"| {label} | {m} | {v['answer@5']:.2f} | {a1:.2f} | {a2:.2f} | "
                         f"{v['recall@5']:.2f} | {v['chain@5']:.2f} | {c2:.2f} | "
                         + (f"{fired} |" if m == "evireform_evidence" else "– |"))
-        for other in ("bm25", "hybrid", "dense", "base_dense_fill", "evireform_dense"):
-            for metric, sel in (("answer@5", slice(None)), ("chain@5", two)):
+        for other in ("bm25", "hybrid", "dense", "base_dense_fill", "evireform_no_own",
+                      "evireform_dense"):
+            for metric, sel, what in (("answer@5", slice(None), "answer@5"),
+                                      ("answer@5", one, "single-hop answer@5"),
+                                      ("chain@5", two, "two-hop chain@5")):
+                if not len(sel if isinstance(sel, list) else [0]):
+                    continue
                 r = paired_bootstrap(per["evireform"][metric][sel], per[other][metric][sel],
                                      seed=BASE_SEED + seed_offset(a.dataset, metric))
-                what = metric if metric == "answer@5" else "two-hop chain@5"
                 boot.append(f"| {label} | evireform − {other} | {what} | {r['diff']:+.2f} | "
                             f"[{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] |")
     print(f"{a.dataset}: {len(rep.questions)} questions ({len(two)} two-hop), "

@@ -1,6 +1,8 @@
-"""What ``retrieve()`` costs besides the encoder, on MuSiQue with the default embedder.
+"""What ``retrieve()`` costs besides the encoder, on MuSiQue (or another eval set) with the
+default embedder.
 
     python scripts/orchestration_cost.py [--data ../shared/data] [-n 100] [--repeat 5]
+        [--dataset musique] [--own-search auto|on|off]
 
 The questions and their residual queries are embedded once by MiniLM; a second pass serves
 those vectors from memory (an embedder that looks texts up), so each timed ``retrieve()`` is
@@ -12,7 +14,6 @@ then the mean time of its parts (search, selection, reformulation, ranking) from
 clocks around them, as a Markdown table.  Run it on a quiet machine and under load.
 """
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,24 +40,34 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("-n", type=int, default=100)
+    ap.add_argument("--dataset", default="musique",
+                    help="an eval dataset (nodejs, pydoc-user, manpages: prose indexes, where "
+                         "the question's own search runs)")
+    ap.add_argument("--own-search", default="auto", choices=("auto", "on", "off"),
+                    help="EviReformConfig.own_search")
     ap.add_argument("--repeat", type=int, default=5,
                     help="timed passes over the questions (the first reported apart: it "
                          "meets each observed passage for the first time)")
     args = ap.parse_args(argv)
-    from evireform import EviReform
+    from evireform import EviReform, EviReformConfig
+    from evireform.evaluation import DATASETS
+    from evireform.evaluation.data import load_questions
     from evireform.cache import cached_index
     from evireform.embed import encode_queries, get_embedder
     data = Path(args.data)
-    qs = [q["question"] for q in json.loads((data / "musique/musique.json").read_text())][:args.n]
+    qf, cf = (data / x for x in DATASETS[args.dataset])
+    from evireform import load_corpus
+    qs = [q.question for q in load_questions(qf, load_corpus(cf))][:args.n]
     emb = get_embedder("minilm")
-    idx, _, _ = cached_index(data / "musique/musique_corpus.json", emb, show_progress=False)
-    first = EviReform(idx, embedder=emb)
+    idx, _, _ = cached_index(cf, emb, show_progress=False)
+    cfg = EviReformConfig(own_search=args.own_search)
+    first = EviReform(idx, cfg, embedder=emb)
     texts = list(qs)
     for res in first.retrieve_many(qs, 10):
         texts.extend(res.trace.residual_queries)
     vectors = dict(zip(texts, encode_queries(emb, texts)))
     rp = Replay(emb, vectors)
-    r = EviReform(idx, embedder=rp)
+    r = EviReform(idx, cfg, embedder=rp)
     parts: dict[str, list] = {}
 
     def clock(name, fn):
@@ -82,7 +93,9 @@ def main(argv=None) -> int:
     import os
     from evireform import kernels
     from evireform.kernels import runtime
-    print(f"MuSiQue, {len(qs)} questions x {args.repeat} passes, everything but the encoder "
+    print(f"{args.dataset} ({idx.n_passages:,} passages, extractor {idx.meta.get('extractor')}, "
+          f"own_search={args.own_search}, passage embeddings: "
+          f"{idx.passage_embeddings is not None}), {len(qs)} questions x {args.repeat} passes, everything but the encoder "
           f"(load average {os.getloadavg()[0]:.2f} over {runtime._usable_cpus()} cores: "
           f"busy, so kernels on the calling thread: {kernels.machine_busy()}):\n")
     print("| measure | ms |\n|---|---:|")
@@ -94,6 +107,7 @@ def main(argv=None) -> int:
     r._queries = clock("reformulation", r._queries)
     r._rank_many = clock("ranking (propagation, readout, records)", r._rank_many)
     r._select = clock("selection", r._select)
+    r._own_search = clock("own search (dense and BM25 passages, fusion)", r._own_search)
     for q in qs:
         r.retrieve(q, 10)
     for name, v in parts.items():

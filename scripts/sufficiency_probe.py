@@ -12,8 +12,15 @@ the places: EviReform's ranking interleaved with a one-search ranking (EviReform
 that ranking's first, EviReform's second, ..., each passage once): the eval's ``hybrid``
 (RRF of BM25 and *passage* embeddings, which an index does not hold), the library's
 ``hybrid`` (:class:`~evireform.strategies.Search`: RRF of the index's BM25 and the
-question's top-100 propositions read out per passage) and ``maxsim`` (RRF of the index's
-BM25 and every passage's best proposition cosine).  Nothing here changes a ranking the
+question's top-100 propositions read out per passage), ``maxsim`` (RRF of the index's
+BM25 and every passage's best proposition cosine) and ``centroid`` (RRF of the index's BM25
+and the cosine of each passage's mean proposition direction).  The rules change
+``evireform_no_own``, EviReform without the question's own search; ``evireform`` is the
+library's default, whose own search (issue 85) interleaves with the index's passage
+embeddings where it holds them; on such an index, rows ``with the own search placed
+PATTERN`` place that search's passages (the index's BM25 and dense passages, RRF) other ways
+(``abab``: the library's alternation, ``abaa``: its first passage second, ``aabab``: after
+EviReform's first two).  Nothing here changes a ranking the
 library returns: it measures what a rule would do, on the same rankings, so that the one
 built next is chosen by its figures.
 
@@ -33,7 +40,10 @@ from evireform.embed import get_embedder  # noqa: E402
 from evireform.evaluation import DATASETS, run_eval  # noqa: E402
 from evireform.evaluation.metrics import per_question  # noqa: E402
 
-METHODS = ["dense", "bm25", "hybrid", "base_dense_fill", "evireform"]
+METHODS = ["dense", "bm25", "hybrid", "base_dense_fill", "evireform", "evireform_no_own"]
+#: the ranking the rules change: EviReform without the question's own search (the library's
+#: own interleave, issue 85, is ``evireform`` itself)
+PAPER = "evireform_no_own"
 
 
 def reserved(evi, base, r):
@@ -62,6 +72,25 @@ def interleave(a, b, n=10):
     return out + [int(j) for j in a if int(j) not in set(out)]
 
 
+def placed(a, b, pat, n=10):
+    """``a``'s and ``b``'s items placed by ``pat`` ("abaa": a's first, b's first, then a's),
+    each once, ``a``'s after the pattern ends; to ``n`` places, then the rest of ``a``."""
+    out: list[int] = []
+    at = {"a": 0, "b": 0}
+    for c in pat + "a" * n:
+        if len(out) >= n:
+            break
+        src = a if c == "a" else b
+        i = at[c]
+        while i < len(src) and int(src[i]) in out:
+            i += 1
+        if i < len(src):
+            out.append(int(src[i]))
+            i += 1
+        at[c] = i
+    return out + [int(j) for j in a if int(j) not in set(out)]
+
+
 def rrf(lists, k=60, n=100):
     score: dict[int, float] = {}
     for lst in lists:
@@ -84,7 +113,8 @@ def library_searches(cf, questions, emb):
     cen = np.zeros((idx.n_passages, E.shape[1]), np.float32)
     np.add.at(cen, own, E)  # each passage's propositions' mean direction
     cen /= np.maximum(np.linalg.norm(cen, axis=1, keepdims=True), 1e-12)
-    lib, maxsim, centroid = [], [], []
+    lib, maxsim, centroid, mine = [], [], [], []
+    pe = None if idx.passage_embeddings is None else np.asarray(idx.passage_embeddings)
     for qi, q in enumerate(questions):
         lib.append([int(p.index) for p in hyb.retrieve(q.question, 20).passages])
         best = np.full(idx.n_passages, -1.0, np.float32)
@@ -92,7 +122,11 @@ def library_searches(cf, questions, emb):
         lex = [int(p.index) for p in bm.retrieve(q.question, 100).passages]
         maxsim.append(rrf([list(np.argsort(-best)[:100]), lex]))
         centroid.append(rrf([list(np.argsort(-(cen @ Q[qi]))[:100]), lex]))
-    return lib, maxsim, centroid, idx.meta.get("extractor")
+        if pe is not None:  # the library's own search (issue 85): dense and BM25 passages
+            cos = pe @ Q[qi]
+            dense = [int(j) for j in np.argsort(-cos, kind="stable")[:100] if cos[j] > 0]
+            mine.append(rrf([dense, lex]))
+    return lib, maxsim, centroid, mine, idx.meta.get("extractor")
 
 
 def main(argv=None) -> int:
@@ -115,19 +149,22 @@ def main(argv=None) -> int:
     }
     rows = {m: R[m] for m in METHODS}
     fired = {}
-    lib, maxsim, centroid, extractor = library_searches(cf, rep.questions, get_embedder("minilm"))
+    lib, maxsim, centroid, own, extractor = library_searches(cf, rep.questions, get_embedder("minilm"))
     for name, other in (("hybrid (passage embeddings)", R["hybrid"]),
                         ("library hybrid", lib), ("maxsim", maxsim),
                         ("centroid", centroid)):
-        rows[f"evireform interleaved with {name}"] = [
-            interleave(list(e), list(o)) for e, o in zip(R["evireform"], other)]
+        rows[f"{PAPER} interleaved with {name}"] = [
+            interleave(list(e), list(o)) for e, o in zip(R[PAPER], other)]
+    for pat in ("abab", "abaa", "aabab") if own else ():  # the own search's placements
+        rows[f"{PAPER} with the own search placed {pat}"] = [
+            placed(list(e), o, pat) for e, o in zip(R[PAPER], own)]
     for name, rule in rules.items():
         for r in (1, 2):
             hit = [rule(i) for i in range(len(rep.questions))]
-            fired[f"evireform, {name}, r={r}"] = sum(hit)
-            rows[f"evireform, {name}, r={r}"] = [
+            fired[f"{PAPER}, {name}, r={r}"] = sum(hit)
+            rows[f"{PAPER}, {name}, r={r}"] = [
                 reserved(e, b, r) if h else list(e)
-                for e, b, h in zip(R["evireform"], R["base_dense_fill"], hit)]
+                for e, b, h in zip(R[PAPER], R["base_dense_fill"], hit)]
 
     def a5(rk, sel):
         if not sel:

@@ -206,3 +206,18 @@ def test_index_passage_vectors_flag(tmp_path, capsys):
         got = json.loads(capsys.readouterr().out)
         assert got["passage_vectors"] is want and got["reload_identical"] is True
         assert (PropositionIndex.load(out_dir).passage_embeddings is not None) is want
+
+
+def test_selector_agreement_with_a_recorded_choice():
+    """The selector study's agreement figures (issue 85): precision, recall and first pick
+    against the LLM's choice, over the questions it answered."""
+    from types import SimpleNamespace
+
+    from evireform.evaluation.learn_selector import agreement
+    from evireform.roles import Candidate, TopScoreSelector
+    cands = [Candidate(i, 1.0 - i / 10, f"fact {i}", i) for i in range(6)]
+    rows = [(cands, [0, 3]), (cands, [4, 5]), (cands, None)]  # the last: no reply
+    qs = [SimpleNamespace(question=f"q{i}") for i in range(3)]
+    a = agreement(TopScoreSelector(2), rows, qs)  # picks 0 and 1 each time
+    assert a["precision"] == pytest.approx(25.0) and a["recall"] == pytest.approx(25.0)
+    assert a["top"] == pytest.approx(50.0) and a["ms"] >= 0

@@ -862,7 +862,8 @@ def case_user(inp: Any, out: Any) -> None:
     kernels, started cold): ratio = that one's wall / the default's, and the printed
     passages must be the same.  The build (``evireform index`` of the folder, a fresh
     process) runs beside a fresh process that only loads the same embedder and encodes the
-    index's proposition texts with the build's batch size (read from a file): ratio = that
+    index's proposition texts (and its passages', when it embeds them) with the build's
+    batch size (read from a file): ratio = that
     one's wall / the build's, the share of a build its encoder takes (the issue's target:
     within 10 %, ratio >= 0.9).  A full run also times the update on a folder of about
     50,000 passages (the 2Wiki corpus nine times over, each copy's titles marked) beside a
@@ -904,7 +905,12 @@ def case_user(inp: Any, out: Any) -> None:
         from ..index import PropositionIndex
         built = PropositionIndex.load(work / "ix")
         texts = work / "texts.json"
-        texts.write_text(json.dumps(list(built.prop_texts)), encoding="utf-8")
+        # the texts the build encoded: its propositions, and its passages whole when it
+        # holds passage embeddings (prose indexes: the own search's, issue 85)
+        from ..search_data import passage_text
+        encoded = list(built.prop_texts) + ([passage_text(p) for p in built.passages]
+                                            if built.passage_embeddings is not None else [])
+        texts.write_text(json.dumps(encoded), encoding="utf-8")
         encode_only = (
             "import json, sys\n"
             "from evireform.application import index_embedder\n"
@@ -947,7 +953,8 @@ def case_user(inp: Any, out: Any) -> None:
         out["user/build vs its encoder"] = {
             "size": f"{built.n_passages:,} passages, {n_props:,} propositions",
             "ours_s": t_build, "peer_s": t_enc,
-            "peer": "a fresh process encoding the same proposition texts",
+            "peer": "a fresh process encoding the same texts (propositions, and passages "
+                    "when the index embeds them)",
             "speedup": t_enc / t_build, "agree": n_props > 0,
             "build_props_per_s": n_props / t_build, "encoder_props_per_s": n_props / t_enc,
             "note": "fresh processes; ratio = the encoder's wall / the build's (1.0: the "

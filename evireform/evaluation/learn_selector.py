@@ -79,6 +79,28 @@ def _run(idx: PropositionIndex, qs: Sequence[str], embedder: Embedder, selector:
     return metrics([[p.index for p in x.passages] for x in res], qs)
 
 
+def agreement(selector: Selector, rows: Sequence[Any], qs: Sequence[Any]) -> dict[str, float]:
+    """How closely ``selector`` chooses as the LLM did, over the questions whose recorded
+    choice ``rows`` holds (:func:`_llm_choices`: the same candidates): ``precision`` (of its
+    picks, the share the LLM picked too), ``recall`` (of the LLM's picks, the share it
+    picked), ``top`` (questions whose first pick the LLM picked), as percentages over
+    questions, and ``ms`` (its mean wall time a question, in-process)."""
+    import time
+    prec, rec, top, took = [], [], [], []
+    for (cands, chosen), q in zip(rows, qs):
+        if chosen is None or not cands:
+            continue
+        t = time.perf_counter()
+        got = [int(i) for i in selector.select(q.question, cands, 12)]
+        took.append(time.perf_counter() - t)
+        want = set(int(i) for i in chosen)
+        prec.append(len(set(got) & want) / len(got) if got else 0.0)
+        rec.append(len(set(got) & want) / len(want) if want else 1.0)
+        top.append(float(bool(got) and got[0] in want))
+    return {"precision": 100 * float(np.mean(prec)), "recall": 100 * float(np.mean(rec)),
+            "top": 100 * float(np.mean(top)), "ms": 1e3 * float(np.mean(took))}
+
+
 def selector_study(data: Path, embedder: Embedder, replies_dir: Path, config: Any = None) -> str:
     """Both directions (fit on one set, evaluate on the other) as a Markdown table;
     ``config``: the EviReformConfig the selectors are evaluated under (default: the
@@ -86,7 +108,8 @@ def selector_study(data: Path, embedder: Embedder, replies_dir: Path, config: An
     from ..llm import LLMClient, LLMConfig, LLMSelector
     from ..roles import SELECTOR_FEATURES, LearnedSelector, TopScoreSelector, selector_features
     sets = {d: _setup(data, d, embedder) for d in ("hotpotqa", "musique")}
-    lines = ["| fitted on → evaluated on | selector | R@5 | C@5 |", "|---|---|---:|---:|"]
+    lines = ["| fitted on → evaluated on | selector | R@5 | C@5 | agrees: precision | recall "
+             "| first pick | ms a question |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     fitted = {}
     for train, test in (("hotpotqa", "musique"), ("musique", "hotpotqa")):
         idx, qs = sets[train]
@@ -110,11 +133,22 @@ def selector_study(data: Path, embedder: Embedder, replies_dir: Path, config: An
                                      replay_paths=(str(replies_dir / f"{test}.jsonl"),)))
         llm = _run(tidx, tqs, embedder, LLMSelector(client), config)
         label = f"{train} → {test}"
-        for name, m in ((f"LearnedSelector(n={n})", learned), ("TopScoreSelector(n=4)", top4),
-                        ("recorded LLM selection", llm)):
-            lines.append(f"| {label} | {name} | {m['recall@5']:.2f} | {m['chain@5']:.2f} |")
+        # agreement with the LLM's recorded choice on the evaluated set's candidates
+        trows = _llm_choices(tidx, tqs, embedder, replies_dir / f"{test}.jsonl")
+        agree = {"learned": agreement(LearnedSelector(w, n), trows, tqs),
+                 "top4": agreement(TopScoreSelector(4), trows, tqs)}
+        for name, m, a in ((f"LearnedSelector(n={n})", learned, agree["learned"]),
+                           ("TopScoreSelector(n=4)", top4, agree["top4"]),
+                           ("recorded LLM selection", llm, None)):
+            tail = ("– | – | – | – |" if a is None else
+                    f"{a['precision']:.2f} | {a['recall']:.2f} | {a['top']:.2f} | "
+                    f"{a['ms']:.3f} |")
+            lines.append(f"| {label} | {name} | {m['recall@5']:.2f} | {m['chain@5']:.2f} | "
+                         + tail)
     lines.append("")
-    lines.append("All with the LLM-free reformulator and the paper's other defaults. Weights "
+    lines.append("All with the LLM-free reformulator and the paper's other defaults. The "
+                 "agreement columns compare each selector's picks with the LLM's recorded "
+                 "picks on the same candidates (mean over questions). Weights "
                  "(features: " + ", ".join(SELECTOR_FEATURES) + "):")
     for train, (w, n, picks) in fitted.items():
         lines.append(f"- fitted on {train} (n={n}; the LLM picked {picks:.1f} candidates per "
