@@ -764,6 +764,8 @@ class EviReform:
             key = idx.same_text if cfg.fold_duplicates and idx.n_same_text else None
             P2 = np.full((len(states), min(k, P.shape[1])), -1, np.int64)
             S2 = np.zeros(P2.shape)
+            # a passage EviReform did not rank as far as it read: score and parts 0
+            unread = np.zeros(P2.shape, bool)
             for b, st in enumerate(states):
                 evi = [j for j in P[b, :sizes[b]].tolist() if j >= 0]
                 got_s = dict(zip(evi, S[b, :len(evi)].tolist()))
@@ -775,10 +777,13 @@ class EviReform:
                 sizes[b] = len(order)
                 P2[b, :len(order)] = order
                 S2[b, :len(order)] = [got_s.get(j, 0.0) for j in order]
+                unread[b, :len(order)] = [j not in got_s for j in order]
             P, S, got = P2, S2, got[:2]
         # each passage's score split into the question's and the residual queries' parts
         FQ, FR = got[2:] if len(got) == 4 else \
             K.score_parts(idx.pmap, indptr, s_ids, s_vals, split, alpha, P)
+        if own:
+            FQ[unread], FR[unread] = 0.0, 0.0
         out = []
         for n, js, scs, fqs, frs in zip(sizes, P.tolist(), S.tolist(), FQ.tolist(),
                                         FR.tolist()):

@@ -145,9 +145,39 @@ def test_the_ranking_alternates_evireform_with_the_questions_own_search(k):
         assert [p.score for p in got.passages] == [scores.get(j, 0.0) for j in want]
         parts = [p.from_question + p.from_residual + p.from_propagation for p in got.passages]
         np.testing.assert_allclose(parts, [p.score for p in got.passages], atol=1e-12)
+        for p in got.passages:  # one EviReform did not rank as far as it read: all 0
+            if p.index not in scores:
+                assert (p.from_question, p.from_residual, p.from_propagation) == (0, 0, 0)
     # the batch path ranks alike
     many = on.retrieve_many(QUESTIONS, k)
     assert [r.ids for r in many] == [on.retrieve(q, k).ids for q in QUESTIONS]
+
+
+def test_a_passage_only_the_own_search_reached_shows_score_and_parts_zero():
+    """Twenty passages sharing their entities (ssh options): EviReform's readout gives some
+    mass to most, so the own search places passages beyond the 2k EviReform ranked; those
+    show score 0 and every part 0 (the parts still add up to the score), the others keep
+    EviReform's score and parts."""
+    opts = ["ProxyJump", "ServerAliveInterval", "IdentityFile", "ForwardAgent", "Compression",
+            "LogLevel", "HostKeyAlgorithms", "ControlMaster", "ControlPath", "Port", "User",
+            "StrictHostKeyChecking", "UserKnownHostsFile", "ConnectTimeout", "Ciphers", "MACs",
+            "KexAlgorithms", "LocalForward", "RemoteForward", "SendEnv"]
+    ps = [{"id": f"o{i}", "title": w, "text": f"The ssh option {w} in ssh_config changes how "
+           f"ssh connects; the ssh client reads {w} for each host."} for i, w in enumerate(opts)]
+    idx = PropositionIndex.build(ps, EMB, extractor="prose", show_progress=False)
+    on = EviReform(idx, embedder=EMB)
+    off = EviReform(idx, EviReformConfig(own_search="off"), embedder=EMB)
+    unread = 0
+    for w in opts:
+        q = f"what does {w} change"
+        got, read = on.retrieve(q, 2), off.retrieve(q, 4).passages
+        scores = {p.index: (p.score, p.from_question, p.from_residual, p.from_propagation)
+                  for p in read}
+        for p in got.passages:
+            mine = (p.score, p.from_question, p.from_residual, p.from_propagation)
+            assert mine == scores.get(p.index, (0.0, 0.0, 0.0, 0.0))
+            unread += p.index not in scores
+    assert unread > 0  # the case this test is for happened
 
 
 def test_the_own_search_stays_within_a_filter():
