@@ -16,10 +16,13 @@ A passage reached from the question itself has no incoming edge (a root).  For E
 its score (question, residual queries, propagation; see
 :class:`~evireform.retriever.RankedPassage`) are tried from the largest down, and the first
 that names another passage gives the edge (the question's part names none: a root).  A
-residual query is attributed to the observed passage that shares most of the query's words
-that are not the question's (the bridge entity came from it); propagation to the entity
+residual query is attributed to the passage its bridge came from where the reformulator
+names it (the LLM-free one: ``trace.bridges``), else to the observed passage that shares
+most of the query's words that are not the question's (none shared: no edge, the query
+being the question's words); propagation to the entity
 carrying the most seed mass from other passages into it, and the passage that contributed
-most of that mass (propagation that only echoes a passage's own seed names none).
+most of that mass (propagation that only echoes a passage's own seed names none).  An
+edge that would close a cycle (two passages naming each other) is left out.
 """
 from __future__ import annotations
 
@@ -109,7 +112,8 @@ def _words(text: str) -> set[str]:
 
 def _query_source(query: str, question: str, observed: list[int], passages: Sequence[Any]) -> int | None:
     """The observed passage the residual query came from: most shared words that the
-    question does not have (ties: the earlier observed passage)."""
+    question does not have (ties: the earlier observed passage); None when it shares none
+    of them with any (its words are the question's: no passage named it)."""
     if not observed:
         return None
     own = _words(query) - _words(question)
@@ -119,7 +123,7 @@ def _query_source(query: str, question: str, observed: list[int], passages: Sequ
         n = len(own & _words(p.title + " " + p.text))
         if n > best_n:
             best, best_n = j, n
-    return best
+    return best if best_n > 0 else None
 
 
 def evireform_edges(index: PropositionIndex, question: str, ranked, trace, seed, alpha: float,
@@ -130,8 +134,13 @@ def evireform_edges(index: PropositionIndex, question: str, ranked, trace, seed,
     edges: list[EvidenceEdge] = []
     # per residual query: its source passage and its normalised mass per passage
     q_src, q_mass = [], []
+    # the LLM-free reformulator names each query's bridge passage (trace.bridges)
+    named = {b.get("query"): b.get("passage") for b in getattr(trace, "bridges", None) or []}
     for q, hits in zip(trace.residual_queries, trace.residual_hits):
-        q_src.append(_query_source(q, question, trace.observed, passages))
+        pid = named.get(q)
+        src = index.passage_index(pid) if pid is not None and index.has_passage(pid) else None
+        q_src.append(src if src is not None
+                     else _query_source(q, question, trace.observed, passages))
         acc: dict[int, float] = {}
         total = sum(s for _, s in hits if s > 0)
         for i, s in hits:
@@ -163,7 +172,25 @@ def evireform_edges(index: PropositionIndex, question: str, ranked, trace, seed,
             if edge is not None:
                 edges.append(edge)
                 break
-    return edges
+    return _acyclic(edges)
+
+
+def _acyclic(edges: list[EvidenceEdge]) -> list[EvidenceEdge]:
+    """``edges`` (at most one into each passage, in rank order of their ``dst``) without
+    those that would close a cycle: an edge ``src -> dst`` is left out when ``dst`` is
+    already reached on the way into ``src`` (two passages each naming the other)."""
+    parent: dict[int, int] = {}
+    out = []
+    for e in edges:
+        j, seen = e.src, set()
+        while j in parent and j not in seen and j != e.dst:
+            seen.add(j)
+            j = parent[j]
+        if j == e.dst:
+            continue
+        parent[e.dst] = e.src
+        out.append(e)
+    return out
 
 
 def _residual_edge(j, q_src, q_mass, trace):

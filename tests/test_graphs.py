@@ -495,3 +495,36 @@ def test_the_one_search_methods_are_their_signals_alone(toy):
             [(p.id, round(p.score, 6)) for p in alone.passages]
     with pytest.raises(ValueError, match="kind must be one of"):
         Search(idx, e, kind="sparse")
+
+
+def test_evidence_edges_name_the_bridge_passage_drop_question_words_and_cycles(toy):
+    """Issue 82: a residual query's edge starts at the passage its bridge came from
+    (trace.bridges), a query whose own words are all the question's names no passage, and
+    two passages never name each other (the later edge of a cycle is left out)."""
+    from types import SimpleNamespace
+
+    from evireform.explain import _acyclic, _query_source, evireform_edges
+    idx, e = toy
+    # the bridge's passage wins over word overlap: "Orvel Society" is in zeta and orvel,
+    # and the bridge names orvel
+    q = "founded Orvel Society"
+    assert _query_source(q, "Who founded it?", [0, 1], idx.passages) == 0
+    trace = SimpleNamespace(residual_queries=[q], residual_hits=[[(int(idx.propositions_of(2)[0]), 1.0)]],
+                            observed=[0, 1], bridges=[{"query": q, "bridge": "orvel society",
+                                                       "passage": "orvel", "score": 1.0}])
+    ranked = [SimpleNamespace(index=2, from_question=0.0, from_residual=1.0,
+                              from_propagation=0.0)]
+    seed = SimpleNamespace(s=SimpleNamespace(ids=np.zeros(0, np.int64), vals=np.zeros(0)))
+    got = evireform_edges(idx, "Who founded it?", ranked, trace, seed, 0.5, False)
+    assert [(x.src, x.dst, x.kind) for x in got] == [(1, 2, "query")]
+    trace.bridges = []  # without it, word overlap: the earlier observed passage
+    got = evireform_edges(idx, "Who founded it?", ranked, trace, seed, 0.5, False)
+    assert [(x.src, x.dst) for x in got] == [(0, 2)]
+    # a query of the question's words only names no passage
+    assert _query_source("Who founded the society?", "Who founded the society?", [0, 1],
+                         idx.passages) is None
+    # cycles: 0 -> 1, 1 -> 0 keeps the first; a longer one too
+    E = EvidenceEdge
+    assert _acyclic([E(0, 1, "query"), E(1, 0, "entity")]) == [E(0, 1, "query")]
+    assert _acyclic([E(0, 1, "query"), E(1, 2, "query"), E(2, 0, "entity"), E(2, 3, "query")]) \
+        == [E(0, 1, "query"), E(1, 2, "query"), E(2, 3, "query")]
