@@ -721,11 +721,11 @@ class EviReform:
             return False
         n = scope.clip(OWN_SEARCH_POOL)
         Q = np.stack([np.asarray(st.vector, np.float32) for st in todo])
-        d_i, _ = K.cosine_topk_batch(pe, Q, n, rows=scope.allowed)
+        d_i = passage_topk(pe, Q, n, scope.allowed)
         l_i, l_s = scope.lexical([st.text for st in todo], n, "passages")
-        for st, di, li, ls in zip(todo, d_i.tolist(), l_i.tolist(), l_s.tolist()):
+        for st, di, li, ls in zip(todo, d_i, l_i.tolist(), l_s.tolist()):
             score: dict[int, float] = {}
-            for ranking in ([j for j in di if j >= 0],
+            for ranking in (di,
                             [j for j, v in zip(li, ls) if j >= 0 and v > 0]):
                 for r, j in enumerate(ranking):
                     score[j] = score.get(j, 0.0) + 1.0 / (RRF_K + r + 1)
@@ -1018,6 +1018,25 @@ class EviReform:
                 st.observed = new or st.observed
                 still.append(st)
         return still
+
+
+def passage_topk(P: Any, Q: np.ndarray, n: int, rows: Any = None) -> list[list[int]]:
+    """Each row of ``Q``'s top ``n`` rows of ``P`` by positive cosine (ties by the lower
+    position), within ``rows`` (positions; None: all): the CPU kernel
+    (:func:`~evireform.kernels.cosine_topk_batch`), or numpy in a process that has not
+    loaded the numba kernels when ``P`` is small (as a one-shot ``evireform query``'s
+    engine: it does not pay numba's start for a scan of a few milliseconds)."""
+    if K._numba_free(len(P), K.config.ONE_SHOT_NUMPY_PROPS):
+        ids = np.arange(len(P)) if rows is None else np.asarray(rows, np.int64)
+        sub = np.asarray(P) if rows is None else np.asarray(P)[ids]
+        out = []
+        for s in Q @ sub.T:
+            pos = s > 0
+            c_i, c_s = ids[pos], s[pos]
+            out.append(c_i[np.lexsort((c_i, -c_s))[:n]].tolist())
+        return out
+    got, _ = K.cosine_topk_batch(P, Q, n, rows=rows)
+    return [[j for j in row if j >= 0] for row in got.tolist()]
 
 
 def interleave(a: Sequence[int], b: Sequence[int], n: int, key: Any = None

@@ -158,14 +158,17 @@ def test_query_backend_and_precision_go_to_make_engine(tmp_path, capsys):
             [(w["id"], round(w["score"], 6)) for w in want]
 
 
-def test_one_question_on_a_small_index_needs_no_numba(tmp_path, capsys):
+@pytest.mark.parametrize("vectors", [False, True])
+def test_one_question_on_a_small_index_needs_no_numba(tmp_path, capsys, vectors):
     """``evireform query`` with one question on a small index answers on numpy (make_engine's
     one_shot) in a fresh process: numba is never imported, and the passages and their scores
-    are the CPU kernels' (``--backend cpu``, in this process)."""
+    are the CPU kernels' (``--backend cpu``, in this process); with passage embeddings, the
+    question's own search too (issue 85)."""
     from evireform.embed import HashingEmbedder
     ix = PropositionIndex.build([f"Alpha {i} met Beta {i % 4} in Rome. Beta {i % 4} wrote "
                                  f"Gamma {i % 3}." for i in range(30)],
-                                HashingEmbedder(32), show_progress=False).save(tmp_path / "ix")
+                                HashingEmbedder(32), show_progress=False,
+                                passage_vectors=vectors).save(tmp_path / "ix")
     q = ["query", str(ix), "Whom did Alpha 3 meet?", "-k", "5", "--json"]
     code = ("import sys; from evireform.cli import main\n"
             f"rc = main({q!r})\n"
@@ -173,6 +176,7 @@ def test_one_question_on_a_small_index_needs_no_numba(tmp_path, capsys):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "NUMBA False" in r.stderr, r.stderr
     got = json.loads(r.stdout)["passages"]
+    assert bool(json.loads(r.stdout)["trace"]["own_search"]) is vectors
     assert main(q + ["--backend", "cpu"]) == 0
     want = json.loads(capsys.readouterr().out)["passages"]
     assert [g["id"] for g in got] == [w["id"] for w in want] and len(got) == 5

@@ -251,3 +251,28 @@ def test_selector_agreement_with_a_recorded_choice():
     a = agreement(TopScoreSelector(2), rows, qs)  # picks 0 and 1 each time
     assert a["precision"] == pytest.approx(25.0) and a["recall"] == pytest.approx(25.0)
     assert a["top"] == pytest.approx(50.0) and a["ms"] >= 0
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (1, 8), (57, 16), (500, 32)])
+def test_passage_topk_numpy_equals_the_kernel(shape, monkeypatch):
+    """The own search's dense scan: numpy (a process without the numba kernels, small P)
+    and the CPU kernel give the same ranking, with and without rows, on fresh random unit
+    rows (negative cosines left out, ties by the lower position)."""
+    from evireform import kernels as K
+    from evireform.retriever import passage_topk
+    rng = np.random.default_rng(sum(shape))
+    P = rng.standard_normal(shape).astype(np.float32)
+    P /= np.maximum(np.linalg.norm(P, axis=1, keepdims=True), 1e-12)
+    if len(P) > 3:
+        P[3] = P[1]  # a tie: the lower position first
+    Q = rng.standard_normal((3, shape[1])).astype(np.float32)
+    rows = np.flatnonzero(rng.random(len(P)) < 0.5)
+    for n in (1, 5, 100):
+        for r in (None, rows):
+            monkeypatch.setattr(K, "_numba_free", lambda size, most: True)
+            a = passage_topk(P, Q, n, r)
+            monkeypatch.setattr(K, "_numba_free", lambda size, most: False)
+            b = passage_topk(P, Q, n, r)
+            assert a == b
+            if len(P) > 3 and r is None and n == 100:
+                assert all(row.index(1) < row.index(3) for row in a if 1 in row)
