@@ -276,3 +276,18 @@ def test_passage_topk_numpy_equals_the_kernel(shape, monkeypatch):
             assert a == b
             if len(P) > 3 and r is None and n == 100:
                 assert all(row.index(1) < row.index(3) for row in a if 1 in row)
+
+
+def test_the_terminal_names_the_passages_the_own_search_placed(tmp_path, capsys):
+    from evireform.cli import main
+    ix = _prose().save(tmp_path / "p.idx")
+    q = QUESTIONS[0]
+    assert main(["query", str(ix), q, "-k", "4", "--json", "--backend", "cpu"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    own = rec["trace"]["own_search"]
+    assert own  # this question's own search places a passage
+    assert main(["query", str(ix), q, "-k", "4", "--no-text", "--backend", "cpu"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if l[:3].strip().isdigit()]
+    assert len(lines) == 4
+    for line, p in zip(lines, rec["passages"]):
+        assert ("found by the question's own search" in line) is (p["id"] in own), line

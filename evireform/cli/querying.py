@@ -137,9 +137,11 @@ def _cmd_query(args: Any) -> int:
     if not res.passages:
         print("   (no passage matches the filter)")
     reached = reached_by(res, idx)
+    own = set(getattr(res.trace, "own_search", None) or ())
     for r, p in enumerate(res.passages, 1):  # the answer first, then how it was reached
         print(format_passage(r, p, args.question, text=not args.no_text,
-                             queries=reached.get(p.index, ()), metadata=args.metadata))
+                             queries=reached.get(p.index, ()), metadata=args.metadata,
+                             own=p.id in own))
     for q in getattr(res.trace, "residual_queries", []):
         print(f"   residual query: {q}")
     shown = res.trace.format(idx.passages) if hasattr(res.trace, "format") else ""
@@ -202,13 +204,16 @@ def _prepare_encoder(emb: Any) -> None:
 
 
 def format_passage(rank: int, p, question: str, *, text: bool = True, width: int = 320,
-                   queries: Sequence[str] = (), metadata: bool = False) -> str:
+                   queries: Sequence[str] = (), metadata: bool = False,
+                   own: bool = False) -> str:
     """One ranked passage for the terminal: rank, score, title and id; then (``text``) where
     it is (source and chunk, section, page, slide, row) on one line, its other metadata on
     another only with ``metadata``, and its text as the whole sentences that best match the
     question and the residual ``queries`` that reached it (:func:`evireform.text.snippet`).
     ``text=False``: the compact one-line form (rank, score, title, id, where).  A passage
-    that stands for others with the same text names them ("same text in ...")."""
+    that stands for others with the same text names them ("same text in ..."); one the
+    question's own search placed (``own``: ``EviReformConfig.own_search``) says so, its
+    score being EviReform's (0 when EviReform did not rank it)."""
     md = dict(p.metadata or {})
     where = []
     src = md.pop("source", None)
@@ -225,6 +230,8 @@ def format_passage(rank: int, p, question: str, *, text: bool = True, width: int
     twins = tuple(getattr(p, "duplicates", ()) or ())
     also = "same text in " + ", ".join(twins[:3]) + \
         (f" and {len(twins) - 3} more" if len(twins) > 3 else "") if twins else ""
+    if own:
+        where.append("found by the question's own search")
     if not text:
         return head + "".join(f"  {x}" for x in (" · ".join(where), also, rest) if x)
     lines = [head]
