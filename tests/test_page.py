@@ -378,6 +378,39 @@ def test_a_text_held_twice_is_one_passage_naming_the_other(browser, tmp_path):
         s.close()
 
 
+def test_the_page_names_the_passages_the_own_search_placed(browser, tmp_path):
+    """Issue 85: on an index with passage embeddings, the passages the question's own
+    search placed (the trace's ``own_search``) say so, and only they."""
+    import json
+    import urllib.request
+
+    from playwright.sync_api import expect
+    ix = PropositionIndex.build(_records(12), EMB, show_progress=False,
+                                passage_vectors=True).save(tmp_path / "ix")
+    s = Server(ix)
+    q = "Where did the Orvel archive move?"
+    req = urllib.request.Request(s.url + "/query", json.dumps({"question": q, "k": 5}).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        own = set(json.load(r)["trace"]["own_search"])
+    assert own
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900})
+    page = ctx.new_page()
+    try:
+        page.goto(s.url + "/")
+        page.fill("#question", q)  # k: the page's default, 5
+        page.click("#go")
+        items = page.locator("#passages li[data-id]")
+        expect(items).to_have_count(5)
+        for n in range(5):
+            li = items.nth(n)
+            marked = li.locator(".source", has_text="found by the question's own search")
+            expect(marked).to_have_count(1 if li.get_attribute("data-id") in own else 0)
+    finally:
+        ctx.close()
+        s.close()
+
+
 def test_a_tenant_key_on_the_page_sees_its_namespace_only(browser, tmp_path):
     """Issue 81, item 8: the page with a tenant's key (serve --tenant-keys) shows only that
     namespace's passages and sources, the same as /query answers that key, with the ids an

@@ -190,8 +190,9 @@ function show(res) {
   const reached = reachedBy(res.trace);
   showReply(res.answer);
   const list = $("passages");
+  const own = new Set(res.trace.own_search || []);  // placed by the question's own search
   list.replaceChildren(...res.passages.map((p, i) => passageItem(
-    p, i, top, termsOf([res.question, ...(reached.get(p.id) || [])]))));
+    p, i, top, termsOf([res.question, ...(reached.get(p.id) || [])]), own.has(p.id))));
   showTrace(res.trace);
   drawGraph(res.graph || { nodes: [], edges: [] });
 }
@@ -268,7 +269,7 @@ function showTrace(trace) {
   box.append(d);
 }
 
-function passageItem(p, i, top, terms) {
+function passageItem(p, i, top, terms, own) {
   const li = el("li");
   li.dataset.id = p.id;
   const head = el("div", "head");
@@ -281,6 +282,7 @@ function passageItem(p, i, top, terms) {
   for (const k of ["section", "page", "slide", "row"]) {
     if (md[k] !== undefined && md[k] !== null) where.push(`${k} ${md[k]}`);
   }
+  if (own) where.push("found by the question's own search");  // issue 85
   if (where.length) li.append(el("div", "source", where.join(" · ")));
   const twins = p.duplicates || [];
   if (twins.length) {  // the same text in other passages: shown once (issue 68)
