@@ -290,6 +290,8 @@ class Update:
     changes: dict[str, Any] = field(default_factory=dict)
     saved: bool = True
     extractor: object = None
+    #: the passages embedded whole by this update (``passage_vectors``), 0 if none
+    passage_vectors: int = 0
 
     def counts(self) -> dict[str, Any]:
         return {k: len(v) for k, v in self.changes.items()}
@@ -300,13 +302,14 @@ def _merge(changes: dict[str, Any], new: dict[str, Any]) -> None:
         changes[key] = changes.get(key, []) + list(ids)
 
 
-def _prepared(add: Any, delete: Any, delete_where: Any, namespace: str | None
-              ) -> tuple[Any, Any]:
+def _prepared(add: Any, delete: Any, delete_where: Any, namespace: str | None,
+              other: bool = False) -> tuple[Any, Any]:
     """An update's ``add`` and ``delete_where`` checked and put in its namespace, before
-    the index's lock is taken (what :func:`compute_update` takes)."""
+    the index's lock is taken (what :func:`compute_update` takes); ``other``: the update
+    does something else too (``passage_vectors``), so it may add and delete nothing."""
     if not isinstance(add, Loaded) and not add:
         add = None  # an empty list adds nothing
-    if add is None and not delete and delete_where is None:
+    if add is None and not delete and delete_where is None and not other:
         raise ValueError("give passages to add and/or ids or a filter to delete")
     if delete_where is not None:
         from .filters import compile_filter
@@ -324,11 +327,13 @@ def compute_update(idx: PropositionIndex, *, delete: Sequence[str] | None = None
                    add: Any = None, embedder: Embedder | None = None, upsert: bool = False,
                    extractor: Extractor | None = None, show_progress: bool = False,
                    delete_where: FilterSpec = None, delete_all: bool = False,
-                   namespace: str | None = None, refit: bool = False) -> Update:
+                   namespace: str | None = None, refit: bool = False,
+                   passage_vectors: bool = False) -> Update:
     """The update :func:`apply_update` makes, on the index ``idx`` in memory (``add`` and
     ``delete_where`` as :func:`_prepared` gave them); nothing is saved.  The one place an
     update's deletes and adds are worked out: a save, a journal record and a journal's
-    replay all run it."""
+    replay all run it.  ``passage_vectors``: an index without passage embeddings gets them
+    after the deletes, before the adds (which then embed their passages too)."""
     out = Update(idx, (idx.n_passages, idx.n_props))
     if namespace is not None:
         delete, add = _tenant_ids(idx, namespace, delete, add)
@@ -347,6 +352,9 @@ def compute_update(idx: PropositionIndex, *, delete: Sequence[str] | None = None
     if delete:
         idx = idx.delete(list(delete))
         _merge(out.changes, idx.changes)
+    if passage_vectors and idx.passage_embeddings is None:
+        idx = idx.with_passage_vectors(embedder, show_progress=show_progress)
+        out.passage_vectors = idx.n_passages
     if add is not None:
         out.extractor = ext = update_extractor(idx, extractor)
         kw = dict(show_progress=show_progress, extractor=ext, refit=refit)
@@ -470,7 +478,8 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
                  show_progress: bool = False,
                  before_save: Callable[[Update], bool] | None = None,
                  delete_where: FilterSpec = None, delete_all: bool = False,
-                 namespace: str | None = None, refit: bool = False) -> Update:
+                 namespace: str | None = None, refit: bool = False,
+                 passage_vectors: bool = False) -> Update:
     """Delete the passages ``delete`` (ids; unknown ones raise ``KeyError``), then add ``add``
     (passages, records, or a :class:`~evireform.documents.Loaded` read from files and
     folders: the index is made to match those files) to the index saved at ``index_dir``,
@@ -494,8 +503,10 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
     is and-ed with it ("every passage" then means every passage of the namespace).
     ``refit``: the extractor's corpus statistics learnt again from every passage of the
     namespaces added to, instead of updated from the counts the index carries
-    (:meth:`PropositionIndex.add`)."""
-    add, delete_where = _prepared(add, delete, delete_where, namespace)
+    (:meth:`PropositionIndex.add`).  ``passage_vectors``: every passage of an index built
+    without passage embeddings embedded whole by ``embedder`` (the question's own search,
+    :attr:`~evireform.retriever.EviReformConfig.own_search`)."""
+    add, delete_where = _prepared(add, delete, delete_where, namespace, passage_vectors)
     with index_lock(index_dir):
         # the checksums tier: the full one unless the stamp says these files were fully
         # verified, and every file's sha256 either way (the save copies bytes and stamps
@@ -506,7 +517,8 @@ def apply_update(index_dir: StrPath, *, delete: Sequence[str] | None = None, add
         out = compute_update(idx, delete=delete, add=add, embedder=embedder, upsert=upsert,
                              extractor=extractor, show_progress=show_progress,
                              delete_where=delete_where, delete_all=delete_all,
-                             namespace=namespace, refit=refit)
+                             namespace=namespace, refit=refit,
+                             passage_vectors=passage_vectors)
         idx = out.index
         if before_save is not None and not before_save(out):
             out.saved = False

@@ -291,3 +291,26 @@ def test_the_terminal_names_the_passages_the_own_search_placed(tmp_path, capsys)
     assert len(lines) == 4
     for line, p in zip(lines, rec["passages"]):
         assert ("found by the question's own search" in line) is (p["id"] in own), line
+
+
+def test_update_adds_passage_vectors_to_an_index_built_without(tmp_path, capsys):
+    """``evireform update IDX --passage-vectors``: an index without passage embeddings gets
+    them (row for row a build's); with ``--add`` the new passages get theirs too; an index
+    that has them is left as it was."""
+    from evireform.cli import main
+    ix = PropositionIndex.build(PASSAGES[:6], EMB, extractor="prose", show_progress=False,
+                                passage_vectors=False).save(tmp_path / "x.idx")
+    extra = tmp_path / "more.json"
+    extra.write_text(json.dumps(PASSAGES[6:]))
+    assert main(["update", str(ix), "--passage-vectors", "--add", str(extra), "--json",
+                 "--quiet"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["passage_vectors"] == 6 and got["changes"]["added"] == 2
+    back = PropositionIndex.load(ix, verify="full")
+    want = {p.id: r for p, r in zip(_prose().passages, np.asarray(_prose().passage_embeddings))}
+    assert [p.id for p in back.passages] == [p["id"] for p in PASSAGES]
+    for p, row in zip(back.passages, np.asarray(back.passage_embeddings)):
+        np.testing.assert_allclose(row, want[p.id], atol=1e-6)
+    assert main(["update", str(ix), "--passage-vectors", "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["passage_vectors"] == 0
+    assert arrays_equal(PropositionIndex.load(ix), back)

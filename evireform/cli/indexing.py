@@ -193,8 +193,10 @@ def _cmd_update(args: Any) -> int:
     other.  The index is fully verified before it is rewritten (a save would otherwise
     stamp data nobody checked)."""
 
-    if not args.add and not args.delete and args.delete_where is None:
-        raise ValueError("give --add FILE, --delete IDS_FILE and/or --delete-where FILTER")
+    if not args.add and not args.delete and args.delete_where is None \
+            and not args.passage_vectors:
+        raise ValueError("give --add FILE, --delete IDS_FILE, --delete-where FILTER and/or "
+                         "--passage-vectors")
     t0 = time.perf_counter()
     ids = loaded = None
     where = _filter_arg(args.delete_where)  # refused before anything is read
@@ -207,7 +209,7 @@ def _cmd_update(args: Any) -> int:
     # the embedder and the folder roots: the fast tier (apply_update verifies in full under
     # the lock, where it counts; a stale stamp must not make both loads full ones)
     peek = PropositionIndex.load(args.index_dir, verify="fast", stamp=False)
-    emb = _index_embedder(args, peek) if args.add else None
+    emb = _index_embedder(args, peek) if args.add or args.passage_vectors else None
     if args.add:  # chunked with the index's own embedder's tokenizer, as at build time
         loaded = _read_paths(args, [args.add], emb, whole=True, roots=document_roots(peek))
     extractor = args.extractor
@@ -218,7 +220,7 @@ def _cmd_update(args: Any) -> int:
     up = apply_update(args.index_dir, delete=ids, add=loaded, embedder=emb,
                       delete_where=where, delete_all=args.all, namespace=args.namespace,
                       upsert=args.upsert, extractor=extractor, show_progress=not args.quiet,
-                      refit=args.refit,
+                      refit=args.refit, passage_vectors=args.passage_vectors,
                       before_save=lambda u: not _fallbacks_refused(
                           args, "update", u.extractor, len(loaded.passages) if loaded else 0))
     if not up.saved:
@@ -230,6 +232,7 @@ def _cmd_update(args: Any) -> int:
                           "passages": {"before": before[0], "after": idx.n_passages},
                           "propositions": {"before": before[1], "after": idx.n_props},
                           "changes": {k: len(v) for k, v in changes.items()},
+                          "passage_vectors": up.passage_vectors,
                           "skipped": sorted(loaded.skipped) if loaded else [],
                           "warnings": list(loaded.warnings) if loaded else [],
                           "seconds": round(took, 2)}, indent=1))
@@ -238,6 +241,9 @@ def _cmd_update(args: Any) -> int:
     print(f"{args.index_dir}: passages {before[0]:,} -> {idx.n_passages:,}, propositions "
           f"{before[1]:,} -> {idx.n_props:,} in {took:.2f} s"
           + (f" ({', '.join(parts)})" if parts else ""))
+    if up.passage_vectors:
+        print(f"{up.passage_vectors:,} passages embedded whole for the question's own search",
+              file=sys.stderr)
     dups = changes.get("duplicates")
     if dups:
         print(f"{len(dups):,} passages were already in the index with the same content and "
@@ -422,6 +428,10 @@ def add_update_parser(sub: Any) -> None:
                          "phrases) again from every passage of the namespaces added to, "
                          "instead of adding the new passages' counts to those the index "
                          "carries (which an update refits by itself once they drift)")
+    up.add_argument("--passage-vectors", action="store_true",
+                    help="embed every passage whole, for the question's own search "
+                         "(EviReformConfig.own_search), in an index built without them "
+                         "(before they existed, or with index --passage-vectors off)")
     up.add_argument("--json", action="store_true",
                     help="print what changed as JSON (passages and propositions before and "
                          "after, changes by kind, files skipped, warnings)")
