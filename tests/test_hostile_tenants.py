@@ -449,8 +449,8 @@ def test_a_tenant_key_reads_what_an_index_of_its_own_would_show(tmp_path):
     shared = theirs[:10] + [p for pair in zip(mine, theirs[10:]) for p in pair] + mine[20:]
     got = {}
     for name, passages in (("shared", shared), ("own", mine)):
-        ix = PropositionIndex.build(passages, EMB, show_progress=False).save(
-            tmp_path / name / "ix")
+        ix = PropositionIndex.build(passages, EMB, show_progress=False,  # the own search
+                                    passage_vectors=True).save(tmp_path / name / "ix")
         svc = RetrievalService(ix, EMB)
         app = create_app(svc, api_key=OPERATOR, tenants={ACME: Tenant("t1", True),
                                                          GLOBEX: Tenant("t2", True)})
@@ -461,6 +461,7 @@ def test_a_tenant_key_reads_what_an_index_of_its_own_would_show(tmp_path):
         assert _comparable(a) == _comparable(b), n
     text = json.dumps(got["shared"])
     assert "t1/" not in text and "t2" not in text
+    assert '"own_search": ["' in text  # the question's own search placed passages too
     # what the shared index keeps: the tenant's names in its namespace
     idx = PropositionIndex.load(tmp_path / "shared" / "ix")
     assert not any(p.id.startswith(("t1/", "uploads/t1/")) for p in idx.passages)  # deleted
